@@ -1,0 +1,88 @@
+"""coldbrew compiler: ONNX model -> cold-start bundle.
+
+The whole pipeline, in order (one pass per module):
+
+    load_onnx        read + check the ONNX model, fix input shapes
+    fold_constants   fold shape subgraphs and other compile-time constants
+    fold_batchnorm   fold BatchNormalization into the preceding Conv
+    import_relax     ONNX -> TVM Relax
+    fuse_layers      legalize to TIR, fuse into layers
+    extract_layers   Relax -> coldbrew Graph (tensors, layers, kernels)
+    plan_memory      static arena offsets for intermediate tensors
+    codegen          kernels -> one CPU shared object (TVM LLVM)
+    write_bundle     header + segments -> bytes
+"""
+import os
+
+from .errors import CompileError, UnsupportedOperatorError
+
+__all__ = ["compile_model", "CompileError", "UnsupportedOperatorError", "PASSES"]
+
+PASSES = ["load_onnx", "fold_constants", "fold_batchnorm", "import_relax", "fuse_layers",
+          "extract_layers", "plan_memory", "codegen", "write_bundle"]
+
+
+def _version():
+    try:
+        from importlib.metadata import version
+
+        return version("coldbrew")
+    except Exception:
+        return "0.0.0+local"
+
+
+def _dump(dump_dir, index, name, ir):
+    if not dump_dir:
+        return
+    os.makedirs(dump_dir, exist_ok=True)
+    if hasattr(ir, "graph") and hasattr(ir, "opset_import"):  # ONNX
+        import onnx
+
+        text = onnx.printer.to_text(ir.graph)
+    elif hasattr(ir, "script"):  # TVM IRModule
+        text = ir.script(show_meta=False)
+    elif hasattr(ir, "dump"):
+        text = ir.dump()
+    else:
+        text = f"<{len(ir)} bytes>"
+    with open(os.path.join(dump_dir, f"{index:02d}_{name}.txt"), "w") as f:
+        f.write(text)
+
+
+def compile_model(model, output=None, target="host", input_shapes=None, dump_ir=None):
+    """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
+
+    Returns the bundle bytes, and writes them to `output` when given.
+    """
+    from coldbrew.targets import resolve
+
+    from . import (codegen, extract_layers, fold_batchnorm, fold_constants, fuse_layers, import_relax,
+                   load_onnx, plan_memory, write_bundle)
+
+    try:
+        tgt = resolve(target) if isinstance(target, str) else target
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    proto, model_hash = load_onnx.read_model(model)
+    step = iter(range(len(PASSES)))
+
+    def done(p, ir):
+        _dump(dump_ir, next(step), p.NAME, ir)
+        return ir
+
+    proto = done(load_onnx, load_onnx.run(proto, input_shapes))
+    input_names = [i.name for i in load_onnx.graph_inputs(proto)]
+    output_names = [o.name for o in proto.graph.output]
+    proto = done(fold_constants, fold_constants.run(proto))
+    proto = done(fold_batchnorm, fold_batchnorm.run(proto))
+    mod = done(import_relax, import_relax.run(proto))
+    mod = done(fuse_layers, fuse_layers.run(mod))
+    name = proto.graph.name or "model"
+    graph = done(extract_layers, extract_layers.run(mod, name, input_names, output_names))
+    graph = done(plan_memory, plan_memory.run(graph))
+    code = done(codegen, codegen.run(graph, tgt))
+    data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", model_hash))
+    if output:
+        with open(output, "wb") as f:
+            f.write(data)
+    return data

@@ -1,0 +1,70 @@
+"""coldbrew's own graph: what the later passes and the bundle writer see.
+
+A Graph is a list of tensors and a list of layers in execution order. Each
+layer calls one kernel with tensor arguments (inputs, weights, then
+outputs). Weights carry their numpy data; the others get an arena offset
+from the memory planner.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
+          "uint8", "uint16", "uint32", "uint64", "bool"]  # index = schema DType
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple
+    kind: str  # input | output | intermediate | weight
+    data: np.ndarray = None  # weights only
+    arena_offset: int = 0
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Layer:
+    name: str
+    op: str
+    kernel: str          # symbol of the execute kernel
+    args: list           # tensor indices: inputs, weights, outputs
+    num_outputs: int
+    variant: str = "tvm_default"
+    transform: str = ""  # symbol of the weight transform kernel ("" = identity)
+    weight_form: str = "raw"
+    prep_queue: int = 0
+    exec_queue: int = 0
+
+
+@dataclass
+class Graph:
+    name: str
+    tensors: list = field(default_factory=list)
+    layers: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)   # tensor indices
+    outputs: list = field(default_factory=list)  # tensor indices
+    kernels: dict = field(default_factory=dict)  # symbol -> tvm PrimFunc
+    arena_size: int = 0
+    threads: int = 1
+
+    def add_tensor(self, tensor):
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def dump(self):
+        lines = [f"graph {self.name}: {len(self.tensors)} tensors, {len(self.layers)} layers, arena {self.arena_size} B"]
+        for i in self.inputs:
+            t = self.tensors[i]
+            lines.append(f"  input  %{i} {t.name} {t.dtype}{list(t.shape)}")
+        for layer in self.layers:
+            args = ", ".join(f"%{a}" for a in layer.args)
+            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}] ({args})")
+        for i in self.outputs:
+            t = self.tensors[i]
+            lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")
+        return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Pass `load_onnx`: read and check an ONNX model; fix its input shapes.
+
+Checks, each with a clear CompileError: the bytes parse as ONNX, the ONNX
+checker accepts the graph, the default-domain opset is in range, every
+operator is supported (all unsupported ones are named in one message), and
+every input dimension is fixed (from the model or from `input_shapes`).
+"""
+import hashlib
+import os
+
+import onnx
+from onnx import TensorProto
+
+from .errors import CompileError, UnsupportedOperatorError
+from .ops import MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
+
+NAME = "load_onnx"
+
+
+def read_model(source):
+    """Return (ModelProto, sha256 hex of its bytes) from a path, bytes or ModelProto."""
+    if isinstance(source, onnx.ModelProto):
+        data = source.SerializeToString()
+    elif isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    else:
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise CompileError(f"cannot read model '{path}': {e.strerror}") from None
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf raises DecodeError and friends
+        raise CompileError(f"not an ONNX model (protobuf parse failed: {e})") from None
+    if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
+        raise CompileError("not an ONNX model (no graph)")
+    return model, hashlib.sha256(data).hexdigest()
+
+
+def graph_inputs(model):
+    """The graph inputs that are real inputs (not initializers)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def run(model, input_shapes=None):
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise CompileError(f"the ONNX checker rejects the model: {e}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
+    unsupported = {}
+    for i, node in enumerate(model.graph.node):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        if key not in SUPPORTED_OPS:
+            unsupported.setdefault(key, []).append(node.name or f"#{i}")
+    if unsupported:
+        raise UnsupportedOperatorError(unsupported)
+    fix_input_shapes(model, input_shapes or {})
+    return model
+
+
+def fix_input_shapes(model, input_shapes):
+    inputs = graph_inputs(model)
+    names = {i.name for i in inputs}
+    for name in input_shapes:
+        if name not in names:
+            raise CompileError(f"--input-shape names '{name}', but the model's inputs are {sorted(names)}")
+    for inp in inputs:
+        tt = inp.type.tensor_type
+        if not inp.type.HasField("tensor_type") or tt.elem_type == TensorProto.UNDEFINED:
+            raise CompileError(f"input '{inp.name}' is not a typed tensor")
+        if inp.name in input_shapes:
+            shape = [int(d) for d in input_shapes[inp.name]]
+            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
+                raise CompileError(f"input '{inp.name}' has rank {len(tt.shape.dim)}, --input-shape gives {len(shape)}")
+            tt.ClearField("shape")
+            tt.shape.SetInParent()
+            for d in shape:
+                if d <= 0:
+                    raise CompileError(f"input '{inp.name}': dimension {d} must be positive")
+                tt.shape.dim.add().dim_value = d
+        elif not tt.HasField("shape"):
+            raise CompileError(f"input '{inp.name}' has no shape; give one with --input-shape {inp.name}=1x3x224x224")
+        for k, d in enumerate(tt.shape.dim):
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                label = d.dim_param or "?"
+                raise CompileError(
+                    f"input '{inp.name}' dimension {k} ('{label}') is not fixed; "
+                    f"give it with --input-shape {inp.name}=...")

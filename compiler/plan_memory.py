@@ -1,0 +1,45 @@
+"""Pass `plan_memory`: give every non-weight tensor an arena offset.
+
+Lifetimes are step intervals (inputs live from the start, outputs to the
+end); tensors are placed largest first at the lowest 64-byte-aligned offset
+that does not overlap any placed tensor whose lifetime intersects.
+"""
+NAME = "plan_memory"
+ALIGN = 64
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def run(graph):
+    n = len(graph.layers)
+    first, last = {}, {}
+    for i in graph.inputs:
+        first[i] = -1
+    for step, layer in enumerate(graph.layers):
+        for a in layer.args:
+            if graph.tensors[a].kind == "weight":
+                continue
+            first.setdefault(a, step)
+            last[a] = step
+    for i in graph.outputs:
+        last[i] = n
+    for i in graph.inputs:
+        last.setdefault(i, -1)
+    order = sorted(first, key=lambda i: (-graph.tensors[i].nbytes, i))
+    placed = []  # (offset, size, first, last)
+    arena = 0
+    for i in order:
+        size = _align(max(graph.tensors[i].nbytes, 1))
+        busy = sorted((o, s) for o, s, f, l in placed if not (l < first[i] or last[i] < f))
+        offset = 0
+        for o, s in busy:
+            if offset + size <= o:
+                break
+            offset = max(offset, _align(o + s))
+        graph.tensors[i].arena_offset = offset
+        placed.append((offset, size, first[i], last[i]))
+        arena = max(arena, offset + size)
+    graph.arena_size = arena
+    return graph

@@ -1,0 +1,98 @@
+/* coldbrew runtime: load a cold-start bundle and run it.
+ *
+ * Ownership, stated once: every object returned through an `out_` pointer by
+ * a cb_*_open / cb_*_create call belongs to the caller and is released with
+ * the matching cb_*_release. A session borrows its bundle: release every
+ * session before the bundle. Pointers returned by info / output calls point
+ * into the bundle or session and stay valid until that object is released.
+ *
+ * Every fallible call returns a cb_status (CB_OK == 0). On failure,
+ * cb_last_error() returns a message for the calling thread's last failure.
+ *
+ * The runtime does not link TVM: kernels in a bundle are TVM-generated CPU
+ * code whose few backend hooks (errors, workspace, parallel launch) this
+ * library provides itself.
+ */
+#ifndef COLDBREW_H_
+#define COLDBREW_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CB_SCHEMA_VERSION 1u
+
+typedef enum cb_status {
+  CB_OK = 0,
+  CB_ERR_INVALID_ARGUMENT = 1, /* a caller mistake: bad name, shape, size */
+  CB_ERR_IO = 2,               /* the file could not be opened or mapped */
+  CB_ERR_BAD_MAGIC = 3,        /* not a coldbrew bundle */
+  CB_ERR_VERSION = 4,          /* a bundle schema this runtime does not read */
+  CB_ERR_CORRUPT = 5,          /* failed verification: truncated or altered */
+  CB_ERR_TARGET = 6,           /* built for another CPU / ISA */
+  CB_ERR_LOAD = 7,             /* kernel code could not be loaded or resolved */
+  CB_ERR_KERNEL = 8,           /* a kernel reported an error while running */
+  CB_ERR_OUT_OF_MEMORY = 9,
+} cb_status;
+
+/* Element types, numbered as coldbrew.schema.DType. */
+typedef enum cb_dtype {
+  CB_F32 = 0, CB_F16 = 1, CB_F64 = 2, CB_I8 = 3, CB_I16 = 4, CB_I32 = 5,
+  CB_I64 = 6, CB_U8 = 7, CB_U16 = 8, CB_U32 = 9, CB_U64 = 10, CB_BOOL = 11,
+} cb_dtype;
+
+/* Flags for cb_bundle_open_*. */
+#define CB_OPEN_SKIP_WEIGHT_CHECKSUMS 1u /* verify header + code only */
+
+typedef struct cb_bundle cb_bundle;
+typedef struct cb_session cb_session;
+
+typedef struct cb_tensor_info {
+  const char* name;
+  cb_dtype dtype;
+  int32_t ndim;
+  const int64_t* shape;
+  uint64_t nbytes;
+} cb_tensor_info;
+
+typedef struct cb_session_options {
+  uint32_t threads; /* execution threads; 0 = the plan's choice */
+  uint32_t trace;   /* reserved for cold-run tracing; must be 0 */
+} cb_session_options;
+
+const char* cb_last_error(void);
+const char* cb_status_name(cb_status status);
+
+/* Open and verify a bundle file (mapped, zero-copy). */
+cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_bundle);
+/* Open and verify a bundle in memory. The caller keeps `data` alive and
+ * unchanged until the bundle is released. */
+cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags,
+                                cb_bundle** out_bundle);
+void cb_bundle_release(cb_bundle* bundle);
+
+size_t cb_bundle_input_count(const cb_bundle* bundle);
+size_t cb_bundle_output_count(const cb_bundle* bundle);
+cb_status cb_bundle_input_info(const cb_bundle* bundle, size_t index, cb_tensor_info* out_info);
+cb_status cb_bundle_output_info(const cb_bundle* bundle, size_t index, cb_tensor_info* out_info);
+/* Index of the input named `name`, or CB_ERR_INVALID_ARGUMENT. */
+cb_status cb_bundle_find_input(const cb_bundle* bundle, const char* name, size_t* out_index);
+
+cb_status cb_session_create(cb_bundle* bundle, const cb_session_options* options,
+                            cb_session** out_session);
+void cb_session_release(cb_session* session);
+/* Copy `nbytes` (must equal the input's nbytes) into input `index`. */
+cb_status cb_session_set_input(cb_session* session, size_t index, const void* data, size_t nbytes);
+cb_status cb_session_run(cb_session* session);
+/* Borrow output `index`; valid until the next run or release. */
+cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,
+                                size_t* out_nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLDBREW_H_ */

@@ -1,0 +1,179 @@
+"""Python binding of the C runtime (ctypes; no TVM involved).
+
+Shaped like onnxruntime: `sess = coldbrew.load(path)`,
+`sess.run(None, {"x": arr})` -> list of numpy arrays, plus
+`get_inputs()` / `get_outputs()` metadata. Status codes map to exceptions in
+one place, `_check`.
+"""
+import ctypes
+import os
+
+import numpy as np
+
+_DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
+           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+_STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
+           "KERNEL", "OUT_OF_MEMORY"]
+SKIP_WEIGHT_CHECKSUMS = 1
+
+
+class BundleError(RuntimeError):
+    """A bundle failed to open or run; `.status` names the runtime status."""
+
+    def __init__(self, status, message):
+        self.status = _STATUS[status] if 0 <= status < len(_STATUS) else str(status)
+        super().__init__(f"[{self.status}] {message}")
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("nbytes", ctypes.c_uint64)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32)]
+
+
+def _load_library():
+    path = os.environ.get("COLDBREW_LIB") or os.path.join(os.path.dirname(__file__), "libcoldbrew.so")
+    if not os.path.exists(path):
+        raise ImportError(f"coldbrew runtime library not found at {path}; install the package "
+                          "(pip install -e .) to build it")
+    # RTLD_GLOBAL: kernels loaded from bundles resolve the runtime's error hook.
+    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
+    sigs = {
+        "cb_last_error": ([], ctypes.c_char_p),
+        "cb_bundle_open_file": ([ctypes.c_char_p, u32, ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_bundle_open_memory": ([vp, sz, u32, ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_bundle_release": ([vp], None),
+        "cb_bundle_input_count": ([vp], sz),
+        "cb_bundle_output_count": ([vp], sz),
+        "cb_bundle_input_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
+        "cb_bundle_output_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
+        "cb_session_create": ([vp, ctypes.POINTER(_Options), ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_session_release": ([vp], None),
+        "cb_session_set_input": ([vp, sz, vp, sz], ctypes.c_int),
+        "cb_session_run": ([vp], ctypes.c_int),
+        "cb_session_get_output": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    return lib
+
+
+_lib = _load_library()
+
+
+def _check(status):
+    if status != 0:
+        raise BundleError(status, _lib.cb_last_error().decode("utf-8", "replace"))
+
+
+class NodeArg:
+    """Input/output metadata, as onnxruntime's NodeArg."""
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.dtype = np.dtype(_DTYPES[info.dtype])
+        self.shape = [info.shape[i] for i in range(info.ndim)]
+        self.type = f"tensor({self.dtype.name})"
+        self.nbytes = info.nbytes
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, dtype={self.dtype.name}, shape={self.shape})"
+
+
+class InferenceSession:
+    """A loaded bundle with one execution session."""
+
+    def __init__(self, source, threads=0, verify_weights=True):
+        flags = 0 if verify_weights else SKIP_WEIGHT_CHECKSUMS
+        self._bundle = ctypes.c_void_p()
+        self._session = ctypes.c_void_p()
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self._buffer = ctypes.create_string_buffer(bytes(source), len(source))
+            _check(_lib.cb_bundle_open_memory(self._buffer, len(source), flags, ctypes.byref(self._bundle)))
+        else:
+            _check(_lib.cb_bundle_open_file(os.fsencode(source), flags, ctypes.byref(self._bundle)))
+        self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
+        self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
+        opts = _Options(threads, 0)
+        _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
+
+    def _infos(self, count, info_fn):
+        out = []
+        for i in range(count(self._bundle)):
+            info = _TensorInfo()
+            _check(info_fn(self._bundle, i, ctypes.byref(info)))
+            out.append(NodeArg(info))
+        return out
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def _bind(self, feeds):
+        names = [i.name for i in self._inputs]
+        unknown = sorted(set(feeds) - set(names))
+        if unknown:
+            raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise ValueError(f"missing input(s) {missing}")
+        for k, meta in enumerate(self._inputs):
+            arr = feeds[meta.name]
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"input '{meta.name}' must be a numpy array, got {type(arr).__name__}")
+            if arr.dtype != meta.dtype:
+                raise TypeError(f"input '{meta.name}' must have dtype {meta.dtype.name}, got {arr.dtype.name}")
+            if list(arr.shape) != meta.shape:
+                raise ValueError(f"input '{meta.name}' must have shape {meta.shape}, got {list(arr.shape)}")
+            arr = np.ascontiguousarray(arr)
+            _check(_lib.cb_session_set_input(self._session, k, arr.ctypes.data, arr.nbytes))
+
+    def run(self, output_names, input_feed):
+        """Run once; returns the requested outputs (all when None) as numpy arrays."""
+        self._bind(input_feed)
+        _check(_lib.cb_session_run(self._session))
+        names = [o.name for o in self._outputs]
+        wanted = names if output_names is None else list(output_names)
+        result = []
+        for name in wanted:
+            if name not in names:
+                raise ValueError(f"unknown output name '{name}'; the model's outputs are {names}")
+            k = names.index(name)
+            meta = self._outputs[k]
+            ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
+            _check(_lib.cb_session_get_output(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
+            raw = ctypes.string_at(ptr, size.value) if size.value else b""
+            result.append(np.frombuffer(raw, dtype=meta.dtype).reshape(meta.shape).copy())
+        return result
+
+    def close(self):
+        if self._session:
+            _lib.cb_session_release(self._session)
+            self._session = ctypes.c_void_p()
+        if self._bundle:
+            _lib.cb_bundle_release(self._bundle)
+            self._bundle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(source, threads=0, verify_weights=True):
+    """Open a bundle (path or bytes) and return an InferenceSession."""
+    return InferenceSession(source, threads=threads, verify_weights=verify_weights)

@@ -1,0 +1,94 @@
+/* Internal structures shared by the runtime's sources. Not installed. */
+#ifndef COLDBREW_INTERNAL_H_
+#define COLDBREW_INTERNAL_H_
+
+#include "coldbrew.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Container preamble (schemas/README.md): the FlatBuffer header follows it. */
+#define CB_MAGIC "COLDBREW"
+#define CB_PREAMBLE_SIZE 64u
+
+enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3 };
+enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3 };
+
+/* A verified tensor description. Strings and shapes point into the mapped
+ * header and live as long as the bundle. */
+typedef struct cb_tensor_desc {
+  const char* name;
+  uint8_t dtype;
+  uint8_t kind;
+  int32_t ndim;
+  const int64_t* shape;
+  uint64_t nbytes;
+  uint64_t arena_offset;
+  uint32_t segment;
+  uint64_t segment_offset;
+} cb_tensor_desc;
+
+typedef struct cb_step_desc {
+  const char* layer_name;
+  const char* variant;
+  const char* kernel;
+  uint32_t nargs;
+  const uint32_t* args; /* tensor indices, kernel call order */
+} cb_step_desc;
+
+typedef struct cb_segment_desc {
+  uint8_t kind;
+  uint64_t offset;
+  uint64_t size;
+  uint64_t checksum;
+} cb_segment_desc;
+
+typedef struct cb_model {
+  const char* triple;
+  const char* cpu;
+  uint32_t nfeatures;
+  const char** features;
+  uint32_t ntensors;
+  cb_tensor_desc* tensors;
+  uint32_t ninputs, noutputs;
+  const uint32_t* inputs;
+  const uint32_t* outputs;
+  uint32_t nsteps;
+  cb_step_desc* steps;
+  uint32_t nsegments;
+  cb_segment_desc* segments;
+  uint64_t arena_size;
+  uint32_t threads;
+} cb_model;
+
+/* Verify the FlatBuffer header (generated verifier), then bounds-check every
+ * index, size and offset against the file. Fills `out` (arrays malloc'ed;
+ * free with cb_model_free). Returns CB_ERR_CORRUPT / CB_ERR_VERSION. */
+cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
+                         cb_model* out);
+void cb_model_free(cb_model* model);
+
+/* Position-weighted 64-bit checksum (schemas/README.md). */
+uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
+
+/* Error reporting: set the calling thread's message and return `status`. */
+cb_status cb_fail(cb_status status, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* TVM backend hooks (backend.c). */
+void cb_backend_install(void* dl_handle);
+const char* cb_backend_kernel_error(void);
+void cb_backend_clear_kernel_error(void);
+
+/* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
+cb_status cb_target_check(const cb_model* model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLDBREW_INTERNAL_H_ */

@@ -1,0 +1,168 @@
+// Header verification: the generated FlatBuffer verifier first, then
+// hand-written, overflow-safe bounds checks of everything the runtime will
+// index with. The result is a plain C description (cb_model) so the rest of
+// the runtime never touches the FlatBuffer API.
+#include <stdlib.h>
+#include <string.h>
+
+#include "bundle_generated.h"
+#include "internal.h"
+
+namespace fbs = coldbrew::schema;
+
+namespace {
+
+// off + len <= size, without overflow.
+bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+uint64_t dtype_size(fbs::DType d) {
+  switch (d) {
+    case fbs::DType::f32: case fbs::DType::i32: case fbs::DType::u32: return 4;
+    case fbs::DType::f16: case fbs::DType::i16: case fbs::DType::u16: return 2;
+    case fbs::DType::f64: case fbs::DType::i64: case fbs::DType::u64: return 8;
+    case fbs::DType::i8: case fbs::DType::u8: case fbs::DType::boolean: return 1;
+  }
+  return 0;
+}
+
+template <typename T>
+T* alloc_array(uint32_t n) { return static_cast<T*>(calloc(n ? n : 1, sizeof(T))); }
+
+cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, cb_model* m) {
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 16;
+  opts.max_tables = 10000000;
+  flatbuffers::Verifier verifier(header, header_size, opts);
+  if (!fbs::BundleBufferHasIdentifier(header))
+    return cb_fail(CB_ERR_BAD_MAGIC, "header has no coldbrew file identifier");
+  if (!fbs::VerifyBundleBuffer(verifier))
+    return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
+  const fbs::Bundle* b = fbs::GetBundle(header);
+  if (b->schema_version() != CB_SCHEMA_VERSION)
+    return cb_fail(CB_ERR_VERSION, "bundle schema version %u, this runtime reads %u",
+                   b->schema_version(), CB_SCHEMA_VERSION);
+  if (!b->target() || !b->target()->triple() || !b->tensors() || !b->inputs() || !b->outputs() ||
+      !b->layers() || !b->plan() || !b->plan()->steps() || !b->segments())
+    return cb_fail(CB_ERR_CORRUPT, "bundle header lacks a required field");
+
+  m->triple = b->target()->triple()->c_str();
+  m->cpu = b->target()->cpu() ? b->target()->cpu()->c_str() : "";
+  auto feats = b->target()->features();
+  m->nfeatures = feats ? feats->size() : 0;
+  m->features = alloc_array<const char*>(m->nfeatures);
+  for (uint32_t i = 0; i < m->nfeatures; i++) m->features[i] = feats->Get(i)->c_str();
+
+  // Segments: every byte range inside the file.
+  m->nsegments = b->segments()->size();
+  m->segments = alloc_array<cb_segment_desc>(m->nsegments);
+  if (!m->features || !m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsegments; i++) {
+    const fbs::Segment* s = b->segments()->Get(i);
+    if (!in_bounds(s->offset(), s->size(), file_size))
+      return cb_fail(CB_ERR_CORRUPT, "segment %u [%llu, +%llu) lies outside the %llu-byte file", i,
+                     (unsigned long long)s->offset(), (unsigned long long)s->size(),
+                     (unsigned long long)file_size);
+    if (s->offset() % 64 != 0) return cb_fail(CB_ERR_CORRUPT, "segment %u is not 64-byte aligned", i);
+    m->segments[i] = {static_cast<uint8_t>(s->kind()), s->offset(), s->size(), s->checksum()};
+  }
+
+  // Tensors: byte size recomputed with checked arithmetic; storage in bounds.
+  m->arena_size = b->plan()->arena_size();
+  m->threads = b->plan()->threads();
+  m->ntensors = b->tensors()->size();
+  m->tensors = alloc_array<cb_tensor_desc>(m->ntensors);
+  if (!m->tensors) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->ntensors; i++) {
+    const fbs::Tensor* t = b->tensors()->Get(i);
+    cb_tensor_desc* d = &m->tensors[i];
+    d->name = t->name() ? t->name()->c_str() : "";
+    d->dtype = static_cast<uint8_t>(t->dtype());
+    d->kind = static_cast<uint8_t>(t->kind());
+    uint64_t n = dtype_size(t->dtype());
+    if (n == 0) return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown dtype", i);
+    static const int64_t kScalarShape[1] = {1};
+    d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
+    d->shape = t->shape() ? t->shape()->data() : kScalarShape;
+    if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+    for (int32_t k = 0; k < d->ndim; k++) {
+      if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
+        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);
+    }
+    if (n != t->nbytes())
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') size %llu does not match its shape (%llu)", i,
+                     d->name, (unsigned long long)t->nbytes(), (unsigned long long)n);
+    d->nbytes = n;
+    d->arena_offset = t->arena_offset();
+    d->segment = t->segment();
+    d->segment_offset = t->segment_offset();
+    if (d->kind == CB_KIND_WEIGHT) {
+      if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
+        return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
+      if (d->segment_offset % 64 != 0)
+        return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
+    } else if (d->kind <= CB_KIND_INTERMEDIATE) {
+      if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
+        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
+    } else {
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown kind", i);
+    }
+  }
+
+  auto check_io = [&](const flatbuffers::Vector<uint32_t>* v, uint8_t kind, const char* what) {
+    for (uint32_t i = 0; i < v->size(); i++)
+      if (v->Get(i) >= m->ntensors || m->tensors[v->Get(i)].kind != kind)
+        return cb_fail(CB_ERR_CORRUPT, "%s %u names an invalid tensor", what, i);
+    return CB_OK;
+  };
+  m->ninputs = b->inputs()->size();
+  m->inputs = b->inputs()->data();
+  m->noutputs = b->outputs()->size();
+  m->outputs = b->outputs()->data();
+  if (cb_status s = check_io(b->inputs(), CB_KIND_INPUT, "input")) return s;
+  if (cb_status s = check_io(b->outputs(), CB_KIND_OUTPUT, "output")) return s;
+
+  // Plan steps: layer index, kernel symbol and every argument checked.
+  auto steps = b->plan()->steps();
+  m->nsteps = steps->size();
+  m->steps = alloc_array<cb_step_desc>(m->nsteps);
+  if (!m->steps) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    const fbs::Step* s = steps->Get(i);
+    if (s->layer() >= b->layers()->size())
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(),
+                     b->layers()->size());
+    const fbs::Layer* l = b->layers()->Get(s->layer());
+    if (!s->kernel() || s->kernel()->size() == 0 || !l->args())
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel or arguments", i);
+    for (uint32_t a = 0; a < l->args()->size(); a++)
+      if (l->args()->Get(a) >= m->ntensors)
+        return cb_fail(CB_ERR_CORRUPT, "layer %u argument %u names tensor %u of %u", s->layer(), a,
+                       l->args()->Get(a), m->ntensors);
+    m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
+    m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
+    m->steps[i].kernel = s->kernel()->c_str();
+    m->steps[i].nargs = l->args()->size();
+    m->steps[i].args = l->args()->data();
+  }
+  return CB_OK;
+}
+
+}  // namespace
+
+extern "C" cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
+                                    cb_model* out) {
+  memset(out, 0, sizeof(*out));
+  cb_status s = parse(header, header_size, file_size, out);
+  if (s != CB_OK) cb_model_free(out);
+  return s;
+}
+
+extern "C" void cb_model_free(cb_model* m) {
+  free(m->features);
+  free(m->segments);
+  free(m->tensors);
+  free(m->steps);
+  memset(m, 0, sizeof(*m));
+}

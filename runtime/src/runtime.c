@@ -1,0 +1,369 @@
+/* Bundle loading (map, verify, load kernels) and sessions (arena, run). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+static _Thread_local char g_error[1024];
+
+const char* cb_last_error(void) { return g_error; }
+
+cb_status cb_fail(cb_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_error, sizeof g_error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char* cb_status_name(cb_status s) {
+  static const char* names[] = {"OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION",
+                                "CORRUPT", "TARGET", "LOAD", "KERNEL", "OUT_OF_MEMORY"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "UNKNOWN";
+}
+
+/* ---- checksum ---------------------------------------------------------- */
+
+/* sum over little-endian u64 words w_i (zero-padded) of w_i * (2i + 1), mod 2^64.
+ * Odd multipliers make every single-bit flip and every word swap visible. */
+uint64_t cb_checksum64(const uint8_t* data, uint64_t size) {
+  uint64_t sum = 0, n = size / 8, i = 0;
+  for (; i < n; i++) {
+    uint64_t w;
+    memcpy(&w, data + 8 * i, 8);
+    sum += w * (2 * i + 1);
+  }
+  if (size % 8) {
+    uint64_t w = 0;
+    memcpy(&w, data + 8 * n, size % 8);
+    sum += w * (2 * n + 1);
+  }
+  return sum;
+}
+
+/* ---- bundle ------------------------------------------------------------ */
+
+typedef int (*cb_kernel_fn)(void* self, const void* args, int32_t nargs, void* result);
+
+struct cb_bundle {
+  const uint8_t* base;
+  uint64_t size;
+  void* mapping;     /* munmap on release, or NULL */
+  void* owned_copy;  /* aligned copy of a caller buffer, or NULL */
+  cb_model model;
+  void* code;        /* dlopen handle of the kernel shared object */
+  cb_kernel_fn* kernels; /* per plan step */
+};
+
+static uint32_t rd32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static cb_status check_preamble(const uint8_t* p, uint64_t size, uint64_t* hdr_off, uint64_t* hdr_size) {
+  if (size < CB_PREAMBLE_SIZE || memcmp(p, CB_MAGIC, 8) != 0)
+    return cb_fail(CB_ERR_BAD_MAGIC, "not a coldbrew bundle (no COLDBREW magic)");
+  if (rd32(p + 8) != CB_SCHEMA_VERSION)
+    return cb_fail(CB_ERR_VERSION, "bundle schema version %u, this runtime reads %u", rd32(p + 8),
+                   CB_SCHEMA_VERSION);
+  uint64_t declared = rd64(p + 32);
+  if (declared != size)
+    return cb_fail(CB_ERR_CORRUPT, "bundle is %llu bytes but its header says %llu (truncated?)",
+                   (unsigned long long)size, (unsigned long long)declared);
+  *hdr_off = rd32(p + 12);
+  *hdr_size = rd64(p + 16);
+  if (*hdr_off < CB_PREAMBLE_SIZE || *hdr_off > size || *hdr_size > size - *hdr_off)
+    return cb_fail(CB_ERR_CORRUPT, "bundle header lies outside the file");
+  if (cb_checksum64(p + *hdr_off, *hdr_size) != rd64(p + 24))
+    return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
+  return CB_OK;
+}
+
+static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
+  int fd = memfd_create("coldbrew-kernels", MFD_CLOEXEC);
+  if (fd < 0) return cb_fail(CB_ERR_LOAD, "memfd_create failed: %s", strerror(errno));
+  const uint8_t* p = b->base + seg->offset;
+  uint64_t left = seg->size;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w <= 0) {
+      close(fd);
+      return cb_fail(CB_ERR_LOAD, "writing kernel code failed: %s", strerror(errno));
+    }
+    p += w, left -= (uint64_t)w;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  b->code = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  close(fd);
+  if (!b->code) return cb_fail(CB_ERR_LOAD, "loading kernel code failed: %s", dlerror());
+  cb_backend_install(b->code);
+  return CB_OK;
+}
+
+static cb_status resolve_kernels(cb_bundle* b) {
+  const cb_model* m = &b->model;
+  b->kernels = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
+  if (!b->kernels) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    char sym[512];
+    snprintf(sym, sizeof sym, "__tvm_ffi_%s", m->steps[i].kernel);
+    b->kernels[i] = b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+    if (!b->kernels[i])
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): kernel '%s' is missing from the bundle",
+                     m->steps[i].layer_name, m->steps[i].variant, m->steps[i].kernel);
+  }
+  return CB_OK;
+}
+
+static cb_status open_verified(cb_bundle* b, uint32_t flags) {
+  uint64_t hdr_off = 0, hdr_size = 0;
+  cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
+  if (s) return s;
+  if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
+  if ((s = cb_target_check(&b->model))) return s;
+  const cb_segment_desc* code = NULL;
+  for (uint32_t i = 0; i < b->model.nsegments; i++) {
+    const cb_segment_desc* seg = &b->model.segments[i];
+    int is_weights = seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED;
+    if (seg->kind == CB_SEG_CPU_CODE) {
+      if (code) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one CPU code segment");
+      code = seg;
+    }
+    if (is_weights && (flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS)) continue;
+    if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+      return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
+  }
+  if (code && (s = load_code(b, code))) return s;
+  return resolve_kernels(b);
+}
+
+static cb_status finish_open(cb_bundle* b, uint32_t flags, cb_bundle** out) {
+  cb_status s = open_verified(b, flags);
+  if (s) {
+    cb_bundle_release(b);
+    return s;
+  }
+  *out = b;
+  return CB_OK;
+}
+
+cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_bundle) {
+  if (!path || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "path and out_bundle are required");
+  *out_bundle = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return cb_fail(CB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    close(fd);
+    return cb_fail(CB_ERR_BAD_MAGIC, "'%s' is empty or unreadable, not a coldbrew bundle", path);
+  }
+  void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+  cb_bundle* b = calloc(1, sizeof *b);
+  if (!b) {
+    munmap(map, (size_t)st.st_size);
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  b->base = map, b->size = (uint64_t)st.st_size, b->mapping = map;
+  return finish_open(b, flags, out_bundle);
+}
+
+cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, cb_bundle** out_bundle) {
+  if (!data || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "data and out_bundle are required");
+  *out_bundle = NULL;
+  cb_bundle* b = calloc(1, sizeof *b);
+  if (!b) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  b->base = data, b->size = size;
+  if ((uintptr_t)data % 64 != 0) { /* weights are used in place and must be aligned */
+    b->owned_copy = aligned_alloc(64, (size + 63) & ~(size_t)63);
+    if (!b->owned_copy) {
+      free(b);
+      return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(b->owned_copy, data, size);
+    b->base = b->owned_copy;
+  }
+  return finish_open(b, flags, out_bundle);
+}
+
+void cb_bundle_release(cb_bundle* b) {
+  if (!b) return;
+  if (b->code) dlclose(b->code);
+  free(b->kernels);
+  cb_model_free(&b->model);
+  if (b->mapping) munmap(b->mapping, (size_t)b->size);
+  free(b->owned_copy);
+  free(b);
+}
+
+size_t cb_bundle_input_count(const cb_bundle* b) { return b ? b->model.ninputs : 0; }
+size_t cb_bundle_output_count(const cb_bundle* b) { return b ? b->model.noutputs : 0; }
+
+static cb_status tensor_info(const cb_bundle* b, const uint32_t* ids, uint32_t n, size_t i,
+                             const char* what, cb_tensor_info* out) {
+  if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_info are required");
+  if (i >= n) return cb_fail(CB_ERR_INVALID_ARGUMENT, "%s index %zu out of range (%u %ss)", what, i, n, what);
+  const cb_tensor_desc* t = &b->model.tensors[ids[i]];
+  out->name = t->name, out->dtype = (cb_dtype)t->dtype, out->ndim = t->ndim;
+  out->shape = t->shape, out->nbytes = t->nbytes;
+  return CB_OK;
+}
+
+cb_status cb_bundle_input_info(const cb_bundle* b, size_t i, cb_tensor_info* out) {
+  return tensor_info(b, b ? b->model.inputs : NULL, b ? b->model.ninputs : 0, i, "input", out);
+}
+
+cb_status cb_bundle_output_info(const cb_bundle* b, size_t i, cb_tensor_info* out) {
+  return tensor_info(b, b ? b->model.outputs : NULL, b ? b->model.noutputs : 0, i, "output", out);
+}
+
+cb_status cb_bundle_find_input(const cb_bundle* b, const char* name, size_t* out_index) {
+  if (!b || !name || !out_index) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle, name and out_index are required");
+  for (uint32_t i = 0; i < b->model.ninputs; i++)
+    if (strcmp(b->model.tensors[b->model.inputs[i]].name, name) == 0) {
+      *out_index = i;
+      return CB_OK;
+    }
+  return cb_fail(CB_ERR_INVALID_ARGUMENT, "the model has no input named '%s'", name);
+}
+
+/* ---- session ----------------------------------------------------------- */
+
+/* DLPack's DLTensor and tvm-ffi's TVMFFIAny, restated (ABI-stable). */
+typedef struct {
+  void* data;
+  int32_t device_type, device_id;
+  int32_t ndim;
+  uint8_t code, bits;
+  uint16_t lanes;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} cb_dltensor;
+
+typedef struct {
+  int32_t type_index;
+  uint32_t zero_padding;
+  union {
+    int64_t v_int64;
+    void* v_ptr;
+  };
+} cb_ffi_any;
+
+enum { CB_FFI_NONE = 0, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
+
+struct cb_session {
+  cb_bundle* bundle;
+  uint8_t* arena;
+  cb_dltensor* tensors;
+  cb_ffi_any* args;       /* all steps' arguments, back to back */
+  uint32_t* arg_start;    /* per step */
+};
+
+static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
+  static const uint8_t code[] = {2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 6};
+  static const uint8_t bits[] = {32, 16, 64, 8, 16, 32, 64, 8, 16, 32, 64, 8};
+  t->code = code[dtype], t->bits = bits[dtype], t->lanes = 1;
+}
+
+cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
+  if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
+  if (options && options->trace) return cb_fail(CB_ERR_INVALID_ARGUMENT, "tracing is not available yet");
+  *out = NULL;
+  const cb_model* m = &b->model;
+  uint64_t total_args = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) total_args += m->steps[i].nargs;
+  cb_session* s = calloc(1, sizeof *s);
+  if (!s) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  s->bundle = b;
+  s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+  s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
+  s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
+  s->arg_start = calloc(m->nsteps + 1, sizeof *s->arg_start);
+  if (!s->arena || !s->tensors || !s->args || !s->arg_start) {
+    cb_session_release(s);
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
+  }
+  memset(s->arena, 0, (size_t)m->arena_size);
+  for (uint32_t i = 0; i < m->ntensors; i++) {
+    const cb_tensor_desc* d = &m->tensors[i];
+    cb_dltensor* t = &s->tensors[i];
+    if (d->kind == CB_KIND_WEIGHT)
+      t->data = (void*)(b->base + m->segments[d->segment].offset + d->segment_offset);
+    else
+      t->data = s->arena + d->arena_offset;
+    t->device_type = CB_DL_CPU;
+    t->ndim = d->ndim;
+    t->shape = (int64_t*)d->shape;
+    dl_dtype(d->dtype, t);
+  }
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    s->arg_start[i] = k;
+    for (uint32_t a = 0; a < m->steps[i].nargs; a++, k++) {
+      s->args[k].type_index = CB_FFI_DLTENSOR_PTR;
+      s->args[k].v_ptr = &s->tensors[m->steps[i].args[a]];
+    }
+  }
+  s->arg_start[m->nsteps] = k;
+  *out = s;
+  return CB_OK;
+}
+
+void cb_session_release(cb_session* s) {
+  if (!s) return;
+  free(s->arena);
+  free(s->tensors);
+  free(s->args);
+  free(s->arg_start);
+  free(s);
+}
+
+cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, size_t nbytes) {
+  if (!s || !data) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and data are required");
+  const cb_model* m = &s->bundle->model;
+  if (index >= m->ninputs)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input index %zu out of range (%u inputs)", index, m->ninputs);
+  const cb_tensor_desc* d = &m->tensors[m->inputs[index]];
+  if (nbytes != d->nbytes)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' takes %llu bytes, got %zu", d->name,
+                   (unsigned long long)d->nbytes, nbytes);
+  memcpy(s->arena + d->arena_offset, data, nbytes);
+  return CB_OK;
+}
+
+cb_status cb_session_run(cb_session* s) {
+  if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
+  const cb_bundle* b = s->bundle;
+  for (uint32_t i = 0; i < b->model.nsteps; i++) {
+    cb_ffi_any ret = {0};
+    cb_backend_clear_kernel_error();
+    uint32_t a = s->arg_start[i];
+    if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
+      return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", b->model.steps[i].layer_name,
+                     b->model.steps[i].kernel, cb_backend_kernel_error());
+  }
+  return CB_OK;
+}
+
+cb_status cb_session_get_output(const cb_session* s, size_t index, const void** out_data, size_t* out_nbytes) {
+  if (!s || !out_data || !out_nbytes) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
+  const cb_model* m = &s->bundle->model;
+  if (index >= m->noutputs)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "output index %zu out of range (%u outputs)", index, m->noutputs);
+  const cb_tensor_desc* d = &m->tensors[m->outputs[index]];
+  *out_data = s->arena + d->arena_offset;
+  *out_nbytes = (size_t)d->nbytes;
+  return CB_OK;
+}
