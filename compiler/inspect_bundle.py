@@ -1,0 +1,75 @@
+"""Read a bundle's header without running it: for `coldbrew inspect`.
+
+Works for bundles of any target (no code is loaded); structural checks here
+are the preamble and the FlatBuffer identifier; full verification is the
+runtime's job (`coldbrew inspect --verify`).
+"""
+import struct
+
+from coldbrew.schemas.generated import bundle_generated as fb
+
+from .graph import DTYPES
+
+_SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
+_KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
+
+
+class InspectError(Exception):
+    pass
+
+
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 64 or data[:8] != b"COLDBREW":
+        raise InspectError(f"{path}: not a coldbrew bundle")
+    version, hdr_off, hdr_size, _, file_size = struct.unpack_from("<IIQQQ", data, 8)
+    if file_size != len(data) or hdr_off + hdr_size > len(data):
+        raise InspectError(f"{path}: truncated or damaged ({len(data)} bytes, header says {file_size})")
+    header = data[hdr_off:hdr_off + hdr_size]
+    if not fb.Bundle.BundleBufferHasIdentifier(header, 0):
+        raise InspectError(f"{path}: header lacks the CBRW identifier")
+    try:
+        bundle = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+    except Exception as e:  # a damaged header can fail anywhere in the reader
+        raise InspectError(f"{path}: header is damaged ({type(e).__name__}: {e})") from None
+    return bundle, len(data), version
+
+
+def _s(x):
+    return x.decode() if isinstance(x, bytes) else (x or "")
+
+
+def describe(path):
+    """Return the human-readable description as a list of lines."""
+    b, size, version = read(path)
+    t = b.target
+    lines = [
+        f"bundle     {path} ({size:,} bytes, schema v{version})",
+        f"model      {_s(b.modelName)}  sha256 {_s(b.modelHash)[:16]}…",
+        f"producer   {_s(b.producer)}",
+        f"target     {_s(t.triple)} cpu={_s(t.cpu)} features={','.join(_s(f) for f in t.features or []) or '-'}"
+        + (f" gpu={_s(t.gpuClass)}" if t.gpuClass else ""),
+    ]
+    for label, ids in (("input ", b.inputs), ("output", b.outputs)):
+        for i in ids:
+            x = b.tensors[i]
+            lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
+    lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}")
+    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<14} {'weights':<7} {'q':>3} {'bytes':>12}")
+    form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
+    for k, s in enumerate(b.plan.steps):
+        layer = b.layers[s.layer]
+        wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
+        lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<14} "
+                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}")
+    lines.append("segments")
+    for k, s in enumerate(b.segments):
+        lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")
+    kinds = {}
+    for x in b.tensors:
+        kinds.setdefault(_KIND.get(x.kind, "?"), [0, 0])
+        kinds[_KIND.get(x.kind, "?")][0] += 1
+        kinds[_KIND.get(x.kind, "?")][1] += x.nbytes
+    lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
+    return lines
