@@ -22,7 +22,7 @@ def run(graph, target):
     mod = tvm.IRModule(funcs)
     try:
         with tvm.transform.PassContext(opt_level=3):
-            lib = tvm.build(mod, target=tvm.target.Target(target.llvm()))
+            lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm()))
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise CompileError(f"kernel code generation failed: {msg[-1] if msg else type(e).__name__}") from None

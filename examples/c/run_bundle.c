@@ -5,6 +5,7 @@
  *   cc -std=c11 run_bundle.c -I runtime/include -L DIR -lcoldbrew -o run_bundle
  *   ./run_bundle model.brew [out_prefix] [input0.bin ...]
  */
+#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,75 @@
+"""Shared fixtures: small models, compiled bundles cached per test session."""
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def small_cnn():
+    """A conv+relu -> pool -> framework-style flatten -> gemm model."""
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "B"),
+        numpy_helper.from_array((rng.standard_normal((5, 8)) * 0.3).astype(np.float32), "FW"),
+        numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "FB"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+        helper.make_node("Shape", ["g"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0, name="gather"),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["nu"], name="unsq"),
+        helper.make_node("Concat", ["nu", "minus1"], ["shp"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["g", "shp"], ["f"], name="reshape"),
+        helper.make_node("Gemm", ["f", "FW", "FB"], ["y"], transB=1, name="fc"),
+    ]
+    g = helper.make_graph(nodes, "small_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
+def ort_run(model, feeds):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def assert_close(ours, ref, rel=1e-3):
+    """max |diff| <= rel * max(1, output scale)."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+    if ref.dtype.kind in "biu":
+        np.testing.assert_array_equal(ours, ref)
+        return
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    diff = float(np.max(np.abs(ours.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
+    assert diff <= rel * scale, f"max abs diff {diff} > {rel} * {scale}"
+
+
+@pytest.fixture(scope="session")
+def small_model():
+    return small_cnn()
+
+
+@pytest.fixture(scope="session")
+def small_bundle(tmp_path_factory, small_model):
+    from coldbrew.compiler import compile_model
+
+    path = tmp_path_factory.mktemp("bundles") / "small.brew"
+    compile_model(small_model, str(path))
+    return str(path)

@@ -1,0 +1,183 @@
+"""Hostile bundles get a clean error (a BundleError with the right status), never a crash."""
+import struct
+
+import numpy as np
+import pytest
+
+import coldbrew
+from coldbrew.compiler.checksum import checksum64
+from coldbrew.schemas.generated import bundle_generated as fb
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return bytearray(f.read())
+
+
+def open_bytes(data):
+    return coldbrew.load(bytes(data))
+
+
+def expect(data, status, tmp_path, match=None):
+    p = tmp_path / "bad.brew"
+    p.write_bytes(bytes(data))
+    for source in (str(p), bytes(data)):  # from a file and from memory
+        with pytest.raises(coldbrew.BundleError) as e:
+            coldbrew.load(source)
+        assert e.value.status == status, str(e.value)
+        if match:
+            assert match in str(e.value)
+
+
+def repack(data, mutate):
+    """Decode the header, let `mutate` change it, re-encode with a valid checksum."""
+    import flatbuffers
+
+    hdr_off, hdr_size = struct.unpack_from("<IQ", data, 12)
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[hdr_off:hdr_off + hdr_size]), 0))
+    mutate(b)
+    builder = flatbuffers.Builder(4096)
+    builder.ForceDefaults(True)
+    builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
+    header = bytes(builder.Output())
+    first_segment = min(s.offset for s in b.segments)
+    assert hdr_off + len(header) <= first_segment
+    out = bytearray(data)
+    out[hdr_off:first_segment] = header + bytes(first_segment - hdr_off - len(header))
+    struct.pack_into("<QQ", out, 16, len(header), checksum64(header))
+    return out
+
+
+def test_valid_bundle_opens(small_bundle):
+    sess = coldbrew.load(small_bundle)
+    assert [i.name for i in sess.get_inputs()] == ["x"]
+    assert open_bytes(read(small_bundle)).get_outputs()[0].shape == [1, 5]
+
+
+def test_empty_and_garbage(tmp_path):
+    expect(b"", "BAD_MAGIC", tmp_path)
+    expect(b"\x7fELF" + bytes(100), "BAD_MAGIC", tmp_path)
+
+
+def test_wrong_magic(small_bundle, tmp_path):
+    data = read(small_bundle)
+    data[0:8] = b"COLDBRUE"
+    expect(data, "BAD_MAGIC", tmp_path, "magic")
+
+
+def test_wrong_schema_version(small_bundle, tmp_path):
+    data = read(small_bundle)
+    struct.pack_into("<I", data, 8, 99)
+    expect(data, "VERSION", tmp_path, "schema version 99")
+    # a header whose own version field disagrees is refused too
+    expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 2)), "VERSION", tmp_path)
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.5, 0.9, 0.999])
+def test_truncated(small_bundle, tmp_path, keep):
+    data = read(small_bundle)
+    expect(data[: int(len(data) * keep)], "CORRUPT" if keep > 0.01 else "BAD_MAGIC", tmp_path, "truncated")
+
+
+def test_flipped_header_bytes(small_bundle, tmp_path):
+    data = read(small_bundle)
+    hdr_off, hdr_size = struct.unpack_from("<IQ", data, 12)
+    rng = np.random.default_rng(0)
+    for pos in rng.choice(np.arange(hdr_off, hdr_off + hdr_size), 25, replace=False):
+        bad = bytearray(data)
+        bad[pos] ^= 1 << int(rng.integers(8))
+        expect(bad, "CORRUPT", tmp_path, "checksum")
+
+
+def test_flipped_preamble_sizes(small_bundle, tmp_path):
+    data = read(small_bundle)
+    bad = bytearray(data)
+    struct.pack_into("<Q", bad, 16, 2**63)  # header size
+    expect(bad, "CORRUPT", tmp_path)
+    bad = bytearray(data)
+    struct.pack_into("<I", bad, 12, 2**31)  # header offset
+    expect(bad, "CORRUPT", tmp_path)
+
+
+def test_flipped_code_and_weight_bytes(small_bundle, tmp_path):
+    data = read(small_bundle)
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    for seg in b.segments:
+        bad = bytearray(data)
+        bad[seg.offset + seg.size // 2] ^= 0x10
+        expect(bad, "CORRUPT", tmp_path, f"checksum")
+
+
+def test_segment_past_end(small_bundle, tmp_path):
+    def far(b):
+        b.segments[0].offset = 2**64 - 4096
+    expect(repack(read(small_bundle), far), "CORRUPT", tmp_path, "outside")
+
+    def long(b):
+        b.segments[1].size = 2**63
+    expect(repack(read(small_bundle), long), "CORRUPT", tmp_path, "outside")
+
+
+def test_tensor_shape_overflow_and_bad_indices(small_bundle, tmp_path):
+    def huge(b):
+        t = next(t for t in b.tensors if t.kind == fb.TensorKind.weight)
+        t.shape = [2**40, 2**40, 2**40]
+    expect(repack(read(small_bundle), huge), "CORRUPT", tmp_path, "invalid shape")
+
+    def weight_outside(b):
+        t = next(t for t in b.tensors if t.kind == fb.TensorKind.weight)
+        t.segmentOffset = 2**62
+    expect(repack(read(small_bundle), weight_outside), "CORRUPT", tmp_path, "outside its segment")
+
+    def bad_arg(b):
+        b.layers[0].args = [10_000] + [int(a) for a in b.layers[0].args[1:]]
+    expect(repack(read(small_bundle), bad_arg), "CORRUPT", tmp_path, "names tensor")
+
+    def bad_layer(b):
+        b.plan.steps[0].layer = 999
+    expect(repack(read(small_bundle), bad_layer), "CORRUPT", tmp_path, "names layer")
+
+    def arena_outside(b):
+        b.plan.arenaSize = 64
+    expect(repack(read(small_bundle), arena_outside), "CORRUPT", tmp_path, "outside the arena")
+
+
+def test_missing_kernel_is_load_error(small_bundle, tmp_path):
+    def rename(b):
+        b.plan.steps[0].kernel = "no_such_kernel"
+    expect(repack(read(small_bundle), rename), "LOAD", tmp_path, "no_such_kernel")
+
+
+def test_bundle_for_another_cpu(small_bundle, tmp_path):
+    def aarch64(b):
+        b.target.triple = "aarch64-linux-gnu"
+        b.target.cpu = "cortex-a76"
+    expect(repack(read(small_bundle), aarch64), "TARGET", tmp_path, "aarch64")
+
+    def needs_unknown_feature(b):
+        b.target.features = list(b.target.features) + ["sme2"]
+    expect(repack(read(small_bundle), needs_unknown_feature), "TARGET", tmp_path, "sme2")
+
+
+def test_wrong_inputs_raise_clear_errors(small_bundle):
+    sess = coldbrew.load(small_bundle)
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    with pytest.raises(ValueError, match="unknown input"):
+        sess.run(None, {"y": x})
+    with pytest.raises(ValueError, match="missing input"):
+        sess.run(None, {})
+    with pytest.raises(TypeError, match="dtype float32"):
+        sess.run(None, {"x": x.astype(np.float64)})
+    with pytest.raises(ValueError, match=r"shape \[1, 3, 16, 16\]"):
+        sess.run(None, {"x": np.zeros((1, 3, 16, 17), np.float32)})
+    with pytest.raises(TypeError, match="numpy array"):
+        sess.run(None, {"x": [1, 2, 3]})
+    with pytest.raises(ValueError, match="unknown output"):
+        sess.run(["nope"], {"x": x})
+    assert sess.run(["y"], {"x": x})[0].shape == (1, 5)
+
+
+def test_missing_file():
+    with pytest.raises(coldbrew.BundleError) as e:
+        coldbrew.load("/nonexistent/model.brew")
+    assert e.value.status == "IO"

@@ -1,0 +1,58 @@
+"""The runtime's Python API and the C API used from a plain C program."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import coldbrew
+from conftest import ROOT, assert_close, ort_run
+
+
+def test_matches_onnxruntime(small_model, small_bundle):
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    sess = coldbrew.load(small_bundle)
+    assert_close(sess.run(None, {"x": x})[0], ort_run(small_model, {"x": x})[0])
+    # repeated runs give identical results (the arena is reused)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], sess.run(None, {"x": x})[0])
+
+
+def test_open_from_memory_unaligned(small_bundle):
+    data = open(small_bundle, "rb").read()
+    x = np.ones((1, 3, 16, 16), np.float32)
+    ref = coldbrew.load(small_bundle).run(None, {"x": x})[0]
+    # bytes objects are rarely 64-byte aligned; the runtime copies when needed
+    for pad in range(3):
+        buf = memoryview(bytes(pad) + data)[pad:]
+        np.testing.assert_array_equal(coldbrew.load(buf).run(None, {"x": x})[0], ref)
+
+
+def test_metadata(small_bundle):
+    sess = coldbrew.load(small_bundle)
+    (i,), (o,) = sess.get_inputs(), sess.get_outputs()
+    assert (i.name, i.dtype, i.shape, i.type) == ("x", np.float32, [1, 3, 16, 16], "tensor(float32)")
+    assert (o.name, o.shape) == ("y", [1, 5])
+
+
+def test_import_runtime_loads_no_tvm():
+    code = ("import sys, coldbrew.runtime, coldbrew\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tvm', 'tvm_ffi', 'onnx'))\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_c_program(small_model, small_bundle, tmp_path):
+    lib_dir = os.path.dirname(coldbrew.runtime.__file__)
+    exe = tmp_path / "run_bundle"
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", os.path.join(ROOT, "examples", "c", "run_bundle.c"),
+                    "-I", os.path.join(ROOT, "runtime", "include"), "-L", lib_dir, "-lcoldbrew",
+                    f"-Wl,-rpath,{lib_dir}", "-o", str(exe)], check=True)
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    out = subprocess.run([str(exe), small_bundle, str(tmp_path / "out"), str(tmp_path / "x.bin")],
+                         check=True, capture_output=True, text=True).stdout
+    assert "output 0 y: 20 bytes" in out
+    y = np.fromfile(tmp_path / "out0.bin", dtype=np.float32).reshape(1, 5)
+    assert_close(y, ort_run(small_model, {"x": x})[0])
+    bad = subprocess.run([str(exe), str(tmp_path / "x.bin")], capture_output=True, text=True)
+    assert bad.returncode == 1 and "BAD_MAGIC" in bad.stderr
