@@ -4,6 +4,7 @@ The whole pipeline, in order (one pass per module):
 
     load_onnx        read + check the ONNX model, fix input shapes
     fold_constants   fold shape subgraphs and other compile-time constants
+    legalize_onnx    rewrite forms the importer lacks; require static shape inputs
     fold_batchnorm   fold BatchNormalization into the preceding Conv
     import_relax     ONNX -> TVM Relax
     fuse_layers      legalize to TIR, fuse into layers
@@ -18,7 +19,7 @@ from .errors import CompileError, UnsupportedOperatorError
 
 __all__ = ["compile_model", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
-PASSES = ["load_onnx", "fold_constants", "fold_batchnorm", "import_relax", "fuse_layers",
+PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "fuse_layers",
           "extract_layers", "plan_memory", "codegen", "write_bundle"]
 
 
@@ -49,15 +50,18 @@ def _dump(dump_dir, index, name, ir):
         f.write(text)
 
 
-def compile_model(model, output=None, target="host", input_shapes=None, dump_ir=None):
+def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
+
+    `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
+    freezes inputs to values ({name: ndarray}), e.g. shape parameters.
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
     from coldbrew.targets import resolve
 
     from . import (codegen, extract_layers, fold_batchnorm, fold_constants, fuse_layers, import_relax,
-                   load_onnx, plan_memory, write_bundle)
+                   legalize_onnx, load_onnx, plan_memory, write_bundle)
 
     try:
         tgt = resolve(target) if isinstance(target, str) else target
@@ -70,10 +74,11 @@ def compile_model(model, output=None, target="host", input_shapes=None, dump_ir=
         _dump(dump_ir, next(step), p.NAME, ir)
         return ir
 
-    proto = done(load_onnx, load_onnx.run(proto, input_shapes))
+    proto = done(load_onnx, load_onnx.run(proto, input_shapes, constants))
     input_names = [i.name for i in load_onnx.graph_inputs(proto)]
     output_names = [o.name for o in proto.graph.output]
     proto = done(fold_constants, fold_constants.run(proto))
+    proto = done(legalize_onnx, legalize_onnx.run(proto))
     proto = done(fold_batchnorm, fold_batchnorm.run(proto))
     mod = done(import_relax, import_relax.run(proto))
     mod = done(fuse_layers, fuse_layers.run(mod))

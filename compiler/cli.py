@@ -31,14 +31,22 @@ def main():
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="bundle file to write")
 @click.option("--target", default="host", show_default=True, help="target name (see targets/)")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..", help="fix an input's shape")
+@click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
-def compile_cmd(model, output, target, input_shapes, dump_ir):
+def compile_cmd(model, output, target, input_shapes, binds, dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
     t0 = time.perf_counter()
+    constants = {}
+    for b in binds:
+        name, sep, path = b.partition("=")
+        if not sep:
+            raise click.BadParameter(f"'{b}': expected NAME=FILE.npy")
+        constants[name] = np.load(path)
     try:
-        data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes), dump_ir=dump_ir)
+        data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
+                             constants=constants, dump_ir=dump_ir)
     except CompileError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")

@@ -45,7 +45,7 @@ def graph_inputs(model):
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def run(model, input_shapes=None):
+def run(model, input_shapes=None, constants=None):
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -60,8 +60,34 @@ def run(model, input_shapes=None):
             unsupported.setdefault(key, []).append(node.name or f"#{i}")
     if unsupported:
         raise UnsupportedOperatorError(unsupported)
+    bind_constants(model, constants or {})
     fix_input_shapes(model, input_shapes or {})
     return model
+
+
+def bind_constants(model, constants):
+    """Turn the named inputs into initializers holding the given values."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    inputs = {i.name: i for i in graph_inputs(model)}
+    for name, value in constants.items():
+        if name not in inputs:
+            raise CompileError(f"--bind names '{name}', but the model's inputs are {sorted(inputs)}")
+        tt = inputs[name].type.tensor_type
+        want = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        value = np.asarray(value)
+        if value.dtype != want:
+            raise CompileError(f"--bind {name}: value has dtype {value.dtype}, the input is {want}")
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if len(dims) != value.ndim or any(d is not None and d != s for d, s in zip(dims, value.shape)):
+                raise CompileError(f"--bind {name}: value has shape {list(value.shape)}, the input is {dims}")
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+    if constants:
+        kept = [i for i in model.graph.input if i.name not in constants]
+        model.graph.ClearField("input")
+        model.graph.input.extend(kept)
 
 
 def fix_input_shapes(model, input_shapes):
@@ -87,7 +113,9 @@ def fix_input_shapes(model, input_shapes):
         elif not tt.HasField("shape"):
             raise CompileError(f"input '{inp.name}' has no shape; give one with --input-shape {inp.name}=1x3x224x224")
         for k, d in enumerate(tt.shape.dim):
-            if not d.HasField("dim_value") or d.dim_value <= 0:
+            if d.HasField("dim_value") and d.dim_value == 0:
+                raise CompileError(f"input '{inp.name}' dimension {k} is 0: zero-size tensors are not supported")
+            if not d.HasField("dim_value") or d.dim_value < 0:
                 label = d.dim_param or "?"
                 raise CompileError(
                     f"input '{inp.name}' dimension {k} ('{label}') is not fixed; "

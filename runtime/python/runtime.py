@@ -126,6 +126,8 @@ class InferenceSession:
             raise ValueError(f"missing input(s) {missing}")
         for k, meta in enumerate(self._inputs):
             arr = feeds[meta.name]
+            if isinstance(arr, np.generic):
+                arr = np.asarray(arr)
             if not isinstance(arr, np.ndarray):
                 raise TypeError(f"input '{meta.name}' must be a numpy array, got {type(arr).__name__}")
             if arr.dtype != meta.dtype:

@@ -63,6 +63,8 @@ struct cb_bundle {
   void* owned_copy;  /* aligned copy of a caller buffer, or NULL */
   cb_model model;
   void* code;        /* dlopen handle of the kernel shared object */
+  int code_fd;       /* its memfd, open while loaded: the loader matches objects
+                        by path, so a live bundle's fd number is never reused */
   cb_kernel_fn* kernels; /* per plan step */
 };
 
@@ -104,8 +106,11 @@ static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   b->code = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  close(fd);
-  if (!b->code) return cb_fail(CB_ERR_LOAD, "loading kernel code failed: %s", dlerror());
+  if (!b->code) {
+    close(fd);
+    return cb_fail(CB_ERR_LOAD, "loading kernel code failed: %s", dlerror());
+  }
+  b->code_fd = fd;
   cb_backend_install(b->code);
   return CB_OK;
 }
@@ -200,6 +205,7 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
 void cb_bundle_release(cb_bundle* b) {
   if (!b) return;
   if (b->code) dlclose(b->code);
+  if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
