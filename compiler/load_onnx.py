@@ -46,13 +46,6 @@ def graph_inputs(model):
 
 
 def run(model, input_shapes=None, constants=None):
-    try:
-        onnx.checker.check_model(model)
-    except Exception as e:
-        raise CompileError(f"the ONNX checker rejects the model: {e}") from None
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
     unsupported = {}
     for i, node in enumerate(model.graph.node):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
@@ -60,6 +53,13 @@ def run(model, input_shapes=None, constants=None):
             unsupported.setdefault(key, []).append(node.name or f"#{i}")
     if unsupported:
         raise UnsupportedOperatorError(unsupported)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise CompileError(f"the ONNX checker rejects the model: {e}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
     bind_constants(model, constants or {})
     fix_input_shapes(model, input_shapes or {})
     return model
