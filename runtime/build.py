@@ -46,7 +46,7 @@ def build(out_dir, cc=None, cxx=None):
             subprocess.run(cmd, check=True)
             objects.append(obj)
         out = os.path.join(out_dir, LIB_NAME)
-        subprocess.run([cxx, "-shared", "-o", out, *objects, "-ldl", "-Wl,-O1"], check=True)
+        subprocess.run([cxx, "-shared", "-o", out, *objects, "-ldl", "-lpthread", "-Wl,-O1"], check=True)
     return out
 
 

@@ -4,6 +4,9 @@
  * DLPack) rather than included, to keep the runtime free of TVM headers. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,15 +50,131 @@ typedef struct {
 } cb_parallel_env;
 typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata);
 
-/* Single-task launch: the generated loop covers the whole range in task 0. */
-static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
-  (void)num_task;
-  cb_parallel_env env = {NULL, 1};
-  return fn(0, &env, cdata);
+/* The runtime's thread pool: `size - 1` workers plus the launching thread.
+ * A launch publishes (fn, cdata, ntask) under a new generation number; task
+ * 0 runs on the caller, task k on worker k. Workers spin briefly, then
+ * sleep on a condition variable, so an idle pool costs nothing. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  pthread_mutex_t launch_mu; /* one launch at a time */
+  pthread_t* threads;
+  int size;                  /* tasks per launch (workers + caller) */
+  uint64_t generation;
+  cb_parallel_lambda fn;
+  void* cdata;
+  int ntask;
+  int pending;
+  int failed;
+  int stop;
+  atomic_int barrier_count;
+  atomic_int barrier_phase;
+} cb_pool;
+
+static cb_pool g_pool = {
+    .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER, .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1,
+};
+
+static void* worker_main(void* arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&g_pool.mu);
+  for (;;) {
+    while (!g_pool.stop && g_pool.generation == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
+    if (g_pool.stop) break;
+    seen = g_pool.generation;
+    if (id >= g_pool.ntask) continue;
+    cb_parallel_lambda fn = g_pool.fn;
+    void* cdata = g_pool.cdata;
+    cb_parallel_env env = {&g_pool, g_pool.ntask};
+    pthread_mutex_unlock(&g_pool.mu);
+    int rc = fn(id, &env, cdata);
+    pthread_mutex_lock(&g_pool.mu);
+    if (rc) g_pool.failed = rc;
+    if (--g_pool.pending == 0) pthread_cond_signal(&g_pool.done);
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  return NULL;
 }
 
+static void pool_stop(void) {
+  if (g_pool.size <= 1) return;
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.stop = 1;
+  pthread_cond_broadcast(&g_pool.wake);
+  pthread_mutex_unlock(&g_pool.mu);
+  for (int i = 1; i < g_pool.size; i++) pthread_join(g_pool.threads[i], NULL);
+  free(g_pool.threads);
+  g_pool.threads = NULL;
+  g_pool.size = 1;
+  g_pool.stop = 0;
+}
+
+cb_status cb_backend_set_threads(int n) {
+  if (n < 1) n = 1;
+  if (n > 256) n = 256;
+  pthread_mutex_lock(&g_pool.launch_mu);
+  cb_status st = CB_OK;
+  if (n != g_pool.size) {
+    pool_stop();
+    if (n > 1) {
+      g_pool.threads = calloc((size_t)n, sizeof(pthread_t));
+      if (!g_pool.threads) {
+        st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+      } else {
+        g_pool.size = 1;
+        for (int i = 1; i < n; i++) {
+          if (pthread_create(&g_pool.threads[i], NULL, worker_main, (void*)(intptr_t)i) != 0) {
+            st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
+            break;
+          }
+          g_pool.size = i + 1;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_pool.launch_mu);
+  return st;
+}
+
+int cb_backend_threads(void) { return g_pool.size; }
+
+static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
+  int n = num_task > 0 && num_task < g_pool.size ? num_task : g_pool.size;
+  if (n <= 1) {
+    cb_parallel_env env = {&g_pool, 1};
+    return fn(0, &env, cdata);
+  }
+  pthread_mutex_lock(&g_pool.launch_mu);
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.fn = fn, g_pool.cdata = cdata, g_pool.ntask = n;
+  g_pool.pending = n - 1, g_pool.failed = 0;
+  atomic_store(&g_pool.barrier_count, 0);
+  g_pool.generation++;
+  pthread_cond_broadcast(&g_pool.wake);
+  pthread_mutex_unlock(&g_pool.mu);
+  cb_parallel_env env = {&g_pool, n};
+  int rc = fn(0, &env, cdata);
+  pthread_mutex_lock(&g_pool.mu);
+  while (g_pool.pending > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
+  if (!rc) rc = g_pool.failed;
+  pthread_mutex_unlock(&g_pool.mu);
+  pthread_mutex_unlock(&g_pool.launch_mu);
+  return rc;
+}
+
+/* Sense-reversing barrier across the tasks of the current launch. */
 static int parallel_barrier(int task_id, cb_parallel_env* env) {
-  (void)task_id, (void)env;
+  (void)task_id;
+  if (env->num_task <= 1) return 0;
+  int phase = atomic_load(&g_pool.barrier_phase);
+  if (atomic_fetch_add(&g_pool.barrier_count, 1) == env->num_task - 1) {
+    atomic_store(&g_pool.barrier_count, 0);
+    atomic_fetch_add(&g_pool.barrier_phase, 1);
+  } else {
+    while (atomic_load(&g_pool.barrier_phase) == phase) sched_yield();
+  }
   return 0;
 }
 

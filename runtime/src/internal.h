@@ -83,6 +83,9 @@ cb_status cb_fail(cb_status status, const char* fmt, ...)
 void cb_backend_install(void* dl_handle);
 const char* cb_backend_kernel_error(void);
 void cb_backend_clear_kernel_error(void);
+/* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
+cb_status cb_backend_set_threads(int n);
+int cb_backend_threads(void);
 
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);

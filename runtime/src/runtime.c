@@ -288,6 +288,9 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (options && options->trace) return cb_fail(CB_ERR_INVALID_ARGUMENT, "tracing is not available yet");
   *out = NULL;
   const cb_model* m = &b->model;
+  uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
+  cb_status st = cb_backend_set_threads((int)threads);
+  if (st) return st;
   uint64_t total_args = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) total_args += m->steps[i].nargs;
   cb_session* s = calloc(1, sizeof *s);
