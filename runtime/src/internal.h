@@ -12,7 +12,7 @@ extern "C" {
 #define CB_MAGIC "COLDBREW"
 #define CB_PREAMBLE_SIZE 64u
 
-enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3 };
+enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4 };
 enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3 };
 
 /* A verified tensor description. Strings and shapes point into the mapped
@@ -35,6 +35,9 @@ typedef struct cb_step_desc {
   const char* kernel;
   uint32_t nargs;
   const uint32_t* args; /* tensor indices, kernel call order */
+  const char* transform; /* weight transform kernel, or NULL */
+  uint32_t ntransform_args;
+  const uint32_t* transform_args; /* raw weights, then prepared outputs */
 } cb_step_desc;
 
 typedef struct cb_segment_desc {
@@ -59,6 +62,7 @@ typedef struct cb_model {
   uint32_t nsegments;
   cb_segment_desc* segments;
   uint64_t arena_size;
+  uint64_t prepared_size;
   uint32_t threads;
 } cb_model;
 

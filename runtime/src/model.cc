@@ -70,6 +70,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
 
   // Tensors: byte size recomputed with checked arithmetic; storage in bounds.
   m->arena_size = b->plan()->arena_size();
+  m->prepared_size = b->plan()->prepared_size();
   m->threads = b->plan()->threads();
   m->ntensors = b->tensors()->size();
   m->tensors = alloc_array<cb_tensor_desc>(m->ntensors);
@@ -102,6 +103,9 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
         return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
       if (d->segment_offset % 64 != 0)
         return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
+    } else if (d->kind == CB_KIND_PREPARED) {
+      if (!in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
+        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the prepared area", i, d->name);
     } else if (d->kind <= CB_KIND_INTERMEDIATE) {
       if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
         return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
@@ -145,6 +149,21 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     m->steps[i].kernel = s->kernel()->c_str();
     m->steps[i].nargs = l->args()->size();
     m->steps[i].args = l->args()->data();
+    auto targs = s->transform_args();
+    bool has_transform = s->transform() && s->transform()->size() > 0;
+    if (has_transform != (targs && targs->size() > 0))
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
+    if (has_transform) {
+      for (uint32_t a = 0; a < targs->size(); a++) {
+        uint32_t t = targs->Get(a);
+        if (t >= m->ntensors)
+          return cb_fail(CB_ERR_CORRUPT, "plan step %u transform argument %u names tensor %u of %u", i, a, t,
+                         m->ntensors);
+      }
+      m->steps[i].transform = s->transform()->c_str();
+      m->steps[i].ntransform_args = targs->size();
+      m->steps[i].transform_args = targs->data();
+    }
   }
   return CB_OK;
 }

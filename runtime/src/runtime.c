@@ -65,7 +65,8 @@ struct cb_bundle {
   void* code;        /* dlopen handle of the kernel shared object */
   int code_fd;       /* its memfd, open while loaded: the loader matches objects
                         by path, so a live bundle's fd number is never reused */
-  cb_kernel_fn* kernels; /* per plan step */
+  cb_kernel_fn* kernels;    /* per plan step */
+  cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
 };
 
 static uint32_t rd32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -115,17 +116,25 @@ static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
   return CB_OK;
 }
 
+static cb_kernel_fn find_kernel(const cb_bundle* b, const char* name) {
+  char sym[512];
+  snprintf(sym, sizeof sym, "__tvm_ffi_%s", name);
+  return b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+}
+
 static cb_status resolve_kernels(cb_bundle* b) {
   const cb_model* m = &b->model;
   b->kernels = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
-  if (!b->kernels) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  b->transforms = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->transforms);
+  if (!b->kernels || !b->transforms) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    char sym[512];
-    snprintf(sym, sizeof sym, "__tvm_ffi_%s", m->steps[i].kernel);
-    b->kernels[i] = b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
-    if (!b->kernels[i])
+    const cb_step_desc* st = &m->steps[i];
+    if (!(b->kernels[i] = find_kernel(b, st->kernel)))
       return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): kernel '%s' is missing from the bundle",
-                     m->steps[i].layer_name, m->steps[i].variant, m->steps[i].kernel);
+                     st->layer_name, st->variant, st->kernel);
+    if (st->transform && !(b->transforms[i] = find_kernel(b, st->transform)))
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): transform kernel '%s' is missing from the bundle",
+                     st->layer_name, st->variant, st->transform);
   }
   return CB_OK;
 }
@@ -207,6 +216,7 @@ void cb_bundle_release(cb_bundle* b) {
   if (b->code) dlclose(b->code);
   if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
+  free(b->transforms);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
   free(b->owned_copy);
@@ -272,9 +282,13 @@ enum { CB_FFI_NONE = 0, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
 struct cb_session {
   cb_bundle* bundle;
   uint8_t* arena;
+  uint8_t* prepared;      /* transformed weights, made once, kept across runs */
+  uint8_t* is_prepared;   /* per step */
   cb_dltensor* tensors;
-  cb_ffi_any* args;       /* all steps' arguments, back to back */
+  cb_ffi_any* args;       /* all steps' execute arguments, back to back */
   uint32_t* arg_start;    /* per step */
+  cb_ffi_any* targs;      /* all steps' transform arguments, back to back */
+  uint32_t* targ_start;   /* per step */
 };
 
 static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
@@ -291,8 +305,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
   cb_status st = cb_backend_set_threads((int)threads);
   if (st) return st;
-  uint64_t total_args = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++) total_args += m->steps[i].nargs;
+  uint64_t total_args = 0, total_targs = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) total_args += m->steps[i].nargs, total_targs += m->steps[i].ntransform_args;
   cb_session* s = calloc(1, sizeof *s);
   if (!s) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   s->bundle = b;
@@ -300,7 +314,12 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
   s->arg_start = calloc(m->nsteps + 1, sizeof *s->arg_start);
-  if (!s->arena || !s->tensors || !s->args || !s->arg_start) {
+  s->targs = calloc(total_targs ? total_targs : 1, sizeof *s->targs);
+  s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
+  s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
+  if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared ||
+      !s->prepared) {
     cb_session_release(s);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   }
@@ -310,6 +329,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     cb_dltensor* t = &s->tensors[i];
     if (d->kind == CB_KIND_WEIGHT)
       t->data = (void*)(b->base + m->segments[d->segment].offset + d->segment_offset);
+    else if (d->kind == CB_KIND_PREPARED)
+      t->data = s->prepared + d->arena_offset;
     else
       t->data = s->arena + d->arena_offset;
     t->device_type = CB_DL_CPU;
@@ -317,15 +338,21 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     t->shape = (int64_t*)d->shape;
     dl_dtype(d->dtype, t);
   }
-  uint32_t k = 0;
+  uint32_t k = 0, kt = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
     s->arg_start[i] = k;
     for (uint32_t a = 0; a < m->steps[i].nargs; a++, k++) {
       s->args[k].type_index = CB_FFI_DLTENSOR_PTR;
       s->args[k].v_ptr = &s->tensors[m->steps[i].args[a]];
     }
+    s->targ_start[i] = kt;
+    for (uint32_t a = 0; a < m->steps[i].ntransform_args; a++, kt++) {
+      s->targs[kt].type_index = CB_FFI_DLTENSOR_PTR;
+      s->targs[kt].v_ptr = &s->tensors[m->steps[i].transform_args[a]];
+    }
   }
   s->arg_start[m->nsteps] = k;
+  s->targ_start[m->nsteps] = kt;
   *out = s;
   return CB_OK;
 }
@@ -333,6 +360,10 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
 void cb_session_release(cb_session* s) {
   if (!s) return;
   free(s->arena);
+  free(s->prepared);
+  free(s->is_prepared);
+  free(s->targs);
+  free(s->targ_start);
   free(s->tensors);
   free(s->args);
   free(s->arg_start);
@@ -358,6 +389,13 @@ cb_status cb_session_run(cb_session* s) {
   for (uint32_t i = 0; i < b->model.nsteps; i++) {
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
+    if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
+      uint32_t t = s->targ_start[i];
+      if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
+        return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", b->model.steps[i].layer_name,
+                       b->model.steps[i].transform, cb_backend_kernel_error());
+      s->is_prepared[i] = 1;
+    }
     uint32_t a = s->arg_start[i];
     if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", b->model.steps[i].layer_name,

@@ -105,33 +105,36 @@ enum class TensorKind : uint8_t {
   output = 1,
   intermediate = 2,
   weight = 3,
+  prepared = 4,
   MIN = input,
-  MAX = weight
+  MAX = prepared
 };
 
-inline const TensorKind (&EnumValuesTensorKind())[4] {
+inline const TensorKind (&EnumValuesTensorKind())[5] {
   static const TensorKind values[] = {
     TensorKind::input,
     TensorKind::output,
     TensorKind::intermediate,
-    TensorKind::weight
+    TensorKind::weight,
+    TensorKind::prepared
   };
   return values;
 }
 
 inline const char * const *EnumNamesTensorKind() {
-  static const char * const names[5] = {
+  static const char * const names[6] = {
     "input",
     "output",
     "intermediate",
     "weight",
+    "prepared",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameTensorKind(TensorKind e) {
-  if (::flatbuffers::IsOutRange(e, TensorKind::input, TensorKind::weight)) return "";
+  if (::flatbuffers::IsOutRange(e, TensorKind::input, TensorKind::prepared)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesTensorKind()[index];
 }
@@ -632,7 +635,8 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_TRANSFORM = 10,
     VT_WEIGHT_FORM = 12,
     VT_PREP_QUEUE = 14,
-    VT_EXEC_QUEUE = 16
+    VT_EXEC_QUEUE = 16,
+    VT_TRANSFORM_ARGS = 18
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -655,6 +659,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint8_t exec_queue() const {
     return GetField<uint8_t>(VT_EXEC_QUEUE, 0);
   }
+  const ::flatbuffers::Vector<uint32_t> *transform_args() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_TRANSFORM_ARGS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -668,6 +675,8 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint8_t>(verifier, VT_WEIGHT_FORM, 1) &&
            VerifyField<uint8_t>(verifier, VT_PREP_QUEUE, 1) &&
            VerifyField<uint8_t>(verifier, VT_EXEC_QUEUE, 1) &&
+           VerifyOffset(verifier, VT_TRANSFORM_ARGS) &&
+           verifier.VerifyVector(transform_args()) &&
            verifier.EndTable();
   }
 };
@@ -697,6 +706,9 @@ struct StepBuilder {
   void add_exec_queue(uint8_t exec_queue) {
     fbb_.AddElement<uint8_t>(Step::VT_EXEC_QUEUE, exec_queue, 0);
   }
+  void add_transform_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args) {
+    fbb_.AddOffset(Step::VT_TRANSFORM_ARGS, transform_args);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -716,8 +728,10 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     ::flatbuffers::Offset<::flatbuffers::String> transform = 0,
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
-    uint8_t exec_queue = 0) {
+    uint8_t exec_queue = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0) {
   StepBuilder builder_(_fbb);
+  builder_.add_transform_args(transform_args);
   builder_.add_transform(transform);
   builder_.add_kernel(kernel);
   builder_.add_variant(variant);
@@ -736,10 +750,12 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     const char *transform = nullptr,
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
-    uint8_t exec_queue = 0) {
+    uint8_t exec_queue = 0,
+    const std::vector<uint32_t> *transform_args = nullptr) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
+  auto transform_args__ = transform_args ? _fbb.CreateVector<uint32_t>(*transform_args) : 0;
   return coldbrew::schema::CreateStep(
       _fbb,
       layer,
@@ -748,7 +764,8 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       transform__,
       weight_form,
       prep_queue,
-      exec_queue);
+      exec_queue,
+      transform_args__);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -756,7 +773,8 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_STEPS = 4,
     VT_ARENA_SIZE = 6,
-    VT_THREADS = 8
+    VT_THREADS = 8,
+    VT_PREPARED_SIZE = 10
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -767,6 +785,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint32_t threads() const {
     return GetField<uint32_t>(VT_THREADS, 0);
   }
+  uint64_t prepared_size() const {
+    return GetField<uint64_t>(VT_PREPARED_SIZE, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -775,6 +796,7 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVectorOfTables(steps()) &&
            VerifyField<uint64_t>(verifier, VT_ARENA_SIZE, 8) &&
            VerifyField<uint32_t>(verifier, VT_THREADS, 4) &&
+           VerifyField<uint64_t>(verifier, VT_PREPARED_SIZE, 8) &&
            verifier.EndTable();
   }
 };
@@ -792,6 +814,9 @@ struct PlanBuilder {
   void add_threads(uint32_t threads) {
     fbb_.AddElement<uint32_t>(Plan::VT_THREADS, threads, 0);
   }
+  void add_prepared_size(uint64_t prepared_size) {
+    fbb_.AddElement<uint64_t>(Plan::VT_PREPARED_SIZE, prepared_size, 0);
+  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -807,8 +832,10 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>>> steps = 0,
     uint64_t arena_size = 0,
-    uint32_t threads = 0) {
+    uint32_t threads = 0,
+    uint64_t prepared_size = 0) {
   PlanBuilder builder_(_fbb);
+  builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
   builder_.add_threads(threads);
   builder_.add_steps(steps);
@@ -819,13 +846,15 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps = nullptr,
     uint64_t arena_size = 0,
-    uint32_t threads = 0) {
+    uint32_t threads = 0,
+    uint64_t prepared_size = 0) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
       arena_size,
-      threads);
+      threads,
+      prepared_size);
 }
 
 struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -26,6 +26,7 @@ class TensorKind(object):
     output = 1
     intermediate = 2
     weight = 3
+    prepared = 4
 
 
 class SegmentKind(object):
@@ -859,8 +860,35 @@ class Step(object):
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
         return 0
 
+    # Step
+    def TransformArgs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Step
+    def TransformArgsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Step
+    def TransformArgsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Step
+    def TransformArgsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
 def StepStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -883,10 +911,20 @@ def StepAddPrepQueue(builder, prepQueue):
 def StepAddExecQueue(builder, execQueue):
     builder.PrependUint8Slot(6, execQueue, 0)
 
+def StepAddTransformArgs(builder, transformArgs):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(transformArgs), 0)
+
+def StepStartTransformArgsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def StepEnd(builder):
     return builder.EndObject()
 
 
+try:
+    from typing import List
+except:
+    pass
 
 class StepT(object):
 
@@ -900,6 +938,7 @@ class StepT(object):
         weightForm = 0,
         prepQueue = 0,
         execQueue = 0,
+        transformArgs = None,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -908,6 +947,7 @@ class StepT(object):
         self.weightForm = weightForm  # type: int
         self.prepQueue = prepQueue  # type: int
         self.execQueue = execQueue  # type: int
+        self.transformArgs = transformArgs  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -937,6 +977,13 @@ class StepT(object):
         self.weightForm = step.WeightForm()
         self.prepQueue = step.PrepQueue()
         self.execQueue = step.ExecQueue()
+        if not step.TransformArgsIsNone():
+            if np is None:
+                self.transformArgs = []
+                for i in range(step.TransformArgsLength()):
+                    self.transformArgs.append(step.TransformArgs(i))
+            else:
+                self.transformArgs = step.TransformArgsAsNumpy()
 
     # StepT
     def Pack(self, builder):
@@ -946,6 +993,14 @@ class StepT(object):
             kernel = builder.CreateString(self.kernel)
         if self.transform is not None:
             transform = builder.CreateString(self.transform)
+        if self.transformArgs is not None:
+            if np is not None and type(self.transformArgs) is np.ndarray:
+                transformArgs = builder.CreateNumpyVector(self.transformArgs)
+            else:
+                StepStartTransformArgsVector(builder, len(self.transformArgs))
+                for i in reversed(range(len(self.transformArgs))):
+                    builder.PrependUint32(self.transformArgs[i])
+                transformArgs = builder.EndVector()
         StepStart(builder)
         StepAddLayer(builder, self.layer)
         if self.variant is not None:
@@ -957,6 +1012,8 @@ class StepT(object):
         StepAddWeightForm(builder, self.weightForm)
         StepAddPrepQueue(builder, self.prepQueue)
         StepAddExecQueue(builder, self.execQueue)
+        if self.transformArgs is not None:
+            StepAddTransformArgs(builder, transformArgs)
         step = StepEnd(builder)
         return step
 
@@ -1021,8 +1078,15 @@ class Plan(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Plan
+    def PreparedSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def PlanStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -1035,6 +1099,9 @@ def PlanAddArenaSize(builder, arenaSize):
 
 def PlanAddThreads(builder, threads):
     builder.PrependUint32Slot(2, threads, 0)
+
+def PlanAddPreparedSize(builder, preparedSize):
+    builder.PrependUint64Slot(3, preparedSize, 0)
 
 def PlanEnd(builder):
     return builder.EndObject()
@@ -1053,10 +1120,12 @@ class PlanT(object):
         steps = None,
         arenaSize = 0,
         threads = 0,
+        preparedSize = 0,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
         self.threads = threads  # type: int
+        self.preparedSize = preparedSize  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1089,6 +1158,7 @@ class PlanT(object):
                     self.steps.append(step_)
         self.arenaSize = plan.ArenaSize()
         self.threads = plan.Threads()
+        self.preparedSize = plan.PreparedSize()
 
     # PlanT
     def Pack(self, builder):
@@ -1105,6 +1175,7 @@ class PlanT(object):
             PlanAddSteps(builder, steps)
         PlanAddArenaSize(builder, self.arenaSize)
         PlanAddThreads(builder, self.threads)
+        PlanAddPreparedSize(builder, self.preparedSize)
         plan = PlanEnd(builder)
         return plan
 
