@@ -7,9 +7,12 @@ The whole pipeline, in order (one pass per module):
     legalize_onnx    rewrite forms the importer lacks; require static shape inputs
     fold_batchnorm   fold BatchNormalization into the preceding Conv
     import_relax     ONNX -> TVM Relax
-    fuse_layers      legalize to TIR, fuse into layers
+    select_variants  a kernel variant per conv / dense layer; its transformed weights
+    fuse_layers      legalize to TIR, fuse into layers (anchors take their epilogue)
+    schedule_kernels the variants' explicit schedules; a generic one elsewhere
     extract_layers   Relax -> coldbrew Graph (tensors, layers, kernels)
-    plan_memory      static arena offsets for intermediate tensors
+    plan_weights     per layer: raw weights + transform kernel, or cached transformed ones
+    plan_memory      static arena offsets for intermediate and prepared tensors
     codegen          kernels -> one CPU shared object (TVM LLVM)
     write_bundle     header + segments -> bytes
 """
@@ -19,8 +22,9 @@ from .errors import CompileError, UnsupportedOperatorError
 
 __all__ = ["compile_model", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
-PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "fuse_layers",
-          "extract_layers", "plan_memory", "codegen", "write_bundle"]
+PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
+          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "codegen",
+          "write_bundle"]
 
 
 def _version():
@@ -50,18 +54,23 @@ def _dump(dump_dir, index, name, ir):
         f.write(text)
 
 
-def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None):
+def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
+                  variants=None, weights="cached", threads=2):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
     freezes inputs to values ({name: ndarray}), e.g. shape parameters.
+    `variants` forces kernel variants ({"*": name, "c3": name, "conv2d": name});
+    `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}); `threads` is the
+    execution thread count the plan is made for.
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
     from coldbrew.targets import resolve
 
     from . import (codegen, extract_layers, fold_batchnorm, fold_constants, fuse_layers, import_relax,
-                   legalize_onnx, load_onnx, plan_memory, write_bundle)
+                   legalize_onnx, load_onnx, plan_memory, plan_weights, schedule_kernels, select_variants,
+                   write_bundle)
 
     try:
         tgt = resolve(target) if isinstance(target, str) else target
@@ -81,9 +90,17 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     proto = done(legalize_onnx, legalize_onnx.run(proto))
     proto = done(fold_batchnorm, fold_batchnorm.run(proto))
     mod = done(import_relax, import_relax.run(proto))
+    mod, anchors = select_variants.run(mod, variants)
+    done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
+    mod, notes = schedule_kernels.run(mod, anchors)
+    done(schedule_kernels, mod)
     name = proto.graph.name or "model"
-    graph = done(extract_layers, extract_layers.run(mod, name, input_names, output_names))
+    graph = extract_layers.run(mod, name, input_names, output_names, anchors)
+    graph.notes += notes
+    graph.threads = threads
+    graph = done(extract_layers, graph)
+    graph = done(plan_weights, plan_weights.run(graph, weights))
     graph = done(plan_memory, plan_memory.run(graph))
     code = done(codegen, codegen.run(graph, tgt))
     data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", model_hash))

@@ -20,6 +20,15 @@ def _parse_shapes(values):
     return shapes
 
 
+def _parse_choice(values):
+    """["x", "c3=y"] -> {"*": "x", "c3": "y"}."""
+    out = {}
+    for v in values:
+        key, sep, val = v.rpartition("=")
+        out[key if sep else "*"] = val
+    return out
+
+
 @click.group()
 @click.version_option(package_name="coldbrew")
 def main():
@@ -32,8 +41,14 @@ def main():
 @click.option("--target", default="host", show_default=True, help="target name (see targets/)")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..", help="fix an input's shape")
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
+@click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
+              help="force a kernel variant: globally (im2col_gemm), per op (conv2d=winograd_f4) "
+                   "or per layer (c3=direct); see `coldbrew variants`")
+@click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached", default=["cached"],
+              show_default=True, help="ship raw weights + transform, or transformed weights; global or per layer")
+@click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
-def compile_cmd(model, output, target, input_shapes, binds, dump_ir):
+def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
@@ -46,7 +61,8 @@ def compile_cmd(model, output, target, input_shapes, binds, dump_ir):
         constants[name] = np.load(path)
     try:
         data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
-                             constants=constants, dump_ir=dump_ir)
+                             constants=constants, dump_ir=dump_ir, variants=_parse_choice(variant_opts),
+                             weights=_parse_choice(weight_opts), threads=threads)
     except CompileError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")
@@ -118,6 +134,15 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
                f"= {(t_load + t_first) * 1e3:.2f} ms to first result")
     if warm:
         click.echo(f"warm run median {np.median(warm) * 1e3:.2f} ms over {repeat}")
+
+
+@main.command("variants")
+def variants_cmd():
+    """List the kernel variants."""
+    from coldbrew.compiler.kernels import variants
+
+    for v in variants():
+        click.echo(f"{v.name:<28} {(v.__doc__ or '').strip().splitlines()[0] if v.__doc__ else ''}")
 
 
 @main.command("inspect")

@@ -26,7 +26,7 @@ def _is_constant(expr):
     return type(expr).__name__ in ("GenericConst", "Constant") and hasattr(expr, "value")
 
 
-def run(mod, model_name, input_names, output_names):
+def run(mod, model_name, input_names, output_names, anchors=()):
     import tvm
     from tvm import relax
 
@@ -44,12 +44,16 @@ def run(mod, model_name, input_names, output_names):
             raise CompileError(f"value '{name}' has unsupported dtype {dtype}")
         return Tensor(name, dtype, shape, kind)
 
+    anchor_of = {a.const: a for a in anchors}
+
     def const_tensor(c):
         key = c  # constants hash by identity
         if key not in env:
             data = c.value.numpy()
+            a = anchor_of.get(c)
             env[key] = g.add_tensor(Tensor(f"w{len(g.tensors)}", str(data.dtype), data.shape, "weight",
-                                           np.ascontiguousarray(data)))
+                                           np.ascontiguousarray(data), cached=a is not None and
+                                           a.transform_func is not None, anchor=a))
         return env[key]
 
     def value_of(expr):
@@ -85,7 +89,12 @@ def run(mod, model_name, input_names, output_names):
                 env[var] = tuple(out_ids) if isinstance(sinfo, relax.TupleType) else out_ids[0]
                 g.kernels[func_name] = mod[func_name]
                 op = func_name[len("fused_"):] if func_name.startswith("fused_") else func_name
-                g.layers.append(Layer(f"L{len(g.layers)}", op, func_name, args + out_ids, len(out_ids)))
+                layer = Layer(f"L{len(g.layers)}", op, func_name, args + out_ids, len(out_ids))
+                anchor = next((g.tensors[a].anchor for a in args if g.tensors[a].anchor is not None), None)
+                if anchor is not None:
+                    layer.name, layer.variant = anchor.id, anchor.variant.name
+                    layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
+                g.layers.append(layer)
             elif isinstance(value, relax.TupleGetItem):
                 env[var] = value_of(value.tuple_value)[value.index]
             elif isinstance(value, (relax.Var, relax.Tuple)) or _is_constant(value):

@@ -18,9 +18,11 @@ class Tensor:
     name: str
     dtype: str
     shape: tuple
-    kind: str  # input | output | intermediate | weight
+    kind: str  # input | output | intermediate | weight | prepared
     data: np.ndarray = None  # weights only
-    arena_offset: int = 0
+    arena_offset: int = 0    # arena (input/output/intermediate) or prepared area (prepared)
+    cached: bool = False     # weight: holds transformed weights (weights_cached segment)
+    anchor: object = None    # weight: the select_variants Anchor whose transformed weights these are
 
     @property
     def nbytes(self):
@@ -34,8 +36,9 @@ class Layer:
     kernel: str          # symbol of the execute kernel
     args: list           # tensor indices: inputs, weights, outputs
     num_outputs: int
-    variant: str = "tvm_default"
-    transform: str = ""  # symbol of the weight transform kernel ("" = identity)
+    variant: str = "generic"
+    transform: str = ""  # symbol of the weight transform kernel ("" = none at run time)
+    transform_args: list = field(default_factory=list)  # raw tensor(s), then prepared tensor(s)
     weight_form: str = "raw"
     prep_queue: int = 0
     exec_queue: int = 0
@@ -50,21 +53,26 @@ class Graph:
     outputs: list = field(default_factory=list)  # tensor indices
     kernels: dict = field(default_factory=dict)  # symbol -> tvm PrimFunc
     arena_size: int = 0
+    prepared_size: int = 0
     threads: int = 1
+    notes: list = field(default_factory=list)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)
         return len(self.tensors) - 1
 
     def dump(self):
-        lines = [f"graph {self.name}: {len(self.tensors)} tensors, {len(self.layers)} layers, arena {self.arena_size} B"]
+        lines = [f"graph {self.name}: {len(self.tensors)} tensors, {len(self.layers)} layers, "
+                 f"arena {self.arena_size} B, prepared {self.prepared_size} B"]
         for i in self.inputs:
             t = self.tensors[i]
             lines.append(f"  input  %{i} {t.name} {t.dtype}{list(t.shape)}")
         for layer in self.layers:
             args = ", ".join(f"%{a}" for a in layer.args)
-            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}] ({args})")
+            prep = f" <- {layer.transform}({', '.join(f'%{a}' for a in layer.transform_args)})" if layer.transform else ""
+            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}] ({args}){prep}")
         for i in self.outputs:
             t = self.tensors[i]
             lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)

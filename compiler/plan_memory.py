@@ -19,7 +19,7 @@ def run(graph):
         first[i] = -1
     for step, layer in enumerate(graph.layers):
         for a in layer.args:
-            if graph.tensors[a].kind == "weight":
+            if graph.tensors[a].kind in ("weight", "prepared"):
                 continue
             first.setdefault(a, step)
             last[a] = step
@@ -42,4 +42,11 @@ def run(graph):
         placed.append((offset, size, first[i], last[i]))
         arena = max(arena, offset + size)
     graph.arena_size = arena
+    # prepared weights live as long as the session: one slot each
+    pos = 0
+    for t in graph.tensors:
+        if t.kind == "prepared":
+            t.arena_offset = pos
+            pos += _align(max(t.nbytes, 1))
+    graph.prepared_size = pos
     return graph

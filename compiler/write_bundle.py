@@ -22,18 +22,20 @@ MAGIC = b"COLDBREW"
 PREAMBLE_SIZE = 64
 PAGE = 4096
 KINDS = {"input": fb.TensorKind.input, "output": fb.TensorKind.output,
-         "intermediate": fb.TensorKind.intermediate, "weight": fb.TensorKind.weight}
+         "intermediate": fb.TensorKind.intermediate, "weight": fb.TensorKind.weight,
+         "prepared": fb.TensorKind.prepared}
 
 
 def _align(n, a):
     return (n + a - 1) // a * a
 
 
-def _weights_segment(graph):
-    """Concatenate the weights (64-byte aligned); returns bytes and offsets."""
+def _weights_segment(graph, cached):
+    """Concatenate the raw or the cached weights (64-byte aligned); returns
+    bytes and {tensor index: offset}."""
     chunks, offsets, pos = [], {}, 0
     for i, t in enumerate(graph.tensors):
-        if t.kind != "weight":
+        if t.kind != "weight" or t.cached != cached:
             continue
         pos = _align(pos, 64)
         offsets[i] = pos
@@ -47,6 +49,7 @@ def _weights_segment(graph):
 
 
 def _header(graph, target, producer, model_hash, segments, weight_offsets):
+    """weight_offsets: {tensor index: (segment index, offset)}."""
     b = fb.BundleT()
     b.schemaVersion = SCHEMA_VERSION
     b.producer = producer
@@ -61,7 +64,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         x.name, x.dtype, x.shape = ten.name, DTYPES.index(ten.dtype), [int(d) for d in ten.shape]
         x.kind, x.nbytes = KINDS[ten.kind], ten.nbytes
         if ten.kind == "weight":
-            x.segment, x.segmentOffset = 0, weight_offsets[i]
+            x.segment, x.segmentOffset = weight_offsets[i]
         else:
             x.arenaOffset = ten.arena_offset
         b.tensors.append(x)
@@ -75,9 +78,11 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         s.layer, s.variant, s.kernel, s.transform = k, layer.variant, layer.kernel, layer.transform
         s.weightForm = fb.WeightForm.raw if layer.weight_form == "raw" else fb.WeightForm.cached
         s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
+        s.transformArgs = list(layer.transform_args)
         steps.append(s)
     p = fb.PlanT()
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
+    p.preparedSize = graph.prepared_size
     b.plan = p
     b.segments = []
     for kind, offset, data in segments:
@@ -91,15 +96,19 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
 
 
 def run(graph, code, target, producer, model_hash):
-    weights, weight_offsets = _weights_segment(graph)
-    parts = [(fb.SegmentKind.weights_raw, weights), (fb.SegmentKind.cpu_code, code)]
+    raw, raw_offsets = _weights_segment(graph, cached=False)
+    cached, cached_offsets = _weights_segment(graph, cached=True)
+    weight_offsets = {i: (0, o) for i, o in raw_offsets.items()}
+    weight_offsets.update({i: (1, o) for i, o in cached_offsets.items()})
+    parts = [(fb.SegmentKind.weights_raw, raw), (fb.SegmentKind.weights_cached, cached),
+             (fb.SegmentKind.cpu_code, code)]
     # pass 1: header size with placeholder offsets
     size = len(_header(graph, target, producer, model_hash, [(k, 0, d) for k, d in parts], weight_offsets))
     pos = _align(PREAMBLE_SIZE + size, PAGE)
     segments = []
     for kind, data in parts:
         segments.append((kind, pos, data))
-        pos = _align(pos + len(data), PAGE if kind == fb.SegmentKind.weights_raw else 64)
+        pos = _align(pos + len(data), PAGE if kind != fb.SegmentKind.cpu_code else 64)
     header = _header(graph, target, producer, model_hash, segments, weight_offsets)
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)

@@ -1,0 +1,124 @@
+"""Kernel variants: several implementations per operator, each a separable
+weight transform plus an execute kernel. The contract, in one place:
+
+    variant.name                     unique, e.g. "conv2d.im2col_gemm"
+    variant.applies(spec)            can it run this layer (shape, stride, groups, dilation ...)?
+    variant.transformed_shape(spec)  shape of its transformed weights (known at compile time)
+    variant.transform(spec)          TE: raw ONNX weights -> transformed weights (None = identity)
+    variant.compute(spec, x, wt)     TE: the execute computation; its main stage is named
+                                     ANCHOR so the scheduler finds it after fusion
+    variant.schedule(sch, block, spec, params)
+                                     explicit s_tir schedule of the anchor (fused epilogue
+                                     blocks are attached by schedule_kernels)
+    variant.space(spec)              the small parameter space searched by measurement;
+                                     its first entry is the default
+
+Specs describe a layer's anchor operator: ConvSpec for conv2d (NCHW input,
+OIHW weights), DenseSpec for x[M,K] @ w[K,N].
+"""
+from dataclasses import dataclass
+
+ANCHOR = "cb_anchor"
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: tuple = (1, 1)
+    pad: tuple = (0, 0, 0, 0)  # top, left, bottom, right
+    dilation: tuple = (1, 1)
+    groups: int = 1
+    dtype: str = "float32"
+
+    @property
+    def out_h(self):
+        return (self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1) // self.stride[0] + 1
+
+    @property
+    def out_w(self):
+        return (self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1) // self.stride[1] + 1
+
+    @property
+    def depthwise(self):
+        return self.groups == self.c and self.k == self.c and self.groups > 1
+
+    @property
+    def weight_shape(self):
+        return (self.k, self.c // self.groups, self.r, self.s)
+
+    @property
+    def flops(self):
+        return 2 * self.n * self.k * self.out_h * self.out_w * (self.c // self.groups) * self.r * self.s
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    m: int
+    k: int
+    n: int
+    dtype: str = "float32"
+
+    @property
+    def weight_shape(self):
+        return (self.k, self.n)
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.k * self.n
+
+
+class Variant:
+    """Base class; subclasses override what differs."""
+
+    name = ""
+    op = ""
+
+    def applies(self, spec):
+        return True
+
+    def transformed_shape(self, spec):
+        return spec.weight_shape
+
+    def transform(self, spec):
+        return None  # identity
+
+    def compute(self, spec, x, wt):
+        raise NotImplementedError
+
+    def schedule(self, sch, block, spec, params):
+        raise NotImplementedError
+
+    def space(self, spec):
+        return [{}]
+
+
+_REGISTRY = {}
+
+
+def register(variant):
+    assert variant.name not in _REGISTRY, variant.name
+    _REGISTRY[variant.name] = variant
+    return variant
+
+
+def variants(op=None):
+    from . import conv, dense  # noqa: F401  (registration)
+
+    return [v for v in _REGISTRY.values() if op is None or v.op == op]
+
+
+def get(name):
+    variants()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown kernel variant '{name}' (known: {', '.join(sorted(_REGISTRY))})")
+    return _REGISTRY[name]
+
+
+def applicable(spec, op):
+    return [v for v in variants(op) if v.applies(spec)]

@@ -1,0 +1,140 @@
+"""Schedule helpers shared by the variants: epilogue attachment, generic
+schedules for layers without an anchor."""
+from tvm import s_tir
+
+VEC = 8  # fp32 lanes per vector register on AVX2 / two NEON registers
+
+
+def blocks_in_order(sch):
+    root = sch.get_sblock("root") if _has_root(sch) else None
+    return list(sch.get_child_blocks(root)) if root is not None else []
+
+
+def _has_root(sch):
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:
+        return False
+
+
+def block_name(sch, block):
+    return sch.get(block).name_hint
+
+
+def attach_epilogue(sch, out_block, loop, vec=VEC):
+    """Fuse what follows `out_block` (bias, activation, residual add ... as
+    FuseOps put them in the same function) into the tile loop `loop`.
+
+    Intermediate epilogue blocks are inlined into the last one, which is
+    computed per tile right after the tile is produced; the tile itself then
+    lives in local memory. Without an epilogue, a local cache of the tile is
+    written back per tile instead."""
+    order = [b for b in blocks_in_order(sch)]
+    names = [block_name(sch, b) for b in order]
+    idx = names.index(block_name(sch, out_block))
+    epilogue = order[idx + 1:]
+    for b in epilogue[:-1]:
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            sch.reverse_compute_at(b, loop)
+    if epilogue:
+        last = epilogue[-1]
+        sch.reverse_compute_at(last, loop)
+        sch.set_scope(out_block, 0, "local")
+    else:
+        last = sch.cache_write(out_block, 0, "local")
+        # the write-back block is the consumer now; move it under the tile
+        sch.reverse_compute_at(last, loop)
+    vectorize_inner(sch, last, vec)
+    return last
+
+
+def separate_epilogue(sch, out_block, loop, vec=VEC):
+    """For anchors whose tiles are not rectangles of the output (a flattened
+    spatial axis): write each tile through a local cache, then run what
+    follows `out_block` (its reshape back to NCHW plus the fused epilogue) as
+    one parallel, vectorized pass."""
+    cw = sch.cache_write(out_block, 0, "local")
+    sch.reverse_compute_at(cw, loop)
+    vectorize_inner(sch, cw, vec)
+    order = blocks_in_order(sch)
+    names = [block_name(sch, b) for b in order]
+    epilogue = order[names.index(block_name(sch, cw)) + 1:] if block_name(sch, cw) in names else []
+    for b in epilogue[:-1]:
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            pass
+    for b in blocks_in_order(sch)[len(names) - len(epilogue):]:
+        try:
+            _generic_block(sch, b)
+        except s_tir.ScheduleError:
+            pass
+
+
+def vectorize_inner(sch, block, vec=VEC):
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    inner = loops[-1]
+    extent = _extent(sch, inner)
+    if extent is None or extent < 2:
+        return
+    if extent % vec == 0 and extent > vec:
+        _, inner = sch.split(inner, [None, vec])
+    if extent % vec == 0 or extent <= 16:
+        sch.vectorize(inner)
+
+
+def _extent(sch, loop):
+    try:
+        return int(sch.get(loop).extent)
+    except Exception:
+        return None
+
+
+def generic(sch, max_parallel_inner=1 << 16):
+    """A reasonable schedule for non-anchor kernels (pooling, elementwise,
+    reductions, data movement): parallelize the outer spatial loops of each
+    top-level block and vectorize contiguous inner loops where possible."""
+    for block in blocks_in_order(sch):
+        try:
+            _generic_block(sch, block)
+        except s_tir.ScheduleError:
+            pass
+
+
+def _generic_block(sch, block):
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    iters = sch.get(block).iter_vars
+    kinds = [iv.iter_type for iv in iters]
+    # count leading data-parallel loops (block iters map 1:1 to loops when unscheduled)
+    spatial = 0
+    for k in kinds:
+        if k != 0:  # 0 = data parallel
+            break
+        spatial += 1
+    spatial = min(spatial, len(loops))
+    if spatial == 0:
+        return
+    total = 1
+    for lp in loops[:spatial]:
+        e = _extent(sch, lp)
+        if e is None:
+            return
+        total *= e
+    if spatial == len(loops) and total >= 64:
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        if total % VEC == 0:
+            outer, inner = sch.split(fused, [None, VEC])
+            sch.parallel(outer)
+            sch.vectorize(inner)
+        else:
+            sch.parallel(fused)
+    elif total >= 4:
+        fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
+        sch.parallel(fused)

@@ -1,0 +1,42 @@
+"""Pass `plan_weights`: per layer, ship raw weights plus the variant's
+transform kernel, or the already-transformed (cached) weights.
+
+form: "cached" | "raw", or {"*": form, "<anchor id>": form}. A raw layer's
+transformed weights become a `prepared` tensor that the runtime fills once
+with the transform kernel; a cached layer reads them straight from the
+bundle. Variants whose transform is the identity always read raw weights.
+"""
+from .graph import Tensor
+
+NAME = "plan_weights"
+
+
+def run(graph, form="cached"):
+    forms = form if isinstance(form, dict) else {"*": form}
+    for layer in graph.layers:
+        weights = [i for i in layer.args if graph.tensors[i].kind == "weight" and graph.tensors[i].cached]
+        for idx in weights:
+            t = graph.tensors[idx]
+            a = t.anchor
+            want = forms.get(a.id, forms.get("*", "cached"))
+            if want not in ("raw", "cached"):
+                raise ValueError(f"weight form must be raw or cached, not {want!r}")
+            layer.weight_form = want
+            if want == "cached":
+                continue
+            raw = graph.add_tensor(Tensor(f"{t.name}.raw", t.dtype, tuple(a.raw.shape), "weight", a.raw))
+            t.kind, t.data, t.cached = "prepared", None, False
+            sym = f"cb_transform_{a.index}"
+            graph.kernels[sym] = _scheduled(a.transform_func)
+            layer.transform, layer.transform_args = sym, [raw, idx]
+    return graph
+
+
+def _scheduled(func):
+    from tvm import s_tir
+
+    from .kernels.schedule_util import generic
+
+    sch = s_tir.Schedule(func)
+    generic(sch)
+    return sch.mod["main"]

@@ -1,0 +1,36 @@
+"""Pass `schedule_kernels`: explicit schedules for every kernel after fusion.
+
+A function holding an anchor (select_variants) gets its variant's schedule,
+with the fused epilogue attached to the anchor's tiles; every other function
+gets the generic schedule (parallel outer loops, vectorized inner loops).
+A schedule that fails leaves the function as lowered (correct, slower) and is
+reported in the graph's notes.
+"""
+from .kernels import ANCHOR
+from .kernels.schedule_util import generic
+from .select_variants import ANCHOR_RE
+
+NAME = "schedule_kernels"
+
+
+def run(mod, anchors):
+    import tvm
+    from tvm import relax, s_tir
+
+    by_index = {a.index: a for a in anchors}
+    notes = []
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            continue
+        m = ANCHOR_RE.search(gv.name_hint)
+        sch = s_tir.Schedule(func)
+        try:
+            if m:
+                a = by_index[int(m.group(1))]
+                a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)
+            else:
+                generic(sch)
+            mod[gv] = sch.mod["main"]
+        except (s_tir.ScheduleError, tvm.TVMError, ValueError) as e:
+            notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}), left unscheduled")
+    return mod, notes

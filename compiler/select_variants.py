@@ -1,0 +1,191 @@
+"""Pass `select_variants`: give every conv2d and constant-weight matmul a
+kernel variant (compiler/kernels) and rewrite it into a call of that
+variant's execute kernel on the variant's transformed weights.
+
+The transformed weights are computed here by running the variant's own
+compiled TIR transform, so a bundle that carries them cached holds exactly
+what the transform kernel would produce at run time. Each rewritten call is
+an *anchor*: FuseOps later fuses its elementwise epilogue into it and
+schedule_kernels applies the variant's schedule to the fused function.
+
+Choice: {"*": variant-or-"auto", "c3": variant, "conv2d": variant, ...}
+keys are anchor ids (c<k> for convs, d<k> for dense layers, in graph order),
+op names, or "*". A global choice that does not apply to a layer falls back
+to "auto" for it; a per-anchor one that does not apply is an error.
+"""
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import CompileError
+from .kernels import ConvSpec, DenseSpec, applicable, get
+from .kernels import build as kbuild
+
+NAME = "select_variants"
+ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
+
+
+@dataclass
+class Anchor:
+    id: str
+    index: int
+    spec: object
+    variant: object
+    params: dict
+    raw: np.ndarray
+    transformed: np.ndarray = None
+    const: object = None
+    transform_func: object = None
+    alternatives: list = field(default_factory=list)
+
+
+def auto_variant(spec):
+    """Heuristic default until the cost-table scheduler decides (issue 4)."""
+    if isinstance(spec, DenseSpec):
+        return "dense.packed_gemm"
+    if spec.depthwise:
+        return "conv2d.depthwise_direct"
+    if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
+        return "conv2d.gemm_1x1"
+    if spec.groups == 1:
+        return "conv2d.im2col_gemm"
+    return "conv2d.direct"
+
+
+def _choose(anchor_id, op, spec, choice):
+    names = [v.name for v in applicable(spec, op)]
+    for key in (anchor_id, op, "*"):
+        want = choice.get(key)
+        if want is None or want == "auto":
+            continue
+        full = want if "." in want else f"{op}.{want}"
+        if full in names:
+            return get(full)
+        if key == anchor_id:
+            raise CompileError(f"variant '{want}' does not apply to {anchor_id} ({spec}); applicable: {names}")
+    return get(auto_variant(spec))
+
+
+def _spec_of(call, op_name, const_value):
+    x_ty = call.args[0].ty
+    xs = [int(d) for d in x_ty.shape.values]
+    dtype = str(x_ty.dtype)
+    if op_name == "conv2d":
+        a = call.attrs
+        if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(xs) != 4
+                or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
+            return None
+        w = const_value(call.args[1])
+        if w is None:
+            return None
+        pad = [int(p) for p in a.padding]
+        pad = pad * 2 if len(pad) == 2 else pad
+        return ConvSpec(xs[0], xs[1], xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
+                        tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
+                        int(a.groups), dtype), w
+    w = const_value(call.args[1])
+    if w is None or w.ndim != 2 or len(xs) != 2 or dtype != "float32" or str(w.dtype) != dtype:
+        return None
+    return DenseSpec(xs[0], xs[1], int(w.shape[1]), dtype), w
+
+
+def run(mod, choice=None, target=None):
+    """Returns (mod, anchors)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    choice = dict(choice or {})
+    ops = {"conv2d": tvm.ir.Op.get("relax.nn.conv2d"), "dense": tvm.ir.Op.get("relax.matmul")}
+    permute, reshape = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.reshape")
+
+    def is_const(e):
+        return type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value")
+
+    @mutator
+    class Rewriter(PyExprMutator):
+        def __init__(self, mod, phase, anchors):
+            super().__init__(mod)
+            self.mod_, self.phase, self.anchors, self.count = mod, phase, anchors, {"conv2d": 0, "dense": 0}
+
+        def const_value(self, e):
+            if is_const(e):
+                return e.value.numpy()
+            if isinstance(e, relax.Var):
+                b = self.lookup_binding(e)
+                if b is not None and hasattr(b, "op") and len(b.args) >= 1 and is_const(b.args[0]):
+                    v = b.args[0].value.numpy()
+                    if b.op.same_as(permute):
+                        axes = b.attrs.axes
+                        return np.transpose(v, None if axes is None else [int(i) for i in axes])
+                    if b.op.same_as(reshape):
+                        return v.reshape([int(d) for d in b.ty.shape.values])
+            return None
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
+            if op_name is None:
+                return call
+            found = _spec_of(call, op_name, self.const_value)
+            if found is None:
+                return call
+            spec, w = found
+            k = self.count[op_name]
+            self.count[op_name] += 1
+            anchor_id = f"{op_name[0]}{k}"
+            if self.phase == "collect":
+                v = _choose(anchor_id, op_name, spec, choice)
+                self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, v.space(spec)[0],
+                                           np.ascontiguousarray(w.astype(spec.dtype)),
+                                           alternatives=[a.name for a in applicable(spec, op_name)]))
+                return call
+            a = next(a for a in self.anchors if a.id == anchor_id)
+            short = a.variant.name.split(".")[1]
+            return self.builder_.call_te(kbuild.execute_te(a.variant, spec), call.args[0], a.const,
+                                         primfunc_name_hint=f"cb{a.index}_{short}")
+
+        def transform(self):
+            for gv, func in self.mod_.functions.items():
+                if isinstance(func, relax.Function):
+                    self.builder_.update_func(gv, self.visit_expr(func))
+            return self.builder_.get()
+
+    anchors = []
+    Rewriter(mod, "collect", anchors).transform()
+    _transform_weights(anchors)
+    for a in anchors:
+        a.const = relax.const(a.transformed)
+    new_mod = Rewriter(mod, "rewrite", anchors).transform()
+    # anchors fuse with their elementwise epilogue (OutEWiseFusable)
+    for gv, func in list(new_mod.functions.items()):
+        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
+            new_mod[gv] = func.with_attr("op_pattern", 4)
+    return new_mod, anchors
+
+
+def _transform_weights(anchors):
+    """Run every anchor's transform kernel (compiled for this machine)."""
+    import tvm
+    from coldbrew.targets import resolve
+
+    funcs = {}
+    for a in anchors:
+        f = kbuild.transform_func(a.variant, a.spec)
+        a.transform_func = f
+        if f is not None:
+            funcs[f"cb_transform_{a.index}"] = f
+    if not funcs:
+        for a in anchors:
+            a.transformed = a.raw
+        return
+    lib = kbuild.build(funcs, resolve("host"))
+    dev = tvm.cpu()
+    for a in anchors:
+        if a.transform_func is None:
+            a.transformed = a.raw
+            continue
+        out = tvm.runtime.tensor(np.zeros(a.variant.transformed_shape(a.spec), a.spec.dtype), dev)
+        lib[f"cb_transform_{a.index}"](tvm.runtime.tensor(a.raw, dev), out)
+        a.transformed = out.numpy()

@@ -1,0 +1,117 @@
+"""Every kernel variant against a plain numpy reference, over a sweep of
+shapes, strides, pads, groups, dilations and channel counts that are not
+multiples of the blocks; with and without a fused epilogue; through every
+schedule of its parameter space on one shape; and its weight transform."""
+import numpy as np
+import pytest
+import tvm
+from tvm import te, topi
+
+from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
+from coldbrew.compiler.kernels import build as kb
+from coldbrew.targets import resolve
+
+TARGET = resolve("host")
+
+
+def ref_conv(x, w, spec):
+    """Direct definition of a grouped, strided, dilated, padded conv2d (float64)."""
+    pt, pl, pb, pr = spec.pad
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    oh, ow = spec.out_h, spec.out_w
+    k, cpg = w.shape[:2]
+    kpg = k // spec.groups
+    out = np.zeros((spec.n, k, oh, ow))
+    for g in range(spec.groups):
+        for r in range(spec.r):
+            for s in range(spec.s):
+                patch = xp[:, g * cpg:(g + 1) * cpg, r * dh:r * dh + sh * (oh - 1) + 1:sh, s * dw:s * dw + sw * (ow - 1) + 1:sw]
+                out[:, g * kpg:(g + 1) * kpg] += np.einsum("ncyz,kc->nkyz", patch, w[g * kpg:(g + 1) * kpg, :, r, s])
+    return out
+
+
+CONV_SPECS = [
+    ConvSpec(1, 3, 17, 19, 10, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvSpec(1, 16, 14, 14, 24, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvSpec(1, 13, 15, 11, 9, 3, 3, (2, 2), (1, 1, 1, 1)),
+    ConvSpec(1, 8, 12, 12, 20, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    ConvSpec(1, 12, 9, 9, 12, 3, 3, (1, 1), (0, 0, 0, 0), groups=3),
+    ConvSpec(1, 20, 10, 10, 20, 3, 3, (1, 1), (1, 1, 1, 1), groups=20),
+    ConvSpec(1, 20, 11, 11, 20, 3, 3, (2, 2), (1, 1, 1, 1), groups=20),
+    ConvSpec(1, 24, 9, 13, 24, 5, 5, (1, 1), (2, 2, 2, 2), groups=24),
+    ConvSpec(1, 17, 9, 9, 33, 1, 1),
+    ConvSpec(1, 32, 8, 8, 16, 1, 1, (2, 2)),
+    ConvSpec(2, 5, 13, 13, 7, 5, 5, (1, 1), (2, 1, 0, 2)),
+    ConvSpec(1, 3, 31, 31, 16, 7, 7, (2, 2), (3, 3, 3, 3)),
+    ConvSpec(1, 6, 7, 7, 6, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvSpec(1, 64, 8, 8, 64, 3, 3, (1, 1), (1, 1, 1, 1)),
+]
+DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50), DenseSpec(16, 9, 3)]
+
+
+def _cases():
+    for spec in CONV_SPECS:
+        for v in applicable(spec, "conv2d"):
+            yield pytest.param(v, spec, id=f"{v.name}-{spec.c}x{spec.h}x{spec.w}-k{spec.k}r{spec.r}s{spec.stride[0]}g{spec.groups}d{spec.dilation[0]}")
+    for spec in DENSE_SPECS:
+        for v in applicable(spec, "dense"):
+            yield pytest.param(v, spec, id=f"{v.name}-{spec.m}x{spec.k}x{spec.n}")
+
+
+def _run(variant, spec, params=None, epilogue=False):
+    rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
+    dev = tvm.cpu()
+    x = rng.standard_normal(kb.input_shape(spec)).astype(np.float32)
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    if isinstance(spec, ConvSpec):
+        ref = ref_conv(x, w, spec)
+    else:
+        ref = x.astype(np.float64) @ w
+    bias = rng.standard_normal(ref.shape[1]).astype(np.float32)
+
+    def bias_relu(out):
+        b = te.placeholder((ref.shape[1],), "float32", name="bias")
+        shape = [1, ref.shape[1]] + [1] * (len(ref.shape) - 2)
+        return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
+
+    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None), variant, spec, params)}
+    tf = kb.transform_func(variant, spec)
+    if tf is not None:
+        funcs["tr"] = tf
+    lib = kb.build(funcs, TARGET)
+    wt = tvm.runtime.tensor(w, dev)
+    if tf is not None:
+        out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec), np.float32), dev)
+        lib["tr"](wt, out_w)
+        wt = out_w
+    out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32), dev)
+    args = [tvm.runtime.tensor(x, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
+    lib["exe"](*args)
+    if epilogue:
+        ref = np.maximum(ref + bias.reshape([1, -1] + [1] * (ref.ndim - 2)), 0)
+    scale = max(1.0, float(np.abs(ref).max()))
+    err = float(np.abs(out.numpy() - ref).max())
+    # winograd F(6x6) is the least accurate in fp32; everything else is near exact
+    tol = 5e-3 if "winograd_f6" in variant.name else 1e-4
+    assert err <= tol * scale, f"{variant.name} {spec}: max err {err} (scale {scale})"
+
+
+@pytest.mark.parametrize("variant,spec", list(_cases()))
+def test_variant_matches_reference(variant, spec):
+    _run(variant, spec)
+
+
+@pytest.mark.parametrize("variant", variants(), ids=lambda v: v.name)
+def test_variant_with_fused_epilogue_and_every_schedule(variant):
+    spec = next((s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
+                 and variant.applies(s)), None)
+    assert spec is not None, f"no sweep shape exercises {variant.name}"
+    for params in variant.space(spec):
+        _run(variant, spec, params, epilogue=True)
+
+
+def test_every_variant_is_exercised_by_the_sweep():
+    covered = {v.name for s in CONV_SPECS for v in applicable(s, "conv2d")}
+    covered |= {v.name for s in DENSE_SPECS for v in applicable(s, "dense")}
+    assert covered == {v.name for v in variants()}
