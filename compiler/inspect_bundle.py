@@ -20,7 +20,11 @@ class InspectError(Exception):
 
 def read(path):
     with open(path, "rb") as f:
-        data = f.read()
+        return read_bytes(f.read(), path)
+
+
+def read_bytes(data, path="<bytes>"):
+    """(BundleT, size, schema version) from a bundle's bytes."""
     if len(data) < 64 or data[:8] != b"COLDBREW":
         raise InspectError(f"{path}: not a coldbrew bundle")
     version, hdr_off, hdr_size, _, file_size = struct.unpack_from("<IIQQQ", data, 8)
@@ -56,12 +60,12 @@ def describe(path):
             x = b.tensors[i]
             lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}")
-    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<14} {'weights':<7} {'q':>3} {'bytes':>12}")
+    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<7} {'q':>3} {'bytes':>12}")
     form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
         wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
-        lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<14} "
+        lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
                      f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}")
     lines.append("segments")
     for k, s in enumerate(b.segments):

@@ -39,3 +39,29 @@ def test_zoo_model_matches_onnxruntime(name, tmp_path):
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
         assert_close(a, b)
+
+
+# Forced variants on whole models: squeezenet has 1x1, 3x3 stride-1 and a
+# strided first conv; mobilenet has depthwise and pointwise convs.
+FORCED = [(m, v) for m in ("squeezenet", "mobilenet")
+          for v in ("direct", "packed_direct", "im2col_gemm", "gemm_1x1", "winograd_f2", "winograd_f4",
+                    "winograd_f6", "depthwise_direct")]
+
+
+@pytest.mark.parametrize("name,variant", FORCED, ids=[f"{m}-{v}" for m, v in FORCED])
+def test_zoo_model_with_forced_variant(name, variant):
+    from coldbrew.compiler import compile_model
+
+    model = zoo.build(name)
+    data = compile_model(model, variants={"*": variant}, weights="raw" if "winograd" in variant else "cached")
+    from coldbrew.compiler.inspect_bundle import read_bytes
+
+    used = {s.variant.decode() if isinstance(s.variant, bytes) else s.variant for s in read_bytes(data)[0].plan.steps}
+    # mobilenet (v1) has no 3x3 stride-1 dense conv, squeezenet no depthwise one
+    applies = not ((name == "squeezenet" and variant == "depthwise_direct")
+                   or (name == "mobilenet" and variant.startswith("winograd")))
+    assert (f"conv2d.{variant}" in used) == applies, used
+    sess = coldbrew.load(data)
+    feeds = {i.name: np.random.default_rng(5).standard_normal(i.shape).astype(i.dtype) for i in sess.get_inputs()}
+    tol = 5e-3 if variant == "winograd_f6" else 1e-3
+    assert_close(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rel=tol)
