@@ -54,17 +54,22 @@ def auto_variant(spec):
 
 
 def _choose(anchor_id, op, spec, choice):
+    """(variant, params) for one anchor. A choice value is a variant name or
+    (variant name, schedule params)."""
     names = [v.name for v in applicable(spec, op)]
     for key in (anchor_id, op, "*"):
         want = choice.get(key)
+        want, params = want if isinstance(want, tuple) else (want, None)
         if want is None or want == "auto":
             continue
         full = want if "." in want else f"{op}.{want}"
         if full in names:
-            return get(full)
+            v = get(full)
+            return v, params if params is not None else v.space(spec)[0]
         if key == anchor_id:
             raise CompileError(f"variant '{want}' does not apply to {anchor_id} ({spec}); applicable: {names}")
-    return get(auto_variant(spec))
+    v = get(auto_variant(spec))
+    return v, v.space(spec)[0]
 
 
 def _spec_of(call, op_name, const_value):
@@ -136,14 +141,14 @@ def run(mod, choice=None, target=None):
             self.count[op_name] += 1
             anchor_id = f"{op_name[0]}{k}"
             if self.phase == "collect":
-                v = _choose(anchor_id, op_name, spec, choice)
-                self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, v.space(spec)[0],
+                v, params = _choose(anchor_id, op_name, spec, choice)
+                self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
                                            np.ascontiguousarray(w.astype(spec.dtype)),
                                            alternatives=[a.name for a in applicable(spec, op_name)]))
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, spec), call.args[0], a.const,
+            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
 
         def transform(self):

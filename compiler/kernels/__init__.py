@@ -5,8 +5,11 @@ weight transform plus an execute kernel. The contract, in one place:
     variant.applies(spec)            can it run this layer (shape, stride, groups, dilation ...)?
     variant.transformed_shape(spec)  shape of its transformed weights (known at compile time)
     variant.transform(spec)          TE: raw ONNX weights -> transformed weights (None = identity)
-    variant.compute(spec, x, wt)     TE: the execute computation; its main stage is named
-                                     ANCHOR so the scheduler finds it after fusion
+    variant.compute(spec, x, wt, params)
+                                     TE: the execute computation; its main stage is named
+                                     ANCHOR so the scheduler finds it after fusion. It computes
+                                     a tile-aligned output (padded to the schedule's tiles, so no
+                                     loop needs a boundary predicate) then crops it
     variant.schedule(sch, block, spec, params)
                                      explicit s_tir schedule of the anchor (fused epilogue
                                      blocks are attached by schedule_kernels)
@@ -88,7 +91,7 @@ class Variant:
     def transform(self, spec):
         return None  # identity
 
-    def compute(self, spec, x, wt):
+    def compute(self, spec, x, wt, params):
         raise NotImplementedError
 
     def schedule(self, sch, block, spec, params):

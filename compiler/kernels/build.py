@@ -22,17 +22,17 @@ def transform_func(variant, spec):
     return te.create_prim_func([w, fn(w)])
 
 
-def execute_te(variant, spec):
+def execute_te(variant, spec, params):
     """A TE function (x, wt) -> out, for BlockBuilder.emit_te."""
-    return lambda x, wt: variant.compute(spec, x, wt)
+    return lambda x, wt: variant.compute(spec, x, wt, params)
 
 
-def execute_func(variant, spec, epilogue=None):
+def execute_func(variant, spec, epilogue=None, params=None):
     """Standalone PrimFunc(x, wt, [extra...], out): the execute kernel with an
     optional epilogue (a function of (out, *extra placeholders))."""
     x = te.placeholder(input_shape(spec), spec.dtype, name="x")
     wt = te.placeholder(variant.transformed_shape(spec), spec.dtype, name="wt")
-    out = variant.compute(spec, x, wt)
+    out = variant.compute(spec, x, wt, params if params is not None else variant.space(spec)[0])
     extra = []
     if epilogue is not None:
         out, extra = epilogue(out)

@@ -17,9 +17,16 @@ from .schedule_util import VEC, attach_epilogue, generic, separate_epilogue
 KB = 8  # output-channel block of packed weights
 
 
-def _pad(x, spec):
+def _round(n, m):
+    return (n + m - 1) // m * m
+
+
+def _pad(x, spec, extra_h=0, extra_w=0):
+    """Zero-pad the input by the conv's pads, plus `extra_*` at the bottom /
+    right so that padded (tile-aligned) output extents read in bounds."""
     pt, pl, pb, pr = spec.pad
-    if not any(spec.pad):
+    pb, pr = pb + extra_h, pr + extra_w
+    if not any((pt, pl, pb, pr)):
         return x
     n, c, h, w = spec.n, spec.c, spec.h, spec.w
     return te.compute(
@@ -31,6 +38,21 @@ def _pad(x, spec):
 
 def _split_tile(sch, loop, factor):
     return sch.split(loop, [None, factor])
+
+
+def _crop(anchor, spec):
+    """The layer's true output, read from the anchor's tile-aligned one."""
+    return te.compute((spec.n, spec.k, spec.out_h, spec.out_w), lambda n, k, y, z: anchor[n, k, y, z], name="cb_out")
+
+
+def _extra_w(spec, ow_padded):
+    need = (ow_padded - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1
+    return max(0, need - (spec.w + spec.pad[1] + spec.pad[3]))
+
+
+def _zb(spec, params, default=16):
+    """Width tile: the parameter, but no wider than the output rounded to a vector."""
+    return min(params.get("zb", default), _round(spec.out_w, VEC))
 
 
 def _extent(sch, loop):
@@ -46,26 +68,29 @@ class _Direct(Variant):
     def _weight(self, wt, k, c, r, s):
         return wt[k, c, r, s]
 
-    def compute(self, spec, x, wt):
-        p = _pad(x, spec)
+    def compute(self, spec, x, wt, params):
+        kb, zb = params.get("kb", 4), _zb(spec, params)
+        kp, owp = _round(spec.k, kb), _round(spec.out_w, zb)
+        p = _pad(x, spec, extra_w=_extra_w(spec, owp))
         cpg, kpg = spec.c // spec.groups, spec.k // spec.groups
         rc = te.reduce_axis((0, cpg), "rc")
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        return te.compute(
-            (spec.n, spec.k, spec.out_h, spec.out_w),
+        last = spec.k - 1
+        anchor = te.compute(
+            (spec.n, kp, spec.out_h, owp),
             lambda n, k, y, z: te.sum(
-                p[n, (k // kpg) * cpg + rc, y * sh + rr * dh, z * sw + rs * dw] * self._weight(wt, k, rc, rr, rs),
-                axis=[rc, rr, rs]),
+                p[n, (tirx.min(k, last) // kpg) * cpg + rc, y * sh + rr * dh, z * sw + rs * dw]
+                * self._weight(wt, tirx.min(k, last), rc, rr, rs), axis=[rc, rr, rs]),
             name=ANCHOR)
+        return _crop(anchor, spec)
 
     def space(self, spec):
         return [{"kb": 4, "zb": 16}, {"kb": 8, "zb": 8}, {"kb": 4, "zb": 8}, {"kb": 2, "zb": 32}]
 
     def schedule(self, sch, block, spec, params):
-        kb, zb = params.get("kb", 4), params.get("zb", 16)
-        zb = min(zb, max(VEC, spec.out_w - spec.out_w % VEC)) if spec.out_w >= VEC else spec.out_w
+        kb, zb = params.get("kb", 4), _zb(spec, params)
         n, k, y, z, rc, rr, rs = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zb)
@@ -125,14 +150,15 @@ class _Gemm(Variant):
                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
-    def _column(self, spec, x):
+    def _column(self, spec, x, pp):
         raise NotImplementedError
 
-    def compute(self, spec, x, wt):
-        col = self._column(spec, x)
+    def compute(self, spec, x, wt, params):
+        pp = _round(spec.out_h * spec.out_w, params.get("pt", 16))
+        col = self._column(spec, x, pp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
         ow = spec.out_w
-        gemm = te.compute((spec.n, spec.k, spec.out_h * ow),
+        gemm = te.compute((spec.n, _round(spec.k, KB), pp),
                           lambda n, k, i: te.sum(wt[k // KB, q, k % KB] * col(n, q, i), axis=q), name=ANCHOR)
         return te.compute((spec.n, spec.k, spec.out_h, ow), lambda n, k, y, z: gemm[n, k, y * ow + z], name="cb_out")
 
@@ -167,14 +193,17 @@ class Im2colGemm(_Gemm):
     def applies(self, spec):
         return spec.groups == 1
 
-    def _column(self, spec, x):
+    def _column(self, spec, x, pp):
         p = _pad(x, spec)
         rs, s, ow = spec.r * spec.s, spec.s, spec.out_w
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        col = te.compute(
-            (spec.n, spec.c * rs, spec.out_h * ow),
-            lambda n, q, i: p[n, q // rs, (i // ow) * sh + ((q // s) % spec.r) * dh, (i % ow) * sw + (q % s) * dw],
-            name="cb_col")
+        last = spec.out_h * ow - 1
+
+        def value(n, q, i):
+            j = tirx.min(i, last)  # columns past the output are computed and cropped
+            return p[n, q // rs, (j // ow) * sh + ((q // s) % spec.r) * dh, (j % ow) * sw + (q % s) * dw]
+
+        col = te.compute((spec.n, spec.c * rs, pp), value, name="cb_col")
         return lambda n, q, i: col[n, q, i]
 
     def _place_column(self, sch, loop):
@@ -190,9 +219,9 @@ class Gemm1x1(_Gemm):
         return (spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1)
                 and not any(spec.pad))
 
-    def _column(self, spec, x):
-        ow = spec.out_w
-        return lambda n, q, i: x[n, q, i // ow, i % ow]
+    def _column(self, spec, x, pp):
+        ow, last = spec.out_w, spec.out_h * spec.out_w - 1
+        return lambda n, q, i: x[n, q, tirx.min(i, last) // ow, tirx.min(i, last) % ow]
 
 
 def _winograd_matrices(m, r=3):
@@ -258,10 +287,11 @@ class Winograd(Variant):
         nh, nw = (spec.out_h + m - 1) // m, (spec.out_w + m - 1) // m
         return nh, nw, spec.n * nh * nw
 
-    def compute(self, spec, x, wt):
+    def compute(self, spec, x, wt, params):
         m, alpha = self.m, self.alpha
         a, b, _ = _winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
+        tiles_p = _round(tiles, self._tt(spec, params))
         pt, pl = spec.pad[0], spec.pad[1]
         hp, wp = nh * m + 2, nw * m + 2  # padded so every tile is whole
         h, w = spec.h, spec.w
@@ -276,6 +306,7 @@ class Winograd(Variant):
         r2 = te.reduce_axis((0, alpha), "r2")
 
         def tile_origin(t):
+            t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped
             n, rest = t // (nh * nw), t % (nh * nw)
             return n, (rest // nw) * m, (rest % nw) * m
 
@@ -283,9 +314,9 @@ class Winograd(Variant):
             n, y0, z0 = tile_origin(t)
             return te.sum(B[r1, e // alpha] * d[n, c, y0 + r1, z0 + r2] * B[r2, e % alpha], axis=[r1, r2])
 
-        V = te.compute((alpha * alpha, spec.c, tiles), v_value, name="cb_wino_v")
+        V = te.compute((alpha * alpha, spec.c, tiles_p), v_value, name="cb_wino_v")
         rc = te.reduce_axis((0, spec.c), "rc")
-        M = te.compute((alpha * alpha, spec.k, tiles),
+        M = te.compute((alpha * alpha, _round(spec.k, KB), tiles_p),
                        lambda e, k, t: te.sum(wt[e, k // KB, rc, k % KB] * V[e, rc, t], axis=rc), name=ANCHOR)
         s1 = te.reduce_axis((0, alpha), "s1")
         s2 = te.reduce_axis((0, alpha), "s2")
@@ -299,11 +330,11 @@ class Winograd(Variant):
     def space(self, spec):
         return [{"kb": 4, "tt": 16}, {"kb": 8, "tt": 8}, {"kb": 2, "tt": 32}]
 
+    def _tt(self, spec, params):
+        return min(params.get("tt", 16), _round(self._tiles(spec)[2], VEC))
+
     def schedule(self, sch, block, spec, params):
-        kb, tt = params.get("kb", 4), params.get("tt", 16)
-        _, _, tiles = self._tiles(spec)
-        if tiles < tt:
-            tt = VEC if tiles >= VEC else tiles
+        kb, tt = params.get("kb", 4), self._tt(spec, params)
         # input transform: one parallel pass, transform loops unrolled
         v = sch.get_sblock("cb_wino_v")
         e, c, t, r1, r2 = sch.get_loops(v)
@@ -353,23 +384,24 @@ class DepthwiseDirect(Variant):
         return lambda w: te.compute(self.transformed_shape(spec),
                                     lambda k, q: w[k, 0, q // spec.s, q % spec.s], name="cb_pack")
 
-    def compute(self, spec, x, wt):
-        p = _pad(x, spec)
+    def compute(self, spec, x, wt, params):
+        owp = _round(spec.out_w, _zb(spec, params))
+        p = _pad(x, spec, extra_w=_extra_w(spec, owp))
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        return te.compute(
-            (spec.n, spec.k, spec.out_h, spec.out_w),
+        anchor = te.compute(
+            (spec.n, spec.k, spec.out_h, owp),
             lambda n, k, y, z: te.sum(p[n, k, y * sh + rr * dh, z * sw + rs * dw] * wt[k, rr * spec.s + rs],
                                       axis=[rr, rs]),
             name=ANCHOR)
+        return _crop(anchor, spec)
 
     def space(self, spec):
         return [{"zb": 16}, {"zb": 8}, {"zb": 32}]
 
     def schedule(self, sch, block, spec, params):
-        zb = params.get("zb", 16)
-        zb = min(zb, spec.out_w) if spec.out_w >= VEC else spec.out_w
+        zb = _zb(spec, params)
         n, k, y, z, rr, rs = sch.get_loops(block)
         zo, zi = _split_tile(sch, z, zb)
         sch.reorder(n, k, y, zo, rr, rs, zi)

@@ -24,15 +24,18 @@ class PackedGemm(Variant):
                                                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
-    def compute(self, spec, x, wt):
+    def compute(self, spec, x, wt, params):
         k = te.reduce_axis((0, spec.k), "k")
-        return te.compute((spec.m, spec.n), lambda i, j: te.sum(x[i, k] * wt[j // NB, k, j % NB], axis=k), name=ANCHOR)
+        np_ = (spec.n + NB - 1) // NB * NB
+        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[i, k] * wt[j // NB, k, j % NB], axis=k), name=ANCHOR)
+        return te.compute((spec.m, spec.n), lambda i, j: anchor[i, j], name="cb_out")
 
     def space(self, spec):
         return [{"mb": 4}, {"mb": 2}, {"mb": 1}, {"mb": 8}]
 
     def schedule(self, sch, block, spec, params):
-        mb = min(params.get("mb", 4), spec.m)
+        mb = params.get("mb", 4)
+        mb = next(b for b in (mb, 4, 2, 1) if spec.m % b == 0)
         i, j, k = sch.get_loops(block)
         io, ii = sch.split(i, [None, mb])
         jo, ji = sch.split(j, [None, NB])

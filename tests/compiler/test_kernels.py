@@ -75,7 +75,8 @@ def _run(variant, spec, params=None, epilogue=False):
         shape = [1, ref.shape[1]] + [1] * (len(ref.shape) - 2)
         return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
 
-    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None), variant, spec, params)}
+    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params), variant, spec,
+                                params)}
     tf = kb.transform_func(variant, spec)
     if tf is not None:
         funcs["tr"] = tf
