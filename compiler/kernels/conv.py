@@ -12,7 +12,7 @@ import numpy as np
 from tvm import te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import VEC, attach_epilogue, generic, separate_epilogue
+from .schedule_util import VEC, attach_epilogue, separate_epilogue, vectorize_inner
 
 KB = 8  # output-channel block of packed weights
 
@@ -184,7 +184,10 @@ class _Gemm(Variant):
         sch.decompose_reduction(block, q)
 
     def _place_column(self, sch, loop):
-        pass
+        # the column tile of one output tile is packed inside the parallel loop
+        col = sch.get_sblock("cb_col")
+        sch.compute_at(col, loop, preserve_unit_loops=True)
+        vectorize_inner(sch, col)
 
 
 class Im2colGemm(_Gemm):
@@ -206,10 +209,6 @@ class Im2colGemm(_Gemm):
         col = te.compute((spec.n, spec.c * rs, pp), value, name="cb_col")
         return lambda n, q, i: col[n, q, i]
 
-    def _place_column(self, sch, loop):
-        # the column tile of one output tile is built inside the parallel loop
-        col = sch.get_sblock("cb_col")
-        sch.compute_at(col, loop, preserve_unit_loops=True)
 
 
 class Gemm1x1(_Gemm):
@@ -220,8 +219,11 @@ class Gemm1x1(_Gemm):
                 and not any(spec.pad))
 
     def _column(self, spec, x, pp):
+        # no im2col: the column matrix is the input itself, copied tile by tile
         ow, last = spec.out_w, spec.out_h * spec.out_w - 1
-        return lambda n, q, i: x[n, q, tirx.min(i, last) // ow, tirx.min(i, last) % ow]
+        col = te.compute((spec.n, spec.c, pp), lambda n, q, i: x[n, q, tirx.min(i, last) // ow, tirx.min(i, last) % ow],
+                         name="cb_col")
+        return lambda n, q, i: col[n, q, i]
 
 
 def _winograd_matrices(m, r=3):
@@ -424,4 +426,3 @@ for _v in (Direct(), PackedDirect(), Im2colGemm(), Gemm1x1(), Winograd(2), Winog
     register(_v)
 
 __all__ = ["ConvSpec"]
-_ = generic

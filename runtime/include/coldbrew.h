@@ -60,8 +60,18 @@ typedef struct cb_tensor_info {
 
 typedef struct cb_session_options {
   uint32_t threads; /* execution threads; 0 = the plan's choice */
-  uint32_t trace;   /* reserved for cold-run tracing; must be 0 */
+  uint32_t trace;   /* 1 = record a trace event per layer and phase */
 } cb_session_options;
+
+typedef enum cb_phase { CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2 } cb_phase;
+
+/* One traced phase of one plan step (times: CLOCK_MONOTONIC nanoseconds). */
+typedef struct cb_trace_event {
+  uint32_t step;
+  uint32_t phase; /* cb_phase */
+  int32_t cpu;    /* core the phase started on */
+  uint64_t start_ns, end_ns;
+} cb_trace_event;
 
 const char* cb_last_error(void);
 const char* cb_status_name(cb_status status);
@@ -90,6 +100,11 @@ cb_status cb_session_run(cb_session* session);
 /* Borrow output `index`; valid until the next run or release. */
 cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,
                                 size_t* out_nbytes);
+
+/* The events of the last run of a session created with trace = 1. */
+cb_status cb_session_trace(const cb_session* session, const cb_trace_event** out_events, size_t* out_count);
+/* Name and variant of plan step `step`, for reading traces. */
+cb_status cb_bundle_step_info(const cb_bundle* bundle, size_t step, const char** out_layer, const char** out_variant);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,11 @@ class _Options(ctypes.Structure):
     _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32)]
 
 
+class _TraceEvent(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_uint32), ("phase", ctypes.c_uint32), ("cpu", ctypes.c_int32),
+                ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64)]
+
+
 def _load_library():
     path = os.environ.get("COLDBREW_LIB") or os.path.join(os.path.dirname(__file__), "libcoldbrew.so")
     if not os.path.exists(path):
@@ -56,6 +61,9 @@ def _load_library():
         "cb_session_set_input": ([vp, sz, vp, sz], ctypes.c_int),
         "cb_session_run": ([vp], ctypes.c_int),
         "cb_session_get_output": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
+        "cb_session_trace": ([vp, ctypes.POINTER(ctypes.POINTER(_TraceEvent)), ctypes.POINTER(sz)], ctypes.c_int),
+        "cb_bundle_step_info": ([vp, sz, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)],
+                                ctypes.c_int),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -88,7 +96,7 @@ class NodeArg:
 class InferenceSession:
     """A loaded bundle with one execution session."""
 
-    def __init__(self, source, threads=0, verify_weights=True):
+    def __init__(self, source, threads=0, verify_weights=True, trace=False):
         flags = 0 if verify_weights else SKIP_WEIGHT_CHECKSUMS
         self._bundle = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
@@ -99,7 +107,7 @@ class InferenceSession:
             _check(_lib.cb_bundle_open_file(os.fsencode(source), flags, ctypes.byref(self._bundle)))
         self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
-        opts = _Options(threads, 0)
+        opts = _Options(threads, 1 if trace else 0)
         _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
 
     def _infos(self, count, info_fn):
@@ -155,6 +163,21 @@ class InferenceSession:
             result.append(np.frombuffer(raw, dtype=meta.dtype).reshape(meta.shape).copy())
         return result
 
+    def trace(self):
+        """Events of the last run (session made with trace=True): dicts with
+        layer, variant, phase (transform | execute), cpu, start_ns, end_ns."""
+        events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
+        _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
+        out = []
+        for i in range(count.value):
+            e = events[i]
+            layer, variant = ctypes.c_char_p(), ctypes.c_char_p()
+            _check(_lib.cb_bundle_step_info(self._bundle, e.step, ctypes.byref(layer), ctypes.byref(variant)))
+            out.append({"step": e.step, "layer": layer.value.decode(), "variant": variant.value.decode(),
+                        "phase": "transform" if e.phase == 1 else "execute", "cpu": e.cpu,
+                        "start_ns": e.start_ns, "end_ns": e.end_ns})
+        return out
+
     def close(self):
         if self._session:
             _lib.cb_session_release(self._session)
@@ -176,6 +199,6 @@ class InferenceSession:
         self.close()
 
 
-def load(source, threads=0, verify_weights=True):
+def load(source, threads=0, verify_weights=True, trace=False):
     """Open a bundle (path or bytes) and return an InferenceSession."""
-    return InferenceSession(source, threads=threads, verify_weights=verify_weights)
+    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace)

@@ -51,64 +51,85 @@ typedef struct {
 typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata);
 
 /* The runtime's thread pool: `size - 1` workers plus the launching thread.
- * A launch publishes (fn, cdata, ntask) under a new generation number; task
- * 0 runs on the caller, task k on worker k. Workers spin briefly, then
- * sleep on a condition variable, so an idle pool costs nothing. */
+ * A launch publishes (fn, cdata, ntask) and bumps a generation counter; task
+ * 0 runs on the caller, task k on worker k. Between launches workers spin for
+ * a short while (layers follow each other within microseconds), then sleep
+ * on a condition variable so an idle pool costs nothing. */
+#define CB_SPIN_ROUNDS 200000
+
 typedef struct {
   pthread_mutex_t mu;
-  pthread_cond_t wake, done;
+  pthread_cond_t wake;
   pthread_mutex_t launch_mu; /* one launch at a time */
   pthread_t* threads;
   int size;                  /* tasks per launch (workers + caller) */
-  uint64_t generation;
+  atomic_uint_fast64_t generation;
+  atomic_int pending;
+  atomic_int sleepers;
+  atomic_int failed;
+  atomic_int stop;
   cb_parallel_lambda fn;
   void* cdata;
   int ntask;
-  int pending;
-  int failed;
-  int stop;
   atomic_int barrier_count;
   atomic_int barrier_phase;
 } cb_pool;
 
 static cb_pool g_pool = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER, .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1,
+    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1,
 };
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t wait_for_launch(uint64_t seen) {
+  for (int i = 0; i < CB_SPIN_ROUNDS; i++) {
+    uint64_t g = atomic_load_explicit(&g_pool.generation, memory_order_acquire);
+    if (g != seen || atomic_load(&g_pool.stop)) return g;
+    cpu_relax();
+  }
+  pthread_mutex_lock(&g_pool.mu);
+  atomic_fetch_add(&g_pool.sleepers, 1);
+  uint64_t g;
+  while ((g = atomic_load(&g_pool.generation)) == seen && !atomic_load(&g_pool.stop))
+    pthread_cond_wait(&g_pool.wake, &g_pool.mu);
+  atomic_fetch_sub(&g_pool.sleepers, 1);
+  pthread_mutex_unlock(&g_pool.mu);
+  return g;
+}
 
 static void* worker_main(void* arg) {
   int id = (int)(intptr_t)arg;
-  uint64_t seen = 0;
-  pthread_mutex_lock(&g_pool.mu);
+  uint64_t seen = atomic_load(&g_pool.generation);
   for (;;) {
-    while (!g_pool.stop && g_pool.generation == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
-    if (g_pool.stop) break;
-    seen = g_pool.generation;
+    seen = wait_for_launch(seen);
+    if (atomic_load(&g_pool.stop)) break;
     if (id >= g_pool.ntask) continue;
-    cb_parallel_lambda fn = g_pool.fn;
-    void* cdata = g_pool.cdata;
     cb_parallel_env env = {&g_pool, g_pool.ntask};
-    pthread_mutex_unlock(&g_pool.mu);
-    int rc = fn(id, &env, cdata);
-    pthread_mutex_lock(&g_pool.mu);
-    if (rc) g_pool.failed = rc;
-    if (--g_pool.pending == 0) pthread_cond_signal(&g_pool.done);
+    int rc = g_pool.fn(id, &env, g_pool.cdata);
+    if (rc) atomic_store(&g_pool.failed, rc);
+    atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_release);
   }
-  pthread_mutex_unlock(&g_pool.mu);
   return NULL;
 }
 
 static void pool_stop(void) {
   if (g_pool.size <= 1) return;
   pthread_mutex_lock(&g_pool.mu);
-  g_pool.stop = 1;
+  atomic_store(&g_pool.stop, 1);
   pthread_cond_broadcast(&g_pool.wake);
   pthread_mutex_unlock(&g_pool.mu);
   for (int i = 1; i < g_pool.size; i++) pthread_join(g_pool.threads[i], NULL);
   free(g_pool.threads);
   g_pool.threads = NULL;
   g_pool.size = 1;
-  g_pool.stop = 0;
+  atomic_store(&g_pool.stop, 0);
 }
 
 cb_status cb_backend_set_threads(int n) {
@@ -123,7 +144,6 @@ cb_status cb_backend_set_threads(int n) {
       if (!g_pool.threads) {
         st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
       } else {
-        g_pool.size = 1;
         for (int i = 1; i < n; i++) {
           if (pthread_create(&g_pool.threads[i], NULL, worker_main, (void*)(intptr_t)i) != 0) {
             st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
@@ -147,19 +167,20 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
     return fn(0, &env, cdata);
   }
   pthread_mutex_lock(&g_pool.launch_mu);
-  pthread_mutex_lock(&g_pool.mu);
   g_pool.fn = fn, g_pool.cdata = cdata, g_pool.ntask = n;
-  g_pool.pending = n - 1, g_pool.failed = 0;
+  atomic_store(&g_pool.failed, 0);
   atomic_store(&g_pool.barrier_count, 0);
-  g_pool.generation++;
-  pthread_cond_broadcast(&g_pool.wake);
-  pthread_mutex_unlock(&g_pool.mu);
+  atomic_store(&g_pool.pending, n - 1);
+  atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release);
+  if (atomic_load(&g_pool.sleepers) > 0) {
+    pthread_mutex_lock(&g_pool.mu);
+    pthread_cond_broadcast(&g_pool.wake);
+    pthread_mutex_unlock(&g_pool.mu);
+  }
   cb_parallel_env env = {&g_pool, n};
   int rc = fn(0, &env, cdata);
-  pthread_mutex_lock(&g_pool.mu);
-  while (g_pool.pending > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
-  if (!rc) rc = g_pool.failed;
-  pthread_mutex_unlock(&g_pool.mu);
+  while (atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0) cpu_relax();
+  if (!rc) rc = atomic_load(&g_pool.failed);
   pthread_mutex_unlock(&g_pool.launch_mu);
   return rc;
 }

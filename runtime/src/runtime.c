@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -289,7 +291,15 @@ struct cb_session {
   uint32_t* arg_start;    /* per step */
   cb_ffi_any* targs;      /* all steps' transform arguments, back to back */
   uint32_t* targ_start;   /* per step */
+  cb_trace_event* trace;  /* 2 per step when tracing, else NULL */
+  size_t ntrace;
 };
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
   static const uint8_t code[] = {2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 6};
@@ -299,7 +309,6 @@ static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
 
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
-  if (options && options->trace) return cb_fail(CB_ERR_INVALID_ARGUMENT, "tracing is not available yet");
   *out = NULL;
   const cb_model* m = &b->model;
   uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
@@ -318,6 +327,13 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
   s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
+  if (options && options->trace) {
+    s->trace = calloc(2 * (size_t)m->nsteps + 1, sizeof *s->trace);
+    if (!s->trace) {
+      cb_session_release(s);
+      return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+  }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared ||
       !s->prepared) {
     cb_session_release(s);
@@ -360,6 +376,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
 void cb_session_release(cb_session* s) {
   if (!s) return;
   free(s->arena);
+  free(s->trace);
   free(s->prepared);
   free(s->is_prepared);
   free(s->targs);
@@ -386,20 +403,28 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
 cb_status cb_session_run(cb_session* s) {
   if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
   const cb_bundle* b = s->bundle;
+  s->ntrace = 0;
   for (uint32_t i = 0; i < b->model.nsteps; i++) {
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
+    cb_trace_event* ev = NULL;
     if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
+      if (s->trace) ev = &s->trace[s->ntrace++], ev->step = i, ev->phase = CB_PHASE_TRANSFORM,
+                    ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
       uint32_t t = s->targ_start[i];
       if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
         return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", b->model.steps[i].layer_name,
                        b->model.steps[i].transform, cb_backend_kernel_error());
       s->is_prepared[i] = 1;
+      if (ev) ev->end_ns = now_ns();
     }
+    if (s->trace) ev = &s->trace[s->ntrace++], ev->step = i, ev->phase = CB_PHASE_EXECUTE,
+                  ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
     uint32_t a = s->arg_start[i];
     if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", b->model.steps[i].layer_name,
                      b->model.steps[i].kernel, cb_backend_kernel_error());
+    if (ev) ev->end_ns = now_ns();
   }
   return CB_OK;
 }
@@ -412,5 +437,21 @@ cb_status cb_session_get_output(const cb_session* s, size_t index, const void** 
   const cb_tensor_desc* d = &m->tensors[m->outputs[index]];
   *out_data = s->arena + d->arena_offset;
   *out_nbytes = (size_t)d->nbytes;
+  return CB_OK;
+}
+
+cb_status cb_session_trace(const cb_session* s, const cb_trace_event** out_events, size_t* out_count) {
+  if (!s || !out_events || !out_count) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
+  if (!s->trace) return cb_fail(CB_ERR_INVALID_ARGUMENT, "the session was not created with trace = 1");
+  *out_events = s->trace;
+  *out_count = s->ntrace;
+  return CB_OK;
+}
+
+cb_status cb_bundle_step_info(const cb_bundle* b, size_t step, const char** out_layer, const char** out_variant) {
+  if (!b || !out_layer || !out_variant) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out pointers are required");
+  if (step >= b->model.nsteps) return cb_fail(CB_ERR_INVALID_ARGUMENT, "step %zu out of range", step);
+  *out_layer = b->model.steps[step].layer_name;
+  *out_variant = b->model.steps[step].variant;
   return CB_OK;
 }
