@@ -48,8 +48,8 @@ def auto_variant(spec):
         return "conv2d.depthwise_direct"
     if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
         return "conv2d.gemm_1x1"
-    if spec.groups == 1 and spec.c < 16:
-        return "conv2d.im2col_gemm"  # first layers: few input channels
+    if spec.groups == 1:
+        return "conv2d.im2col_gemm"
     return "conv2d.direct"
 
 

@@ -95,10 +95,18 @@ def _extent(sch, loop):
         return None
 
 
-def generic(sch, max_parallel_inner=1 << 16):
+def generic(sch):
     """A reasonable schedule for non-anchor kernels (pooling, elementwise,
-    reductions, data movement): parallelize the outer spatial loops of each
-    top-level block and vectorize contiguous inner loops where possible."""
+    reductions, data movement, weight transforms): inline intermediate
+    injective stages (pads, reshapes, broadcasts) into their consumers, then
+    run the outer loops of each remaining block in parallel and vectorize
+    contiguous inner loops of elementwise blocks."""
+    blocks = blocks_in_order(sch)
+    for b in blocks[:-1]:
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            pass
     for block in blocks_in_order(sch):
         try:
             _generic_block(sch, block)
@@ -110,31 +118,25 @@ def _generic_block(sch, block):
     loops = sch.get_loops(block)
     if not loops:
         return
-    iters = sch.get(block).iter_vars
-    kinds = [iv.iter_type for iv in iters]
-    # count leading data-parallel loops (block iters map 1:1 to loops when unscheduled)
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
     spatial = 0
-    for k in kinds:
-        if k != 0:  # 0 = data parallel
+    for k in kinds:  # leading data-parallel block iters (0 = data parallel)
+        if k != 0:
             break
         spatial += 1
     spatial = min(spatial, len(loops))
-    if spatial == 0:
+    extents = [_extent(sch, lp) for lp in loops]
+    if spatial == 0 or None in extents:
         return
-    total = 1
-    for lp in loops[:spatial]:
-        e = _extent(sch, lp)
-        if e is None:
-            return
-        total *= e
-    if spatial == len(loops) and total >= 64:
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        if total % VEC == 0:
-            outer, inner = sch.split(fused, [None, VEC])
-            sch.parallel(outer)
-            sch.vectorize(inner)
-        else:
-            sch.parallel(fused)
-    elif total >= 4:
-        fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
-        sch.parallel(fused)
+    elementwise = spatial == len(loops)
+    inner = loops[spatial - 1]
+    outer = list(loops[:spatial - 1])
+    if elementwise and extents[spatial - 1] % VEC == 0 and extents[spatial - 1] >= VEC:
+        io, iv = sch.split(inner, [None, VEC])
+        sch.vectorize(iv)
+        if not outer:
+            outer = [io]
+    if not outer:
+        outer = [inner]
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(par)
