@@ -51,9 +51,9 @@ def measure(variant, spec, params, target, repeat=10):
     funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, params=params), variant, spec, params)}
     tf = kb.transform_func(variant, spec)
     if tf is not None:
-        from .plan_weights import _scheduled
+        from .plan_weights import scheduled_transform
 
-        funcs["tr"] = _scheduled(tf)
+        funcs["tr"] = scheduled_transform(variant, tf)
     lib = kb.build(funcs, target)
     x = tvm.runtime.tensor(rng.standard_normal(kb.input_shape(spec)).astype(spec.dtype), dev)
     w = tvm.runtime.tensor(rng.standard_normal(spec.weight_shape).astype(spec.dtype), dev)

@@ -27,16 +27,18 @@ def run(graph, form="cached"):
             raw = graph.add_tensor(Tensor(f"{t.name}.raw", t.dtype, tuple(a.raw.shape), "weight", a.raw))
             t.kind, t.data, t.cached = "prepared", None, False
             sym = f"cb_transform_{a.index}"
-            graph.kernels[sym] = _scheduled(a.transform_func)
+            graph.kernels[sym] = scheduled_transform(a.variant, a.transform_func)
             layer.transform, layer.transform_args = sym, [raw, idx]
     return graph
 
 
-def _scheduled(func):
+def scheduled_transform(variant, func):
+    """The variant's own transform schedule, else the generic one."""
     from tvm import s_tir
 
     from .kernels.schedule_util import generic
 
     sch = s_tir.Schedule(func)
-    generic(sch)
+    if not variant.schedule_transform(sch):
+        generic(sch)
     return sch.mod["main"]

@@ -100,6 +100,10 @@ class Variant:
     def space(self, spec):
         return [{}]
 
+    def schedule_transform(self, sch):
+        """Schedule the weight transform; False leaves it to the generic schedule."""
+        return False
+
 
 _REGISTRY = {}
 

@@ -12,7 +12,7 @@ import numpy as np
 from tvm import te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import VEC, attach_epilogue, separate_epilogue, vectorize_inner
+from .schedule_util import VEC, attach_epilogue, vectorize_inner
 
 KB = 8  # output-channel block of packed weights
 
@@ -134,7 +134,11 @@ class PackedDirect(_Direct):
 
 
 class _Gemm(Variant):
-    """out[n, k, p] = sum_q wt[k // KB, q, k % KB] * col[n, q, p] with p = (y, z)."""
+    """out[n, k, y, z] = sum_q wt[k // KB, q, k % KB] * col[n, q, y, z], q = (c, r, s).
+
+    Tiles are KB-blocked output channels x one output row x ZT columns; the
+    column tile (all q for one row segment) is packed right before the channel
+    blocks that reuse it, and the epilogue runs on each finished tile."""
 
     op = "conv2d"
 
@@ -150,44 +154,43 @@ class _Gemm(Variant):
                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
-    def _column(self, spec, x, pp):
+    def _zt(self, spec, params):
+        zt = params.get("zt", 16)
+        return VEC if spec.out_w <= VEC or spec.out_w % 16 == VEC else zt
+
+    def _column(self, spec, x, owp):
         raise NotImplementedError
 
     def compute(self, spec, x, wt, params):
-        pp = _round(spec.out_h * spec.out_w, params.get("pt", 16))
-        col = self._column(spec, x, pp)
+        owp = _round(spec.out_w, self._zt(spec, params))
+        col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
-        ow = spec.out_w
-        gemm = te.compute((spec.n, _round(spec.k, KB), pp),
-                          lambda n, k, i: te.sum(wt[k // KB, q, k % KB] * col(n, q, i), axis=q), name=ANCHOR)
-        return te.compute((spec.n, spec.k, spec.out_h, ow), lambda n, k, y, z: gemm[n, k, y * ow + z], name="cb_out")
+        anchor = te.compute((spec.n, _round(spec.k, KB), spec.out_h, owp),
+                            lambda n, k, y, z: te.sum(wt[k // KB, q, k % KB] * col[n, q, y, z], axis=q), name=ANCHOR)
+        return _crop(anchor, spec)
 
     def space(self, spec):
-        return [{"kb": 4, "pt": 16}, {"kb": 8, "pt": 8}, {"kb": 2, "pt": 32}, {"kb": 4, "pt": 8}]
+        return [{"kb": 4, "zt": 16}, {"kb": 8, "zt": 8}, {"kb": 2, "zt": 16}, {"kb": 8, "zt": 16}]
 
     def schedule(self, sch, block, spec, params):
-        kb, pt = params.get("kb", 4), params.get("pt", 16)
-        n, k, p, q = sch.get_loops(block)
+        kb, zt = params.get("kb", 4), self._zt(spec, params)
+        if zt == VEC:
+            kb = max(kb, 8)  # keep 8 accumulators in flight
+        n, k, y, z, q = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
-        po, pi = _split_tile(sch, p, pt)
-        pio, piv = sch.split(pi, [None, VEC]) if pt % VEC == 0 else (None, pi)
-        order = [n, po, ko, q, ki] + ([pio] if pio is not None else []) + [piv]
-        sch.reorder(*order)
-        par = sch.fuse(n, po)
+        zo, zi = _split_tile(sch, z, zt)
+        zio, ziv = sch.split(zi, [None, VEC])
+        sch.reorder(n, y, zo, ko, q, ki, zio, ziv)
+        par = sch.fuse(n, y, zo)
         sch.parallel(par)
-        self._place_column(sch, par)
-        separate_epilogue(sch, block, ko)
-        sch.unroll(ki)
-        if pio is not None:
-            sch.unroll(pio)
-        sch.vectorize(piv)
-        sch.decompose_reduction(block, q)
-
-    def _place_column(self, sch, loop):
-        # the column tile of one output tile is packed inside the parallel loop
         col = sch.get_sblock("cb_col")
-        sch.compute_at(col, loop, preserve_unit_loops=True)
+        sch.compute_at(col, par, preserve_unit_loops=True)
         vectorize_inner(sch, col)
+        attach_epilogue(sch, block, ko)
+        sch.unroll(ki)
+        sch.unroll(zio)
+        sch.vectorize(ziv)
+        sch.decompose_reduction(block, q)
 
 
 class Im2colGemm(_Gemm):
@@ -196,19 +199,14 @@ class Im2colGemm(_Gemm):
     def applies(self, spec):
         return spec.groups == 1
 
-    def _column(self, spec, x, pp):
-        p = _pad(x, spec)
-        rs, s, ow = spec.r * spec.s, spec.s, spec.out_w
+    def _column(self, spec, x, owp):
+        p = _pad(x, spec, extra_w=_extra_w(spec, owp))
+        rs, s = spec.r * spec.s, spec.s
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        last = spec.out_h * ow - 1
-
-        def value(n, q, i):
-            j = tirx.min(i, last)  # columns past the output are computed and cropped
-            return p[n, q // rs, (j // ow) * sh + ((q // s) % spec.r) * dh, (j % ow) * sw + (q % s) * dw]
-
-        col = te.compute((spec.n, spec.c * rs, pp), value, name="cb_col")
-        return lambda n, q, i: col[n, q, i]
-
+        return te.compute(
+            (spec.n, spec.c * rs, spec.out_h, owp),
+            lambda n, q, y, z: p[n, q // rs, y * sh + ((q // s) % spec.r) * dh, z * sw + (q % s) * dw],
+            name="cb_col")
 
 
 class Gemm1x1(_Gemm):
@@ -218,12 +216,11 @@ class Gemm1x1(_Gemm):
         return (spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1)
                 and not any(spec.pad))
 
-    def _column(self, spec, x, pp):
+    def _column(self, spec, x, owp):
         # no im2col: the column matrix is the input itself, copied tile by tile
-        ow, last = spec.out_w, spec.out_h * spec.out_w - 1
-        col = te.compute((spec.n, spec.c, pp), lambda n, q, i: x[n, q, tirx.min(i, last) // ow, tirx.min(i, last) % ow],
-                         name="cb_col")
-        return lambda n, q, i: col[n, q, i]
+        last = spec.out_w - 1
+        return te.compute((spec.n, spec.c, spec.out_h, owp), lambda n, q, y, z: x[n, q, y, tirx.min(z, last)],
+                          name="cb_col")
 
 
 def _winograd_matrices(m, r=3):

@@ -51,10 +51,13 @@ typedef struct {
 typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata);
 
 /* The runtime's thread pool: `size - 1` workers plus the launching thread.
- * A launch publishes (fn, cdata, ntask) and bumps a generation counter; task
- * 0 runs on the caller, task k on worker k. Between launches workers spin for
- * a short while (layers follow each other within microseconds), then sleep
- * on a condition variable so an idle pool costs nothing. */
+ * A launch publishes (fn, cdata, ntask) and bumps a generation counter under
+ * `mu`; task 0 runs on the caller, task k on worker k. Between launches
+ * workers spin for a short while (layers follow each other within
+ * microseconds), then sleep on a condition variable so an idle pool costs
+ * nothing. Each worker starts from the generation current when it was
+ * created, and the generation only moves under `mu`, so no launch is missed.
+ * A launch from inside a task (nested parallel loops) runs inline. */
 #define CB_SPIN_ROUNDS 200000
 
 typedef struct {
@@ -65,7 +68,6 @@ typedef struct {
   int size;                  /* tasks per launch (workers + caller) */
   atomic_uint_fast64_t generation;
   atomic_int pending;
-  atomic_int sleepers;
   atomic_int failed;
   atomic_int stop;
   cb_parallel_lambda fn;
@@ -79,6 +81,8 @@ static cb_pool g_pool = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
     .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1,
 };
+
+static _Thread_local int t_in_task;
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__)
@@ -95,24 +99,29 @@ static uint64_t wait_for_launch(uint64_t seen) {
     cpu_relax();
   }
   pthread_mutex_lock(&g_pool.mu);
-  atomic_fetch_add(&g_pool.sleepers, 1);
   uint64_t g;
   while ((g = atomic_load(&g_pool.generation)) == seen && !atomic_load(&g_pool.stop))
     pthread_cond_wait(&g_pool.wake, &g_pool.mu);
-  atomic_fetch_sub(&g_pool.sleepers, 1);
   pthread_mutex_unlock(&g_pool.mu);
   return g;
 }
 
+typedef struct {
+  int id;
+  uint64_t generation;
+} cb_worker_start;
+
 static void* worker_main(void* arg) {
-  int id = (int)(intptr_t)arg;
-  uint64_t seen = atomic_load(&g_pool.generation);
+  cb_worker_start start = *(cb_worker_start*)arg;
+  free(arg);
+  t_in_task = 1;
+  uint64_t seen = start.generation;
   for (;;) {
     seen = wait_for_launch(seen);
     if (atomic_load(&g_pool.stop)) break;
-    if (id >= g_pool.ntask) continue;
+    if (start.id >= g_pool.ntask) continue;
     cb_parallel_env env = {&g_pool, g_pool.ntask};
-    int rc = g_pool.fn(id, &env, g_pool.cdata);
+    int rc = g_pool.fn(start.id, &env, g_pool.cdata);
     if (rc) atomic_store(&g_pool.failed, rc);
     atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_release);
   }
@@ -141,16 +150,20 @@ cb_status cb_backend_set_threads(int n) {
     pool_stop();
     if (n > 1) {
       g_pool.threads = calloc((size_t)n, sizeof(pthread_t));
-      if (!g_pool.threads) {
-        st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-      } else {
-        for (int i = 1; i < n; i++) {
-          if (pthread_create(&g_pool.threads[i], NULL, worker_main, (void*)(intptr_t)i) != 0) {
-            st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
-            break;
-          }
-          g_pool.size = i + 1;
+      if (!g_pool.threads) st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+      for (int i = 1; i < n && !st; i++) {
+        cb_worker_start* start = malloc(sizeof *start);
+        if (!start) {
+          st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+          break;
         }
+        start->id = i, start->generation = atomic_load(&g_pool.generation);
+        if (pthread_create(&g_pool.threads[i], NULL, worker_main, start) != 0) {
+          free(start);
+          st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
+          break;
+        }
+        g_pool.size = i + 1;
       }
     }
   }
@@ -162,7 +175,7 @@ int cb_backend_threads(void) { return g_pool.size; }
 
 static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
   int n = num_task > 0 && num_task < g_pool.size ? num_task : g_pool.size;
-  if (n <= 1) {
+  if (n <= 1 || t_in_task) {
     cb_parallel_env env = {&g_pool, 1};
     return fn(0, &env, cdata);
   }
@@ -171,14 +184,14 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
   atomic_store(&g_pool.failed, 0);
   atomic_store(&g_pool.barrier_count, 0);
   atomic_store(&g_pool.pending, n - 1);
-  atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release);
-  if (atomic_load(&g_pool.sleepers) > 0) {
-    pthread_mutex_lock(&g_pool.mu);
-    pthread_cond_broadcast(&g_pool.wake);
-    pthread_mutex_unlock(&g_pool.mu);
-  }
+  pthread_mutex_lock(&g_pool.mu);
+  atomic_fetch_add(&g_pool.generation, 1);
+  pthread_cond_broadcast(&g_pool.wake);
+  pthread_mutex_unlock(&g_pool.mu);
   cb_parallel_env env = {&g_pool, n};
+  t_in_task = 1;
   int rc = fn(0, &env, cdata);
+  t_in_task = 0;
   while (atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0) cpu_relax();
   if (!rc) rc = atomic_load(&g_pool.failed);
   pthread_mutex_unlock(&g_pool.launch_mu);

@@ -56,3 +56,33 @@ def test_c_program(small_model, small_bundle, tmp_path):
     assert_close(y, ort_run(small_model, {"x": x})[0])
     bad = subprocess.run([str(exe), str(tmp_path / "x.bin")], capture_output=True, text=True)
     assert bad.returncode == 1 and "BAD_MAGIC" in bad.stderr
+
+
+def test_raw_and_cached_weights_agree_across_thread_counts(tmp_path):
+    """A bundle whose layers carry raw weights + transform kernels and one
+    that carries the transformed weights give the same results, at any
+    thread count; the raw one runs each transform once."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.inspect_bundle import read_bytes
+
+    model = small_cnn()
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    outs = []
+    for form in ("raw", "cached"):
+        data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights=form)
+        b = read_bytes(data)[0]
+        steps = {s.variant.decode(): s for s in b.plan.steps}
+        conv = steps["conv2d.winograd_f2"]
+        assert bool(conv.transform) == (form == "raw") and (b.plan.preparedSize > 0) == (form == "raw")
+        transforms = sum(1 for s in b.plan.steps if s.transform)
+        for threads in (1, 2, 3):
+            sess = coldbrew.load(data, threads=threads, trace=True)
+            for run in range(2):
+                outs.append(sess.run(None, {"x": x})[0])
+                phases = [e["phase"] for e in sess.trace()]
+                assert phases.count("transform") == (transforms if run == 0 else 0)
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-6, atol=1e-6)
+    assert_close(outs[0], ort_run(model, {"x": x})[0])
