@@ -63,9 +63,17 @@ typedef struct cb_session_options {
   uint32_t trace;   /* 1 = record a trace event per layer and phase */
 } cb_session_options;
 
-typedef enum cb_phase { CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2 } cb_phase;
+/* Phases of a cold run. LOAD events (step = CB_STEP_BUNDLE) cover opening
+ * the bundle: verification, then loading its code. READ brings a step's
+ * weights into memory (first run only), TRANSFORM turns raw weights into the
+ * kernel's layout (first run only, raw-weight steps), EXECUTE runs it. */
+typedef enum cb_phase {
+  CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5
+} cb_phase;
+#define CB_STEP_BUNDLE 0xFFFFFFFFu
 
-/* One traced phase of one plan step (times: CLOCK_MONOTONIC nanoseconds). */
+/* One traced phase of one plan step (times: CLOCK_MONOTONIC nanoseconds).
+ * The first run of a traced session also reports the bundle's open phases. */
 typedef struct cb_trace_event {
   uint32_t step;
   uint32_t phase; /* cb_phase */

@@ -15,6 +15,8 @@ _DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.i
 _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
            "KERNEL", "OUT_OF_MEMORY"]
 SKIP_WEIGHT_CHECKSUMS = 1
+_PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load"}  # cb_phase
+_STEP_BUNDLE = 0xFFFFFFFF
 
 
 class BundleError(RuntimeError):
@@ -165,16 +167,22 @@ class InferenceSession:
 
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with
-        layer, variant, phase (transform | execute), cpu, start_ns, end_ns."""
+        step, layer, variant, phase, cpu, start_ns, end_ns. Phases: verify
+        and code_load (opening the bundle; step -1, layer "bundle", reported
+        by the first run), then per step read and transform (first run) and
+        execute."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
         _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
         out = []
         for i in range(count.value):
             e = events[i]
-            layer, variant = ctypes.c_char_p(), ctypes.c_char_p()
-            _check(_lib.cb_bundle_step_info(self._bundle, e.step, ctypes.byref(layer), ctypes.byref(variant)))
-            out.append({"step": e.step, "layer": layer.value.decode(), "variant": variant.value.decode(),
-                        "phase": "transform" if e.phase == 1 else "execute", "cpu": e.cpu,
+            step, layer, variant = e.step, ctypes.c_char_p(b"bundle"), ctypes.c_char_p(b"")
+            if step == _STEP_BUNDLE:
+                step = -1
+            else:
+                _check(_lib.cb_bundle_step_info(self._bundle, step, ctypes.byref(layer), ctypes.byref(variant)))
+            out.append({"step": step, "layer": layer.value.decode(), "variant": variant.value.decode(),
+                        "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu,
                         "start_ns": e.start_ns, "end_ns": e.end_ns})
         return out
 

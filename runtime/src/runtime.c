@@ -69,7 +69,18 @@ struct cb_bundle {
                         by path, so a live bundle's fd number is never reused */
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
+  cb_trace_event open_events[2]; /* verify, code load: reported by traced sessions */
 };
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
+  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), start, now_ns()};
+}
 
 static uint32_t rd32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t rd64(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v; }
@@ -142,7 +153,7 @@ static cb_status resolve_kernels(cb_bundle* b) {
 }
 
 static cb_status open_verified(cb_bundle* b, uint32_t flags) {
-  uint64_t hdr_off = 0, hdr_size = 0;
+  uint64_t t0 = now_ns(), hdr_off = 0, hdr_size = 0;
   cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
   if (s) return s;
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
@@ -159,8 +170,12 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
     if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
       return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
   }
+  open_event(b, 0, CB_PHASE_VERIFY, t0);
+  uint64_t t1 = now_ns();
   if (code && (s = load_code(b, code))) return s;
-  return resolve_kernels(b);
+  s = resolve_kernels(b);
+  open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
+  return s;
 }
 
 static cb_status finish_open(cb_bundle* b, uint32_t flags, cb_bundle** out) {
@@ -291,15 +306,11 @@ struct cb_session {
   uint32_t* arg_start;    /* per step */
   cb_ffi_any* targs;      /* all steps' transform arguments, back to back */
   uint32_t* targ_start;   /* per step */
-  cb_trace_event* trace;  /* 2 per step when tracing, else NULL */
+  cb_trace_event* trace;  /* 3 per step + the open events when tracing, else NULL */
   size_t ntrace;
+  uint32_t runs;
+  uint64_t read_sink;     /* keeps the weight reads observable */
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
   static const uint8_t code[] = {2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 6};
@@ -328,7 +339,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace = calloc(2 * (size_t)m->nsteps + 1, sizeof *s->trace);
+    s->trace = calloc(3 * (size_t)m->nsteps + 2, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
       return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -400,31 +411,70 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
   return CB_OK;
 }
 
+/* Bring a step's weights (execute and transform arguments living in the
+ * bundle) into memory: one touch per page. Returns a value so the reads
+ * cannot be optimized away. */
+static uint64_t read_weights(const cb_session* s, uint32_t step) {
+  const cb_model* m = &s->bundle->model;
+  const cb_step_desc* st = &m->steps[step];
+  uint64_t sum = 0;
+  for (uint32_t pass = 0; pass < 2; pass++) {
+    uint32_t n = pass ? st->ntransform_args : st->nargs;
+    const uint32_t* ids = pass ? st->transform_args : st->args;
+    for (uint32_t a = 0; a < n; a++) {
+      const cb_tensor_desc* d = &m->tensors[ids[a]];
+      if (d->kind != CB_KIND_WEIGHT) continue;
+      const volatile uint8_t* p = (const volatile uint8_t*)s->tensors[ids[a]].data;
+      for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
+      if (d->nbytes) sum += p[d->nbytes - 1];
+    }
+  }
+  return sum;
+}
+
+static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
+  if (!s->trace) return NULL;
+  cb_trace_event* ev = &s->trace[s->ntrace++];
+  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
+  return ev;
+}
+
+static void trace_end(cb_trace_event* ev) {
+  if (ev) ev->end_ns = now_ns();
+}
+
 cb_status cb_session_run(cb_session* s) {
   if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
   const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  int first = s->runs++ == 0;
   s->ntrace = 0;
-  for (uint32_t i = 0; i < b->model.nsteps; i++) {
+  if (s->trace && first)
+    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+  for (uint32_t i = 0; i < m->nsteps; i++) {
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
-    cb_trace_event* ev = NULL;
+    cb_trace_event* ev;
+    if (first) {
+      ev = trace_begin(s, i, CB_PHASE_READ);
+      s->read_sink += read_weights(s, i);
+      trace_end(ev);
+    }
     if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
-      if (s->trace) ev = &s->trace[s->ntrace++], ev->step = i, ev->phase = CB_PHASE_TRANSFORM,
-                    ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
+      ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
       uint32_t t = s->targ_start[i];
       if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
-        return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", b->model.steps[i].layer_name,
-                       b->model.steps[i].transform, cb_backend_kernel_error());
+        return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
+                       m->steps[i].transform, cb_backend_kernel_error());
       s->is_prepared[i] = 1;
-      if (ev) ev->end_ns = now_ns();
+      trace_end(ev);
     }
-    if (s->trace) ev = &s->trace[s->ntrace++], ev->step = i, ev->phase = CB_PHASE_EXECUTE,
-                  ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
+    ev = trace_begin(s, i, CB_PHASE_EXECUTE);
     uint32_t a = s->arg_start[i];
     if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
-      return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", b->model.steps[i].layer_name,
-                     b->model.steps[i].kernel, cb_backend_kernel_error());
-    if (ev) ev->end_ns = now_ns();
+      return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
+                     m->steps[i].kernel, cb_backend_kernel_error());
+    trace_end(ev);
   }
   return CB_OK;
 }
