@@ -14,9 +14,12 @@ def run(mod):
     import tvm
     from tvm import relax
 
+    from .lower_resize import legalize_resize2d
+
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        relax.transform.LegalizeOps(),
+        # Nearest resize gets coldbrew's exact lowering (see lower_resize.py).
+        relax.transform.LegalizeOps(customize_legalize_map={"relax.image.resize2d": legalize_resize2d}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

@@ -7,7 +7,7 @@ and round the wrong way. Here the source index is exact integer arithmetic on
 the rational scale out/in, following ONNX Resize. Linear/cubic resizes, and
 tf_crop_and_resize (float roi), keep TVM's lowering.
 """
-from tvm import te, tirx
+from tvm import relax, te, tirx
 from tvm.ir import Op
 
 
@@ -47,9 +47,9 @@ _ROUNDINGS = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "
 
 def legalize_resize2d(bb, call):
     a = call.attrs
-    in_shape = call.args[0].struct_info.shape
+    in_shape = getattr(call.args[0].ty, "shape", None)
     size = getattr(call.args[1], "values", None)
-    static = (in_shape is not None and size is not None
+    static = (isinstance(in_shape, relax.ShapeExpr) and size is not None
               and all(isinstance(d, tirx.IntImm) for d in list(in_shape.values) + list(size)))
     if not (a.method == "nearest_neighbor" and a.layout == "NCHW" and static
             and a.coordinate_transformation_mode in _COORD_MODES and a.rounding_method in _ROUNDINGS):
@@ -57,12 +57,12 @@ def legalize_resize2d(bb, call):
     in_h, in_w = (int(d) for d in in_shape.values[2:])
     out_h, out_w = (int(d) for d in size)
     mode, rnd = str(a.coordinate_transformation_mode), str(a.rounding_method)
-    out_dtype = str(a.out_dtype) if a.out_dtype is not None and str(a.out_dtype) else None
+    out_dtype = str(call.ty.dtype)
 
     def fn(x):
         def pixel(n, c, y, w):
             v = x[n, c, _src_index(y, in_h, out_h, mode, rnd), _src_index(w, in_w, out_w, mode, rnd)]
-            return v.astype(out_dtype) if out_dtype and out_dtype != x.dtype else v
+            return v if out_dtype == x.dtype else v.astype(out_dtype)
         return te.compute((x.shape[0], x.shape[1], out_h, out_w), pixel, name="resize")
 
     return bb.call_te(fn, call.args[0], primfunc_name_hint="resize2d")
