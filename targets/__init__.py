@@ -1,24 +1,80 @@
-"""Target descriptions: which CPU a bundle's code is built for.
+"""Target descriptions: the CPU a bundle's code is built for, its cores grouped
+in classes, caches, storage and GPU.
 
-`host` is detected (LLVM's view of this machine's CPU); other targets are
-JSON files in this folder. The features a bundle records are those the
+`host` is detected (LLVM's view of this machine's CPU, the usable cores, sysfs);
+other targets are JSON files in this folder, checked by `schema.validate`
+(format: targets/README.md). The features a bundle records are those the
 runtime can check on the running CPU (runtime/src/target.c), so a bundle for
 another CPU is refused with a message instead of dying on an illegal
 instruction.
+
+Presets with `modeled: true` describe devices we do not have: their cost
+tables are host measurements multiplied by each core class's `scale`, and
+every figure derived from them must say "modeled".
 """
+import functools
+import glob
+import hashlib
 import json
 import os
 import platform
 from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+from .schema import CHECKED_FEATURES, PHASES, TargetError, validate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SYSFS_CPU = "/sys/devices/system/cpu"
+# Nominal until the profiler measures this machine's storage.
+HOST_STORAGE = {"read_mb_s": 1000, "latency_us": 100, "measured": False}
 
-# Features the runtime checks (keep in sync with runtime/src/target.c).
-CHECKED_FEATURES = {
-    "x86_64": ["sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-               "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16", "bmi", "bmi2"],
-    "aarch64": ["neon"],
-}
+
+def _by_name(self, key):
+    """Records also read like the file's objects: scale["read"] is scale.read."""
+    if not isinstance(key, str):
+        return tuple.__getitem__(self, key)
+    if key not in self._fields:
+        raise KeyError(key)
+    return getattr(self, key)
+
+
+class Scale(NamedTuple):
+    """How many times slower than the host core each phase runs."""
+    read: float
+    transform: float
+    execute: float
+    __getitem__ = _by_name
+
+
+class CoreClass(NamedTuple):
+    name: str
+    ids: tuple
+    relative_speed: float  # execute speed relative to the target's fastest class (1.0)
+    freq_mhz: Optional[float]  # None where unknown
+    scale: Scale
+    __getitem__ = _by_name
+
+
+class Caches(NamedTuple):
+    l1d_kb: int
+    l2_kb: int
+    l3_kb: int  # 0: none
+    __getitem__ = _by_name
+
+
+class Storage(NamedTuple):
+    read_mb_s: float
+    latency_us: float
+    measured: bool
+    __getitem__ = _by_name
+
+
+class Gpu(NamedTuple):
+    api: str
+    name: str
+    device_class: str
+    compute_units: int
+    __getitem__ = _by_name
 
 
 @dataclass(frozen=True)
@@ -27,14 +83,53 @@ class Target:
     triple: str
     cpu: str
     features: tuple
+    description: str
+    core_classes: tuple  # of CoreClass, fastest first
+    caches: Caches  # of the fastest class's cores
+    storage: Storage
+    gpu: Optional[Gpu]
+    modeled: bool
+    source: str
 
     @property
     def arch(self):
         return self.triple.split("-")[0]
 
+    @property
+    def core_ids(self):
+        return tuple(sorted(i for c in self.core_classes for i in c.ids))
+
     def llvm(self):
         """The TVM target dict for this CPU."""
         return {"kind": "llvm", "mtriple": self.triple, "mcpu": self.cpu}
+
+    def core_class(self, name):
+        for c in self.core_classes:
+            if c.name == name:
+                return c
+        raise KeyError(f"target '{self.name}' has no core class '{name}' "
+                       f"(has: {', '.join(c.name for c in self.core_classes)})")
+
+    def class_of(self, core_id):
+        for c in self.core_classes:
+            if core_id in c.ids:
+                return c
+        raise KeyError(f"target '{self.name}' has no core {core_id} (cores: {list(self.core_ids)})")
+
+    def to_dict(self):
+        """The description in the file format (features always listed)."""
+        return {"name": self.name, "description": self.description, "triple": self.triple, "cpu": self.cpu,
+                "features": list(self.features),
+                "core_classes": [{"name": c.name, "ids": list(c.ids), "relative_speed": c.relative_speed,
+                                  "freq_mhz": c.freq_mhz, "scale": c.scale._asdict()} for c in self.core_classes],
+                "caches": self.caches._asdict(), "storage": self.storage._asdict(),
+                "gpu": self.gpu._asdict() if self.gpu else None, "modeled": self.modeled, "source": self.source}
+
+    def fingerprint(self):
+        """Short stable key for cost tables: ISA (triple, cpu, features) and core topology with scales."""
+        d = self.to_dict()
+        key = json.dumps({k: d[k] for k in ("triple", "cpu", "features", "core_classes")}, sort_keys=True)
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _features_of(triple, cpu):
@@ -48,24 +143,93 @@ def _features_of(triple, cpu):
     return tuple(f for f in CHECKED_FEATURES.get(arch, []) if f in have)
 
 
+def _target(d, features):
+    classes = tuple(CoreClass(c["name"], tuple(c["ids"]), c["relative_speed"], c["freq_mhz"], Scale(**c["scale"]))
+                    for c in d["core_classes"])
+    return Target(d["name"], d["triple"], d["cpu"], tuple(features), d["description"], classes,
+                  Caches(**d["caches"]), Storage(**d["storage"]), Gpu(**d["gpu"]) if d["gpu"] else None,
+                  d["modeled"], d["source"])
+
+
+def load(path):
+    """Read and check one target file. Listed features are used as given;
+    otherwise LLVM derives them from triple and cpu."""
+    try:
+        with open(path) as f:
+            desc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TargetError(f"{path}: cannot read target file: {e}") from None
+    d = validate(desc, path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if d["name"] != stem:
+        raise TargetError(f"{path}: 'name' is '{d['name']}' but the file is named '{stem}.json'")
+    return _target(d, d["features"] if "features" in d else _features_of(d["triple"], d["cpu"]))
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _host_classes(ids, sysfs=SYSFS_CPU):
+    """Usable cores grouped by max frequency, fastest first; one class "core" without cpufreq.
+    Host classes all have scale 1.0: host costs are measured, not modeled."""
+    mhz = {}
+    for i in ids:
+        khz = _read(f"{sysfs}/cpu{i}/cpufreq/cpuinfo_max_freq")
+        if not (khz and khz.isdigit()):
+            return [{"name": "core", "ids": list(ids), "relative_speed": 1.0, "freq_mhz": None,
+                     "scale": dict.fromkeys(PHASES, 1.0)}]
+        mhz[i] = int(khz) // 1000
+    groups = sorted(set(mhz.values()), reverse=True)
+    return [{"name": "core" if len(groups) == 1 else f"{f}mhz", "ids": [i for i in ids if mhz[i] == f],
+             "relative_speed": round(f / groups[0], 2), "freq_mhz": f, "scale": dict.fromkeys(PHASES, 1.0)}
+            for f in groups]
+
+
+def _host_caches(cpu_id, sysfs=SYSFS_CPU):
+    """Data/unified cache sizes of one core from sysfs (nominal 32/256/0 KB where absent)."""
+    kb = {}
+    for d in glob.glob(f"{sysfs}/cpu{cpu_id}/cache/index*"):
+        level, kind, size = (_read(f"{d}/{n}") for n in ("level", "type", "size"))
+        if level and size and kind != "Instruction":
+            unit = {"K": 1, "M": 1024, "G": 1 << 20}.get(size[-1])  # sysfs writes "48K", "2M"
+            kb[int(level)] = int(size[:-1]) * unit if unit else int(size) // 1024
+    return {"l1d_kb": kb.get(1, 32), "l2_kb": kb.get(2, 256), "l3_kb": kb.get(3, 0)}
+
+
+def _host():
+    from tvm.target import codegen
+
+    arch = platform.machine()
+    if arch not in CHECKED_FEATURES:
+        raise TargetError(f"host architecture {arch} is not supported")
+    triple = f"{arch}-linux-gnu"
+    cpu = codegen.llvm_get_system_cpu()
+    ids = sorted(os.sched_getaffinity(0))
+    classes = _host_classes(ids)
+    desc = {"name": "host", "description": f"this machine ({cpu}, {len(ids)} usable cores)", "triple": triple,
+            "cpu": cpu, "core_classes": classes, "caches": _host_caches(classes[0]["ids"][0]),
+            "storage": dict(HOST_STORAGE), "gpu": None, "modeled": False,
+            "source": "detected: LLVM host CPU, sched_getaffinity, /sys/devices/system/cpu (cpufreq, cache); "
+                      "storage nominal until measured"}
+    return _target(validate(desc, "host"), _features_of(triple, cpu))
+
+
 def available():
     names = sorted(f[:-5] for f in os.listdir(HERE) if f.endswith(".json"))
     return ["host"] + names
 
 
+@functools.lru_cache(maxsize=None)
 def resolve(name="host"):
+    """The Target called `name` ("host" or a file in targets/), checked; cached per process."""
     if name == "host":
-        from tvm.target import codegen
-
-        arch = platform.machine()
-        if arch not in CHECKED_FEATURES:
-            raise ValueError(f"host architecture {arch} is not supported")
-        triple = f"{arch}-linux-gnu"
-        cpu = codegen.llvm_get_system_cpu()
-        return Target("host", triple, cpu, _features_of(triple, cpu))
+        return _host()
     path = os.path.join(HERE, f"{name}.json")
     if not os.path.exists(path):
-        raise ValueError(f"unknown target '{name}' (known: {', '.join(available())})")
-    with open(path) as f:
-        desc = json.load(f)
-    return Target(name, desc["triple"], desc["cpu"], _features_of(desc["triple"], desc["cpu"]))
+        raise TargetError(f"unknown target '{name}' (known: {', '.join(available())})")
+    return load(path)

@@ -1,0 +1,134 @@
+"""Target files: every shipped file validates, host detection, preset topology, validator messages."""
+import json
+import os
+
+import pytest
+
+from coldbrew import targets
+from coldbrew.targets import TargetError, available, load, resolve, validate
+
+PRESETS = ["sd855", "sd765g", "helio_g80", "jetson_tx2", "jetson_nano"]
+
+
+def _file(name):
+    with open(os.path.join(targets.HERE, f"{name}.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_target_validates(name):
+    t = resolve(name)
+    assert t.name == name and t.features
+    validate(t.to_dict(), name)  # to_dict is in the file format
+    if name != "host":
+        validate(_file(name), name)
+
+
+def test_host_covers_usable_cores():
+    t = resolve("host")
+    assert t.core_ids == tuple(sorted(os.sched_getaffinity(0)))
+    assert len(t.core_classes) >= 1 and not t.modeled and not t.storage.measured
+    assert all(c.scale == (1.0, 1.0, 1.0) for c in t.core_classes)
+    assert t.caches.l1d_kb > 0 and t.caches.l2_kb > 0
+    assert resolve("host") is t  # cached per process
+
+
+def test_host_classes_by_max_frequency(tmp_path):
+    for i, khz in enumerate([1780000, 1780000, 2840000, 2420000]):
+        os.makedirs(tmp_path / f"cpu{i}/cpufreq")
+        (tmp_path / f"cpu{i}/cpufreq/cpuinfo_max_freq").write_text(f"{khz}\n")
+    classes = targets._host_classes([0, 1, 2, 3], str(tmp_path))
+    assert [(c["ids"], c["freq_mhz"]) for c in classes] == [([2], 2840), ([3], 2420), ([0, 1], 1780)]
+    assert [c["relative_speed"] for c in classes] == [1.0, 0.85, 0.63]
+    assert [c["name"] for c in targets._host_classes([0, 1, 7], str(tmp_path))] == ["core"]  # cpu7: no cpufreq
+
+
+def test_host_caches_from_sysfs(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                             (3, "Unified", "32M")]):
+        d = tmp_path / f"cpu0/cache/index{i}"
+        os.makedirs(d)
+        for n, v in (("level", level), ("type", kind), ("size", size)):
+            (d / n).write_text(f"{v}\n")
+    assert targets._host_caches(0, str(tmp_path)) == {"l1d_kb": 48, "l2_kb": 1024, "l3_kb": 32768}
+
+
+@pytest.mark.parametrize("name,cores,freqs", [
+    ("sd855", [1, 3, 4], [2840, 2420, 1780]),
+    ("sd765g", [1, 1, 6], [2400, 2200, 1800]),
+    ("helio_g80", [2, 6], [2000, 1800]),
+    ("jetson_tx2", [2, 4], [2000, 2000]),
+    ("jetson_nano", [4], [1430]),
+])
+def test_preset_topology(name, cores, freqs):
+    t = resolve(name)
+    assert [len(c.ids) for c in t.core_classes] == cores
+    assert [c.freq_mhz for c in t.core_classes] == freqs
+    assert t.core_ids == tuple(range(sum(cores)))
+    assert t.modeled and t.arch == "aarch64" and "neon" in t.features and t.gpu.api == "vulkan"
+    assert "NNV12" in t.source and "modeled" in t.source
+
+
+def test_sd855_little_ratios_follow_nnv12_fig6():
+    t = resolve("sd855")
+    big, little = t.core_class("big").scale, t.core_class("little").scale
+    assert little.execute / big.execute == pytest.approx(6.0)
+    assert little.read / big.read == pytest.approx(2.0)
+    assert little.transform / big.transform == pytest.approx(3.8)
+    assert t.class_of(7).name == "prime" and t.class_of(0).name == "little"
+    with pytest.raises(KeyError, match="no core 8"):
+        t.class_of(8)
+    with pytest.raises(KeyError, match="no core class 'medium'"):
+        t.core_class("medium")
+
+
+def test_fingerprint_stable_and_distinct():
+    fps = {n: resolve(n).fingerprint() for n in available()}
+    assert len(set(fps.values())) == len(fps)
+    assert load(os.path.join(targets.HERE, "sd855.json")).fingerprint() == fps["sd855"]
+    assert fps["sd855"] == "b6921fe9b0dcac56"  # update when sd855.json changes on purpose
+
+
+def _broken(change):
+    d = _file("sd855")
+    change(d)
+    return d
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["core_classes"][1]["ids"].append(7), r"'core_classes\[1\].ids' has core 7, which is already in class 'prime'"),
+    (lambda d: d.pop("triple"), r"'triple' is missing"),
+    (lambda d: d["core_classes"][2]["scale"].update(read=-1), r"'core_classes\[2\].scale.read' must be a number > 0"),
+    (lambda d: d["core_classes"].reverse(), r"'core_classes\[0\].relative_speed' must be 1.0"),
+    (lambda d: d.pop("features"), r"'features' is missing: modeled targets must list them"),
+    (lambda d: d.update(features=["sve"]), r"'features' has 'sve', which the runtime does not check"),
+    (lambda d: d["caches"].update(l2kb=1), r"'caches.l2kb' is not a known field"),
+    (lambda d: d["gpu"].update(api="metal"), r"'gpu.api' must be one of vulkan"),
+])
+def test_validator_names_file_and_field(tmp_path, change, message):
+    path = tmp_path / "sd855.json"
+    path.write_text(json.dumps(_broken(change)))
+    with pytest.raises(TargetError, match=f"^{tmp_path}/sd855.json: {message}"):
+        load(str(path))
+
+
+def test_load_checks_name_and_json(tmp_path):
+    path = tmp_path / "phone.json"
+    path.write_text(json.dumps(_file("sd855")))
+    with pytest.raises(TargetError, match="'name' is 'sd855' but the file is named 'phone.json'"):
+        load(str(path))
+    path.write_text("{")
+    with pytest.raises(TargetError, match="phone.json: cannot read target file"):
+        load(str(path))
+    with pytest.raises(TargetError, match="unknown target 'pixel9'"):
+        resolve("pixel9")
+
+
+def test_records_read_by_attribute_and_key():
+    t = resolve("sd855")
+    big = t.core_class("big")
+    assert big.scale.execute == big.scale["execute"] == big["scale"][2] == 3.0
+    assert t.storage["read_mb_s"] == t.storage.read_mb_s and t.gpu["name"] == "Adreno 640"
+    with pytest.raises(KeyError):
+        t.caches["l4_kb"]
+    hash(t)  # frozen and hashable
