@@ -20,7 +20,7 @@ import os
 
 from .errors import CompileError, UnsupportedOperatorError
 
-__all__ = ["compile_model", "CompileError", "UnsupportedOperatorError", "PASSES"]
+__all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
 PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
           "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "codegen",
@@ -55,17 +55,37 @@ def _dump(dump_dir, index, name, ir):
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2):
+                  variants=None, weights="cached", threads=2, plan="default", progress=None):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
     freezes inputs to values ({name: ndarray}), e.g. shape parameters.
     `variants` forces kernel variants ({"*": name, "c3": name, "conv2d": name});
     `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}); `threads` is the
-    execution thread count the plan is made for.
+    execution thread count the plan is made for. `plan` "warm" or "cold"
+    picks variants (and, for cold, weight forms) from the model's device
+    cost table (compiler/profile.py: measured once, then cached); forced
+    `variants` / `weights` entries win over the plan's.
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
+    if plan != "default":
+        from .plan import choose
+        from .profile import profile
+
+        table = profile(model, target, threads, input_shapes, constants, progress)
+        planned_variants, planned_forms = choose(table, plan)
+        given = weights if isinstance(weights, dict) else {"*": weights}
+        variants = {**planned_variants, **(variants or {})}
+        weights = {**{"*": "cached"}, **planned_forms, **given}
+    data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads)
+    return data
+
+
+def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
+                  variants=None, weights="cached", threads=2):
+    """compile_model without planning, also returning the final Graph
+    (layers, weights raw and transformed)."""
     from coldbrew.targets import resolve
 
     from . import (codegen, extract_layers, fold_batchnorm, fold_constants, fuse_layers, import_relax,
@@ -107,4 +127,4 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     if output:
         with open(output, "wb") as f:
             f.write(data)
-    return data
+    return data, graph

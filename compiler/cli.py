@@ -1,4 +1,5 @@
 """The `coldbrew` command: compile, run, inspect."""
+import json
 import os
 import sys
 import time
@@ -18,6 +19,38 @@ def _parse_shapes(values):
         except ValueError:
             raise click.BadParameter(f"'{v}': dimensions must be integers like 1x3x224x224") from None
     return shapes
+
+
+def _parse_binds(values):
+    constants = {}
+    for b in values:
+        name, sep, path = b.partition("=")
+        if not sep:
+            raise click.BadParameter(f"'{b}': expected NAME=FILE.npy")
+        constants[name] = np.load(path)
+    return constants
+
+
+class _progress:
+    """A progress bar on stderr, shown once work reports progress."""
+
+    def __init__(self, label):
+        self.label, self.bar, self.done = label, None, 0
+
+    def __call__(self, done, total, what):
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr,
+                                         item_show_func=lambda w: w, show_pos=True)
+            self.bar.__enter__()
+        self.bar.update(done - self.done, what)
+        self.done = done
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
 
 def _parse_choice(values):
@@ -47,35 +80,23 @@ def main():
 @click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached", default=["cached"],
               show_default=True, help="ship raw weights + transform, or transformed weights; global or per layer")
 @click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
+@click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold"]), default="default", show_default=True,
+              help="choose variants from the device cost table (profiled once, then cached): fastest warm, "
+                   "or least cold cost per layer")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
-def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, dump_ir):
+def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, plan, dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
     t0 = time.perf_counter()
-    constants = {}
-    for b in binds:
-        name, sep, path = b.partition("=")
-        if not sep:
-            raise click.BadParameter(f"'{b}': expected NAME=FILE.npy")
-        constants[name] = np.load(path)
     try:
-        data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
-                             constants=constants, dump_ir=dump_ir, variants=_parse_choice(variant_opts),
-                             weights=_parse_choice(weight_opts), threads=threads)
-    except CompileError as e:
+        with _progress("profiling") as progress:
+            data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
+                                 constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
+                                 weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress)
+    except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")
-
-
-def _evict(path):
-    """Drop a file from the page cache so the next read is cold."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @main.command("run")
@@ -93,7 +114,9 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
 
     feeds_files = dict(v.split("=", 1) for v in inputs)
     if cold:
-        _evict(bundle)
+        from .profile import evict
+
+        evict(bundle)
     t1 = time.perf_counter()
     try:
         sess = coldbrew.load(bundle, threads=threads)
@@ -134,6 +157,120 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
                f"= {(t_load + t_first) * 1e3:.2f} ms to first result")
     if warm:
         click.echo(f"warm run median {np.median(warm) * 1e3:.2f} ms over {repeat}")
+
+
+@main.command("profile")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--target", default="host", show_default=True, help="target name (see targets/); modeled "
+              "targets get the host table scaled per core class")
+@click.option("--threads", default=2, show_default=True, help="execution threads of the plan")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..", help="fix an input's shape")
+@click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="also write the cost table here")
+@click.option("--force", is_flag=True, help="measure again even if the table is cached")
+def profile_cmd(model, target, threads, input_shapes, binds, output, force):
+    """Measure MODEL's device cost table: per layer x variant, read / transform / execute."""
+    from .profile import profile
+
+    t0 = time.perf_counter()
+    try:
+        with _progress("profiling") as progress:
+            table = profile(model, target, threads, _parse_shapes(input_shapes), _parse_binds(binds), progress, force)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    if output:
+        with open(output, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)
+    n = sum(len(layer["candidates"]) for layer in table["layers"])
+    label = " (MODELED: host measurements scaled per core class)" if table["modeled"] else ""
+    click.echo(f"cost table of {table['model']} on {table['target']}{label}: {len(table['layers'])} layers, "
+               f"{n} layer x variant entries; {'from the cache' if table['cached'] else 'measured'} "
+               f"in {time.perf_counter() - t0:.1f} s" + (f", written to {output}" if output else ""))
+
+
+def _table(costs, model, target, threads):
+    from .profile import profile
+
+    if costs:
+        with open(costs) as f:
+            return json.load(f)
+    if not model:
+        raise click.UsageError("give --costs FILE or --model MODEL.onnx")
+    with _progress("profiling") as progress:
+        return profile(model, target, threads, progress=progress)
+
+
+@main.command("simulate")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.option("--costs", type=click.Path(exists=True, dir_okay=False), help="cost table file (coldbrew profile -o)")
+@click.option("--model", type=click.Path(exists=True, dir_okay=False), help="or: the ONNX model to profile")
+@click.option("--target", default="host", show_default=True, help="target of the cost table (with --model)")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the predicted timeline (trace JSON)")
+@click.option("--png", type=click.Path(dir_okay=False), help="write the predicted timeline as a picture")
+def simulate_cmd(bundle, costs, model, target, output, png):
+    """Predict BUNDLE's cold run from a device cost table."""
+    from . import trace_export
+    from .simulate import PlanError, plan_of_bundle, simulate
+
+    plan = plan_of_bundle(bundle)
+    table = _table(costs, model, target, plan["threads"])
+    try:
+        result = simulate(plan, table)
+    except PlanError as e:
+        raise click.ClickException(str(e)) from None
+    label = "MODELED " if result["modeled"] else ""
+    title = f"predicted cold run of {os.path.basename(bundle)} on {table['target']} ({label.strip() or 'measured'} costs)"
+    if output:
+        trace_export.write_chrome(result["events"], output, {"title": title})
+    if png:
+        trace_export.to_png(result["events"], png, title=title)
+    s = trace_export.summary(result["events"])
+    click.echo(f"{label}predicted cold latency on {table['target']}: {result['latency_ms']:.2f} ms "
+               f"(open {result['open_ms']:.2f} ms; " + ", ".join(f"{k} {v:.2f}" for k, v in s["phase_ms"].items())
+               + " ms)")
+
+
+@main.command("trace")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="trace JSON (Chrome / Perfetto)")
+@click.option("--png", type=click.Path(dir_okay=False), help="also a timeline picture, one lane per core")
+@click.option("--cold/--warm", default=True, show_default=True, help="evict the bundle from the page cache first")
+@click.option("--threads", default=0, help="execution threads (0 = the plan's)")
+@click.option("--costs", type=click.Path(exists=True, dir_okay=False),
+              help="cost table: add the simulator's predicted timeline beside the measured one")
+def trace_cmd(bundle, output, png, cold, threads, costs):
+    """Run BUNDLE once (cold by default) and write what each core did."""
+    import coldbrew
+
+    from . import trace_export
+    from .profile import evict
+
+    if cold:
+        evict(bundle)
+    t0 = time.perf_counter_ns()
+    try:
+        sess = coldbrew.load(bundle, threads=threads, trace=True)
+        feeds = {i.name: np.zeros(i.shape, i.dtype) for i in sess.get_inputs()}
+        sess.run(None, feeds)
+    except coldbrew.BundleError as e:
+        raise click.ClickException(str(e)) from None
+    total_ms = (time.perf_counter_ns() - t0) / 1e6
+    events = sess.trace()
+    s = trace_export.summary(events)
+    if costs:
+        from .simulate import plan_of_bundle, simulate
+
+        with open(costs) as f:
+            predicted = simulate(plan_of_bundle(bundle), json.load(f))
+        events = events + predicted["events"]
+        click.echo(f"predicted {predicted['latency_ms']:.2f} ms")
+    title = f"{'cold' if cold else 'warm-cache'} run of {os.path.basename(bundle)}"
+    trace_export.write_chrome(events, output, {"title": title, "load_and_first_run_ms": total_ms})
+    if png:
+        trace_export.to_png(events, png, title=title)
+    click.echo(f"{title}: {total_ms:.2f} ms load + first run; traced " +
+               ", ".join(f"{k} {v:.2f}" for k, v in s["phase_ms"].items()) + f" ms; wrote {output}"
+               + (f" and {png}" if png else ""))
 
 
 @main.command("variants")

@@ -54,11 +54,27 @@ typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata
  * A launch publishes (fn, cdata, ntask) and bumps a generation counter under
  * `mu`; task 0 runs on the caller, task k on worker k. Between launches
  * workers spin for a short while (layers follow each other within
- * microseconds), then sleep on a condition variable so an idle pool costs
- * nothing. Each worker starts from the generation current when it was
+ * microseconds), then yield, then sleep on a condition variable so an idle
+ * pool costs nothing. Each worker starts from the generation current when it was
  * created, and the generation only moves under `mu`, so no launch is missed.
  * A launch from inside a task (nested parallel loops) runs inline. */
-#define CB_SPIN_ROUNDS 200000
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+#define CB_SPIN_ROUNDS 4000   /* pause-spins before yielding the core */
+#define CB_YIELD_ROUNDS 2000  /* sched_yield rounds before sleeping */
+
+/* Spin a little, then yield: a waiter never keeps a thread it waits for off
+ * a shared core for a whole scheduler time slice. */
+static inline void backoff(int round) {
+  if (round < CB_SPIN_ROUNDS) cpu_relax();
+  else sched_yield();
+}
 
 typedef struct {
   pthread_mutex_t mu;
@@ -84,19 +100,12 @@ static cb_pool g_pool = {
 
 static _Thread_local int t_in_task;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 static uint64_t wait_for_launch(uint64_t seen) {
-  for (int i = 0; i < CB_SPIN_ROUNDS; i++) {
+  for (int i = 0; i < CB_SPIN_ROUNDS + CB_YIELD_ROUNDS; i++) {
     uint64_t g = atomic_load_explicit(&g_pool.generation, memory_order_acquire);
     if (g != seen || atomic_load(&g_pool.stop)) return g;
-    cpu_relax();
+    backoff(i);
   }
   pthread_mutex_lock(&g_pool.mu);
   uint64_t g;
@@ -192,7 +201,7 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
   t_in_task = 1;
   int rc = fn(0, &env, cdata);
   t_in_task = 0;
-  while (atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0) cpu_relax();
+  for (int i = 0; atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0; i++) backoff(i);
   if (!rc) rc = atomic_load(&g_pool.failed);
   pthread_mutex_unlock(&g_pool.launch_mu);
   return rc;

@@ -1,0 +1,340 @@
+"""`coldbrew profile`: measure the device cost table of a model on a target.
+
+For every layer x candidate kernel variant the table holds the weight bytes
+raw and transformed, the cold read time of each form (file evicted from the
+page cache), the transform time and the execute time per core class, with 1
+thread and with the plan's execution thread count, as medians with min/max
+over repeats. Execute times come twice: `execute_first_ms` is the first run
+in a fresh process (what a cold start pays), `execute_ms` the warm median.
+
+Everything is measured by coldbrew's own runtime, on real bundles: the
+candidates are spread over a few "columns" (bundles that force, per layer,
+one not yet measured variant, with raw weights so the transform kernels are
+in them too), and each column runs in worker processes pinned to one core
+class; every cold sample is a fresh process that evicts the bundle first.
+Layers without variants (pooling, elementwise ...) are measured in the
+first column, and so are the open costs (verification, code load, session
+creation).
+
+Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
+of model hash, input bindings, target fingerprint, threads and coldbrew
+version, so profiling or compiling the same model for the same target again
+does not re-measure. Targets marked `modeled` (devices we do not have) get
+the host table scaled per core class and phase (targets/), and say so.
+"""
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FORMAT = "coldbrew-costs"
+VERSION = 1
+REPEAT = {"cold": 5, "warm": 10, "reads": 5}
+
+
+def stat(samples):
+    samples = [float(s) for s in samples]
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}
+
+
+def cache_dir():
+    return os.environ.get("COLDBREW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coldbrew")
+
+
+def evict(path):
+    """Drop a file from the page cache so the next read is cold."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def core_classes(target):
+    """[(class name, core ids)] fastest first, limited to cores this process may use."""
+    usable = os.sched_getaffinity(0)
+    classes = [(c.name, [i for i in c.ids if i in usable]) for c in getattr(target, "core_classes", ())]
+    classes = [(n, ids) for n, ids in classes if ids]
+    return classes or [("core", sorted(usable))]
+
+
+# ---- worker: one cold sample in a fresh process pinned to some cores; imports only the runtime ----
+
+def _worker(args):
+    """Evict the bundle, open it, run it once (the cold run: open phases,
+    read, transform, first execute per layer), then `warm` more runs."""
+    os.sched_setaffinity(0, set(args["cores"]))
+    import numpy as np
+
+    import coldbrew
+
+    out = {"open": {}, "read": {}, "transform": {}, "execute_first": {}, "execute": {}}
+
+    def collect(events, execute_key):
+        for e in events:
+            ms = (e["end_ns"] - e["start_ns"]) / 1e6
+            if e["step"] < 0:
+                out["open"][e["phase"]] = ms
+            else:
+                key = execute_key if e["phase"] == "execute" else e["phase"]
+                out[key].setdefault(e["layer"], []).append(ms)
+
+    evict(args["bundle"])
+    t = time.perf_counter()
+    sess = coldbrew.load(args["bundle"], threads=args["threads"], trace=True)
+    load_ms = (time.perf_counter() - t) * 1e3
+    rng = np.random.default_rng(0)
+    x = {i.name: (rng.standard_normal(i.shape) if i.dtype.kind == "f" else np.zeros(i.shape)).astype(i.dtype)
+         for i in sess.get_inputs()}
+    sess.run(None, x)
+    collect(sess.trace(), "execute_first")
+    out["open"]["session"] = max(0.0, load_ms - out["open"]["verify"] - out["open"]["code_load"])
+    for k in range(args["warm"] + (1 if args["warm"] else 0)):
+        sess.run(None, x)
+        if k:  # the second run still settles caches
+            collect(sess.trace(), "execute")
+    return out
+
+
+def _samples(bundle, cores, threads, n, warm):
+    """n cold samples (fresh processes), the last followed by `warm` runs; merged."""
+    merged = {}
+    for k in range(n):
+        args = {"bundle": bundle, "cores": cores, "threads": threads, "warm": warm if k == n - 1 else 0}
+        proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.profile", json.dumps(args)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"profile worker failed: {proc.stderr.strip()[-2000:]}")
+        for key, per in json.loads(proc.stdout).items():
+            for name, v in per.items():
+                merged.setdefault(key, {}).setdefault(name, []).extend(v if isinstance(v, list) else [v])
+    return merged
+
+
+# ---- cold reads ----
+
+def _read_times(regions, tmp, repeat):
+    """Cold pread time (ms) of each byte string in `regions`, each in its own
+    page-aligned slot of a scratch file evicted before every pass."""
+    path = os.path.join(tmp, "reads.bin")
+    offsets, pos = [], 0
+    with open(path, "wb") as f:
+        for data in regions:
+            offsets.append(pos)
+            f.seek(pos)
+            f.write(data)
+            pos = (pos + len(data) + 2 * 4096 - 1) // 4096 * 4096 + 4096  # a gap page against read-ahead
+    samples = [[] for _ in regions]
+    for _ in range(repeat):
+        evict(path)
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for k, (off, data) in enumerate(zip(offsets, regions)):
+            t = time.perf_counter()
+            got = os.pread(fd, len(data), off) if data else b""
+            samples[k].append((time.perf_counter() - t) * 1e3)
+            assert len(got) == len(data)
+        os.close(fd)
+    return [stat(s) for s in samples]
+
+
+def _storage(tmp):
+    """Cold sequential bandwidth (MB/s, 32 MiB read) and 4 KiB latency (us)."""
+    path = os.path.join(tmp, "storage.bin")
+    size = 32 << 20
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+    bw, lat = [], []
+    for _ in range(3):
+        evict(path)
+        with open(path, "rb", buffering=0) as f:
+            t = time.perf_counter()
+            while f.read(1 << 20):
+                pass
+            bw.append(size / (time.perf_counter() - t) / 1e6)
+        evict(path)
+        fd = os.open(path, os.O_RDONLY)
+        t = time.perf_counter()
+        os.pread(fd, 4096, size // 2)
+        lat.append((time.perf_counter() - t) * 1e6)
+        os.close(fd)
+    os.remove(path)
+    return {"read_mb_s": statistics.median(bw), "latency_us": statistics.median(lat), "measured": True}
+
+
+# ---- columns ----
+
+def _columns(anchors):
+    """Per-anchor variant choices, one dict per column, covering every
+    applicable variant of every anchor; column 0 is the compiler's default."""
+    lists = {}
+    for a in anchors:
+        rest = [v for v in a.alternatives if v != a.variant.name]
+        lists[a.id] = [a.variant.name] + rest
+    width = max((len(v) for v in lists.values()), default=1)
+    return [{aid: names[min(k, len(names) - 1)] for aid, names in lists.items()} for k in range(width)]
+
+
+def _layer_bytes(graph, layer):
+    """(raw bytes, transformed bytes, raw regions, transformed regions) of a layer's weights."""
+    tensors = [graph.tensors[i] for i in dict.fromkeys(list(layer.args) + list(layer.transform_args))]
+    raw_b = b"".join(t.data.tobytes() for t in tensors if t.kind == "weight")
+    cached_b = b"".join((t.anchor.transformed if t.kind == "prepared" else t.data).tobytes()
+                        for t in (graph.tensors[i] for i in layer.args) if t.kind in ("weight", "prepared"))
+    return len(raw_b), len(cached_b), raw_b, cached_b
+
+
+def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
+    from . import _version
+
+    h = hashlib.sha256()
+    h.update(json.dumps([model_hash, _fingerprint(target), threads, _version(), FORMAT, VERSION,
+                         sorted((input_shapes or {}).items())]).encode())
+    for name in sorted(constants or {}):
+        h.update(name.encode())
+        h.update(bytes(memoryview(constants[name]).cast("B")))
+    return h.hexdigest()[:24]
+
+
+def _fingerprint(target):
+    fp = getattr(target, "fingerprint", None)
+    return fp() if callable(fp) else f"{target.triple}/{target.cpu}/{','.join(target.features)}"
+
+
+def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False):
+    """The cost table (a dict) of `model` on `target`, measured or from the cache.
+
+    `progress(done, total, what)` is called as the work advances."""
+    from coldbrew.targets import resolve
+
+    from . import load_onnx
+
+    tgt = resolve(target) if isinstance(target, str) else target
+    proto, model_hash = load_onnx.read_model(model)
+    if getattr(tgt, "modeled", False):
+        host = profile(proto, "host", threads, input_shapes, constants, progress, force)
+        return modeled_table(host, tgt)
+    key = cache_key(model_hash, tgt, threads, input_shapes, constants)
+    path = os.path.join(cache_dir(), "costs", f"{key}.json")
+    if not force and os.path.exists(path):
+        with open(path) as f:
+            table = json.load(f)
+        if table.get("format") == FORMAT and table.get("version") == VERSION:
+            table["cached"] = True
+            return table
+    table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp_path = f"{path}.{os.getpid()}.tmp"
+    with open(tmp_path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+    os.replace(tmp_path, path)
+    table["cached"] = False
+    return table
+
+
+def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress):
+    from . import compile_graph
+    from .measure import anchors_of
+
+    t_start = time.perf_counter()
+    anchors = anchors_of(proto, input_shapes, constants)
+    columns = _columns(anchors)
+    classes = core_classes(tgt)
+    configs = []
+    for name, ids in classes:
+        configs.append((name, 1, ids[:1]))
+        if threads > 1:
+            wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
+            configs.append((name, threads, wide))
+    total = len(columns) * (1 + len(configs)) + 1
+    done = 0
+    layers, load, storage = {}, None, None
+    with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
+        progress(done, total, "storage")
+        storage = _storage(tmp)
+        done += 1
+        for c, choice in enumerate(columns):
+            progress(done, total, f"compile column {c + 1}/{len(columns)}")
+            bundle = os.path.join(tmp, f"column{c}.brew")
+            _, graph = compile_graph(proto, bundle, tgt, input_shapes, constants, variants=choice, weights="raw",
+                                     threads=threads)
+            done += 1
+            runs = {}
+            for cls, n, cores in configs:
+                progress(done, total, f"column {c + 1}/{len(columns)} on {cls} x{n}")
+                runs[(cls, n)] = _samples(bundle, cores, n, REPEAT["cold"], REPEAT["warm"])
+                done += 1
+            if c == 0:  # open costs: the first column with the plan's threads
+                load = {k: stat(v) for k, v in runs[(configs[-1][0], configs[-1][1])]["open"].items()}
+                load["bundle_bytes"] = os.path.getsize(bundle)
+            _add_column(layers, graph, c, runs, tmp)
+    progress(total, total, "done")
+    return {
+        "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
+        "target": tgt.name, "fingerprint": _fingerprint(tgt), "modeled": False, "threads": threads,
+        "classes": [{"name": n, "ids": ids} for n, ids in classes], "storage": storage, "load": load,
+        "layers": list(layers.values()), "repeat": REPEAT, "profile_s": round(time.perf_counter() - t_start, 1),
+    }
+
+
+def _add_column(layers, graph, column, runs, tmp):
+    """Merge one column's measurements into `layers` (name -> layer entry)."""
+    new = []
+    for layer in graph.layers:
+        entry = layers.setdefault(layer.name, {"name": layer.name, "op": layer.op, "candidates": []})
+        if any(c["variant"] == layer.variant for c in entry["candidates"]):
+            continue  # measured in an earlier column
+        raw_b, cached_b, raw, cached = _layer_bytes(graph, layer)
+        cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
+                "has_transform": bool(layer.transform), "default": column == 0}
+        for key in ("transform", "execute_first", "execute"):
+            per = {}
+            for (cls, n), res in runs.items():
+                samples = res.get(key, {}).get(layer.name)
+                if samples:
+                    per.setdefault(cls, {})[str(n)] = stat(samples)
+            cand[f"{key}_ms"] = per
+        entry["candidates"].append(cand)
+        new.append((cand, raw, cached))
+    reads = _read_times([r for _, r, _ in new] + [c for _, _, c in new], tmp, REPEAT["reads"])
+    for k, (cand, _, _) in enumerate(new):
+        cand["read_ms"] = {"raw": reads[k], "cached": reads[len(new) + k]}
+
+
+def modeled_table(host, target):
+    """A host table scaled to a modeled target: per core class, read,
+    transform and execute times multiplied by the class's `scale`."""
+    import copy
+
+    t = copy.deepcopy(host)
+    t.update({"target": target.name, "fingerprint": _fingerprint(target), "modeled": True,
+              "modeled_from": host["fingerprint"],
+              "classes": [{"name": c.name, "ids": list(c.ids)} for c in target.core_classes]})
+    host_cls = host["classes"][0]["name"]
+    storage = getattr(target, "storage", None)
+    if storage:
+        t["storage"] = {"read_mb_s": storage["read_mb_s"], "latency_us": storage["latency_us"], "measured": False}
+    first = target.core_classes[0].scale
+
+    def scaled(s, f):
+        return {k: (v * f if k != "n" else v) for k, v in s.items()}
+
+    for layer in t["layers"]:
+        for cand in layer["candidates"]:
+            cand["read_ms"] = {form: scaled(s, first["read"]) for form, s in cand["read_ms"].items()}
+            for key, phase in (("transform_ms", "transform"), ("execute_first_ms", "execute"),
+                               ("execute_ms", "execute")):
+                base = cand[key].get(host_cls, {})
+                cand[key] = {c.name: {n: scaled(s, c.scale[phase]) for n, s in base.items()}
+                             for c in target.core_classes}
+    t["load"] = {k: (scaled(v, first["read"]) if isinstance(v, dict) else v) for k, v in t["load"].items()}
+    return t
+
+
+if __name__ == "__main__":
+    print(json.dumps(_worker(json.loads(sys.argv[1]))))

@@ -1,0 +1,114 @@
+"""Predict a cold run from a plan and a device cost table (compiler/profile.py).
+
+This is the model the scheduler plans with, and it mirrors what the runtime
+does on a cold start:
+
+    open     verify the bundle (header, code, and, when weights are
+             verified, every weight byte: a cold read of the whole file),
+             load the code, create the session
+    per step read its weights (cold, unless verification already brought the
+             file into the page cache), transform them (raw form with a
+             transform kernel), execute (first-run time)
+
+Queue 0 is the executing thread: preparation (read + transform) queued
+there runs inline right before the step executes, with the execution
+threads. Preparation on queue q > 0 runs on a core of its own, in plan
+order, as early as it can; a step executes once its preparation is done and
+the previous step has executed.
+
+A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
+"exec_queue"}, ...], "threads": T, "bundle_bytes": N}. The result has the
+predicted latency and a timeline of events shaped like the runtime's trace.
+"""
+
+WARM_READ_MB_S = 10000.0  # touching pages already in the page cache
+
+
+class PlanError(ValueError):
+    pass
+
+
+def plan_of_bundle(data):
+    """The plan a bundle carries (its bytes or path)."""
+    from .inspect_bundle import read, read_bytes
+
+    bundle, size, _ = read_bytes(data) if isinstance(data, (bytes, bytearray)) else read(data)
+    steps = []
+    for s in bundle.plan.steps:
+        layer = bundle.layers[s.layer]
+        steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
+                      "form": "raw" if s.weightForm == 0 else "cached", "prep_queue": s.prepQueue,
+                      "exec_queue": s.execQueue})
+    return {"steps": steps, "threads": bundle.plan.threads or 1, "bundle_bytes": size}
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def candidate(table, layer, variant):
+    for entry in table["layers"]:
+        if entry["name"] == layer:
+            for c in entry["candidates"]:
+                if c["variant"] == variant:
+                    return c
+            raise PlanError(f"cost table has no measurement of {variant} for layer {layer} "
+                            f"(measured: {[c['variant'] for c in entry['candidates']]})")
+    raise PlanError(f"cost table has no layer {layer}: was it profiled from the same model?")
+
+
+def _time(per_class, cls, threads):
+    """Median ms for a core class and thread count (nearest measured count)."""
+    runs = per_class.get(cls) or next(iter(per_class.values()), None)
+    if not runs:
+        return 0.0
+    key = str(threads) if str(threads) in runs else min(runs, key=lambda n: abs(int(n) - threads))
+    return runs[key]["median"]
+
+
+def step_costs(table, step, threads, prep_cls, exec_cls, inline, verified):
+    """(read, transform, execute) ms of one plan step."""
+    c = candidate(table, step["layer"], step["variant"])
+    raw = step["form"] == "raw"
+    nbytes = c["raw_bytes"] if raw else c["transformed_bytes"]
+    read = nbytes / (WARM_READ_MB_S * 1e3) if verified else c["read_ms"]["raw" if raw else "cached"]["median"]
+    transform = _time(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
+    return read, transform, _time(c["execute_first_ms"], exec_cls, threads)
+
+
+def simulate(plan, table, verify_weights=True):
+    """{"latency_ms", "open_ms", "events"}; events use the trace's shape
+    (phase, step, layer, variant, cpu, start_ns, end_ns) with process "predicted"."""
+    threads = plan.get("threads", 1)
+    classes = table["classes"]
+    exec_cls, exec_cores = classes[0]["name"], classes[0]["ids"]
+    others = [(c["name"], i) for c in classes for i in c["ids"] if i not in exec_cores[:threads]]
+    load = table["load"]
+    scale = plan.get("bundle_bytes", load["bundle_bytes"]) / load["bundle_bytes"]
+    events, t = [], 0.0
+
+    def add(phase, step, layer, variant, cpu, start, dur):
+        events.append({"phase": phase, "step": step, "layer": layer, "variant": variant, "cpu": cpu,
+                       "start_ns": int(start * 1e6), "end_ns": int((start + dur) * 1e6), "process": "predicted"})
+        return start + dur
+
+    verify = load["verify"]["median"] * scale if verify_weights else 0.0
+    t = add("verify", -1, "bundle", "", exec_cores[0], t, verify)
+    t = add("code_load", -1, "bundle", "", exec_cores[0], t, load["code_load"]["median"])
+    t += load["session"]["median"]
+    open_ms = t
+    queue_free = {}  # prep queue -> time its core is free
+    exec_end = t
+    for i, step in enumerate(plan["steps"]):
+        q = step.get("prep_queue", 0)
+        inline = q == 0 or not others
+        prep_cls, prep_cpu = (exec_cls, exec_cores[0]) if inline else others[(q - 1) % len(others)]
+        read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline, verify_weights)
+        start = exec_end if inline else queue_free.get(q, open_ms)
+        end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
+        if transform:
+            end = add("transform", i, step["layer"], step["variant"], prep_cpu, end, transform)
+        if not inline:
+            queue_free[q] = end
+        exec_end = add("execute", i, step["layer"], step["variant"], exec_cores[0], max(end, exec_end), execute)
+    return {"latency_ms": exec_end, "open_ms": open_ms, "events": events, "modeled": table.get("modeled", False)}
