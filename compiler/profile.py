@@ -206,10 +206,12 @@ def _fingerprint(target):
     return fp() if callable(fp) else f"{target.triple}/{target.cpu}/{','.join(target.features)}"
 
 
-def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False):
+def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
+            repeat=None):
     """The cost table (a dict) of `model` on `target`, measured or from the cache.
 
-    `progress(done, total, what)` is called as the work advances."""
+    `progress(done, total, what)` is called as the work advances; `repeat`
+    overrides sample counts (REPEAT's keys)."""
     from coldbrew.targets import resolve
 
     from . import load_onnx
@@ -217,7 +219,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     tgt = resolve(target) if isinstance(target, str) else target
     proto, model_hash = load_onnx.read_model(model)
     if getattr(tgt, "modeled", False):
-        host = profile(proto, "host", threads, input_shapes, constants, progress, force)
+        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat)
         return modeled_table(host, tgt)
     key = cache_key(model_hash, tgt, threads, input_shapes, constants)
     path = os.path.join(cache_dir(), "costs", f"{key}.json")
@@ -227,7 +229,8 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
         if table.get("format") == FORMAT and table.get("version") == VERSION:
             table["cached"] = True
             return table
-    table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None))
+    table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None),
+                     {**REPEAT, **(repeat or {})})
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.{os.getpid()}.tmp"
     with open(tmp_path, "w") as f:
@@ -237,7 +240,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     return table
 
 
-def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress):
+def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat):
     from . import compile_graph
     from .measure import anchors_of
 
@@ -267,22 +270,22 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress)
             runs = {}
             for cls, n, cores in configs:
                 progress(done, total, f"column {c + 1}/{len(columns)} on {cls} x{n}")
-                runs[(cls, n)] = _samples(bundle, cores, n, REPEAT["cold"], REPEAT["warm"])
+                runs[(cls, n)] = _samples(bundle, cores, n, repeat["cold"], repeat["warm"])
                 done += 1
             if c == 0:  # open costs: the first column with the plan's threads
                 load = {k: stat(v) for k, v in runs[(configs[-1][0], configs[-1][1])]["open"].items()}
                 load["bundle_bytes"] = os.path.getsize(bundle)
-            _add_column(layers, graph, c, runs, tmp)
+            _add_column(layers, graph, c, runs, tmp, repeat["reads"])
     progress(total, total, "done")
     return {
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
         "target": tgt.name, "fingerprint": _fingerprint(tgt), "modeled": False, "threads": threads,
         "classes": [{"name": n, "ids": ids} for n, ids in classes], "storage": storage, "load": load,
-        "layers": list(layers.values()), "repeat": REPEAT, "profile_s": round(time.perf_counter() - t_start, 1),
+        "layers": list(layers.values()), "repeat": repeat, "profile_s": round(time.perf_counter() - t_start, 1),
     }
 
 
-def _add_column(layers, graph, column, runs, tmp):
+def _add_column(layers, graph, column, runs, tmp, reads):
     """Merge one column's measurements into `layers` (name -> layer entry)."""
     new = []
     for layer in graph.layers:
@@ -301,7 +304,7 @@ def _add_column(layers, graph, column, runs, tmp):
             cand[f"{key}_ms"] = per
         entry["candidates"].append(cand)
         new.append((cand, raw, cached))
-    reads = _read_times([r for _, r, _ in new] + [c for _, _, c in new], tmp, REPEAT["reads"])
+    reads = _read_times([r for _, r, _ in new] + [c for _, _, c in new], tmp, reads)
     for k, (cand, _, _) in enumerate(new):
         cand["read_ms"] = {"raw": reads[k], "cached": reads[len(new) + k]}
 

@@ -1,0 +1,78 @@
+"""The profiler on a small model: a complete, cached cost table whose
+layers are the bundle's; the CLI's profile / trace / simulate commands."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from coldbrew.compiler import compile_model
+from coldbrew.compiler import profile as prof
+from coldbrew.compiler.cli import main
+from coldbrew.compiler.simulate import plan_of_bundle, simulate
+
+FEW = {"cold": 2, "warm": 2, "reads": 2}
+
+
+@pytest.fixture(scope="module")
+def table_and_bundle(tmp_path_factory, small_model):
+    cache = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COLDBREW_CACHE", str(cache))
+    seen = []
+    table = prof.profile(small_model, progress=lambda d, n, w: seen.append((d, n)), repeat=FEW)
+    bundle = tmp_path_factory.mktemp("b") / "small.brew"
+    compile_model(small_model, str(bundle))
+    yield table, str(bundle), seen, cache
+    mp.undo()
+
+
+def test_table_covers_every_layer_and_candidate(table_and_bundle):
+    table, bundle, seen, _ = table_and_bundle
+    assert not table["cached"] and not table["modeled"] and seen[-1][0] == seen[-1][1]
+    plan = plan_of_bundle(bundle)
+    assert [s["layer"] for s in plan["steps"]] == [layer["name"] for layer in table["layers"]]
+    conv = next(layer for layer in table["layers"] if layer["name"] == "c0")
+    names = {c["variant"] for c in conv["candidates"]}
+    assert {"conv2d.direct", "conv2d.im2col_gemm", "conv2d.winograd_f2", "conv2d.winograd_f4"} <= names
+    cls = table["classes"][0]["name"]
+    for c in conv["candidates"]:
+        assert c["raw_bytes"] == 8 * 3 * 3 * 3 * 4 + 8 * 4  # weights + bias
+        assert c["read_ms"]["raw"]["n"] == 2 and c["read_ms"]["cached"]["median"] > 0
+        assert set(c["execute_first_ms"][cls]) == {"1", "2"} and c["execute_ms"][cls]["2"]["n"] == 2
+        if "winograd" in c["variant"]:
+            assert c["has_transform"] and c["transformed_bytes"] > c["raw_bytes"]
+            assert c["transform_ms"][cls]["1"]["median"] > 0
+    assert table["load"]["verify"]["n"] == 2 and table["storage"]["read_mb_s"] > 0
+    assert simulate(plan, table)["latency_ms"] > table["load"]["verify"]["median"]
+
+
+def test_second_profile_comes_from_the_cache(table_and_bundle, small_model, monkeypatch):
+    _, _, _, cache = table_and_bundle
+    monkeypatch.setenv("COLDBREW_CACHE", str(cache))
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(prof, "_measure", no_measuring)
+    again = prof.profile(small_model, repeat=FEW)
+    assert again["cached"]
+    # a plan compile reads the same cached table
+    data = compile_model(small_model, plan="cold")
+    assert data[:8] == b"COLDBREW"
+    modeled = prof.profile(small_model, "sd855", repeat=FEW)
+    assert modeled["modeled"] and modeled["target"] == "sd855"
+
+
+def test_cli_trace_and_simulate(table_and_bundle, tmp_path):
+    table, bundle, _, _ = table_and_bundle
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    r = CliRunner().invoke(main, ["trace", bundle, "-o", str(tmp_path / "t.json"), "--png", str(tmp_path / "t.png"),
+                                  "--costs", str(costs)])
+    assert r.exit_code == 0, r.output
+    trace = json.loads((tmp_path / "t.json").read_text())
+    phases = {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {"verify", "code_load", "read", "execute"} <= phases
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = CliRunner().invoke(main, ["simulate", bundle, "--costs", str(costs)])
+    assert r.exit_code == 0 and "predicted cold latency on host" in r.output, r.output
