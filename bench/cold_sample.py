@@ -1,30 +1,57 @@
 """One cold-run sample, in a fresh process (DESIGN.md's protocol): import
-coldbrew first (reported apart), evict the bundle from the page cache, then
-time load + first result. Prints one JSON line.
+the engine first (reported apart), evict the model file from the page
+cache, then time load + first result. Prints one JSON line.
 
     python bench/cold_sample.py BUNDLE [--trace] [--threads N]
+    python bench/cold_sample.py MODEL.onnx --ort [--threads N]
 """
 import json
 import os
 import sys
 import time
 
+ORT = "--ort" in sys.argv
 t_import = time.perf_counter()
 import numpy as np  # noqa: E402
 
-import coldbrew  # noqa: E402
-
+if ORT:
+    import onnxruntime as ort
+else:
+    import coldbrew
 t_import = time.perf_counter() - t_import
+
+
+def evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.fdatasync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def ort_sample(path, threads):
+    evict(path)
+    t0 = time.perf_counter()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads or 2
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    t1 = time.perf_counter()
+    feeds = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape],
+                              np.float32 if "float" in i.type else np.int64) for i in sess.get_inputs()}
+    sess.run(None, feeds)
+    t2 = time.perf_counter()
+    return {"import_ms": t_import * 1e3, "load_ms": (t1 - t0) * 1e3, "first_run_ms": (t2 - t1) * 1e3,
+            "cold_ms": (t2 - t0) * 1e3}
 
 
 def main():
     path = sys.argv[1]
     trace = "--trace" in sys.argv
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 0
-    fd = os.open(path, os.O_RDONLY)
-    os.fdatasync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    if ORT:
+        print(json.dumps(ort_sample(path, threads)))
+        return
+    evict(path)
     t0 = time.perf_counter()
     sess = coldbrew.load(path, threads=threads, trace=trace)
     t1 = time.perf_counter()
