@@ -5,14 +5,14 @@ packed_direct   output channels of the weights blocked by KB (contiguous loads)
 im2col_gemm     column matrix per output tile + packed GEMM
 gemm_1x1        1x1 / stride 1 / no pad: the input already is the column matrix
 winograd_f2/f4/f6   F(m x m, 3 x 3) for 3x3 stride-1 convs: weights transformed to
-                the Winograd domain, batched GEMM in it
+                the Winograd domain, batched GEMM in it (F6 on outputs >= 12 x 12 only)
 depthwise_direct   one filter per channel, vectorized along the output width
 """
 import numpy as np
-from tvm import te, tirx
+from tvm import s_tir, te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import VEC, attach_epilogue, vectorize_inner
+from .schedule_util import VEC, _generic_block, attach_epilogue, block_name, blocks_in_order, vectorize_inner
 
 KB = 8  # output-channel block of packed weights
 
@@ -230,23 +230,59 @@ def _winograd_matrices(m, r=3):
     return np.asarray(a, np.float32), np.asarray(b, np.float32), np.asarray(g, np.float32)
 
 
-def _const(mat, name):
-    rows, cols = mat.shape
+def _lincomb(mat, col, term):
+    """sum_r mat[r, col] * term(r) for a symbolic column index `col`.
 
-    def value(i, j):
-        expr = tirx.const(0.0, "float32")
-        for a in range(rows):
-            for b in range(cols):
-                if mat[a, b] != 0:
-                    expr = tirx.Select(tirx.all(i == a, j == b), tirx.const(float(mat[a, b]), "float32"), expr)
-        return expr
+    One explicit sum per column over its nonzero entries only (+-1 become
+    adds / subtracts), picked by an if_then_else chain on `col`. The
+    schedules unroll the loop that `col` comes from, so every copy of the
+    body sees a constant `col` and the simplifier folds the chain to one short
+    sum: no constant-matrix buffers, no multiplications by zero, small
+    expressions. (if_then_else rather than Select: the vectorizer keeps its
+    scalar condition, while a Select's is broadcast to a vector and then
+    never folds.)"""
 
-    return te.compute((rows, cols), value, name=name)
+    def column(j):
+        # positive coefficients first, so that a sum starts without a negation
+        rows = sorted((r for r in range(mat.shape[0]) if mat[r, j] != 0), key=lambda r: mat[r, j] < 0)
+        expr = None
+        for r in rows:
+            v, t = float(mat[r, j]), term(r)
+            if expr is None:
+                expr = t if v == 1.0 else t * tirx.const(v, "float32")
+            elif v == 1.0:
+                expr = expr + t
+            elif v == -1.0:
+                expr = expr - t
+            else:
+                expr = expr + t * tirx.const(v, "float32")
+        return expr if expr is not None else tirx.const(0.0, "float32")
+
+    expr = column(mat.shape[1] - 1)
+    for j in reversed(range(mat.shape[1] - 1)):
+        expr = tirx.if_then_else(col == j, column(j), expr)
+    return expr
 
 
 class Winograd(Variant):
-    """F(m x m, 3 x 3): U = G g G^T (transform), V = B^T d B, M = U . V summed
-    over input channels (the anchor: a batched GEMM), Y = A^T M A."""
+    """F(m x m, 3 x 3) on alpha x alpha input tiles, alpha = m + 2.
+
+    weight transform  U[e, k // KB, c, k % KB] = (G g G^T)[i, j], e = i * alpha + j
+    input transform   V[e, c, t] = (B^T d_t B)[i, j] for input tile d_t
+    anchor            M[e, k, t] = sum_c U[e, k, c] V[e, c, t]  (alpha^2 GEMMs)
+    output transform  Y[k, i, j, t] = (A^T M[:, k, t] A)[i, j], then scattered to NCHW
+
+    Tiles t run over (image, tile row, tile column), padded to a multiple of
+    the GEMM's tile width `tt`. Every transform is written as two 1-D passes
+    (columns, then rows) of explicit sums over the nonzero matrix entries
+    (_lincomb), unrolled and vectorized across tt tiles.
+
+    Schedule: the input transform is one parallel pass over (channel, tile
+    block). The GEMM runs per (tile block, KB output channels), all alpha^2 of
+    them, with a register accumulator per e; the output transform of that
+    (tile block, channel block) follows at once, on M still in cache. The
+    scatter to NCHW (not an affine map of the tiles) and the fused epilogue
+    are one last parallel pass over the output."""
 
     op = "conv2d"
 
@@ -256,117 +292,202 @@ class Winograd(Variant):
         self.name = f"conv2d.winograd_f{m}"
 
     def applies(self, spec):
+        # F(6x6) needs two whole tiles per side: on smaller outputs (7x7, 8x8)
+        # it computes 12x12 (2.3-2.9x the work) from 64/9 times the weights,
+        # and loses to the GEMM variants on every layer measured
+        least = 2 * self.m if self.m == 6 else self.m
         return (spec.groups == 1 and spec.r == 3 and spec.s == 3 and spec.stride == (1, 1)
-                and spec.dilation == (1, 1) and spec.out_h >= self.m and spec.out_w >= self.m)
+                and spec.dilation == (1, 1) and spec.out_h >= least and spec.out_w >= least)
 
     def transformed_shape(self, spec):
         return (self.alpha * self.alpha, (spec.k + KB - 1) // KB, spec.c, KB)
 
     def transform(self, spec):
-        _, _, g = _winograd_matrices(self.m)
-        alpha = self.alpha
+        gm = _winograd_matrices(self.m)[2].T  # G^T: 3 x alpha
+        alpha, kmax = self.alpha, spec.k - 1
+        kp = _round(spec.k, KB)
 
         def fn(w):
-            G = _const(g, "cb_G")
-            r1 = te.reduce_axis((0, 3), "r1")
-            r2 = te.reduce_axis((0, 3), "r2")
+            # U = G g G^T in two passes: (G g)[i, r2], then its rows times G^T
+            gg = te.compute((spec.c, alpha, 3, kp),
+                            lambda c, i, r2, k: _lincomb(gm, i, lambda r1: w[tirx.min(k, kmax), c, r1, r2]),
+                            name="cb_wino_gg")
+
             def u_value(e, ko, c, ki):
                 k = ko * KB + ki
-                valid = tirx.Select(k < spec.k, tirx.const(1, spec.dtype), tirx.const(0, spec.dtype))
-                return te.sum(G[e // alpha, r1] * w[tirx.min(k, spec.k - 1), c, r1, r2] * G[e % alpha, r2] * valid,
-                              axis=[r1, r2])
+                u = _lincomb(gm, e % alpha, lambda r2: gg[c, e // alpha, r2, k])
+                return tirx.Select(k <= kmax, u, tirx.const(0.0, spec.dtype))  # zero filters pad k to KB
 
-            return te.compute(
-                self.transformed_shape(spec), u_value,
-                name="cb_wino_u")
+            return te.compute(self.transformed_shape(spec), u_value, name="cb_wino_u")
+
         return fn
+
+    def schedule_transform(self, sch):
+        # parallel over (output-channel block, input channel); G g for the
+        # KB filters in a local buffer, then the alpha^2 entries, vectorized
+        # over the KB filters
+        u = sch.get_sblock("cb_wino_u")
+        e, ko, c, ki = sch.get_loops(u)
+        i, j = sch.split(e, [self.alpha, self.alpha])
+        sch.reorder(ko, c, i, j, ki)
+        par = sch.fuse(ko, c)
+        sch.parallel(par)
+        sch.unroll(j)
+        sch.vectorize(ki)
+        gg = sch.get_sblock("cb_wino_gg")
+        sch.compute_at(gg, par)
+        sch.set_scope(gg, 0, "local")
+        i, r2, k = sch.get_loops(gg)[-3:]
+        sch.reorder(r2, i, k)
+        sch.unroll(i)
+        sch.vectorize(k)
+        return True
 
     def _tiles(self, spec):
         m = self.m
         nh, nw = (spec.out_h + m - 1) // m, (spec.out_w + m - 1) // m
         return nh, nw, spec.n * nh * nw
 
+    def _tt(self, spec, params):
+        return min(params.get("tt", 16), _round(self._tiles(spec)[2], VEC))
+
+    def space(self, spec):
+        # tt: tiles per GEMM tile (KB x tt accumulators). F(2x2) has the
+        # smallest alpha^2 x KB x tt block of M to keep in cache, so it affords
+        # the widest tile (16 accumulators on AVX-512)
+        if self.m == 2:
+            return [{"tt": 32}, {"tt": 16}, {"tt": 8}]
+        return [{"tt": 16}, {"tt": 32}, {"tt": 8}]
+
     def compute(self, spec, x, wt, params):
         m, alpha = self.m, self.alpha
         a, b, _ = _winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
-        tiles_p = _round(tiles, self._tt(spec, params))
+        tp = _round(tiles, self._tt(spec, params))
+        kp = _round(spec.k, KB)
         pt, pl = spec.pad[0], spec.pad[1]
-        hp, wp = nh * m + 2, nw * m + 2  # padded so every tile is whole
         h, w = spec.h, spec.w
-        d = te.compute(
-            (spec.n, spec.c, hp, wp),
+        d = te.compute(  # padded so that every tile is whole
+            (spec.n, spec.c, nh * m + 2, nw * m + 2),
             lambda n, c, y, z: tirx.if_then_else(
                 tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[n, c, y - pt, z - pl], tirx.const(0, spec.dtype)),
             name="cb_pad")
-        B = _const(b, "cb_B")
-        A = _const(a, "cb_A")
-        r1 = te.reduce_axis((0, alpha), "r1")
-        r2 = te.reduce_axis((0, alpha), "r2")
 
-        def tile_origin(t):
+        def tile(t):
             t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped
-            n, rest = t // (nh * nw), t % (nh * nw)
-            return n, (rest // nw) * m, (rest % nw) * m
+            return t // (nh * nw), (t % (nh * nw)) // nw * m, t % nw * m
 
-        def v_value(e, c, t):
-            n, y0, z0 = tile_origin(t)
-            return te.sum(B[r1, e // alpha] * d[n, c, y0 + r1, z0 + r2] * B[r2, e % alpha], axis=[r1, r2])
+        def bd(c, i, s, t):  # (B^T d)[i, s]
+            n, y0, z0 = tile(t)
+            return _lincomb(b, i, lambda r: d[n, c, y0 + r, z0 + s])
 
-        V = te.compute((alpha * alpha, spec.c, tiles_p), v_value, name="cb_wino_v")
+        bd = te.compute((spec.c, alpha, alpha, tp), bd, name="cb_wino_bd")
+        v = te.compute((alpha * alpha, spec.c, tp),
+                       lambda e, c, t: _lincomb(b, e % alpha, lambda s: bd[c, e // alpha, s, t]), name="cb_wino_v")
         rc = te.reduce_axis((0, spec.c), "rc")
-        M = te.compute((alpha * alpha, _round(spec.k, KB), tiles_p),
-                       lambda e, k, t: te.sum(wt[e, k // KB, rc, k % KB] * V[e, rc, t], axis=rc), name=ANCHOR)
-        s1 = te.reduce_axis((0, alpha), "s1")
-        s2 = te.reduce_axis((0, alpha), "s2")
+        mm = te.compute((alpha * alpha, kp, tp),
+                        lambda e, k, t: te.sum(wt[e, k // KB, rc, k % KB] * v[e, rc, t], axis=rc), name=ANCHOR)
+        ma = te.compute((kp, alpha, m, tp),  # (M A)[s1, j]
+                        lambda k, s1, j, t: _lincomb(a, j, lambda s2: mm[s1 * alpha + s2, k, t]), name="cb_wino_ma")
+        y = te.compute((kp, m, m, tp),  # (A^T M A)[i, j]
+                       lambda k, i, j, t: _lincomb(a, i, lambda s1: ma[k, s1, j, t]), name="cb_wino_y")
         return te.compute(
             (spec.n, spec.k, spec.out_h, spec.out_w),
-            lambda n, k, y, z: te.sum(
-                A[s1, y % m] * M[s1 * alpha + s2, k, n * nh * nw + (y // m) * nw + z // m] * A[s2, z % m],
-                axis=[s1, s2]),
-            name="cb_wino_y")
-
-    def space(self, spec):
-        return [{"kb": 4, "tt": 16}, {"kb": 8, "tt": 8}, {"kb": 2, "tt": 32}]
-
-    def _tt(self, spec, params):
-        return min(params.get("tt", 16), _round(self._tiles(spec)[2], VEC))
+            lambda n, k, yy, zz: y[k, yy % m, zz % m, n * nh * nw + yy // m * nw + zz // m], name="cb_out")
 
     def schedule(self, sch, block, spec, params):
-        kb, tt = params.get("kb", 4), self._tt(spec, params)
-        # input transform: one parallel pass, transform loops unrolled
+        tt = self._tt(spec, params)
+        alpha = self.alpha
+        # padding: its own parallel pass
+        _generic_block(sch, sch.get_sblock("cb_pad"))
+
+        # input transform, parallel over (channel, tile block). Each pass
+        # unrolls the index its sums are selected by (_lincomb) and loops
+        # over the other one: short bodies, short compiles.
         v = sch.get_sblock("cb_wino_v")
-        e, c, t, r1, r2 = sch.get_loops(v)
-        sch.reorder(c, t, e, r1, r2)
-        sch.parallel(c)
-        sch.unroll(e)
-        sch.unroll(r1)
-        sch.unroll(r2)
-        sch.decompose_reduction(v, r1)
-        # batched GEMM
-        e, k, t, rc = sch.get_loops(block)
-        ko, ki = _split_tile(sch, k, kb)
-        to, ti = _split_tile(sch, t, tt)
-        tio, tiv = sch.split(ti, [None, VEC]) if tt % VEC == 0 else (None, ti)
-        sch.reorder(*([e, to, ko, rc, ki] + ([tio] if tio is not None else []) + [tiv]))
-        par = sch.fuse(e, to)
+        e, c, t = sch.get_loops(v)
+        to, ti = sch.split(t, [None, tt])
+        ei, ej = sch.split(e, [alpha, alpha])
+        sch.reorder(c, to, ei, ej, ti)
+        par = sch.fuse(c, to)
         sch.parallel(par)
-        cw = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(cw, ko)
-        sch.unroll(ki)
-        if tio is not None:
-            sch.unroll(tio)
-        sch.vectorize(tiv)
-        sch.decompose_reduction(block, rc)
-        # output transform (+ fused epilogue), parallel over (n, k)
+        sch.unroll(ej)
+        _vectorize(sch, ti, tt)
+        bd = sch.get_sblock("cb_wino_bd")  # B^T d: alpha x alpha x tt per task
+        sch.compute_at(bd, par)
+        sch.set_scope(bd, 0, "local")
+        i, s, bt = sch.get_loops(bd)[-3:]
+        sch.reorder(s, i, bt)
+        sch.unroll(i)
+        _vectorize(sch, bt, tt)
+
+        # the output transform's tiles set the loop nest: parallel over
+        # (tile block, KB output channels); the GEMM and the first transform
+        # pass of that tile are computed inside it (compute_at: the second
+        # pass reads the first at constant rows, which reverse_compute_at
+        # cannot attach)
         y = sch.get_sblock("cb_wino_y")
-        n, k, yy, zz, s1, s2 = sch.get_loops(y)
-        par = sch.fuse(n, k)
+        k, i, j, t = sch.get_loops(y)
+        ko, ki = sch.split(k, [None, KB])
+        to, ti = sch.split(t, [None, tt])
+        sch.reorder(to, ko, ki, i, j, ti)
+        par = sch.fuse(to, ko)
         sch.parallel(par)
-        attach_epilogue(sch, y, yy)
-        sch.unroll(s1)
-        sch.unroll(s2)
-        sch.decompose_reduction(y, s1)
+        ma = sch.get_sblock("cb_wino_ma")
+        sch.compute_at(ma, par)
+        sch.set_scope(ma, 0, "local")
+        sch.compute_at(block, par, preserve_unit_loops=True)  # keeps rc when C == 1
+        _, s1, j, bt = sch.get_loops(ma)[-4:]  # M A: loop over s1, unroll j
+        sch.unroll(j)
+        _vectorize(sch, bt, tt)
+        _, i, j, bt = sch.get_loops(y)[-4:]  # A^T (M A): loop over j, unroll i
+        sch.reorder(j, i, bt)
+        sch.unroll(i)
+        _vectorize(sch, bt, tt)
+
+        # batched GEMM of the tile: for each e a KB x tt register tile
+        # accumulated over the input channels, then kept in M (local)
+        e, ki, ti, rc = sch.get_loops(block)[-4:]
+        sch.reorder(e, rc, ki, ti)
+        acc = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc, e)
+        sch.set_scope(acc, 0, "local")  # M: alpha^2 x KB x tt per task
+        sch.unroll(ki)
+        _vectorize(sch, ti, tt)
+        sch.decompose_reduction(block, rc)
+        ai, at = sch.get_loops(acc)[-2:]
+        sch.unroll(ai)
+        _vectorize(sch, at, tt)
+
+        # scatter to NCHW + fused epilogue: inline into the last block, one
+        # parallel pass over the output
+        order = blocks_in_order(sch)
+        names = [block_name(sch, b) for b in order]
+        after = order[names.index("cb_wino_y") + 1:]
+        for b in after[:-1]:
+            try:
+                sch.compute_inline(b)
+            except s_tir.ScheduleError:
+                pass
+        for b in after:
+            try:
+                sch.get_loops(b)
+            except Exception:
+                continue  # inlined
+            _generic_block(sch, b)
+
+
+def _vectorize(sch, loop, extent):
+    """Vectorize a tile loop of `extent` lanes (a multiple of VEC): 16 lanes
+    at once where they divide it (one AVX-512 register, two AVX2 / four NEON
+    registers: the same register footprint as two 8-lane pieces, but LLVM does
+    not fuse separate 8-lane operations into a 16-lane one), else VEC-wide
+    pieces, unrolled."""
+    lanes = 2 * VEC if extent % (2 * VEC) == 0 else VEC
+    if extent > lanes:
+        lo, loop = sch.split(loop, [None, lanes])
+        sch.unroll(lo)
+    sch.vectorize(loop)
 
 
 class DepthwiseDirect(Variant):
