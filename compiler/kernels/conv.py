@@ -155,8 +155,7 @@ class _Gemm(Variant):
             name="cb_pack")
 
     def _zt(self, spec, params):
-        zt = params.get("zt", 16)
-        return VEC if spec.out_w <= VEC or spec.out_w % 16 == VEC else zt
+        return min(params.get("zt", 16), _round(spec.out_w, VEC))
 
     def _column(self, spec, x, owp):
         raise NotImplementedError
@@ -170,17 +169,17 @@ class _Gemm(Variant):
         return _crop(anchor, spec)
 
     def space(self, spec):
-        return [{"kb": 4, "zt": 16}, {"kb": 8, "zt": 8}, {"kb": 2, "zt": 16}, {"kb": 8, "zt": 16}]
+        # kb x zt accumulators: 16 x 16 lanes fills 16 AVX-512 registers
+        return [{"kb": 8, "zt": 32}, {"kb": 16, "zt": 16}, {"kb": 8, "zt": 16}, {"kb": 4, "zt": 32}]
 
     def schedule(self, sch, block, spec, params):
-        kb, zt = params.get("kb", 4), self._zt(spec, params)
+        kb, zt = params.get("kb", 8), self._zt(spec, params)
         if zt == VEC:
             kb = max(kb, 8)  # keep 8 accumulators in flight
         n, k, y, z, q = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zt)
-        zio, ziv = sch.split(zi, [None, VEC])
-        sch.reorder(n, y, zo, ko, q, ki, zio, ziv)
+        sch.reorder(n, y, zo, ko, q, ki, zi)
         par = sch.fuse(n, y, zo)
         sch.parallel(par)
         col = sch.get_sblock("cb_col")
@@ -188,8 +187,7 @@ class _Gemm(Variant):
         vectorize_inner(sch, col)
         attach_epilogue(sch, block, ko)
         sch.unroll(ki)
-        sch.unroll(zio)
-        sch.vectorize(ziv)
+        _vectorize(sch, zi, zt)
         sch.decompose_reduction(block, q)
 
 
