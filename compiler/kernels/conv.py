@@ -503,15 +503,27 @@ class DepthwiseDirect(Variant):
                                     lambda k, q: w[k, 0, q // spec.s, q % spec.s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
+        """The padded input is split into `sw` column phases, pd[n, k, y,
+        phase, j] = padded[n, k, y, j * sw + phase], so that a strided conv
+        reads contiguous vectors: column z * sw + t is pd[.., t % sw, z + t // sw]."""
         owp = _round(spec.out_w, _zb(spec, params))
-        p = _pad(x, spec, extra_w=_extra_w(spec, owp))
+        (sh, sw), (dh, dw) = spec.stride, spec.dilation
+        pt, pl = spec.pad[0], spec.pad[1]
+        hp = spec.h + spec.pad[0] + spec.pad[2]
+        wq = owp + ((spec.s - 1) * dw) // sw + 1  # columns per phase that the tiles read
+        pd = te.compute(
+            (spec.n, spec.c, hp, sw, wq),
+            lambda n, c, y, ph, j: tirx.if_then_else(
+                tirx.all(y >= pt, y < spec.h + pt, j * sw + ph >= pl, j * sw + ph < spec.w + pl),
+                x[n, c, tirx.min(tirx.max(y - pt, 0), spec.h - 1), tirx.min(tirx.max(j * sw + ph - pl, 0), spec.w - 1)],
+                tirx.const(0, spec.dtype)),
+            name="cb_pad")
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
-        (sh, sw), (dh, dw) = spec.stride, spec.dilation
         anchor = te.compute(
             (spec.n, spec.k, spec.out_h, owp),
-            lambda n, k, y, z: te.sum(p[n, k, y * sh + rr * dh, z * sw + rs * dw] * wt[k, rr * spec.s + rs],
-                                      axis=[rr, rs]),
+            lambda n, k, y, z: te.sum(pd[n, k, y * sh + rr * dh, (rs * dw) % sw, z + (rs * dw) // sw]
+                                      * wt[k, rr * spec.s + rs], axis=[rr, rs]),
             name=ANCHOR)
         return _crop(anchor, spec)
 
@@ -525,15 +537,13 @@ class DepthwiseDirect(Variant):
         sch.reorder(n, k, y, zo, rr, rs, zi)
         par = sch.fuse(n, k)
         sch.parallel(par)
+        pad = sch.get_sblock("cb_pad")
+        sch.compute_at(pad, par, preserve_unit_loops=True)  # one channel's plane, right before use
+        vectorize_inner(sch, pad)
         attach_epilogue(sch, block, zo)
         sch.unroll(rr)
         sch.unroll(rs)
-        if zb % VEC == 0 and zb > VEC:
-            zio, ziv = sch.split(zi, [None, VEC])
-            sch.unroll(zio)
-            sch.vectorize(ziv)
-        else:
-            sch.vectorize(zi)
+        _vectorize(sch, zi, zb)
         sch.decompose_reduction(block, rr)
 
 
