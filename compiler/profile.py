@@ -55,6 +55,16 @@ def evict(path):
         os.close(fd)
 
 
+def flush_cpu_caches(nbytes=96 << 20):
+    """Write and read a buffer larger than the last-level cache, so a cold
+    sample does not find the previous process's data still cached."""
+    import numpy as np
+
+    buf = np.empty(nbytes // 4, np.float32)
+    buf.fill(1.0)
+    return float(buf[::1024].sum())
+
+
 def core_classes(target):
     """[(class name, core ids)] fastest first, limited to cores this process may use."""
     usable = os.sched_getaffinity(0)
@@ -84,6 +94,7 @@ def _worker(args):
                 key = execute_key if e["phase"] == "execute" else e["phase"]
                 out[key].setdefault(e["layer"], []).append(ms)
 
+    flush_cpu_caches()
     evict(args["bundle"])
     t = time.perf_counter()
     sess = coldbrew.load(args["bundle"], threads=args["threads"], trace=True)
@@ -189,11 +200,28 @@ def _layer_bytes(graph, layer):
     return len(raw_b), len(cached_b), raw_b, cached_b
 
 
+def code_hash():
+    """Hash of the compiler's and the runtime's code: a table measured with
+    other kernels or another runtime is stale."""
+    import coldbrew
+
+    h = hashlib.sha256()
+    roots = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))]
+    for root in roots:
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames.sort()
+            for name in sorted(files):
+                if name.endswith((".py", ".so")):
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        h.update(name.encode() + f.read())
+    return h.hexdigest()[:16]
+
+
 def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
     from . import _version
 
     h = hashlib.sha256()
-    h.update(json.dumps([model_hash, _fingerprint(target), threads, _version(), FORMAT, VERSION,
+    h.update(json.dumps([model_hash, _fingerprint(target), threads, _version(), code_hash(), FORMAT, VERSION,
                          sorted((input_shapes or {}).items())]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
@@ -202,8 +230,7 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
 
 
 def _fingerprint(target):
-    fp = getattr(target, "fingerprint", None)
-    return fp() if callable(fp) else f"{target.triple}/{target.cpu}/{','.join(target.features)}"
+    return target.fingerprint()
 
 
 def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,

@@ -150,6 +150,25 @@ static void pool_stop(void) {
   atomic_store(&g_pool.stop, 0);
 }
 
+/* Give worker `id` a core of its own: the id-th core this process may use,
+ * counting from the one after the caller's, so the caller and its workers
+ * do not start out sharing a core (the launch waits for every task). */
+static void pin_worker(pthread_t thread, int id) {
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int ncpu = CPU_COUNT(&allowed), self = sched_getcpu();
+  if (ncpu < 2 || self < 0) return;
+  int skip = id, cpu = self;
+  while (skip > 0) {
+    cpu = (cpu + 1) % CPU_SETSIZE;
+    if (CPU_ISSET(cpu, &allowed) && --skip == 0) break;
+  }
+  if (cpu == self) return; /* more workers than cores: leave it to the scheduler */
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  pthread_setaffinity_np(thread, sizeof one, &one);
+}
+
 cb_status cb_backend_set_threads(int n) {
   if (n < 1) n = 1;
   if (n > 256) n = 256;
@@ -172,6 +191,7 @@ cb_status cb_backend_set_threads(int n) {
           st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
           break;
         }
+        pin_worker(g_pool.threads[i], i);
         g_pool.size = i + 1;
       }
     }
