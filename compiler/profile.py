@@ -281,7 +281,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         if threads > 1:
             wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
             configs.append((name, threads, wide))
-    total = len(columns) * (1 + len(configs)) + 1
+    total = len(columns) * (1 + len(configs)) + 3
     done = 0
     layers, load, storage = {}, None, None
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
@@ -299,10 +299,18 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
                 progress(done, total, f"column {c + 1}/{len(columns)} on {cls} x{n}")
                 runs[(cls, n)] = _samples(bundle, cores, n, repeat["cold"], repeat["warm"])
                 done += 1
-            if c == 0:  # open costs: the first column with the plan's threads
-                load = {k: stat(v) for k, v in runs[(configs[-1][0], configs[-1][1])]["open"].items()}
-                load["bundle_bytes"] = os.path.getsize(bundle)
-            _add_column(layers, graph, c, runs, tmp, repeat["reads"])
+            cached_runs = {}
+            if c == 0:  # the default plan as shipped (cached weights): its open costs and first executions
+                progress(done, total, "compile the default bundle")
+                default = os.path.join(tmp, "default.brew")
+                compile_graph(proto, default, tgt, input_shapes, constants, variants=choice, threads=threads)
+                progress(done + 1, total, "default bundle")
+                cls, n, cores = configs[-1]
+                cached_runs[(cls, n)] = _samples(default, cores, n, repeat["cold"], 0)
+                load = {k: stat(v) for k, v in cached_runs[(cls, n)]["open"].items()}
+                load["bundle_bytes"] = os.path.getsize(default)
+                done += 2
+            _add_column(layers, graph, c, runs, tmp, repeat["reads"], cached_runs)
     progress(total, total, "done")
     return {
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
@@ -312,8 +320,10 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     }
 
 
-def _add_column(layers, graph, column, runs, tmp, reads):
-    """Merge one column's measurements into `layers` (name -> layer entry)."""
+def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
+    """Merge one column's measurements into `layers` (name -> layer entry).
+    `cached_runs` (column 0): first executions with weights read from the
+    bundle rather than just written by the transform."""
     new = []
     for layer in graph.layers:
         entry = layers.setdefault(layer.name, {"name": layer.name, "op": layer.op, "candidates": []})
@@ -322,9 +332,11 @@ def _add_column(layers, graph, column, runs, tmp, reads):
         raw_b, cached_b, raw, cached = _layer_bytes(graph, layer)
         cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
                 "has_transform": bool(layer.transform), "default": column == 0}
-        for key in ("transform", "execute_first", "execute"):
+        for key, source in (("transform", runs), ("execute_first", runs), ("execute", runs),
+                            ("execute_first_cached", {k: {"execute_first_cached": v["execute_first"]}
+                                                      for k, v in cached_runs.items()})):
             per = {}
-            for (cls, n), res in runs.items():
+            for (cls, n), res in source.items():
                 samples = res.get(key, {}).get(layer.name)
                 if samples:
                     per.setdefault(cls, {})[str(n)] = stat(samples)
@@ -358,8 +370,8 @@ def modeled_table(host, target):
         for cand in layer["candidates"]:
             cand["read_ms"] = {form: scaled(s, first["read"]) for form, s in cand["read_ms"].items()}
             for key, phase in (("transform_ms", "transform"), ("execute_first_ms", "execute"),
-                               ("execute_ms", "execute")):
-                base = cand[key].get(host_cls, {})
+                               ("execute_first_cached_ms", "execute"), ("execute_ms", "execute")):
+                base = cand.get(key, {}).get(host_cls, {})
                 cand[key] = {c.name: {n: scaled(s, c.scale[phase]) for n, s in base.items()}
                              for c in target.core_classes}
     t["load"] = {k: (scaled(v, first["read"]) if isinstance(v, dict) else v) for k, v in t["load"].items()}
