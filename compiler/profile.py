@@ -221,16 +221,12 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
     from . import _version
 
     h = hashlib.sha256()
-    h.update(json.dumps([model_hash, _fingerprint(target), threads, _version(), code_hash(), FORMAT, VERSION,
+    h.update(json.dumps([model_hash, target.fingerprint(), threads, _version(), code_hash(), FORMAT, VERSION,
                          sorted((input_shapes or {}).items())]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
         h.update(bytes(memoryview(constants[name]).cast("B")))
     return h.hexdigest()[:24]
-
-
-def _fingerprint(target):
-    return target.fingerprint()
 
 
 def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
@@ -314,7 +310,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     progress(total, total, "done")
     return {
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
-        "target": tgt.name, "fingerprint": _fingerprint(tgt), "modeled": False, "threads": threads,
+        "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
         "classes": [{"name": n, "ids": ids} for n, ids in classes], "storage": storage, "load": load,
         "layers": list(layers.values()), "repeat": repeat, "profile_s": round(time.perf_counter() - t_start, 1),
     }
@@ -354,7 +350,7 @@ def modeled_table(host, target):
     import copy
 
     t = copy.deepcopy(host)
-    t.update({"target": target.name, "fingerprint": _fingerprint(target), "modeled": True,
+    t.update({"target": target.name, "fingerprint": target.fingerprint(), "modeled": True,
               "modeled_from": host["fingerprint"],
               "classes": [{"name": c.name, "ids": list(c.ids)} for c in target.core_classes]})
     host_cls = host["classes"][0]["name"]
