@@ -60,7 +60,7 @@ def trace_cost_ms(brew, threads, runs=60):
 
 
 def table2(name, table):
-    from coldbrew.compiler.simulate import _time
+    from coldbrew.compiler.simulate import median_ms
 
     cls, threads = table["classes"][0]["name"], table["threads"]
     for layer in table["layers"]:
@@ -68,11 +68,11 @@ def table2(name, table):
         other = [c for c in layer["candidates"] if "winograd" not in c["variant"]]
         if not wino or not other:
             continue
-        best = min(other, key=lambda c: _time(c["execute_ms"], cls, threads))
+        best = min(other, key=lambda c: median_ms(c["execute_ms"], cls, threads))
         for c in sorted(wino, key=lambda c: c["variant"]) + [best]:
             print(f"  {name:<14} {layer['name']:<5} {c['variant']:<24} read raw {c['read_ms']['raw']['median']:6.3f} "
                   f"cached {c['read_ms']['cached']['median']:6.3f}  transform(1 thread) "
-                  f"{_time(c['transform_ms'], cls, 1):7.3f}  execute {_time(c['execute_ms'], cls, threads):7.3f} ms "
+                  f"{median_ms(c['transform_ms'], cls, 1):7.3f}  execute {median_ms(c['execute_ms'], cls, threads):7.3f} ms "
                   f"({c['transformed_bytes']:,} B prepared)")
 
 

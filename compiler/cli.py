@@ -31,6 +31,10 @@ def _parse_binds(values):
     return constants
 
 
+def _phases(summary):
+    return ", ".join(f"{k} {v:.2f}" for k, v in summary["phase_ms"].items()) + " ms"
+
+
 class _progress:
     """A progress bar on stderr, shown once work reports progress."""
 
@@ -226,8 +230,7 @@ def simulate_cmd(bundle, costs, model, target, output, png):
         trace_export.to_png(result["events"], png, title=title)
     s = trace_export.summary(result["events"])
     click.echo(f"{label}predicted cold latency on {table['target']}: {result['latency_ms']:.2f} ms "
-               f"(open {result['open_ms']:.2f} ms; " + ", ".join(f"{k} {v:.2f}" for k, v in s["phase_ms"].items())
-               + " ms)")
+               f"(open {result['open_ms']:.2f} ms; {_phases(s)})")
 
 
 @main.command("trace")
@@ -268,8 +271,7 @@ def trace_cmd(bundle, output, png, cold, threads, costs):
     trace_export.write_chrome(events, output, {"title": title, "load_and_first_run_ms": total_ms})
     if png:
         trace_export.to_png(events, png, title=title)
-    click.echo(f"{title}: {total_ms:.2f} ms load + first run; traced " +
-               ", ".join(f"{k} {v:.2f}" for k, v in s["phase_ms"].items()) + f" ms; wrote {output}"
+    click.echo(f"{title}: {total_ms:.2f} ms load + first run; traced {_phases(s)}; wrote {output}"
                + (f" and {png}" if png else ""))
 
 

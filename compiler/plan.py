@@ -10,7 +10,7 @@ Both are per-layer greedy choices for today's sequential runtime; the
 pipelined scheduler (NNV12 Algorithm 1) builds on the same table and the
 simulator (compiler/simulate.py).
 """
-from .simulate import _time
+from .simulate import median_ms
 
 OBJECTIVES = ("warm", "cold")
 
@@ -28,12 +28,12 @@ def choose(table, objective):
         options = []
         for c in cands:
             if objective == "warm":
-                options.append((_time(c["execute_ms"], cls, threads), c["variant"], "cached"))
+                options.append((median_ms(c["execute_ms"], cls, threads), c["variant"], "cached"))
                 continue
-            first = _time(c["execute_first_ms"], cls, threads)
+            first = median_ms(c["execute_first_ms"], cls, threads)
             options.append((c["read_ms"]["cached"]["median"] + first, c["variant"], "cached"))
             if c["has_transform"]:
-                cost = c["read_ms"]["raw"]["median"] + _time(c["transform_ms"], cls, threads) + first
+                cost = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, threads) + first
                 options.append((cost, c["variant"], "raw"))
         _, variants[layer["name"]], forms[layer["name"]] = min(options)
     return variants, forms

@@ -68,7 +68,7 @@ def flush_cpu_caches(nbytes=96 << 20):
 def core_classes(target):
     """[(class name, core ids)] fastest first, limited to cores this process may use."""
     usable = os.sched_getaffinity(0)
-    classes = [(c.name, [i for i in c.ids if i in usable]) for c in getattr(target, "core_classes", ())]
+    classes = [(c.name, [i for i in c.ids if i in usable]) for c in target.core_classes]
     classes = [(n, ids) for n, ids in classes if ids]
     return classes or [("core", sorted(usable))]
 

@@ -57,7 +57,7 @@ def candidate(table, layer, variant):
     raise PlanError(f"cost table has no layer {layer}: was it profiled from the same model?")
 
 
-def _time(per_class, cls, threads):
+def median_ms(per_class, cls, threads):
     """Median ms for a core class and thread count (nearest measured count)."""
     runs = per_class.get(cls) or next(iter(per_class.values()), None)
     if not runs:
@@ -72,11 +72,11 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline, verified):
     raw = step["form"] == "raw"
     nbytes = c["raw_bytes"] if raw else c["transformed_bytes"]
     read = nbytes / (WARM_READ_MB_S * 1e3) if verified else c["read_ms"]["raw" if raw else "cached"]["median"]
-    transform = _time(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
+    transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
     first = c["execute_first_ms"]
     if not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
         first = c["execute_first_cached_ms"]  # measured with weights read from the bundle
-    return read, transform, _time(first, exec_cls, threads)
+    return read, transform, median_ms(first, exec_cls, threads)
 
 
 def simulate(plan, table, verify_weights=True):
