@@ -46,10 +46,12 @@ def auto_variant(spec):
         return "dense.packed_gemm"
     if spec.depthwise:
         return "conv2d.depthwise_direct"
+    # narrow outputs waste width-vector lanes: put output channels in the lanes
+    kvec = "_kvec" if spec.out_w <= 28 and (spec.k + 15) // 16 * 16 <= 1.15 * spec.k else ""
     if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
-        return "conv2d.gemm_1x1"
+        return "conv2d.gemm_1x1" + kvec
     if spec.groups == 1:
-        return "conv2d.im2col_gemm"
+        return "conv2d.im2col_gemm" + kvec
     return "conv2d.direct"
 
 

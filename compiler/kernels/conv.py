@@ -221,6 +221,89 @@ class Gemm1x1(_Gemm):
                           name="cb_col")
 
 
+KV = 16  # output channels per vector of the channel-vectorized GEMMs
+
+
+class _GemmK(_Gemm):
+    """The GEMM with output channels in the vector lanes:
+    out[n, k, y, z] = sum_q wt[k // KV, q, k % KV] * col[n, q, y, z].
+
+    For narrow outputs (7, 13, 14 columns) a width-vectorized tile wastes
+    lanes; here a tile is KVB channel vectors x ZT columns of one output row
+    (any ZT), each column value broadcast from the packed column tile. The
+    tile is accumulated channel-innermost and transposed back to NCHW by the
+    epilogue. The parallel loop runs over rows, column tiles and KS channel
+    groups, so a 7-row output still gives every thread work."""
+
+    def transformed_shape(self, spec):
+        return ((spec.k + KV - 1) // KV, spec.c * spec.r * spec.s, KV)
+
+    def transform(self, spec):
+        rs = spec.r * spec.s
+        return lambda w: te.compute(
+            self.transformed_shape(spec),
+            lambda ko, q, ki: tirx.if_then_else(
+                ko * KV + ki < spec.k, w[tirx.min(ko * KV + ki, spec.k - 1), q // rs, (q // spec.s) % spec.r, q % spec.s],
+                tirx.const(0, spec.dtype)),
+            name="cb_pack")
+
+    def _zt(self, spec, params):
+        zt = params.get("zt")
+        if zt is None:  # the least padding, widest first
+            zt = min((8, 7, 6), key=lambda t: (_round(spec.out_w, t), -t))
+        return min(zt, spec.out_w)
+
+    def _kvb(self, spec, params):
+        blocks = (spec.k + KV - 1) // KV
+        return next(b for b in (params.get("kvb", 2), 2, 1) if blocks % b == 0)
+
+    def _ks(self, spec, params):
+        groups = (spec.k + KV - 1) // KV // self._kvb(spec, params)
+        rows = spec.n * spec.out_h * (_round(spec.out_w, self._zt(spec, params)) // self._zt(spec, params))
+        ks = params.get("ks", 2 if rows < 16 else 1)
+        return next(d for d in range(min(ks, groups), 0, -1) if groups % d == 0)
+
+    def compute(self, spec, x, wt, params):
+        zt = self._zt(spec, params)
+        owp = _round(spec.out_w, zt)
+        col = self._column(spec, x, owp)
+        q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
+        kvs = (spec.k + KV - 1) // KV
+        anchor = te.compute((spec.n, kvs, spec.out_h, owp, KV),
+                            lambda n, ko, y, z, ki: te.sum(wt[ko, q, ki] * col[n, q, y, z], axis=q), name=ANCHOR)
+        return te.compute((spec.n, spec.k, spec.out_h, spec.out_w),
+                          lambda n, k, y, z: anchor[n, k // KV, y, z, k % KV], name="cb_out")
+
+    def space(self, spec):
+        return [{"kvb": 2}, {"kvb": 2, "zt": 7}, {"kvb": 1, "zt": 14}, {"kvb": 2, "zt": 8}, {"kvb": 1, "zt": 13}]
+
+    def schedule(self, sch, block, spec, params):
+        zt, kvb, ks = self._zt(spec, params), self._kvb(spec, params), self._ks(spec, params)
+        n, ko, y, z, ki, q = sch.get_loops(block)
+        kg, kb = sch.split(ko, [ks, None])
+        kbo, kbi = sch.split(kb, [None, kvb])
+        zo, zi = _split_tile(sch, z, zt)
+        sch.reorder(n, kg, y, zo, kbo, q, kbi, zi, ki)
+        par = sch.fuse(n, kg, y, zo)
+        sch.parallel(par)
+        col = sch.get_sblock("cb_col")
+        sch.compute_at(col, par, preserve_unit_loops=True)
+        vectorize_inner(sch, col)
+        attach_epilogue(sch, block, kbo)
+        sch.unroll(kbi)
+        sch.unroll(zi)
+        sch.vectorize(ki)
+        sch.decompose_reduction(block, q)
+
+
+class Im2colGemmK(_GemmK, Im2colGemm):
+    name = "conv2d.im2col_gemm_kvec"
+
+
+class Gemm1x1K(_GemmK, Gemm1x1):
+    name = "conv2d.gemm_1x1_kvec"
+
+
 def _winograd_matrices(m, r=3):
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
@@ -547,7 +630,7 @@ class DepthwiseDirect(Variant):
         sch.decompose_reduction(block, rr)
 
 
-for _v in (Direct(), PackedDirect(), Im2colGemm(), Gemm1x1(), Winograd(2), Winograd(4), Winograd(6),
+for _v in (Direct(), PackedDirect(), Im2colGemm(), Gemm1x1(), Im2colGemmK(), Gemm1x1K(), Winograd(2), Winograd(4), Winograd(6),
            DepthwiseDirect()):
     register(_v)
 

@@ -44,7 +44,8 @@ def test_zoo_model_matches_onnxruntime(name, tmp_path):
 # Forced variants on whole models: squeezenet has 1x1, 3x3 stride-1 and a
 # strided first conv; mobilenet has depthwise and pointwise convs.
 FORCED = [(m, v) for m in ("squeezenet", "mobilenet")
-          for v in ("direct", "packed_direct", "im2col_gemm", "gemm_1x1", "winograd_f2", "winograd_f4",
+          for v in ("direct", "packed_direct", "im2col_gemm", "gemm_1x1", "im2col_gemm_kvec", "gemm_1x1_kvec",
+                    "winograd_f2", "winograd_f4",
                     "winograd_f6", "depthwise_direct")]
 
 
