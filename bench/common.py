@@ -5,7 +5,11 @@ import statistics
 import sys
 import time
 
-import numpy as np
+# numpy's OpenBLAS keeps worker threads spinning after its calls; on a
+# 2-core machine they steal cycles from whichever engine is being timed
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))

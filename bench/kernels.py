@@ -10,9 +10,8 @@ per layer and, per layer, how its execution compares with onnxruntime's.
 import argparse
 import os
 
-import numpy as np
-
 from common import conv_model, geomean, median_ms, ort_session, zoo
+import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 
 def main():

@@ -12,9 +12,8 @@ import argparse
 import os
 import tempfile
 
-import numpy as np
-
 from common import geomean, median_ms, ort_session, zoo
+import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 DEFAULT = ["resnet50", "mobilenet_v2", "squeezenet", "googlenet"]
 

@@ -161,7 +161,8 @@ class InferenceSession:
             meta = self._outputs[k]
             ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
             _check(_lib.cb_session_get_output(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
-            raw = ctypes.string_at(ptr, size.value) if size.value else b""
+            # one copy, straight out of the session's arena
+            raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
             result.append(np.frombuffer(raw, dtype=meta.dtype).reshape(meta.shape).copy())
         return result
 

@@ -30,17 +30,62 @@ CB_EXPORT void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** 
   }
 }
 
+/* Kernels allocate scratch tiles (a GEMM's packed column tile, a padded
+ * plane) inside their parallel loops, once per iteration. Each thread keeps
+ * the blocks it has freed and hands them out again (smallest that fits), so
+ * warm runs do not call the allocator at all. A worker frees its blocks when
+ * it ends; the caller's stay for the process (a few tiles). */
+#define CB_WS_SLOTS 16
+
+typedef struct {
+  void* ptr;
+  size_t size;
+  int used;
+} cb_ws_block;
+
+static _Thread_local cb_ws_block t_ws[CB_WS_SLOTS];
+static _Thread_local int t_ws_count;
+
 static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, int dtype_code,
                              int dtype_bits) {
   (void)device_type, (void)device_id, (void)dtype_code, (void)dtype_bits;
   size_t size = (size_t)((nbytes + 63) & ~(uint64_t)63);
-  return aligned_alloc(64, size ? size : 64);
+  if (!size) size = 64;
+  int best = -1, spare = -1;
+  for (int i = 0; i < t_ws_count; i++) {
+    if (t_ws[i].used) continue;
+    if (t_ws[i].size >= size && (best < 0 || t_ws[i].size < t_ws[best].size)) best = i;
+    if (spare < 0 || t_ws[i].size < t_ws[spare].size) spare = i;
+  }
+  if (best >= 0) {
+    t_ws[best].used = 1;
+    return t_ws[best].ptr;
+  }
+  void* p = aligned_alloc(64, size);
+  if (!p) return NULL;
+  int slot = t_ws_count < CB_WS_SLOTS ? t_ws_count++ : spare;
+  if (slot >= 0) {
+    if (slot == spare) free(t_ws[slot].ptr); /* too small for this size: replace it */
+    t_ws[slot] = (cb_ws_block){p, size, 1};
+  }
+  return p;
 }
 
 static int workspace_free(int device_type, int device_id, void* ptr) {
   (void)device_type, (void)device_id;
-  free(ptr);
+  for (int i = 0; i < t_ws_count; i++) {
+    if (t_ws[i].ptr == ptr) {
+      t_ws[i].used = 0;
+      return 0;
+    }
+  }
+  free(ptr); /* allocated while every slot was in use */
   return 0;
+}
+
+static void workspace_release_thread(void) {
+  for (int i = 0; i < t_ws_count; i++) free(t_ws[i].ptr);
+  t_ws_count = 0;
 }
 
 /* TVMParallelGroupEnv and FTVMParallelLambda, restated. */
@@ -134,6 +179,7 @@ static void* worker_main(void* arg) {
     if (rc) atomic_store(&g_pool.failed, rc);
     atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_release);
   }
+  workspace_release_thread();
   return NULL;
 }
 
