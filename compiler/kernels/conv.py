@@ -155,7 +155,15 @@ class _Gemm(Variant):
             name="cb_pack")
 
     def _zt(self, spec, params):
-        return min(params.get("zt", 16), _round(spec.out_w, VEC))
+        zt = params.get("zt")
+        if zt is None:  # two vectors wide unless one vector pads the row less
+            zt = 32 if _round(spec.out_w, 32) <= _round(spec.out_w, 16) else 16
+        return min(zt, _round(spec.out_w, VEC))
+
+    def _kb(self, spec, params):
+        zt = self._zt(spec, params)
+        wide = zt <= 16 and _round(spec.k, KB) % 16 == 0
+        return params.get("kb", 16 if wide else 8)  # 16 accumulators when the channels allow
 
     def _column(self, spec, x, owp):
         raise NotImplementedError
@@ -170,10 +178,10 @@ class _Gemm(Variant):
 
     def space(self, spec):
         # kb x zt accumulators: 16 x 16 lanes fills 16 AVX-512 registers
-        return [{"kb": 8, "zt": 32}, {"kb": 16, "zt": 16}, {"kb": 8, "zt": 16}, {"kb": 4, "zt": 32}]
+        return [{}, {"kb": 8, "zt": 32}, {"kb": 16, "zt": 16}, {"kb": 8, "zt": 16}, {"kb": 4, "zt": 32}]
 
     def schedule(self, sch, block, spec, params):
-        kb, zt = params.get("kb", 8), self._zt(spec, params)
+        kb, zt = self._kb(spec, params), self._zt(spec, params)
         if zt == VEC:
             kb = max(kb, 8)  # keep 8 accumulators in flight
         n, k, y, z, q = sch.get_loops(block)
@@ -249,8 +257,9 @@ class _GemmK(_Gemm):
 
     def _zt(self, spec, params):
         zt = params.get("zt")
-        if zt is None:  # the least padding, widest first
-            zt = min((8, 7, 6), key=lambda t: (_round(spec.out_w, t), -t))
+        if zt is None:  # the least padding, widest first; 2 x 13 accumulators spill
+            widest = 8 if self._kvb(spec, params) > 1 else 14
+            zt = min(range(6, widest + 1), key=lambda t: (_round(spec.out_w, t), -t))
         return min(zt, spec.out_w)
 
     def _kvb(self, spec, params):
