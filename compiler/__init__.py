@@ -82,20 +82,20 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     return data
 
 
-def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2):
-    """compile_model without planning, also returning the final Graph
-    (layers, weights raw and transformed)."""
-    from coldbrew.targets import resolve
+class Front:
+    """What the passes up to Relax import produce; it does not depend on the
+    variant choice, so one model compiled several ways (the profiler's
+    columns) runs them once."""
 
-    from . import (codegen, extract_layers, fold_batchnorm, fold_constants, fuse_layers, import_relax,
-                   legalize_onnx, load_onnx, plan_memory, plan_weights, schedule_kernels, select_variants,
-                   write_bundle)
+    def __init__(self, mod, model_hash, name, input_names, output_names, passes_done):
+        self.mod, self.model_hash, self.name = mod, model_hash, name
+        self.input_names, self.output_names, self.passes_done = input_names, output_names, passes_done
 
-    try:
-        tgt = resolve(target) if isinstance(target, str) else target
-    except ValueError as e:
-        raise CompileError(str(e)) from None
+
+def front_end(model, input_shapes=None, constants=None, dump_ir=None):
+    """Load, fold, legalize and import a model (the first passes)."""
+    from . import fold_batchnorm, fold_constants, import_relax, legalize_onnx, load_onnx
+
     proto, model_hash = load_onnx.read_model(model)
     step = iter(range(len(PASSES)))
 
@@ -110,20 +110,43 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     proto = done(legalize_onnx, legalize_onnx.run(proto))
     proto = done(fold_batchnorm, fold_batchnorm.run(proto))
     mod = done(import_relax, import_relax.run(proto))
-    mod, anchors = select_variants.run(mod, variants)
+    return Front(mod, model_hash, proto.graph.name or "model", input_names, output_names, 5)
+
+
+def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
+                  variants=None, weights="cached", threads=2, front=None):
+    """compile_model without planning, also returning the final Graph
+    (layers, weights raw and transformed). `front` (front_end's result for
+    this model and these inputs) skips the first passes."""
+    from coldbrew.targets import resolve
+
+    from . import (codegen, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels,
+                   select_variants, write_bundle)
+
+    try:
+        tgt = resolve(target) if isinstance(target, str) else target
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    front = front or front_end(model, input_shapes, constants, dump_ir)
+    step = iter(range(front.passes_done, len(PASSES)))
+
+    def done(p, ir):
+        _dump(dump_ir, next(step), p.NAME, ir)
+        return ir
+
+    mod, anchors = select_variants.run(front.mod, variants)
     done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
     mod, notes = schedule_kernels.run(mod, anchors)
     done(schedule_kernels, mod)
-    name = proto.graph.name or "model"
-    graph = extract_layers.run(mod, name, input_names, output_names, anchors)
+    graph = extract_layers.run(mod, front.name, front.input_names, front.output_names, anchors)
     graph.notes += notes
     graph.threads = threads
     graph = done(extract_layers, graph)
     graph = done(plan_weights, plan_weights.run(graph, weights))
     graph = done(plan_memory, plan_memory.run(graph))
     code = done(codegen, codegen.run(graph, tgt))
-    data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", model_hash))
+    data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", front.model_hash))
     if output:
         with open(output, "wb") as f:
             f.write(data)

@@ -20,14 +20,12 @@ class Measurement:
     transformed_bytes: int
 
 
-def anchors_of(model, input_shapes=None, constants=None):
-    """The anchors (conv / dense layers with their specs) of an ONNX model."""
-    from . import fold_batchnorm, fold_constants, import_relax, legalize_onnx, load_onnx, select_variants
+def anchors_of(model, input_shapes=None, constants=None, front=None):
+    """The anchors (conv / dense layers with their specs) of an ONNX model
+    (or of its `front`, compiler.front_end's result)."""
+    from . import front_end, select_variants
 
-    proto, _ = load_onnx.read_model(model)
-    proto = load_onnx.run(proto, input_shapes, constants)
-    proto = fold_batchnorm.run(legalize_onnx.run(fold_constants.run(proto)))
-    _, anchors = select_variants.run(import_relax.run(proto))
+    _, anchors = select_variants.run((front or front_end(model, input_shapes, constants)).mod)
     return anchors
 
 

@@ -264,11 +264,12 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
 
 
 def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat):
-    from . import compile_graph
+    from . import compile_graph, front_end
     from .measure import anchors_of
 
     t_start = time.perf_counter()
-    anchors = anchors_of(proto, input_shapes, constants)
+    front = front_end(proto, input_shapes, constants)  # shared by every column's compile
+    anchors = anchors_of(proto, front=front)
     columns = _columns(anchors)
     classes = core_classes(tgt)
     configs = []
@@ -288,7 +289,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             progress(done, total, f"compile column {c + 1}/{len(columns)}")
             bundle = os.path.join(tmp, f"column{c}.brew")
             _, graph = compile_graph(proto, bundle, tgt, input_shapes, constants, variants=choice, weights="raw",
-                                     threads=threads)
+                                     threads=threads, front=front)
             done += 1
             runs = {}
             for cls, n, cores in configs:
@@ -299,7 +300,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             if c == 0:  # the default plan as shipped (cached weights): its open costs and first executions
                 progress(done, total, "compile the default bundle")
                 default = os.path.join(tmp, "default.brew")
-                compile_graph(proto, default, tgt, input_shapes, constants, variants=choice, threads=threads)
+                compile_graph(proto, default, tgt, input_shapes, constants, variants=choice, threads=threads,
+                              front=front)
                 progress(done + 1, total, "default bundle")
                 cls, n, cores = configs[-1]
                 cached_runs[(cls, n)] = _samples(default, cores, n, repeat["cold"], 0)
