@@ -21,7 +21,7 @@ A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
 predicted latency and a timeline of events shaped like the runtime's trace.
 """
 
-WARM_READ_MB_S = 10000.0  # touching pages already in the page cache
+WARM_READ_MB_S = 10000.0  # touching pages already in the page cache, when the table has no measured rate
 
 
 class PlanError(ValueError):
@@ -71,7 +71,8 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline, verified):
     c = candidate(table, step["layer"], step["variant"])
     raw = step["form"] == "raw"
     nbytes = c["raw_bytes"] if raw else c["transformed_bytes"]
-    read = nbytes / (WARM_READ_MB_S * 1e3) if verified else c["read_ms"]["raw" if raw else "cached"]["median"]
+    touch_mb_s = table["load"].get("touch_mb_s") or WARM_READ_MB_S
+    read = nbytes / (touch_mb_s * 1e3) if verified else c["read_ms"]["raw" if raw else "cached"]["median"]
     transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
     first = c["execute_first_ms"]
     if not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):

@@ -4,6 +4,9 @@ direct          plain layout, weights as ONNX stores them (identity transform)
 packed_direct   output channels of the weights blocked by KB (contiguous loads)
 im2col_gemm     column matrix per output tile + packed GEMM
 gemm_1x1        1x1 / stride 1 / no pad: the input already is the column matrix
+im2col_gemm_kvec, gemm_1x1_kvec
+                the same GEMMs with output channels in the vector lanes, for
+                narrow outputs (7, 13, 14 columns) where width vectors waste lanes
 winograd_f2/f4/f6   F(m x m, 3 x 3) for 3x3 stride-1 convs: weights transformed to
                 the Winograd domain, batched GEMM in it (F6 on outputs >= 12 x 12 only)
 depthwise_direct   one filter per channel, vectorized along the output width

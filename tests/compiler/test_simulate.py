@@ -49,6 +49,16 @@ def test_sequential_plan_adds_every_phase():
     assert r["latency_ms"] == pytest.approx(9.5 + 4 + 2 + 1, abs=1e-3)
 
 
+def test_verified_reads_use_the_measured_touch_rate():
+    # 1000 raw bytes per layer at 1 MB/s: 1 ms of touch each (c0, L1)
+    table = _table()
+    table["load"]["touch_mb_s"] = 1.0
+    r = simulate(_plan(), table, verify_weights=True)
+    reads = [e for e in r["events"] if e["phase"] == "read"]
+    assert (reads[0]["end_ns"] - reads[0]["start_ns"]) / 1e6 == pytest.approx(1.0)
+    assert r["latency_ms"] == pytest.approx(9.5 + 1 + 4 + 2 + 1 + 1)
+
+
 def test_prep_queue_overlaps_preparation_with_execution():
     # prep on queue 1 (its own core, 1 thread): c0 read 1 + transform 8 from t=1.5;
     # c0 executes at 10.5 .. 12.5; L1 prepared at 10.5, executes 12.5 .. 13.5
