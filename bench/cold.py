@@ -1,7 +1,7 @@
 """Cold start: coldbrew vs onnxruntime, the simulator's prediction, the
 trace's overhead and the profiler's cost, measured side by side in one run.
 
-    python bench/cold.py [models...] [--samples 5] [--threads 2] [--table2]
+    python bench/cold.py [models...] [--samples 9] [--threads 2] [--table2]
 
 Per model: compile the default bundle, profile the model (the device cost
 table; cached after the first time: the time printed is this run's),
@@ -29,11 +29,14 @@ from common import ROOT, geomean, zoo
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 
 
-def samples(path, n, *flags):
-    out = []
+def samples(n, *kinds):
+    """n fresh-process samples of each (path, flags) kind, taken in turns so
+    that every kind sees the same drift of the machine's state."""
+    out = [[] for _ in kinds]
     for _ in range(n):
-        proc = subprocess.run([sys.executable, SAMPLER, path, *flags], capture_output=True, text=True, check=True)
-        out.append(json.loads(proc.stdout))
+        for k, (path, flags) in enumerate(kinds):
+            proc = subprocess.run([sys.executable, SAMPLER, path, *flags], capture_output=True, text=True, check=True)
+            out[k].append(json.loads(proc.stdout))
     return out
 
 
@@ -79,7 +82,7 @@ def table2(name, table):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="*", default=list(zoo().MODELS))
-    ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--table2", action="store_true")
     args = ap.parse_args()
@@ -102,9 +105,8 @@ def main():
             prof_s = time.perf_counter() - t
             tables[name] = table
             predicted = simulate(plan_of_bundle(brew), table)["latency_ms"]
-            plain = samples(brew, args.samples)
-            traced = samples(brew, args.samples, "--trace")
-            ort = samples(onnx_path, args.samples, "--ort", "--threads", str(args.threads))
+            plain, traced, ort = samples(args.samples, (brew, []), (brew, ["--trace"]),
+                                         (onnx_path, ["--ort", "--threads", str(args.threads)]))
             cold, tr, oc = med(plain, "cold_ms"), med(traced, "cold_ms"), med(ort, "cold_ms")
             extra = trace_cost_ms(brew, args.threads)
             rows.append((name, predicted, cold, tr, oc, extra))
