@@ -144,16 +144,18 @@ class _Gemm(Variant):
     blocks that reuse it, and the epilogue runs on each finished tile."""
 
     op = "conv2d"
+    block = KB  # output channels per packed weight block
 
     def transformed_shape(self, spec):
-        return ((spec.k + KB - 1) // KB, spec.c * spec.r * spec.s, KB)
+        b = self.block
+        return ((spec.k + b - 1) // b, spec.c * spec.r * spec.s, b)
 
     def transform(self, spec):
-        rs = spec.r * spec.s
+        rs, b = spec.r * spec.s, self.block
         return lambda w: te.compute(
             self.transformed_shape(spec),
             lambda ko, q, ki: tirx.if_then_else(
-                ko * KB + ki < spec.k, w[tirx.min(ko * KB + ki, spec.k - 1), q // rs, (q // spec.s) % spec.r, q % spec.s],
+                ko * b + ki < spec.k, w[tirx.min(ko * b + ki, spec.k - 1), q // rs, (q // spec.s) % spec.r, q % spec.s],
                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
@@ -183,6 +185,17 @@ class _Gemm(Variant):
         # kb x zt accumulators: 16 x 16 lanes fills 16 AVX-512 registers
         return [{}, {"kb": 8, "zt": 32}, {"kb": 16, "zt": 16}, {"kb": 8, "zt": 16}, {"kb": 4, "zt": 32}]
 
+    @staticmethod
+    def _parallel_tiles(sch, block, outer, tile):
+        """Run the fused `outer` loops in parallel, pack the column tile once
+        per parallel iteration, and fuse the epilogue at loop `tile`."""
+        par = sch.fuse(*outer)
+        sch.parallel(par)
+        col = sch.get_sblock("cb_col")
+        sch.compute_at(col, par, preserve_unit_loops=True)
+        vectorize_inner(sch, col)
+        attach_epilogue(sch, block, tile)
+
     def schedule(self, sch, block, spec, params):
         kb, zt = self._kb(spec, params), self._zt(spec, params)
         if zt == VEC:
@@ -191,12 +204,7 @@ class _Gemm(Variant):
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zt)
         sch.reorder(n, y, zo, ko, q, ki, zi)
-        par = sch.fuse(n, y, zo)
-        sch.parallel(par)
-        col = sch.get_sblock("cb_col")
-        sch.compute_at(col, par, preserve_unit_loops=True)
-        vectorize_inner(sch, col)
-        attach_epilogue(sch, block, ko)
+        self._parallel_tiles(sch, block, [n, y, zo], ko)
         sch.unroll(ki)
         _vectorize(sch, zi, zt)
         sch.decompose_reduction(block, q)
@@ -246,17 +254,7 @@ class _GemmK(_Gemm):
     epilogue. The parallel loop runs over rows, column tiles and KS channel
     groups, so a 7-row output still gives every thread work."""
 
-    def transformed_shape(self, spec):
-        return ((spec.k + KV - 1) // KV, spec.c * spec.r * spec.s, KV)
-
-    def transform(self, spec):
-        rs = spec.r * spec.s
-        return lambda w: te.compute(
-            self.transformed_shape(spec),
-            lambda ko, q, ki: tirx.if_then_else(
-                ko * KV + ki < spec.k, w[tirx.min(ko * KV + ki, spec.k - 1), q // rs, (q // spec.s) % spec.r, q % spec.s],
-                tirx.const(0, spec.dtype)),
-            name="cb_pack")
+    block = KV
 
     def _zt(self, spec, params):
         zt = params.get("zt")
@@ -296,12 +294,7 @@ class _GemmK(_Gemm):
         kbo, kbi = sch.split(kb, [None, kvb])
         zo, zi = _split_tile(sch, z, zt)
         sch.reorder(n, kg, y, zo, kbo, q, kbi, zi, ki)
-        par = sch.fuse(n, kg, y, zo)
-        sch.parallel(par)
-        col = sch.get_sblock("cb_col")
-        sch.compute_at(col, par, preserve_unit_loops=True)
-        vectorize_inner(sch, col)
-        attach_epilogue(sch, block, kbo)
+        self._parallel_tiles(sch, block, [n, kg, y, zo], kbo)
         sch.unroll(kbi)
         sch.unroll(zi)
         sch.vectorize(ki)
