@@ -17,6 +17,7 @@ The whole pipeline, in order (one pass per module):
     write_bundle     header + segments -> bytes
 """
 import os
+from dataclasses import dataclass
 
 from .errors import CompileError, UnsupportedOperatorError
 
@@ -82,14 +83,17 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     return data
 
 
+@dataclass
 class Front:
     """What the passes up to Relax import produce; it does not depend on the
     variant choice, so one model compiled several ways (the profiler's
     columns) runs them once."""
 
-    def __init__(self, mod, model_hash, name, input_names, output_names, passes_done):
-        self.mod, self.model_hash, self.name = mod, model_hash, name
-        self.input_names, self.output_names, self.passes_done = input_names, output_names, passes_done
+    mod: object
+    model_hash: str
+    name: str
+    input_names: list
+    output_names: list
 
 
 def front_end(model, input_shapes=None, constants=None, dump_ir=None):
@@ -110,7 +114,7 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
     proto = done(legalize_onnx, legalize_onnx.run(proto))
     proto = done(fold_batchnorm, fold_batchnorm.run(proto))
     mod = done(import_relax, import_relax.run(proto))
-    return Front(mod, model_hash, proto.graph.name or "model", input_names, output_names, 5)
+    return Front(mod, model_hash, proto.graph.name or "model", input_names, output_names)
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
@@ -128,7 +132,7 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     except ValueError as e:
         raise CompileError(str(e)) from None
     front = front or front_end(model, input_shapes, constants, dump_ir)
-    step = iter(range(front.passes_done, len(PASSES)))
+    step = iter(range(PASSES.index(select_variants.NAME), len(PASSES)))
 
     def done(p, ir):
         _dump(dump_ir, next(step), p.NAME, ir)

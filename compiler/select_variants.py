@@ -21,6 +21,7 @@ import numpy as np
 from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
+from .kernels.conv import KV, channel_vectors
 
 NAME = "select_variants"
 ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
@@ -47,7 +48,7 @@ def auto_variant(spec):
     if spec.depthwise:
         return "conv2d.depthwise_direct"
     # narrow outputs waste width-vector lanes: put output channels in the lanes
-    kvec = "_kvec" if spec.out_w <= 28 and (spec.k + 15) // 16 * 16 <= 1.15 * spec.k else ""
+    kvec = "_kvec" if spec.out_w <= 28 and channel_vectors(spec) * KV <= 1.15 * spec.k else ""
     if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
         return "conv2d.gemm_1x1" + kvec
     if spec.groups == 1:

@@ -243,6 +243,11 @@ class Gemm1x1(_Gemm):
 KV = 16  # output channels per vector of the channel-vectorized GEMMs
 
 
+def channel_vectors(spec):
+    """Vectors of KV output channels a layer needs (the last one padded)."""
+    return (spec.k + KV - 1) // KV
+
+
 class _GemmK(_Gemm):
     """The GEMM with output channels in the vector lanes:
     out[n, k, y, z] = sum_q wt[k // KV, q, k % KV] * col[n, q, y, z].
@@ -264,11 +269,10 @@ class _GemmK(_Gemm):
         return min(zt, spec.out_w)
 
     def _kvb(self, spec, params):
-        blocks = (spec.k + KV - 1) // KV
-        return next(b for b in (params.get("kvb", 2), 2, 1) if blocks % b == 0)
+        return next(b for b in (params.get("kvb", 2), 2, 1) if channel_vectors(spec) % b == 0)
 
     def _ks(self, spec, params):
-        groups = (spec.k + KV - 1) // KV // self._kvb(spec, params)
+        groups = channel_vectors(spec) // self._kvb(spec, params)
         rows = spec.n * spec.out_h * (_round(spec.out_w, self._zt(spec, params)) // self._zt(spec, params))
         ks = params.get("ks", 2 if rows < 16 else 1)
         return next(d for d in range(min(ks, groups), 0, -1) if groups % d == 0)
@@ -278,8 +282,7 @@ class _GemmK(_Gemm):
         owp = _round(spec.out_w, zt)
         col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
-        kvs = (spec.k + KV - 1) // KV
-        anchor = te.compute((spec.n, kvs, spec.out_h, owp, KV),
+        anchor = te.compute((spec.n, channel_vectors(spec), spec.out_h, owp, KV),
                             lambda n, ko, y, z, ki: te.sum(wt[ko, q, ki] * col[n, q, y, z], axis=q), name=ANCHOR)
         return te.compute((spec.n, spec.k, spec.out_h, spec.out_w),
                           lambda n, k, y, z: anchor[n, k // KV, y, z, k % KV], name="cb_out")

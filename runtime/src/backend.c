@@ -63,11 +63,12 @@ static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, in
   }
   void* p = aligned_alloc(64, size);
   if (!p) return NULL;
-  int slot = t_ws_count < CB_WS_SLOTS ? t_ws_count++ : spare;
-  if (slot >= 0) {
-    if (slot == spare) free(t_ws[slot].ptr); /* too small for this size: replace it */
-    t_ws[slot] = (cb_ws_block){p, size, 1};
-  }
+  if (t_ws_count < CB_WS_SLOTS) {
+    t_ws[t_ws_count++] = (cb_ws_block){p, size, 1};
+  } else if (spare >= 0) { /* every free block is too small: replace the smallest */
+    free(t_ws[spare].ptr);
+    t_ws[spare] = (cb_ws_block){p, size, 1};
+  } /* else every slot is in use: `p` stays uncached and workspace_free frees it */
   return p;
 }
 
