@@ -1,14 +1,16 @@
 """Cold start: coldbrew vs onnxruntime, the simulator's prediction, the
 trace's overhead and the profiler's cost, measured side by side in one run.
 
-    python bench/cold.py [models...] [--samples 9] [--threads 2] [--table2]
+    python bench/cold.py [models...] [--samples 9] [--threads 2] [--fresh] [--table2]
 
 Per model: compile the default bundle, profile the model (the device cost
 table; cached after the first time: the time printed is this run's),
 predict the cold latency with the simulator, then take fresh-process cold
 samples (bench/cold_sample.py: import first, evict, time load + first
 result) of the bundle untraced and traced, and of onnxruntime on the ONNX
-file. Prints medians, prediction error, trace overhead and the
+file. --fresh re-profiles every model in this run, so that the table and
+the samples see the same state of the machine (its disk and CPU speed drift
+over minutes on shared machines). Prints medians, prediction error, trace overhead and the
 coldbrew / onnxruntime cold ratio (< 1: coldbrew starts faster).
 
 --table2 prints, for every 3x3 conv of the models, winograd beside the best
@@ -84,6 +86,7 @@ def main():
     ap.add_argument("models", nargs="*", default=list(zoo().MODELS))
     ap.add_argument("--samples", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fresh", action="store_true", help="re-measure cost tables even when cached")
     ap.add_argument("--table2", action="store_true")
     args = ap.parse_args()
     from coldbrew.compiler import compile_model
@@ -101,7 +104,7 @@ def main():
                 f.write(model.SerializeToString())
             compile_model(model, brew, threads=args.threads)
             t = time.perf_counter()
-            table = profile(onnx_path, "host", args.threads)
+            table = profile(onnx_path, "host", args.threads, force=args.fresh)
             prof_s = time.perf_counter() - t
             tables[name] = table
             predicted = simulate(plan_of_bundle(brew), table)["latency_ms"]

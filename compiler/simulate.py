@@ -96,7 +96,12 @@ def simulate(plan, table, verify_weights=True):
                        "start_ns": int(start * 1e6), "end_ns": int((start + dur) * 1e6), "process": "predicted"})
         return start + dur
 
-    verify = load["verify"]["median"] * scale if verify_weights else 0.0
+    if not verify_weights:
+        verify = 0.0
+    elif "verify_ms_per_mb" in load:  # the rate over all the profile's cold samples
+        verify = load["verify_ms_per_mb"]["median"] * plan.get("bundle_bytes", load["bundle_bytes"]) / 1e6
+    else:
+        verify = load["verify"]["median"] * scale
     t = add("verify", -1, "bundle", "", exec_cores[0], t, verify)
     t = add("code_load", -1, "bundle", "", exec_cores[0], t, load["code_load"]["median"])
     t += load["session"]["median"]
@@ -115,4 +120,5 @@ def simulate(plan, table, verify_weights=True):
         if not inline:
             queue_free[q] = end
         exec_end = add("execute", i, step["layer"], step["variant"], exec_cores[0], max(end, exec_end), execute)
+    exec_end += load.get("run_overhead", {}).get("median", 0.0)  # binding inputs/outputs, the step loop
     return {"latency_ms": exec_end, "open_ms": open_ms, "events": events, "modeled": table.get("modeled", False)}

@@ -59,6 +59,18 @@ def test_verified_reads_use_the_measured_touch_rate():
     assert r["latency_ms"] == pytest.approx(9.5 + 1 + 4 + 2 + 1 + 1)
 
 
+def test_verify_rate_and_run_overhead_when_measured():
+    # 3 ms per MB over the profile's samples, 2000-byte bundle: 0.006 ms of
+    # verification (not the default bundle's 4 ms scaled); 0.25 ms after the last step
+    table = _table()
+    table["load"]["verify_ms_per_mb"] = _stat(3.0)
+    table["load"]["run_overhead"] = _stat(0.25)
+    r = simulate(_plan(), table, verify_weights=True)
+    assert r["open_ms"] == pytest.approx(0.006 + 1.5)
+    assert r["latency_ms"] == pytest.approx(0.006 + 1.5 + 4 + 2 + 1 + 0.25, abs=1e-3)
+    assert simulate(_plan(), table, verify_weights=False)["open_ms"] == pytest.approx(1.5)
+
+
 def test_prep_queue_overlaps_preparation_with_execution():
     # prep on queue 1 (its own core, 1 thread): c0 read 1 + transform 8 from t=1.5;
     # c0 executes at 10.5 .. 12.5; L1 prepared at 10.5, executes 12.5 .. 13.5
