@@ -4,14 +4,15 @@ trace's overhead and the profiler's cost, measured side by side in one run.
     python bench/cold.py [models...] [--samples 9] [--threads 2] [--fresh] [--table2]
 
 Per model: compile the default bundle, profile the model (the device cost
-table; cached after the first time: the time printed is this run's),
-predict the cold latency with the simulator, then take fresh-process cold
+table; cached after the first time: the time printed is this run's) and
+predict the cold latency with the simulator. Then take fresh-process cold
 samples (bench/cold_sample.py: import first, evict, time load + first
-result) of the bundle untraced and traced, and of onnxruntime on the ONNX
-file. --fresh re-profiles every model in this run, so that the table and
-the samples see the same state of the machine (its disk and CPU speed drift
-over minutes on shared machines). Prints medians, prediction error, trace overhead and the
-coldbrew / onnxruntime cold ratio (< 1: coldbrew starts faster).
+result) of each bundle untraced and traced, and of onnxruntime on the ONNX
+file, in rounds over all models, so that each median spans the whole run
+as each table's samples span its profile (shared machines drift over
+minutes). --fresh re-profiles every model even when its table is cached.
+Prints medians, prediction error, trace overhead and the coldbrew /
+onnxruntime cold ratio (< 1: coldbrew starts faster).
 
 --table2 prints, for every 3x3 conv of the models, winograd beside the best
 GEMM/direct variant: read, transform and execute from the cost table (the
@@ -93,29 +94,35 @@ def main():
     from coldbrew.compiler.profile import profile
     from coldbrew.compiler.simulate import plan_of_bundle, simulate
 
-    rows, tables = [], {}
-    print(f"{'model':<16} {'predicted':>9} {'cold':>8} {'error':>7} {'traced':>8} {'trace+':>7} {'warm +':>7} "
-          f"{'ort cold':>9} {'cb/ort':>7} {'profile s':>9}   (ms, medians of {args.samples} fresh processes)")
+    tables, kinds, predicted, prof_s = {}, [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models:
+        for name in args.models:  # bundles, cost tables, predictions
             model = zoo().build(name)
             onnx_path, brew = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.brew")
             with open(onnx_path, "wb") as f:
                 f.write(model.SerializeToString())
             compile_model(model, brew, threads=args.threads)
             t = time.perf_counter()
-            table = profile(onnx_path, "host", args.threads, force=args.fresh)
-            prof_s = time.perf_counter() - t
-            tables[name] = table
-            predicted = simulate(plan_of_bundle(brew), table)["latency_ms"]
-            plain, traced, ort = samples(args.samples, (brew, []), (brew, ["--trace"]),
-                                         (onnx_path, ["--ort", "--threads", str(args.threads)]))
+            tables[name] = profile(onnx_path, "host", args.threads, force=args.fresh)
+            prof_s[name] = "cached" if tables[name]["cached"] else f"{time.perf_counter() - t:.0f}"
+            predicted[name] = simulate(plan_of_bundle(brew), tables[name])["latency_ms"]
+            print(f"  {name}: profile {prof_s[name]} s, predicted {predicted[name]:.2f} ms", flush=True)
+            kinds += [(brew, []), (brew, ["--trace"]), (onnx_path, ["--ort", "--threads", str(args.threads)])]
+        # every model's samples in one round after another: each median spans
+        # the whole run, as each cost table's samples span its profile
+        measured = samples(args.samples, *kinds)
+        print(f"\n{'model':<16} {'predicted':>9} {'cold':>8} {'error':>7} {'traced':>8} {'trace+':>7} {'warm +':>7} "
+              f"{'ort cold':>9} {'cb/ort':>7} {'profile s':>9}   (ms, medians of {args.samples} fresh processes)")
+        rows = []
+        for m, name in enumerate(args.models):
+            plain, traced, ort = measured[3 * m: 3 * m + 3]
             cold, tr, oc = med(plain, "cold_ms"), med(traced, "cold_ms"), med(ort, "cold_ms")
-            extra = trace_cost_ms(brew, args.threads)
-            rows.append((name, predicted, cold, tr, oc, extra))
-            print(f"{name:<16} {predicted:>9.2f} {cold:>8.2f} {(predicted / cold - 1) * 100:>+6.1f}% {tr:>8.2f} "
-                  f"{(tr / cold - 1) * 100:>+6.1f}% {extra:>7.3f} {oc:>9.2f} {cold / oc:>6.2f}x "
-                  f"{'cached' if table['cached'] else f'{prof_s:.0f}':>9}", flush=True)
+            extra = trace_cost_ms(kinds[3 * m][0], args.threads)
+            p = predicted[name]
+            rows.append((name, p, cold, tr, oc, extra))
+            print(f"{name:<16} {p:>9.2f} {cold:>8.2f} {(p / cold - 1) * 100:>+6.1f}% {tr:>8.2f} "
+                  f"{(tr / cold - 1) * 100:>+6.1f}% {extra:>7.3f} {oc:>9.2f} {cold / oc:>6.2f}x {prof_s[name]:>9}",
+                  flush=True)
     errors = [abs(p / c - 1) for _, p, c, _, _, _ in rows]
     print(f"\nsimulator: |error| median {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}% "
           f"({sum(e <= 0.15 for e in errors)}/{len(errors)} models within 15%)")

@@ -12,6 +12,9 @@ candidates are spread over a few "columns" (bundles that force, per layer,
 one not yet measured variant, with raw weights so the transform kernels are
 in them too), and each column runs in worker processes pinned to one core
 class; every cold sample is a fresh process that evicts the bundle first.
+Samples are taken in rounds (every column and core config, then the default
+bundle, again and again), so that a drift of the machine during the profile
+spreads over all medians rather than skewing some layers' variants.
 Layers without variants (pooling, elementwise ...) are measured in the
 first column, and so are the open costs (verification, code load, session
 creation).
@@ -120,19 +123,17 @@ def _worker(args):
     return out
 
 
-def _samples(bundle, cores, threads, n, warm):
-    """n cold samples (fresh processes), the last followed by `warm` runs; merged."""
-    merged = {}
-    for k in range(n):
-        args = {"bundle": bundle, "cores": cores, "threads": threads, "warm": warm if k == n - 1 else 0}
-        proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.profile", json.dumps(args)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"profile worker failed: {proc.stderr.strip()[-2000:]}")
-        for key, per in json.loads(proc.stdout).items():
-            for name, v in per.items():
-                merged.setdefault(key, {}).setdefault(name, []).extend(v if isinstance(v, list) else [v])
-    return merged
+def _sample(bundle, cores, threads, warm, into):
+    """One cold sample in a fresh process (then `warm` runs), merged into `into`."""
+    args = {"bundle": bundle, "cores": cores, "threads": threads, "warm": warm}
+    proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.profile", json.dumps(args)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"profile worker failed: {proc.stderr.strip()[-2000:]}")
+    for key, per in json.loads(proc.stdout).items():
+        for name, v in per.items():
+            into.setdefault(key, {}).setdefault(name, []).extend(v if isinstance(v, list) else [v])
+    return into
 
 
 # ---- cold reads ----
@@ -286,44 +287,53 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         if threads > 1:
             wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
             configs.append((name, threads, wide))
-    total = len(columns) * (1 + len(configs)) + 3
+    rounds = max(1, repeat["cold"])
+    total = len(columns) + 2 + rounds * (len(columns) * len(configs) + 1) + 1
     done = 0
-    layers, load, storage = {}, None, None
-    verify_rates = []  # ms per MB of every cold sample's verification, all bundles
+    layers, graphs, bundles = {}, [], []
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
         progress(done, total, "storage")
         storage = _storage(tmp)
         done += 1
         for c, choice in enumerate(columns):
             progress(done, total, f"compile column {c + 1}/{len(columns)}")
-            bundle = os.path.join(tmp, f"column{c}.brew")
-            _, graph = compile_graph(proto, bundle, tgt, input_shapes, constants, variants=choice, weights="raw",
-                                     threads=threads, front=front)
+            bundles.append(os.path.join(tmp, f"column{c}.brew"))
+            graphs.append(compile_graph(proto, bundles[-1], tgt, input_shapes, constants, variants=choice,
+                                        weights="raw", threads=threads, front=front)[1])
             done += 1
-            runs = {}
-            for cls, n, cores in configs:
-                progress(done, total, f"column {c + 1}/{len(columns)} on {cls} x{n}")
-                runs[(cls, n)] = _samples(bundle, cores, n, repeat["cold"], repeat["warm"])
-                verify_rates += runs[(cls, n)]["open"]["verify_ms_per_mb"]
-                done += 1
-            cached_runs = {}
-            if c == 0:  # the default plan as shipped (cached weights): its open costs and first executions
-                progress(done, total, "compile the default bundle")
-                default = os.path.join(tmp, "default.brew")
-                compile_graph(proto, default, tgt, input_shapes, constants, variants=choice, threads=threads,
-                              front=front)
-                progress(done + 1, total, "default bundle")
-                cls, n, cores = configs[-1]
-                cached_runs[(cls, n)] = _samples(default, cores, n, repeat["default"], 0)
-                load = {k: stat(v) for k, v in cached_runs[(cls, n)]["open"].items()}
-                verify_rates += cached_runs[(cls, n)]["open"]["verify_ms_per_mb"]
-                load["bundle_bytes"] = os.path.getsize(default)
-                # the first run's read phase after verification only touches
-                # pages already mapped and cached: its rate, for the simulator
-                touched = sum(statistics.median(v) for v in cached_runs[(cls, n)]["read"].values())
-                load["touch_mb_s"] = load["bundle_bytes"] / 1e3 / touched if touched > 0 else None
-                done += 2
-            _add_column(layers, graph, c, runs, tmp, repeat["reads"], cached_runs)
+        # the default plan as shipped (cached weights): its open costs and first executions
+        progress(done, total, "compile the default bundle")
+        default = os.path.join(tmp, "default.brew")
+        compile_graph(proto, default, tgt, input_shapes, constants, variants=columns[0], threads=threads, front=front)
+        done += 1
+        # samples are taken in rounds over every column, core config and the
+        # default bundle, so each measurement's median spans the whole
+        # profile rather than one stretch of it (shared machines drift)
+        runs = [{cfg[:2]: {} for cfg in configs} for _ in columns]
+        default_cfg, default_runs, default_left = configs[-1], {}, repeat["default"]
+        for k in range(rounds):
+            for c, bundle in enumerate(bundles):
+                for cls, n, cores in configs:
+                    progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)} on {cls} x{n}")
+                    _sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
+                    done += 1
+            progress(done, total, f"round {k + 1}/{rounds}: default bundle")
+            for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
+                _sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
+                default_left -= 1
+            done += 1
+        load = {k: stat(v) for k, v in default_runs["open"].items()}
+        load["bundle_bytes"] = os.path.getsize(default)
+        # the first run's read phase after verification only touches pages
+        # already mapped and cached: its rate, for the simulator
+        touched = sum(statistics.median(v) for v in default_runs["read"].values())
+        load["touch_mb_s"] = load["bundle_bytes"] / 1e3 / touched if touched > 0 else None
+        verify_rates = list(default_runs["open"]["verify_ms_per_mb"])
+        for c, graph in enumerate(graphs):
+            for res in runs[c].values():
+                verify_rates += res["open"]["verify_ms_per_mb"]
+            cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
+            _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
     # verification is a cold read of the whole file: its rate, over every
     # cold sample of the profile, is steadier than the default bundle's few
     load["verify_ms_per_mb"] = stat(verify_rates)
