@@ -9,6 +9,11 @@ does on a cold start:
     per step read its weights (cold, unless verification already brought the
              file into the page cache), transform them (raw form with a
              transform kernel), execute (first-run time)
+    after    the first run's overhead beyond its steps (binding inputs and
+             outputs, the step loop)
+
+Verification is predicted from its rate (ms per MB over every cold sample of
+the profile) times the bundle's size, when the table has one.
 
 Queue 0 is the executing thread: preparation (read + transform) queued
 there runs inline right before the step executes, with the execution
