@@ -322,21 +322,22 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
                 _sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
                 default_left -= 1
             done += 1
+        # verification is a cold read of the whole file: its rate, pooled over
+        # every cold sample of the profile, is steadier than the default bundle's few
+        verify_rates = list(default_runs["open"].pop("verify_ms_per_mb"))
+        for per_config in runs:
+            for res in per_config.values():
+                verify_rates += res["open"]["verify_ms_per_mb"]
         load = {k: stat(v) for k, v in default_runs["open"].items()}
+        load["verify_ms_per_mb"] = stat(verify_rates)
         load["bundle_bytes"] = os.path.getsize(default)
         # the first run's read phase after verification only touches pages
         # already mapped and cached: its rate, for the simulator
         touched = sum(statistics.median(v) for v in default_runs["read"].values())
         load["touch_mb_s"] = load["bundle_bytes"] / 1e3 / touched if touched > 0 else None
-        verify_rates = list(default_runs["open"]["verify_ms_per_mb"])
         for c, graph in enumerate(graphs):
-            for res in runs[c].values():
-                verify_rates += res["open"]["verify_ms_per_mb"]
             cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
-    # verification is a cold read of the whole file: its rate, over every
-    # cold sample of the profile, is steadier than the default bundle's few
-    load["verify_ms_per_mb"] = stat(verify_rates)
     progress(total, total, "done")
     return {
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
