@@ -1,11 +1,16 @@
 """Build the C runtime (libcoldbrew.so) with the system C/C++ compilers.
 
 Used by the package build (setup.py) and runnable alone:
-    python runtime/build.py OUT_DIR
+    python runtime/build.py OUT_DIR [TRIPLE]
 The runtime needs only libc, libdl and libstdc++ (for the generated
 FlatBuffer verifier); the FlatBuffers headers come from the `flatc` package.
+
+With a TRIPLE (`aarch64-linux-gnu`) it cross-builds with the GNU toolchain
+`TRIPLE-gcc` / `TRIPLE-g++` (Debian: g++-TRIPLE), and `build_example` builds
+examples/c/run_bundle.c against that library (tests run it under qemu-user).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +32,18 @@ def flatbuffers_include():
     raise RuntimeError("FlatBuffers C++ headers not found in the flatc package")
 
 
-def build(out_dir, cc=None, cxx=None):
+def cross_tools(triple):
+    """The C and C++ cross compilers for `triple`; RuntimeError naming the package when absent."""
+    tools = (f"{triple}-gcc", f"{triple}-g++")
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing:
+        raise RuntimeError(f"{' and '.join(missing)} not found: install the Debian package g++-{triple}")
+    return tools
+
+
+def build(out_dir, cc=None, cxx=None, triple=None):
+    if triple:
+        cc, cxx = cross_tools(triple)
     cc = cc or os.environ.get("CC", "cc")
     cxx = cxx or os.environ.get("CXX", "c++")
     includes = ["-I", os.path.join(HERE, "include"), "-I", os.path.join(HERE, "src"),
@@ -50,5 +66,19 @@ def build(out_dir, cc=None, cxx=None):
     return out
 
 
+def build_example(out_dir, triple=None):
+    """examples/c/run_bundle.c linked against `out_dir`'s libcoldbrew.so (found beside it at run time)."""
+    cc = cross_tools(triple)[0] if triple else os.environ.get("CC", "cc")
+    out = os.path.join(out_dir, "run_bundle")
+    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Werror", "-I", os.path.join(HERE, "include"),
+                    os.path.join(ROOT, "examples", "c", "run_bundle.c"), "-L", out_dir, "-lcoldbrew",
+                    "-Wl,-rpath,$ORIGIN", "-o", out], check=True)
+    return out
+
+
 if __name__ == "__main__":
-    print(build(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "python")))
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "python")
+    triple = sys.argv[2] if len(sys.argv) > 2 else None
+    print(build(out_dir, triple=triple))
+    if triple:
+        print(build_example(out_dir, triple))
