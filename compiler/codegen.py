@@ -5,13 +5,13 @@ Each kernel is exported as `__tvm_ffi_<symbol>` (tvm-ffi packed calling
 convention); the runtime resolves them once at load.
 
 For another ISA (aarch64) TVM's LLVM writes the object file and LLVM's
-linker `ld.lld` links it alone, stripped (`-s`): one tool for every target,
-no C library needed at link time and none named (no DT_NEEDED), so the same
-file loads under glibc and bionic; its layout keeps RELRO without padding the
-file to the 64 KiB maximum page size (GNU ld's does). Its few undefined
-symbols (TVMFFIErrorSetRaisedFromCStrParts, and any libc/libm function LLVM
-calls) resolve in the process that dlopens it: the runtime provides the first,
-the C library the rest.
+linker `ld.lld` links it, stripped (`-s`): one tool for every target and no
+C library needed at link time; its layout keeps RELRO without padding the
+file to the 64 KiB maximum page size (GNU ld's does). The object's undefined
+symbols resolve when the runtime dlopens it: TVMFFIErrorSetRaisedFromCStrParts
+in the runtime, math and memory functions LLVM calls (erff, expf, memcpy) in
+libm and libc, which it names by the soname of the triple's C library (glibc
+or bionic).
 """
 import os
 import shutil
@@ -21,7 +21,8 @@ import tempfile
 from .errors import CompileError
 
 NAME = "codegen"
-CROSS_ARCHS = ("aarch64",)
+CROSS_EMULATION = {"aarch64": "aarch64linux"}  # arch -> ld.lld emulation
+LIBC_SONAMES = {"glibc": ("libm.so.6", "libc.so.6"), "bionic": ("libm.so", "libc.so")}
 
 
 def run(graph, target):
@@ -49,15 +50,28 @@ def run(graph, target):
 
 
 def _cross_link(lib, target, tmp, so):
-    if target.arch not in CROSS_ARCHS:
+    if target.arch not in CROSS_EMULATION:
         raise CompileError(f"cross-compiling CPU code for {target.triple} is not supported "
-                           f"(supported: {', '.join(CROSS_ARCHS)} and this machine's {os.uname().machine})")
+                           f"(supported: {', '.join(CROSS_EMULATION)} and this machine's {os.uname().machine})")
     if not shutil.which("ld.lld"):
         raise CompileError(f"cannot link CPU code for {target.triple}: ld.lld not found "
                            "(install the Debian package lld)")
+    # ld.lld records a library it is given as DT_NEEDED (--no-as-needed), so stand-ins linked from an
+    # empty archive, carrying only the C library's sonames, name libm and libc without a sysroot.
+    empty = os.path.join(tmp, "empty.a")
+    with open(empty, "wb") as f:
+        f.write(b"!<arch>\n")
+    stubs = []
+    for soname in LIBC_SONAMES["bionic" if target.triple.endswith("android") else "glibc"]:
+        stubs.append(os.path.join(tmp, soname))
+        _lld(target, "-m", CROSS_EMULATION[target.arch], "-soname", soname, "-o", stubs[-1], empty)
     obj = os.path.join(tmp, "kernels.o")
     lib.write_to_file(obj)
-    r = subprocess.run(["ld.lld", "-shared", "-s", "-O1", "-z", "now", "-z", "relro", "-z", "noexecstack",
-                        "--hash-style=both", "-o", so, obj], capture_output=True, text=True)
+    _lld(target, "-s", "-O1", "-z", "now", "-z", "relro", "-z", "noexecstack", "--hash-style=both",
+         "-o", so, obj, "--no-as-needed", *stubs)
+
+
+def _lld(target, *args):
+    r = subprocess.run(["ld.lld", "-shared", *args], capture_output=True, text=True)
     if r.returncode:
         raise CompileError(f"linking CPU code for {target.triple} failed: {r.stderr.strip()}")

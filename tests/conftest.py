@@ -73,3 +73,16 @@ def small_bundle(tmp_path_factory, small_model):
     path = tmp_path_factory.mktemp("bundles") / "small.brew"
     compile_model(small_model, str(path))
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def qemu_runner(tmp_path_factory):
+    """run_bundle and the runtime cross-built for aarch64, run under qemu (tests/qemu.py).
+    Without the tools the tests using it fail, naming the packages to install."""
+    import qemu
+
+    try:
+        return qemu.build_runner(str(tmp_path_factory.mktemp("aarch64")))
+    except qemu.QemuError as e:
+        missing = str(e)
+    pytest.fail(missing, pytrace=False)

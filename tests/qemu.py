@@ -1,0 +1,89 @@
+"""Run aarch64 bundles on this machine: the runtime and examples/c/run_bundle.c
+cross-built for aarch64-linux-gnu, run under qemu-user with the Debian
+cross sysroot (glibc). Used by tests/runtime/test_aarch64.py and
+tests/aarch64_zoo.py; .ci/setup.sh installs the tools.
+
+Bundles for Android name bionic's libm.so and libc.so (compiler/codegen.py);
+here those names are links to glibc's libraries, on the loader's path, so
+the same code object runs. Bionic itself is not tested.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRIPLE = "aarch64-linux-gnu"
+SYSROOT = f"/usr/{TRIPLE}"
+BIONIC_NAMES = {"libm.so": "libm.so.6", "libc.so": "libc.so.6"}
+TOOLS = {"qemu-aarch64": "qemu-user", "ld.lld": "lld", f"{TRIPLE}-gcc": f"gcc-{TRIPLE}",
+         f"{TRIPLE}-g++": f"g++-{TRIPLE}"}
+
+
+class QemuError(RuntimeError):
+    pass
+
+
+def build_runner(out_dir):
+    """Cross-build libcoldbrew.so and run_bundle into `out_dir`; the path of run_bundle."""
+    missing = [f"{tool} (Debian package {pkg})" for tool, pkg in TOOLS.items() if not shutil.which(tool)]
+    if not os.path.exists(f"{SYSROOT}/lib/libc.so.6"):
+        missing.append(f"the {TRIPLE} C library (Debian package libc6-arm64-cross)")
+    if missing:
+        raise QemuError("aarch64 bundles are tested under qemu-user; missing: " + ", ".join(missing)
+                        + " (bash .ci/setup.sh installs them)")
+    sys.path.insert(0, os.path.join(ROOT, "runtime"))
+    import build as runtime_build
+
+    runtime_build.build(out_dir, triple=TRIPLE)
+    os.makedirs(os.path.join(out_dir, "bionic"), exist_ok=True)
+    for name, glibc_name in BIONIC_NAMES.items():
+        link = os.path.join(out_dir, "bionic", name)
+        if not os.path.lexists(link):
+            os.symlink(f"{SYSROOT}/lib/{glibc_name}", link)
+    return runtime_build.build_example(out_dir, triple=TRIPLE)
+
+
+def tensors(path):
+    """[(name, dtype, shape)] of a bundle's inputs and of its outputs, read from its header."""
+    from coldbrew.compiler.graph import DTYPES
+    from coldbrew.compiler.inspect_bundle import read
+
+    b = read(path)[0]
+
+    def info(ids):
+        return [(b.tensors[i].name.decode(), np.dtype(DTYPES[b.tensors[i].dtype]), [int(d) for d in b.tensors[i].shape])
+                for i in ids]
+    return info(b.inputs), info(b.outputs)
+
+
+def run(runner, bundle, inputs, work_dir, timeout=600):
+    """Run `bundle` once under qemu with the arrays `inputs` (in input order); its outputs as arrays."""
+    _, outs = tensors(bundle)
+    files = []
+    for k, x in enumerate(inputs):
+        files.append(os.path.join(work_dir, f"input{k}.bin"))
+        np.ascontiguousarray(x).tofile(files[-1])
+    prefix = os.path.join(work_dir, "output")
+    qemu = ["qemu-aarch64", "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={os.path.join(os.path.dirname(runner), 'bionic')}"]
+    r = subprocess.run([*qemu, runner, bundle, prefix, *files], capture_output=True, text=True, timeout=timeout)
+    if r.returncode:
+        raise QemuError(f"run_bundle under qemu-aarch64 exited {r.returncode}: {r.stderr.strip()}")
+    return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(shape) for k, (_, dtype, shape) in enumerate(outs)]
+
+
+def compile_and_run(runner, model, target, work_dir, seed=11):
+    """Compile `model` for `target`, run it under qemu and in onnxruntime on the same random
+    inputs; [(ours, onnxruntime's)] per output."""
+    from coldbrew.compiler import compile_model
+    from conftest import ort_run
+
+    path = os.path.join(work_dir, f"model-{target}.brew")
+    compile_model(model, path, target=target)
+    ins, _ = tensors(path)
+    rng = np.random.default_rng(seed)
+    feeds = {name: rng.standard_normal(shape).astype(dtype) for name, dtype, shape in ins}
+    ours = run(runner, path, list(feeds.values()), work_dir)
+    return list(zip(ours, ort_run(model, feeds)))
