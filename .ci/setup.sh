@@ -4,6 +4,16 @@
 # the test tools. Idempotent; used by both README commands and by CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Debian packages for aarch64 bundles: ld.lld links their code; the tests
+# cross-build the runtime and run it under qemu-user (tests/qemu.py).
+PACKAGES="lld qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-arm64-cross"
+missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
+if [ -n "$missing" ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -qq -y --no-install-recommends $missing >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -qq -y --no-install-recommends $missing >/dev/null; }
+fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
