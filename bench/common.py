@@ -15,6 +15,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 
+def host_isa():
+    """The host's CPU and vector unit, for every printed figure."""
+    from coldbrew.targets import resolve
+
+    t = resolve("host")
+    v = t.vector
+    return f"{t.cpu} {v.isa} ({v.lanes} fp32 lanes, {v.registers} vector registers)"
+
+
 def zoo():
     import zoo as z
 

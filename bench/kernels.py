@@ -1,16 +1,19 @@
-"""Kernel benchmark: per layer of a model and per kernel variant, the weight
-transform time, execute time and raw/transformed weight bytes, beside
-onnxruntime running the same layer alone (same thread count).
+"""Kernel benchmark: per distinct conv / dense layer of a model and per
+kernel variant (and schedule parameters of the fastest), the weight
+transform and execute time measured by coldbrew's runtime (the tuner's
+search, compiler/tune.py, measured afresh), beside onnxruntime running the
+same layer alone with the same thread count.
 
-    python bench/kernels.py resnet50 [--threads 2] [--layers 12]
+    python bench/kernels.py resnet50 [--threads 2] [--target host|x86_64-avx2]
 
-Identical layers (same shape) are measured once. Prints the fastest variant
-per layer and, per layer, how its execution compares with onnxruntime's.
+Prints the host's ISA, every candidate per layer, and per layer how the
+fastest compares with onnxruntime (the issue's bound: no conv layer slower
+than 2x).
 """
 import argparse
-import os
+import json
 
-from common import conv_model, geomean, median_ms, ort_session, zoo
+from common import conv_model, geomean, host_isa, median_ms, ort_session, zoo
 import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 
@@ -18,48 +21,42 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=0, help="only the first N distinct layers")
-    ap.add_argument("--no-search", action="store_true", help="default schedule parameters only")
+    ap.add_argument("--target", default="host", help="code built for this target, run on this machine")
     args = ap.parse_args()
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    from coldbrew.compiler.measure import anchors_of, candidates
+    from coldbrew.compiler.tune import anchors_of, measure_shapes, spec_key
     from coldbrew.targets import resolve
 
-    target = resolve("host")
-    anchors = anchors_of(zoo().build(args.model))
-    seen, ratios, winograd = {}, [], []
-    print(f"{'layer':<6} {'shape':<44} {'variant':<26} {'params':<20} {'transform':>9} {'execute':>8} "
-          f"{'raw B':>10} {'trans B':>10} {'ort':>8}")
-    for a in anchors:
-        if a.spec in seen:
-            continue
-        if args.layers and len(seen) >= args.layers:
-            break
-        op = a.variant.op
-        results = candidates(a.spec, op, target, search=not args.no_search)
-        seen[a.spec] = results[0]
+    target = resolve(args.target)
+    print(f"host: {host_isa()}; kernels built for {target.name} ({target.vector.isa}); {args.threads} threads")
+    anchors = anchors_of(zoo().build(args.model), target.vector)
+    specs = {spec_key(a.spec): a for a in anchors}
+    print(f"measuring {len(specs)} distinct layers ...", flush=True)
+    found = measure_shapes([a.spec for a in specs.values()], target, args.threads, lambda *a: None)
+    print(f"{'layer':<6} {'shape':<44} {'variant':<26} {'params':<22} {'transform':>9} {'execute':>8} {'ort':>8}")
+    ratios, worst = [], []
+    for key, a in specs.items():
+        e = found[key]
         m, xs = conv_model(a.spec, a.raw)
         sess = ort_session(m, args.threads)
         x = np.random.default_rng(0).standard_normal(xs).astype(np.float32)
         ort_ms = median_ms(lambda: sess.run(None, {"x": x}))
-        shape = _describe(a.spec)
-        for k, r in enumerate(results):
-            params = ",".join(f"{key}={val}" for key, val in r.params.items())
-            print(f"{a.id if k == 0 else '':<6} {shape if k == 0 else '':<44} {r.variant:<26} {params:<20} "
-                  f"{r.transform_ms:>8.3f}m {r.exec_ms:>7.3f}m {r.raw_bytes:>10,} {r.transformed_bytes:>10,} "
-                  f"{ort_ms if k == 0 else float('nan'):>7.3f}m")
-        ratios.append(results[0].exec_ms / ort_ms)
-        wino = [r for r in results if "winograd" in r.variant]
-        gemm = [r for r in results if "gemm" in r.variant or "direct" in r.variant]
-        if wino and gemm:
-            winograd.append((a.id, min(wino, key=lambda r: r.exec_ms), min(gemm, key=lambda r: r.exec_ms)))
-    print(f"\nfastest variant vs onnxruntime per layer (execute time ratio, <1 = coldbrew faster): "
-          f"geomean {geomean(ratios):.2f}x over {len(ratios)} distinct layers")
-    if winograd:
-        print("\nwinograd vs the best GEMM/direct variant (the paper's Table 2 trade-off):")
-        for lid, w, g in winograd:
-            print(f"  {lid:<5} {w.variant:<24} exec {w.exec_ms:7.3f} ms transform {w.transform_ms:7.3f} ms | "
-                  f"{g.variant:<22} exec {g.exec_ms:7.3f} ms transform {g.transform_ms:7.3f} ms")
+        for k, (cand, ms) in enumerate(e["execute_ms"].items()):
+            name, params = json.loads(cand)
+            p = ",".join(f"{pk}={pv}" for pk, pv in params.items())
+            print(f"{a.id if k == 0 else '':<6} {_describe(a.spec) if k == 0 else '':<44} {name:<26} {p:<22} "
+                  f"{e['transform_ms'][cand]:>8.3f}m {ms:>7.3f}m {ort_ms if k == 0 else float('nan'):>7.3f}m")
+        best = min(e["execute_ms"].values())
+        ratios.append(best / ort_ms)
+        if hasattr(a.spec, "out_h"):
+            worst.append((best / ort_ms, a.id, _describe(a.spec)))
+    worst.sort(reverse=True)
+    print(f"\nfastest candidate vs onnxruntime per layer (execute time ratio, <1 = coldbrew faster): "
+          f"geomean {geomean(ratios):.2f}x over {len(ratios)} distinct layers ({host_isa()})")
+    if worst:
+        r, lid, shape = worst[0]
+        over = [w for w in worst if w[0] > 2.0]
+        print(f"slowest conv layer: {lid} {shape} at {r:.2f}x onnxruntime; conv layers over 2x: {len(over)}"
+              + (" (" + ", ".join(f"{w[1]} {w[0]:.2f}x" for w in over) + ")" if over else ""))
 
 
 def _describe(spec):

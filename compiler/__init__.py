@@ -56,7 +56,7 @@ def _dump(dump_dir, index, name, ir):
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, plan="default", progress=None):
+                  variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
@@ -66,7 +66,10 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     execution thread count the plan is made for. `plan` "warm" or "cold"
     picks variants (and, for cold, weight forms) from the model's device
     cost table (compiler/profile.py: measured once, then cached); forced
-    `variants` / `weights` entries win over the plan's.
+    `variants` / `weights` entries win over the plan's. `tune` searches each
+    layer's variant and schedule parameters by measurement (compiler/tune.py,
+    cached per target); only the host can be measured, so for other targets
+    it changes nothing and every layer's parameters stay derived.
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
@@ -79,7 +82,13 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         given = weights if isinstance(weights, dict) else {"*": weights}
         variants = {**planned_variants, **(variants or {})}
         weights = {**{"*": "cached"}, **planned_forms, **given}
-    data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads)
+    tuning = None
+    if tune:
+        from .tune import tune as measure_tuning
+
+        tuning = measure_tuning(model, target, threads, input_shapes, constants, progress=progress)
+    data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads,
+                            tuning=tuning)
     return data
 
 
@@ -118,10 +127,11 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, front=None):
+                  variants=None, weights="cached", threads=2, front=None, tuning=None):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
-    this model and these inputs) skips the first passes."""
+    this model and these inputs) skips the first passes; `tuning`
+    (compiler/tune.py) supplies measured variants and parameters."""
     from coldbrew.targets import resolve
 
     from . import (codegen, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels,
@@ -138,10 +148,10 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         _dump(dump_ir, next(step), p.NAME, ir)
         return ir
 
-    mod, anchors = select_variants.run(front.mod, variants)
+    mod, anchors = select_variants.run(front.mod, tgt.vector, variants, tuning)
     done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
-    mod, notes = schedule_kernels.run(mod, anchors)
+    mod, notes = schedule_kernels.run(mod, anchors, tgt.vector)
     done(schedule_kernels, mod)
     graph = extract_layers.run(mod, front.name, front.input_names, front.output_names, anchors)
     graph.notes += notes

@@ -87,17 +87,21 @@ def main():
 @click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold"]), default="default", show_default=True,
               help="choose variants from the device cost table (profiled once, then cached): fastest warm, "
                    "or least cold cost per layer")
+@click.option("--tune/--no-tune", default=None,
+              help="search each layer's variant and schedule parameters by measurement (cached per target); "
+                   "default: on when the target is this machine (host), and only the host can be measured")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
-def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, plan, dump_ir):
+def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, plan, tune, dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
     t0 = time.perf_counter()
     try:
-        with _progress("profiling") as progress:
+        with _progress("measuring") as progress:
             data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
-                                 weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress)
+                                 weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
+                                 tune=target == "host" if tune is None else tune)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")
@@ -118,7 +122,7 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
 
     feeds_files = dict(v.split("=", 1) for v in inputs)
     if cold:
-        from .profile import evict
+        from .measure import evict
 
         evict(bundle)
     t1 = time.perf_counter()
@@ -178,7 +182,7 @@ def profile_cmd(model, target, threads, input_shapes, binds, output, force):
 
     t0 = time.perf_counter()
     try:
-        with _progress("profiling") as progress:
+        with _progress("measuring") as progress:
             table = profile(model, target, threads, _parse_shapes(input_shapes), _parse_binds(binds), progress, force)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
@@ -246,7 +250,7 @@ def trace_cmd(bundle, output, png, cold, threads, costs):
     import coldbrew
 
     from . import trace_export
-    from .profile import evict
+    from .measure import evict
 
     if cold:
         evict(bundle)
@@ -279,9 +283,26 @@ def trace_cmd(bundle, output, png, cold, threads, costs):
 def variants_cmd():
     """List the kernel variants."""
     from coldbrew.compiler.kernels import variants
+    from coldbrew.targets import resolve
 
-    for v in variants():
+    for v in variants(resolve("host").vector):
         click.echo(f"{v.name:<28} {(v.__doc__ or '').strip().splitlines()[0] if v.__doc__ else ''}")
+
+
+@main.command("targets")
+def targets_cmd():
+    """List the targets with what the kernel schedules derive from them."""
+    from coldbrew.targets import available, resolve
+
+    click.echo(f"{'target':<15} {'triple':<24} {'cpu':<16} {'isa':<7} {'lanes':>5} {'regs':>5} {'fma':>4} "
+               f"{'L1d KB':>6} {'L2 KB':>6}  cores")
+    for name in available():
+        t = resolve(name)
+        v = t.vector
+        cores = " ".join(f"{c.name}x{len(c.ids)}" for c in t.core_classes)
+        click.echo(f"{name:<15} {t.triple:<24} {t.cpu:<16} {v.isa:<7} {v.lanes:>5} {v.registers:>5} "
+                   f"{'yes' if v.fma else 'no':>4} {v.l1d_kb:>6} {v.l2_kb:>6}  {cores}"
+                   + ("  (modeled)" if t.modeled else ""))
 
 
 @main.command("inspect")

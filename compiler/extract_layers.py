@@ -93,6 +93,7 @@ def run(mod, model_name, input_names, output_names, anchors=()):
                 anchor = next((g.tensors[a].anchor for a in args if g.tensors[a].anchor is not None), None)
                 if anchor is not None:
                     layer.name, layer.variant = anchor.id, anchor.variant.name
+                    layer.params, layer.tuned = dict(anchor.params), anchor.tuned
                     layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
                 g.layers.append(layer)
             elif isinstance(value, relax.TupleGetItem):

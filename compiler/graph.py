@@ -40,6 +40,8 @@ class Layer:
     transform: str = ""  # symbol of the weight transform kernel ("" = none at run time)
     transform_args: list = field(default_factory=list)  # raw tensor(s), then prepared tensor(s)
     weight_form: str = "raw"
+    params: dict = field(default_factory=dict)  # the variant's schedule parameters
+    tuned: bool = False  # params measured on the device, not derived from the target's model
     prep_queue: int = 0
     exec_queue: int = 0
 

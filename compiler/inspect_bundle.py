@@ -4,6 +4,7 @@ Works for bundles of any target (no code is loaded); structural checks here
 are the preamble and the FlatBuffer identifier; full verification is the
 runtime's job (`coldbrew inspect --verify`).
 """
+import json
 import struct
 
 from coldbrew.schemas.generated import bundle_generated as fb
@@ -44,6 +45,16 @@ def _s(x):
     return x.decode() if isinstance(x, bytes) else (x or "")
 
 
+def _schedule(step):
+    """A step's schedule parameters and where they came from: tuned on the
+    device, or derived from the target's register/cache model."""
+    params = _s(step.params)
+    if not params:
+        return ""
+    p = ",".join(f"{k}={v}" for k, v in json.loads(params).items())
+    return f"{p} ({'tuned' if step.tuned else 'derived'})"
+
+
 def describe(path):
     """Return the human-readable description as a list of lines."""
     b, size, version = read(path)
@@ -60,13 +71,13 @@ def describe(path):
             x = b.tensors[i]
             lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}")
-    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<7} {'q':>3} {'bytes':>12}")
+    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<7} {'q':>3} {'bytes':>12}  schedule")
     form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
         wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
-                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}")
+                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  {_schedule(s)}".rstrip())
     lines.append("segments")
     for k, s in enumerate(b.segments):
         lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")

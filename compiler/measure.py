@@ -1,80 +1,121 @@
-"""Measure kernel variants on this machine: execute and transform time of a
-layer's candidates, used to pick the fastest variant and schedule parameters
-(and, later, by the cost-table profiler). Compile-time only: runs kernels
-through TVM's runtime."""
-from dataclasses import dataclass
+"""Timing kernels: the one way coldbrew measures a kernel.
 
-import numpy as np
+A kernel is timed where it will run: inside a bundle, by coldbrew's own
+runtime and thread pool, in a fresh process pinned to chosen cores, from the
+runtime's trace (per plan step: read, transform, execute, with the open
+phases). The profiler (compiler/profile.py) takes its cold samples and warm
+runs this way, and the tuner (compiler/tune.py) its search.
 
-from .kernels import applicable
-from .kernels import build as kb
+    sample(bundle, cores, threads, warm)   one fresh process: evict the bundle,
+        open it, run once (the cold run), then `warm` more runs; returns
+        {"open": {phase: ms}, "read" | "transform" | "execute_first" |
+        "execute": {layer: [ms, ...]}}
 
-
-@dataclass
-class Measurement:
-    variant: str
-    params: dict
-    exec_ms: float
-    transform_ms: float
-    raw_bytes: int
-    transformed_bytes: int
-
-
-def anchors_of(model, input_shapes=None, constants=None, front=None):
-    """The anchors (conv / dense layers with their specs) of an ONNX model
-    (or of its `front`, compiler.front_end's result)."""
-    from . import front_end, select_variants
-
-    _, anchors = select_variants.run((front or front_end(model, input_shapes, constants)).mod)
-    return anchors
+The worker side imports only the runtime (no TVM): what it measures is what
+an app pays.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
 
 
-def _time(fn, args, repeat):
-    import time
-
-    fn(*args)
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn(*args)
-        samples.append(time.perf_counter() - t)
-    return float(np.median(samples)) * 1e3
+def evict(path):
+    """Drop a file from the page cache so the next read is cold."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
-def measure(variant, spec, params, target, repeat=10):
-    import tvm
+def flush_cpu_caches(nbytes=96 << 20):
+    """Write and read a buffer larger than the last-level cache, so a cold
+    sample does not find the previous process's data still cached."""
+    import numpy as np
 
-    dev = tvm.cpu()
+    buf = np.empty(nbytes // 4, np.float32)
+    buf.fill(1.0)
+    return float(buf[::1024].sum())
+
+
+def code_hash(roots):
+    """Hash of the code under `roots` (Python sources and built libraries):
+    measurements taken with other kernels or another runtime are stale."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for root in roots:
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames.sort()
+            for name in sorted(files):
+                if name.endswith((".py", ".so")):
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        h.update(name.encode() + f.read())
+    return h.hexdigest()[:16]
+
+
+def _worker(args):
+    """Evict the bundle, open it, run it once (the cold run: open phases,
+    read, transform, first execute per layer), then `warm` more runs."""
+    os.sched_setaffinity(0, set(args["cores"]))
+    import numpy as np
+
+    import coldbrew
+
+    out = {"open": {}, "read": {}, "transform": {}, "execute_first": {}, "execute": {}}
+
+    def collect(events, execute_key):
+        for e in events:
+            ms = (e["end_ns"] - e["start_ns"]) / 1e6
+            if e["step"] < 0:
+                out["open"][e["phase"]] = ms
+            else:
+                key = execute_key if e["phase"] == "execute" else e["phase"]
+                out[key].setdefault(e["layer"], []).append(ms)
+
+    flush_cpu_caches()
+    evict(args["bundle"])
+    t = time.perf_counter()
+    sess = coldbrew.load(args["bundle"], threads=args["threads"], trace=True)
+    load_ms = (time.perf_counter() - t) * 1e3
     rng = np.random.default_rng(0)
-    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, params=params), variant, spec, params)}
-    tf = kb.transform_func(variant, spec)
-    if tf is not None:
-        from .plan_weights import scheduled_transform
+    x = {i.name: (rng.standard_normal(i.shape) if i.dtype.kind == "f" else np.zeros(i.shape)).astype(i.dtype)
+         for i in sess.get_inputs()}
+    t = time.perf_counter()
+    sess.run(None, x)
+    run_ms = (time.perf_counter() - t) * 1e3
+    events = sess.trace()
+    collect(events, "execute_first")
+    out["open"]["session"] = max(0.0, load_ms - out["open"]["verify"] - out["open"]["code_load"])
+    # what the first run costs beyond its traced phases: binding inputs and
+    # outputs, the step loop, waking the pool
+    out["open"]["run_overhead"] = max(0.0, run_ms - sum((e["end_ns"] - e["start_ns"]) / 1e6
+                                                         for e in events if e["step"] >= 0))
+    out["open"]["verify_ms_per_mb"] = out["open"]["verify"] / (os.path.getsize(args["bundle"]) / 1e6)
+    for k in range(args["warm"] + (1 if args["warm"] else 0)):
+        sess.run(None, x)
+        if k:  # the second run still settles caches
+            collect(sess.trace(), "execute")
+    return out
 
-        funcs["tr"] = scheduled_transform(variant, tf)
-    lib = kb.build(funcs, target)
-    x = tvm.runtime.tensor(rng.standard_normal(kb.input_shape(spec)).astype(spec.dtype), dev)
-    w = tvm.runtime.tensor(rng.standard_normal(spec.weight_shape).astype(spec.dtype), dev)
-    wt = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec), spec.dtype), dev) if tf is not None else w
-    t_ms = _time(lib["tr"], (w, wt), max(3, repeat // 3)) if tf is not None else 0.0
-    out_shape = ((spec.n, spec.k, spec.out_h, spec.out_w) if hasattr(spec, "out_h") else (spec.m, spec.n))
-    out = tvm.runtime.tensor(np.zeros(out_shape, spec.dtype), dev)
-    e_ms = _time(lib["exe"], (x, wt, out), repeat)
-    item = np.dtype(spec.dtype).itemsize
-    return Measurement(variant.name, dict(params), e_ms, t_ms, int(np.prod(spec.weight_shape)) * item,
-                       int(np.prod(variant.transformed_shape(spec))) * item)
+
+def sample(bundle, cores, threads, warm=0, into=None):
+    """One cold sample in a fresh process pinned to `cores` (then `warm`
+    runs), merged into `into` (lists of samples per phase and layer)."""
+    into = {} if into is None else into
+    args = {"bundle": bundle, "cores": list(cores), "threads": threads, "warm": warm}
+    proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.measure", json.dumps(args)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"measurement worker failed: {proc.stderr.strip()[-2000:]}")
+    for key, per in json.loads(proc.stdout).items():
+        for name, v in per.items():
+            into.setdefault(key, {}).setdefault(name, []).extend(v if isinstance(v, list) else [v])
+    return into
 
 
-def candidates(spec, op, target, search=True, repeat=10):
-    """Every applicable variant at its default parameters; then the whole
-    parameter space of the fastest one. Returns measurements, fastest first."""
-    results = [measure(v, spec, v.space(spec)[0], target, repeat) for v in applicable(spec, op)]
-    results.sort(key=lambda m: m.exec_ms)
-    if search and results:
-        from .kernels import get
-
-        best = get(results[0].variant)
-        for params in best.space(spec)[1:]:
-            results.append(measure(best, spec, params, target, repeat))
-        results.sort(key=lambda m: m.exec_ms)
-    return results
+if __name__ == "__main__":
+    print(json.dumps(_worker(json.loads(sys.argv[1]))))

@@ -40,5 +40,5 @@ def scheduled_transform(variant, func):
 
     sch = s_tir.Schedule(func)
     if not variant.schedule_transform(sch):
-        generic(sch)
+        generic(sch, variant.isa.lanes)
     return sch.mod["main"]

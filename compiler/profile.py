@@ -7,7 +7,8 @@ thread and with the plan's execution thread count, as medians with min/max
 over repeats. Execute times come twice: `execute_first_ms` is the first run
 in a fresh process (what a cold start pays), `execute_ms` the warm median.
 
-Everything is measured by coldbrew's own runtime, on real bundles: the
+Everything is measured by coldbrew's own runtime, on real bundles
+(compiler/measure.py, the one way coldbrew times a kernel): the
 candidates are spread over a few "columns" (bundles that force, per layer,
 one not yet measured variant, with raw weights so the transform kernels are
 in them too), and each column runs in worker processes pinned to one core
@@ -29,10 +30,10 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
 VERSION = 1
@@ -48,92 +49,12 @@ def cache_dir():
     return os.environ.get("COLDBREW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coldbrew")
 
 
-def evict(path):
-    """Drop a file from the page cache so the next read is cold."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def flush_cpu_caches(nbytes=96 << 20):
-    """Write and read a buffer larger than the last-level cache, so a cold
-    sample does not find the previous process's data still cached."""
-    import numpy as np
-
-    buf = np.empty(nbytes // 4, np.float32)
-    buf.fill(1.0)
-    return float(buf[::1024].sum())
-
-
 def core_classes(target):
     """[(class name, core ids)] fastest first, limited to cores this process may use."""
     usable = os.sched_getaffinity(0)
     classes = [(c.name, [i for i in c.ids if i in usable]) for c in target.core_classes]
     classes = [(n, ids) for n, ids in classes if ids]
     return classes or [("core", sorted(usable))]
-
-
-# ---- worker: one cold sample in a fresh process pinned to some cores; imports only the runtime ----
-
-def _worker(args):
-    """Evict the bundle, open it, run it once (the cold run: open phases,
-    read, transform, first execute per layer), then `warm` more runs."""
-    os.sched_setaffinity(0, set(args["cores"]))
-    import numpy as np
-
-    import coldbrew
-
-    out = {"open": {}, "read": {}, "transform": {}, "execute_first": {}, "execute": {}}
-
-    def collect(events, execute_key):
-        for e in events:
-            ms = (e["end_ns"] - e["start_ns"]) / 1e6
-            if e["step"] < 0:
-                out["open"][e["phase"]] = ms
-            else:
-                key = execute_key if e["phase"] == "execute" else e["phase"]
-                out[key].setdefault(e["layer"], []).append(ms)
-
-    flush_cpu_caches()
-    evict(args["bundle"])
-    t = time.perf_counter()
-    sess = coldbrew.load(args["bundle"], threads=args["threads"], trace=True)
-    load_ms = (time.perf_counter() - t) * 1e3
-    rng = np.random.default_rng(0)
-    x = {i.name: (rng.standard_normal(i.shape) if i.dtype.kind == "f" else np.zeros(i.shape)).astype(i.dtype)
-         for i in sess.get_inputs()}
-    t = time.perf_counter()
-    sess.run(None, x)
-    run_ms = (time.perf_counter() - t) * 1e3
-    events = sess.trace()
-    collect(events, "execute_first")
-    out["open"]["session"] = max(0.0, load_ms - out["open"]["verify"] - out["open"]["code_load"])
-    # what the first run costs beyond its traced phases: binding inputs and
-    # outputs, the step loop, waking the pool
-    out["open"]["run_overhead"] = max(0.0, run_ms - sum((e["end_ns"] - e["start_ns"]) / 1e6
-                                                         for e in events if e["step"] >= 0))
-    out["open"]["verify_ms_per_mb"] = out["open"]["verify"] / (os.path.getsize(args["bundle"]) / 1e6)
-    for k in range(args["warm"] + (1 if args["warm"] else 0)):
-        sess.run(None, x)
-        if k:  # the second run still settles caches
-            collect(sess.trace(), "execute")
-    return out
-
-
-def _sample(bundle, cores, threads, warm, into):
-    """One cold sample in a fresh process (then `warm` runs), merged into `into`."""
-    args = {"bundle": bundle, "cores": cores, "threads": threads, "warm": warm}
-    proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.profile", json.dumps(args)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"profile worker failed: {proc.stderr.strip()[-2000:]}")
-    for key, per in json.loads(proc.stdout).items():
-        for name, v in per.items():
-            into.setdefault(key, {}).setdefault(name, []).extend(v if isinstance(v, list) else [v])
-    return into
 
 
 # ---- cold reads ----
@@ -209,28 +130,14 @@ def _layer_bytes(graph, layer):
     return len(raw_b), len(cached_b), raw_b, cached_b
 
 
-def code_hash():
-    """Hash of the compiler's and the runtime's code: a table measured with
-    other kernels or another runtime is stale."""
-    import coldbrew
-
-    h = hashlib.sha256()
-    roots = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))]
-    for root in roots:
-        for dirpath, dirnames, files in os.walk(root):
-            dirnames.sort()
-            for name in sorted(files):
-                if name.endswith((".py", ".so")):
-                    with open(os.path.join(dirpath, name), "rb") as f:
-                        h.update(name.encode() + f.read())
-    return h.hexdigest()[:16]
-
-
 def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
     from . import _version
 
     h = hashlib.sha256()
-    h.update(json.dumps([model_hash, target.fingerprint(), threads, _version(), code_hash(), FORMAT, VERSION,
+    import coldbrew
+
+    code = code_hash([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))])
+    h.update(json.dumps([model_hash, target.fingerprint(), threads, _version(), code, FORMAT, VERSION,
                          sorted((input_shapes or {}).items())]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
@@ -274,11 +181,11 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
 
 def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat):
     from . import compile_graph, front_end
-    from .measure import anchors_of
+    from .tune import anchors_of
 
     t_start = time.perf_counter()
     front = front_end(proto, input_shapes, constants)  # shared by every column's compile
-    anchors = anchors_of(proto, front=front)
+    anchors = anchors_of(proto, tgt.vector, front=front)
     columns = _columns(anchors)
     classes = core_classes(tgt)
     configs = []
@@ -315,11 +222,11 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             for c, bundle in enumerate(bundles):
                 for cls, n, cores in configs:
                     progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)} on {cls} x{n}")
-                    _sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
+                    sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
                     done += 1
             progress(done, total, f"round {k + 1}/{rounds}: default bundle")
             for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
-                _sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
+                sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
                 default_left -= 1
             done += 1
         # verification is a cold read of the whole file: its rate, pooled over
@@ -407,7 +314,3 @@ def modeled_table(host, target):
     if t["load"].get("touch_mb_s"):
         t["load"]["touch_mb_s"] /= first["read"]
     return t
-
-
-if __name__ == "__main__":
-    print(json.dumps(_worker(json.loads(sys.argv[1]))))

@@ -13,7 +13,8 @@ from .select_variants import ANCHOR_RE
 NAME = "schedule_kernels"
 
 
-def run(mod, anchors):
+def run(mod, anchors, isa):
+    """`isa`: the target's vector unit (targets.Vector), for the generic schedule."""
     from tvm import relax, s_tir
 
     by_index = {a.index: a for a in anchors}
@@ -28,11 +29,11 @@ def run(mod, anchors):
                 a = by_index[int(m.group(1))]
                 a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)
             else:
-                generic(sch)
+                generic(sch, isa.lanes)
         except Exception as e:  # TVM raises several error types from schedule primitives
             notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
                          "generic schedule used")
             sch = s_tir.Schedule(func)
-            generic(sch)
+            generic(sch, isa.lanes)
         mod[gv] = sch.mod["main"]
     return mod, notes

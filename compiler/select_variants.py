@@ -21,7 +21,7 @@ import numpy as np
 from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
-from .kernels.conv import KV, channel_vectors
+from .kernels.conv import channel_vectors
 
 NAME = "select_variants"
 ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
@@ -39,16 +39,21 @@ class Anchor:
     const: object = None
     transform_func: object = None
     alternatives: list = field(default_factory=list)
+    tuned: bool = False  # params measured on this machine (compiler/tune.py)
 
 
-def auto_variant(spec):
-    """Heuristic default until the cost-table scheduler decides (issue 4)."""
+def auto_variant(spec, isa):
+    """The default variant of a layer for the vector unit `isa`, when neither
+    the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
         return "dense.packed_gemm"
     if spec.depthwise:
         return "conv2d.depthwise_direct"
-    # narrow outputs waste width-vector lanes: put output channels in the lanes
-    kvec = "_kvec" if spec.out_w <= 28 and channel_vectors(spec) * KV <= 1.15 * spec.k else ""
+    # narrow outputs (under two vectors wide) waste width-vector lanes: put
+    # output channels in the lanes, unless that pads the channels much
+    lanes = isa.lanes
+    narrow = spec.out_w <= max(28, 2 * lanes) and spec.out_w % lanes != 0
+    kvec = "_kvec" if narrow and channel_vectors(spec, lanes) * lanes <= 1.15 * spec.k else ""
     if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
         return "conv2d.gemm_1x1" + kvec
     if spec.groups == 1:
@@ -56,10 +61,12 @@ def auto_variant(spec):
     return "conv2d.direct"
 
 
-def _choose(anchor_id, op, spec, choice):
-    """(variant, params) for one anchor. A choice value is a variant name or
-    (variant name, schedule params)."""
-    names = [v.name for v in applicable(spec, op)]
+def _choose(anchor_id, op, spec, choice, isa, tuning):
+    """(variant, params, tuned) for one anchor. A choice value is a variant
+    name or (variant name, schedule params). Without given params, a variant
+    gets the ones `tuning` (compiler/tune.py) measured for this layer shape,
+    else the first of its space (the target's register/cache model)."""
+    names = [v.name for v in applicable(spec, op, isa)]
     for key in (anchor_id, op, "*"):
         want = choice.get(key)
         want, params = want if isinstance(want, tuple) else (want, None)
@@ -67,12 +74,20 @@ def _choose(anchor_id, op, spec, choice):
             continue
         full = want if "." in want else f"{op}.{want}"
         if full in names:
-            v = get(full)
-            return v, params if params is not None else v.space(spec)[0]
+            v = get(full, isa)
+            if params is not None:
+                return v, params, False
+            return (v, *_params(v, spec, tuning))
         if key == anchor_id:
             raise CompileError(f"variant '{want}' does not apply to {anchor_id} ({spec}); applicable: {names}")
-    v = get(auto_variant(spec))
-    return v, v.space(spec)[0]
+    best = tuning.best(spec) if tuning else None
+    v = get(best or auto_variant(spec, isa), isa)
+    return (v, *_params(v, spec, tuning))
+
+
+def _params(variant, spec, tuning):
+    measured = tuning.params(spec, variant.name) if tuning else None
+    return (measured, True) if measured is not None else (variant.space(spec)[0], False)
 
 
 def _spec_of(call, op_name, const_value):
@@ -98,8 +113,10 @@ def _spec_of(call, op_name, const_value):
     return DenseSpec(xs[0], xs[1], int(w.shape[1]), dtype), w
 
 
-def run(mod, choice=None, target=None):
-    """Returns (mod, anchors)."""
+def run(mod, isa, choice=None, tuning=None):
+    """Variants made for the vector unit `isa` (targets.Vector); `tuning`
+    (compiler/tune.py's result, or None) supplies measured choices.
+    Returns (mod, anchors)."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -144,10 +161,11 @@ def run(mod, choice=None, target=None):
             self.count[op_name] += 1
             anchor_id = f"{op_name[0]}{k}"
             if self.phase == "collect":
-                v, params = _choose(anchor_id, op_name, spec, choice)
+                v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
                                            np.ascontiguousarray(w.astype(spec.dtype)),
-                                           alternatives=[a.name for a in applicable(spec, op_name)]))
+                                           alternatives=[a.name for a in applicable(spec, op_name, isa)],
+                                           tuned=tuned))
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
@@ -180,7 +198,7 @@ def _transform_weights(anchors):
 
     funcs = {}
     for a in anchors:
-        f = kbuild.transform_func(a.variant, a.spec)
+        f = kbuild.transform_func(a.variant, a.spec, a.params)
         a.transform_func = f
         if f is not None:
             funcs[f"cb_transform_{a.index}"] = f
@@ -194,6 +212,6 @@ def _transform_weights(anchors):
         if a.transform_func is None:
             a.transformed = a.raw
             continue
-        out = tvm.runtime.tensor(np.zeros(a.variant.transformed_shape(a.spec), a.spec.dtype), dev)
+        out = tvm.runtime.tensor(np.zeros(a.variant.transformed_shape(a.spec, a.params), a.spec.dtype), dev)
         lib[f"cb_transform_{a.index}"](tvm.runtime.tensor(a.raw, dev), out)
         a.transformed = out.numpy()

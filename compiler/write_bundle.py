@@ -6,6 +6,7 @@ code. The header is built twice: once to learn its size (all scalars are
 written, so its size does not depend on the offsets), once with the final
 segment offsets.
 """
+import json
 import struct
 
 import flatbuffers
@@ -79,6 +80,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         s.weightForm = fb.WeightForm.raw if layer.weight_form == "raw" else fb.WeightForm.cached
         s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
         s.transformArgs = list(layer.transform_args)
+        s.params = json.dumps(layer.params, sort_keys=True, separators=(",", ":")) if layer.params else ""
+        s.tuned = layer.tuned
         steps.append(s)
     p = fb.PlanT()
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads

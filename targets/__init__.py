@@ -69,6 +69,33 @@ class Storage(NamedTuple):
     __getitem__ = _by_name
 
 
+class Vector(NamedTuple):
+    """What the kernel schedules need to know about the CPU's vector unit.
+    Derived from the ISA features (`vector_unit`), so every target has one."""
+    isa: str  # "avx512", "avx2", "sse", "neon"
+    lanes: int  # fp32 lanes per vector register
+    registers: int  # architectural vector registers
+    fma: bool  # fused multiply-add
+    l1d_kb: int  # the fastest class's data caches, for tile sizes
+    l2_kb: int
+    __getitem__ = _by_name
+
+
+def vector_unit(arch, features, caches):
+    """The Vector of a CPU with `features` (AVX-512 F: 16 lanes and 32
+    registers; AVX2: 8 and 16; SSE: 4 and 16; NEON: 4 and 32)."""
+    f = set(features)
+    if arch == "aarch64":
+        isa, lanes, regs, fma = "neon", 4, 32, True
+    elif "avx512f" in f:
+        isa, lanes, regs, fma = "avx512", 16, 32, True
+    elif "avx2" in f:
+        isa, lanes, regs, fma = "avx2", 8, 16, "fma" in f
+    else:
+        isa, lanes, regs, fma = "sse", 4, 16, False
+    return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb)
+
+
 class Gpu(NamedTuple):
     api: str
     name: str
@@ -94,6 +121,10 @@ class Target:
     @property
     def arch(self):
         return self.triple.split("-")[0]
+
+    @property
+    def vector(self):
+        return vector_unit(self.arch, self.features, self.caches)
 
     @property
     def core_ids(self):

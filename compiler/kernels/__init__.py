@@ -1,10 +1,17 @@
 """Kernel variants: several implementations per operator, each a separable
-weight transform plus an execute kernel. The contract, in one place:
+weight transform plus an execute kernel. A variant is made for one CPU's
+vector unit (`variant.isa`, a targets.Vector: fp32 lanes, registers, FMA,
+L1/L2): its vector width, register blocking, default parameters and search
+space all come from it, so nothing here assumes one ISA. The contract, in
+one place:
 
     variant.name                     unique, e.g. "conv2d.im2col_gemm"
+    variant.isa                      the targets.Vector it was made for
     variant.applies(spec)            can it run this layer (shape, stride, groups, dilation ...)?
-    variant.transformed_shape(spec)  shape of its transformed weights (known at compile time)
-    variant.transform(spec)          TE: raw ONNX weights -> transformed weights (None = identity)
+    variant.transformed_shape(spec, params)
+                                     shape of its transformed weights (known at compile time;
+                                     packing blocks are schedule parameters)
+    variant.transform(spec, params)  TE: raw ONNX weights -> transformed weights (None = identity)
     variant.compute(spec, x, wt, params)
                                      TE: the execute computation; its main stage is named
                                      ANCHOR so the scheduler finds it after fusion. It computes
@@ -13,12 +20,14 @@ weight transform plus an execute kernel. The contract, in one place:
     variant.schedule(sch, block, spec, params)
                                      explicit s_tir schedule of the anchor (fused epilogue
                                      blocks are attached by schedule_kernels)
-    variant.space(spec)              the small parameter space searched by measurement;
-                                     its first entry is the default
+    variant.space(spec)              the small parameter space searched by measurement, derived
+                                     from the register file; its first entry is the default
+                                     (the register/cache model's pick)
 
 Specs describe a layer's anchor operator: ConvSpec for conv2d (NCHW input,
 OIHW weights), DenseSpec for x[M,K] @ w[K,N].
 """
+import functools
 from dataclasses import dataclass
 
 ANCHOR = "cb_anchor"
@@ -82,13 +91,16 @@ class Variant:
     name = ""
     op = ""
 
+    def __init__(self, isa):
+        self.isa = isa
+
     def applies(self, spec):
         return True
 
-    def transformed_shape(self, spec):
+    def transformed_shape(self, spec, params):
         return spec.weight_shape
 
-    def transform(self, spec):
+    def transform(self, spec, params):
         return None  # identity
 
     def compute(self, spec, x, wt, params):
@@ -105,27 +117,32 @@ class Variant:
         return False
 
 
-_REGISTRY = {}
+_MAKERS = {}  # name -> function(isa) -> Variant
 
 
-def register(variant):
-    assert variant.name not in _REGISTRY, variant.name
-    _REGISTRY[variant.name] = variant
-    return variant
+def register(name, make):
+    assert name not in _MAKERS, name
+    _MAKERS[name] = make
 
 
-def variants(op=None):
+@functools.lru_cache(maxsize=None)
+def _made(isa):
     from . import conv, dense  # noqa: F401  (registration)
 
-    return [v for v in _REGISTRY.values() if op is None or v.op == op]
+    return {name: make(isa) for name, make in _MAKERS.items()}
 
 
-def get(name):
-    variants()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown kernel variant '{name}' (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[name]
+def variants(isa, op=None):
+    """Every variant made for the vector unit `isa` (a targets.Vector)."""
+    return [v for v in _made(isa).values() if op is None or v.op == op]
 
 
-def applicable(spec, op):
-    return [v for v in variants(op) if v.applies(spec)]
+def get(name, isa):
+    made = _made(isa)
+    if name not in made:
+        raise KeyError(f"unknown kernel variant '{name}' (known: {', '.join(sorted(made))})")
+    return made[name]
+
+
+def applicable(spec, op, isa):
+    return [v for v in variants(isa, op) if v.applies(spec)]

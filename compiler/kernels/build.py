@@ -13,9 +13,9 @@ def input_shape(spec):
     return (spec.m, spec.k)
 
 
-def transform_func(variant, spec):
+def transform_func(variant, spec, params):
     """PrimFunc(raw, transformed), or None for the identity."""
-    fn = variant.transform(spec)
+    fn = variant.transform(spec, params)
     if fn is None:
         return None
     w = te.placeholder(spec.weight_shape, spec.dtype, name="raw")
@@ -30,9 +30,10 @@ def execute_te(variant, spec, params):
 def execute_func(variant, spec, epilogue=None, params=None):
     """Standalone PrimFunc(x, wt, [extra...], out): the execute kernel with an
     optional epilogue (a function of (out, *extra placeholders))."""
+    params = params if params is not None else variant.space(spec)[0]
     x = te.placeholder(input_shape(spec), spec.dtype, name="x")
-    wt = te.placeholder(variant.transformed_shape(spec), spec.dtype, name="wt")
-    out = variant.compute(spec, x, wt, params if params is not None else variant.space(spec)[0])
+    wt = te.placeholder(variant.transformed_shape(spec, params), spec.dtype, name="wt")
+    out = variant.compute(spec, x, wt, params)
     extra = []
     if epilogue is not None:
         out, extra = epilogue(out)

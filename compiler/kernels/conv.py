@@ -1,7 +1,7 @@
 """conv2d variants (NCHW activations, OIHW raw weights).
 
 direct          plain layout, weights as ONNX stores them (identity transform)
-packed_direct   output channels of the weights blocked by KB (contiguous loads)
+packed_direct   output channels of the weights blocked by the tile's kb (contiguous loads)
 im2col_gemm     column matrix per output tile + packed GEMM
 gemm_1x1        1x1 / stride 1 / no pad: the input already is the column matrix
 im2col_gemm_kvec, gemm_1x1_kvec
@@ -10,18 +10,20 @@ im2col_gemm_kvec, gemm_1x1_kvec
 winograd_f2/f4/f6   F(m x m, 3 x 3) for 3x3 stride-1 convs: weights transformed to
                 the Winograd domain, batched GEMM in it (F6 on outputs >= 12 x 12 only)
 depthwise_direct   one filter per channel, vectorized along the output width
+
+Every tile size comes from the variant's vector unit (self.isa): widths are
+multiples of its fp32 lanes, register blocks fit its register file
+(schedule_util.register_blocks), and each variant's space lists the blocks
+that fit, the register/cache model's pick first.
 """
 import numpy as np
 from tvm import s_tir, te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import VEC, _generic_block, attach_epilogue, block_name, blocks_in_order, vectorize_inner
+from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, padding_efficiency,
+                            ranked, register_blocks, round_up, vectorize_inner)
 
-KB = 8  # output-channel block of packed weights
-
-
-def _round(n, m):
-    return (n + m - 1) // m * m
+_round = round_up
 
 
 def _pad(x, spec, extra_h=0, extra_w=0):
@@ -53,9 +55,17 @@ def _extra_w(spec, ow_padded):
     return max(0, need - (spec.w + spec.pad[1] + spec.pad[3]))
 
 
-def _zb(spec, params, default=16):
+def _zb(spec, params, lanes):
     """Width tile: the parameter, but no wider than the output rounded to a vector."""
-    return min(params.get("zb", default), _round(spec.out_w, VEC))
+    return min(params["zb"], _round(spec.out_w, lanes))
+
+
+def _vector_widths(spec, lanes, blocks, score):
+    """Parameter dicts of width-vectorized tiles: `blocks` are (rows, vectors)
+    register blocks, `score(rows, width)` ranks them; widths wider than the
+    output (rounded to a vector) are left out."""
+    fit = [(r, v) for r, v in blocks if v == 1 or (v - 1) * lanes < spec.out_w]
+    return ranked([(score(r, v * lanes), (r, v * lanes)) for r, v in fit])
 
 
 def _extent(sch, loop):
@@ -68,11 +78,11 @@ class _Direct(Variant):
     def applies(self, spec):
         return not spec.depthwise
 
-    def _weight(self, wt, k, c, r, s):
+    def _weight(self, wt, k, c, r, s, params):
         return wt[k, c, r, s]
 
     def compute(self, spec, x, wt, params):
-        kb, zb = params.get("kb", 4), _zb(spec, params)
+        kb, zb = params["kb"], _zb(spec, params, self.isa.lanes)
         kp, owp = _round(spec.k, kb), _round(spec.out_w, zb)
         p = _pad(x, spec, extra_w=_extra_w(spec, owp))
         cpg, kpg = spec.c // spec.groups, spec.k // spec.groups
@@ -85,28 +95,36 @@ class _Direct(Variant):
             (spec.n, kp, spec.out_h, owp),
             lambda n, k, y, z: te.sum(
                 p[n, (tirx.min(k, last) // kpg) * cpg + rc, y * sh + rr * dh, z * sw + rs * dw]
-                * self._weight(wt, tirx.min(k, last), rc, rr, rs), axis=[rc, rr, rs]),
+                * self._weight(wt, tirx.min(k, last), rc, rr, rs, params), axis=[rc, rr, rs]),
             name=ANCHOR)
         return _crop(anchor, spec)
 
     def space(self, spec):
-        return [{"kb": 4, "zb": 16}, {"kb": 8, "zb": 8}, {"kb": 4, "zb": 8}, {"kb": 2, "zb": 32}]
+        # kb output channels x zb columns; the reduction over (c, r, s) is
+        # short per step, so the blocks stay small (at most 8 channels)
+        kpg = spec.k // spec.groups
+        blocks = register_blocks(self.isa, (2, 4, 8), 4)
+        ranks = _vector_widths(spec, self.isa.lanes, blocks,
+                               lambda kb, zb: intensity(kb, zb // self.isa.lanes)
+                               * padding_efficiency((kpg, kb), (spec.out_w, zb)))
+        return [{"kb": kb, "zb": zb} for kb, zb in ranks]
 
     def schedule(self, sch, block, spec, params):
-        kb, zb = params.get("kb", 4), _zb(spec, params)
+        lanes = self.isa.lanes
+        kb, zb = params["kb"], _zb(spec, params, lanes)
         n, k, y, z, rc, rr, rs = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zb)
         sch.reorder(n, ko, y, zo, rc, rr, rs, ki, zi)
         par = sch.fuse(n, ko, y)
         sch.parallel(par)
-        attach_epilogue(sch, block, zo)
+        attach_epilogue(sch, block, zo, lanes)
         sch.unroll(ki)
-        if zb % VEC == 0 and zb > VEC:
-            zio, ziv = sch.split(zi, [None, VEC])
+        if zb % lanes == 0 and zb > lanes:
+            zio, ziv = sch.split(zi, [None, lanes])
             sch.unroll(zio)
             sch.vectorize(ziv)
-        elif zb <= 16:
+        else:
             sch.vectorize(zi)
         sch.unroll(rs)
         sch.decompose_reduction(block, rc)
@@ -117,96 +135,99 @@ class Direct(_Direct):
 
 
 class PackedDirect(_Direct):
+    """direct with the weights packed in blocks of the tile's kb output channels."""
+
     name = "conv2d.packed_direct"
 
-    def transformed_shape(self, spec):
-        return ((spec.k + KB - 1) // KB, spec.c // spec.groups, spec.r, spec.s, KB)
+    def transformed_shape(self, spec, params):
+        kb = params["kb"]
+        return ((spec.k + kb - 1) // kb, spec.c // spec.groups, spec.r, spec.s, kb)
 
-    def transform(self, spec):
+    def transform(self, spec, params):
+        kb = params["kb"]
         return lambda w: te.compute(
-            self.transformed_shape(spec),
-            lambda ko, c, r, s, ki: tirx.if_then_else(ko * KB + ki < spec.k, w[tirx.min(ko * KB + ki, spec.k - 1), c, r, s],
+            self.transformed_shape(spec, params),
+            lambda ko, c, r, s, ki: tirx.if_then_else(ko * kb + ki < spec.k, w[tirx.min(ko * kb + ki, spec.k - 1), c, r, s],
                                                      tirx.const(0, spec.dtype)),
             name="cb_pack")
 
-    def _weight(self, wt, k, c, r, s):
-        return wt[k // KB, c, r, s, k % KB]
-
-    def space(self, spec):
-        return [{"kb": 8, "zb": 8}, {"kb": 4, "zb": 16}, {"kb": 8, "zb": 16}, {"kb": 2, "zb": 32}]
+    def _weight(self, wt, k, c, r, s, params):
+        kb = params["kb"]
+        return wt[k // kb, c, r, s, k % kb]
 
 
 class _Gemm(Variant):
-    """out[n, k, y, z] = sum_q wt[k // KB, q, k % KB] * col[n, q, y, z], q = (c, r, s).
+    """out[n, k, y, z] = sum_q wt[k // kb, q, k % kb] * col[n, q, y, z], q = (c, r, s).
 
-    Tiles are KB-blocked output channels x one output row x ZT columns; the
-    column tile (all q for one row segment) is packed right before the channel
-    blocks that reuse it, and the epilogue runs on each finished tile."""
+    Tiles are kb output channels x one output row x zt columns (zt a multiple
+    of the vector): kb x zt / lanes accumulators, the register block. The
+    weights are packed in blocks of kb channels, so one tile's weights are
+    contiguous. The column tile (all q for one row segment) is packed right
+    before the channel blocks that reuse it, and the epilogue runs on each
+    finished tile."""
 
     op = "conv2d"
-    block = KB  # output channels per packed weight block
 
-    def transformed_shape(self, spec):
-        b = self.block
+    def transformed_shape(self, spec, params):
+        b = self._kb(params)
         return ((spec.k + b - 1) // b, spec.c * spec.r * spec.s, b)
 
-    def transform(self, spec):
-        rs, b = spec.r * spec.s, self.block
+    def transform(self, spec, params):
+        rs, b = spec.r * spec.s, self._kb(params)
         return lambda w: te.compute(
-            self.transformed_shape(spec),
+            self.transformed_shape(spec, params),
             lambda ko, q, ki: tirx.if_then_else(
                 ko * b + ki < spec.k, w[tirx.min(ko * b + ki, spec.k - 1), q // rs, (q // spec.s) % spec.r, q % spec.s],
                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
-    def _zt(self, spec, params):
-        zt = params.get("zt")
-        if zt is None:  # two vectors wide unless one vector pads the row less
-            zt = 32 if _round(spec.out_w, 32) <= _round(spec.out_w, 16) else 16
-        return min(zt, _round(spec.out_w, VEC))
+    def _kb(self, params):
+        return params["kb"]
 
-    def _kb(self, spec, params):
-        zt = self._zt(spec, params)
-        wide = zt <= 16 and _round(spec.k, KB) % 16 == 0
-        return params.get("kb", 16 if wide else 8)  # 16 accumulators when the channels allow
+    def _zt(self, spec, params):
+        return min(params["zt"], _round(spec.out_w, self.isa.lanes))
 
     def _column(self, spec, x, owp):
         raise NotImplementedError
 
     def compute(self, spec, x, wt, params):
+        kb = self._kb(params)
         owp = _round(spec.out_w, self._zt(spec, params))
         col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
-        anchor = te.compute((spec.n, _round(spec.k, KB), spec.out_h, owp),
-                            lambda n, k, y, z: te.sum(wt[k // KB, q, k % KB] * col[n, q, y, z], axis=q), name=ANCHOR)
+        anchor = te.compute((spec.n, _round(spec.k, kb), spec.out_h, owp),
+                            lambda n, k, y, z: te.sum(wt[k // kb, q, k % kb] * col[n, q, y, z], axis=q), name=ANCHOR)
         return _crop(anchor, spec)
 
     def space(self, spec):
-        # kb x zt accumulators: 16 x 16 lanes fills 16 AVX-512 registers
-        return [{}, {"kb": 8, "zt": 32}, {"kb": 16, "zt": 16}, {"kb": 8, "zt": 16}, {"kb": 4, "zt": 32}]
+        # FMAs per load of the register block, less the padding it adds to
+        # the channels and the row
+        blocks = register_blocks(self.isa, (4, 6, 8, 12, 16, 24), 4)
+        lanes = self.isa.lanes
+        ranks = _vector_widths(spec, lanes, blocks,
+                               lambda kb, zt: intensity(kb, zt // lanes)
+                               * padding_efficiency((spec.k, kb), (spec.out_w, zt)))
+        return [{"kb": kb, "zt": zt} for kb, zt in ranks]
 
-    @staticmethod
-    def _parallel_tiles(sch, block, outer, tile):
+    def _parallel_tiles(self, sch, block, outer, tile):
         """Run the fused `outer` loops in parallel, pack the column tile once
         per parallel iteration, and fuse the epilogue at loop `tile`."""
         par = sch.fuse(*outer)
         sch.parallel(par)
         col = sch.get_sblock("cb_col")
         sch.compute_at(col, par, preserve_unit_loops=True)
-        vectorize_inner(sch, col)
-        attach_epilogue(sch, block, tile)
+        vectorize_inner(sch, col, self.isa.lanes)
+        attach_epilogue(sch, block, tile, self.isa.lanes)
 
     def schedule(self, sch, block, spec, params):
-        kb, zt = self._kb(spec, params), self._zt(spec, params)
-        if zt == VEC:
-            kb = max(kb, 8)  # keep 8 accumulators in flight
+        kb, zt = self._kb(params), self._zt(spec, params)
         n, k, y, z, q = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zt)
         sch.reorder(n, y, zo, ko, q, ki, zi)
         self._parallel_tiles(sch, block, [n, y, zo], ko)
         sch.unroll(ki)
-        _vectorize(sch, zi, zt)
+        _vectorize(sch, zi, zt, self.isa.lanes)
         sch.decompose_reduction(block, q)
 
 
@@ -240,55 +261,55 @@ class Gemm1x1(_Gemm):
                           name="cb_col")
 
 
-KV = 16  # output channels per vector of the channel-vectorized GEMMs
-
-
-def channel_vectors(spec):
-    """Vectors of KV output channels a layer needs (the last one padded)."""
-    return (spec.k + KV - 1) // KV
+def channel_vectors(spec, lanes):
+    """Vectors of `lanes` output channels a layer needs (the last one padded)."""
+    return (spec.k + lanes - 1) // lanes
 
 
 class _GemmK(_Gemm):
     """The GEMM with output channels in the vector lanes:
-    out[n, k, y, z] = sum_q wt[k // KV, q, k % KV] * col[n, q, y, z].
+    out[n, k, y, z] = sum_q wt[k // lanes, q, k % lanes] * col[n, q, y, z].
 
     For narrow outputs (7, 13, 14 columns) a width-vectorized tile wastes
-    lanes; here a tile is KVB channel vectors x ZT columns of one output row
-    (any ZT), each column value broadcast from the packed column tile. The
-    tile is accumulated channel-innermost and transposed back to NCHW by the
-    epilogue. The parallel loop runs over rows, column tiles and KS channel
-    groups, so a 7-row output still gives every thread work."""
+    lanes; here a tile is kvb channel vectors x zt columns of one output row
+    (any zt), each column value broadcast from the packed column tile: the
+    register block is zt broadcasts x kvb vectors. The tile is accumulated
+    channel-innermost and transposed back to NCHW by the epilogue. The
+    parallel loop runs over rows, column tiles and ks channel groups, so a
+    7-row output still gives every thread work."""
 
-    block = KV
+    def _kb(self, params):
+        return self.isa.lanes
 
     def _zt(self, spec, params):
-        zt = params.get("zt")
-        if zt is None:  # the least padding, widest first; 2 x 13 accumulators spill
-            widest = 8 if self._kvb(spec, params) > 1 else 14
-            zt = min(range(6, widest + 1), key=lambda t: (_round(spec.out_w, t), -t))
-        return min(zt, spec.out_w)
+        return min(params["zt"], spec.out_w)
 
     def _kvb(self, spec, params):
-        return next(b for b in (params.get("kvb", 2), 2, 1) if channel_vectors(spec) % b == 0)
+        return next(b for b in (params["kvb"], 2, 1) if channel_vectors(spec, self.isa.lanes) % b == 0)
 
     def _ks(self, spec, params):
-        groups = channel_vectors(spec) // self._kvb(spec, params)
+        groups = channel_vectors(spec, self.isa.lanes) // self._kvb(spec, params)
         rows = spec.n * spec.out_h * (_round(spec.out_w, self._zt(spec, params)) // self._zt(spec, params))
         ks = params.get("ks", 2 if rows < 16 else 1)
         return next(d for d in range(min(ks, groups), 0, -1) if groups % d == 0)
 
     def compute(self, spec, x, wt, params):
-        zt = self._zt(spec, params)
+        lanes, zt = self.isa.lanes, self._zt(spec, params)
         owp = _round(spec.out_w, zt)
         col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
-        anchor = te.compute((spec.n, channel_vectors(spec), spec.out_h, owp, KV),
+        anchor = te.compute((spec.n, channel_vectors(spec, lanes), spec.out_h, owp, lanes),
                             lambda n, ko, y, z, ki: te.sum(wt[ko, q, ki] * col[n, q, y, z], axis=q), name=ANCHOR)
         return te.compute((spec.n, spec.k, spec.out_h, spec.out_w),
-                          lambda n, k, y, z: anchor[n, k // KV, y, z, k % KV], name="cb_out")
+                          lambda n, k, y, z: anchor[n, k // lanes, y, z, k % lanes], name="cb_out")
 
     def space(self, spec):
-        return [{"kvb": 2}, {"kvb": 2, "zt": 7}, {"kvb": 1, "zt": 14}, {"kvb": 2, "zt": 8}, {"kvb": 1, "zt": 13}]
+        cv = channel_vectors(spec, self.isa.lanes)
+        blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
+                  if cv % kvb == 0 and zt <= spec.out_w]
+        return [{"kvb": kvb, "zt": zt} for zt, kvb in
+                ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)), (zt, kvb))
+                        for zt, kvb in blocks])]
 
     def schedule(self, sch, block, spec, params):
         zt, kvb, ks = self._zt(spec, params), self._kvb(spec, params), self._ks(spec, params)
@@ -356,7 +377,7 @@ def _lincomb(mat, col, term):
 class Winograd(Variant):
     """F(m x m, 3 x 3) on alpha x alpha input tiles, alpha = m + 2.
 
-    weight transform  U[e, k // KB, c, k % KB] = (G g G^T)[i, j], e = i * alpha + j
+    weight transform  U[e, k // kb, c, k % kb] = (G g G^T)[i, j], e = i * alpha + j
     input transform   V[e, c, t] = (B^T d_t B)[i, j] for input tile d_t
     anchor            M[e, k, t] = sum_c U[e, k, c] V[e, c, t]  (alpha^2 GEMMs)
     output transform  Y[k, i, j, t] = (A^T M[:, k, t] A)[i, j], then scattered to NCHW
@@ -367,7 +388,7 @@ class Winograd(Variant):
     (_lincomb), unrolled and vectorized across tt tiles.
 
     Schedule: the input transform is one parallel pass over (channel, tile
-    block). The GEMM runs per (tile block, KB output channels), all alpha^2 of
+    block). The GEMM runs per (tile block, kb output channels), all alpha^2 of
     them, with a register accumulator per e; the output transform of that
     (tile block, channel block) follows at once, on M still in cache. The
     scatter to NCHW (not an affine map of the tiles) and the fused epilogue
@@ -375,7 +396,8 @@ class Winograd(Variant):
 
     op = "conv2d"
 
-    def __init__(self, m):
+    def __init__(self, isa, m):
+        super().__init__(isa)
         self.m = m
         self.alpha = m + 2
         self.name = f"conv2d.winograd_f{m}"
@@ -388,13 +410,14 @@ class Winograd(Variant):
         return (spec.groups == 1 and spec.r == 3 and spec.s == 3 and spec.stride == (1, 1)
                 and spec.dilation == (1, 1) and spec.out_h >= least and spec.out_w >= least)
 
-    def transformed_shape(self, spec):
-        return (self.alpha * self.alpha, (spec.k + KB - 1) // KB, spec.c, KB)
+    def transformed_shape(self, spec, params):
+        kb = params["kb"]
+        return (self.alpha * self.alpha, (spec.k + kb - 1) // kb, spec.c, kb)
 
-    def transform(self, spec):
+    def transform(self, spec, params):
         gm = _winograd_matrices(self.m)[2].T  # G^T: 3 x alpha
-        alpha, kmax = self.alpha, spec.k - 1
-        kp = _round(spec.k, KB)
+        alpha, kmax, kb = self.alpha, spec.k - 1, params["kb"]
+        kp = _round(spec.k, kb)
 
         def fn(w):
             # U = G g G^T in two passes: (G g)[i, r2], then its rows times G^T
@@ -403,18 +426,18 @@ class Winograd(Variant):
                             name="cb_wino_gg")
 
             def u_value(e, ko, c, ki):
-                k = ko * KB + ki
+                k = ko * kb + ki
                 u = _lincomb(gm, e % alpha, lambda r2: gg[c, e // alpha, r2, k])
-                return tirx.Select(k <= kmax, u, tirx.const(0.0, spec.dtype))  # zero filters pad k to KB
+                return tirx.Select(k <= kmax, u, tirx.const(0.0, spec.dtype))  # zero filters pad k to kb
 
-            return te.compute(self.transformed_shape(spec), u_value, name="cb_wino_u")
+            return te.compute(self.transformed_shape(spec, params), u_value, name="cb_wino_u")
 
         return fn
 
     def schedule_transform(self, sch):
         # parallel over (output-channel block, input channel); G g for the
-        # KB filters in a local buffer, then the alpha^2 entries, vectorized
-        # over the KB filters
+        # kb filters in a local buffer, then the alpha^2 entries, vectorized
+        # over the kb filters
         u = sch.get_sblock("cb_wino_u")
         e, ko, c, ki = sch.get_loops(u)
         i, j = sch.split(e, [self.alpha, self.alpha])
@@ -438,22 +461,31 @@ class Winograd(Variant):
         return nh, nw, spec.n * nh * nw
 
     def _tt(self, spec, params):
-        return min(params.get("tt", 16), _round(self._tiles(spec)[2], VEC))
+        return min(params["tt"], _round(self._tiles(spec)[2], self.isa.lanes))
 
     def space(self, spec):
-        # tt: tiles per GEMM tile (KB x tt accumulators). F(2x2) has the
-        # smallest alpha^2 x KB x tt block of M to keep in cache, so it affords
-        # the widest tile (16 accumulators on AVX-512)
-        if self.m == 2:
-            return [{"tt": 32}, {"tt": 16}, {"tt": 8}]
-        return [{"tt": 16}, {"tt": 32}, {"tt": 8}]
+        # kb output channels x tt tiles (a multiple of the vector): the
+        # register block of each of the alpha^2 GEMMs. The block of M a task
+        # keeps, alpha^2 x kb x tt floats, should stay in L1 (F(2x2) affords
+        # the widest tiles, F(6x6) the narrowest)
+        lanes, tiles = self.isa.lanes, self._tiles(spec)[2]
+        l1 = self.isa.l1d_kb * 1024
+
+        def score(kb, tt):
+            fits = 1.0 if self.alpha ** 2 * kb * tt * 4 <= l1 else 0.5
+            return min(kb * tt // lanes, 16) * fits * padding_efficiency((spec.k, kb), (tiles, tt))
+
+        blocks = [(kb, v * lanes) for kb, v in register_blocks(self.isa, (4, 6, 8, 12, 16), 2)
+                  if v == 1 or (v - 1) * lanes < tiles]
+        return [{"kb": kb, "tt": tt} for kb, tt in ranked([(score(kb, tt), (kb, tt)) for kb, tt in blocks])]
 
     def compute(self, spec, x, wt, params):
         m, alpha = self.m, self.alpha
         a, b, _ = _winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
         tp = _round(tiles, self._tt(spec, params))
-        kp = _round(spec.k, KB)
+        kb = params["kb"]
+        kp = _round(spec.k, kb)
         pt, pl = spec.pad[0], spec.pad[1]
         h, w = spec.h, spec.w
         d = te.compute(  # padded so that every tile is whole
@@ -475,7 +507,7 @@ class Winograd(Variant):
                        lambda e, c, t: _lincomb(b, e % alpha, lambda s: bd[c, e // alpha, s, t]), name="cb_wino_v")
         rc = te.reduce_axis((0, spec.c), "rc")
         mm = te.compute((alpha * alpha, kp, tp),
-                        lambda e, k, t: te.sum(wt[e, k // KB, rc, k % KB] * v[e, rc, t], axis=rc), name=ANCHOR)
+                        lambda e, k, t: te.sum(wt[e, k // kb, rc, k % kb] * v[e, rc, t], axis=rc), name=ANCHOR)
         ma = te.compute((kp, alpha, m, tp),  # (M A)[s1, j]
                         lambda k, s1, j, t: _lincomb(a, j, lambda s2: mm[s1 * alpha + s2, k, t]), name="cb_wino_ma")
         y = te.compute((kp, m, m, tp),  # (A^T M A)[i, j]
@@ -485,10 +517,10 @@ class Winograd(Variant):
             lambda n, k, yy, zz: y[k, yy % m, zz % m, n * nh * nw + yy // m * nw + zz // m], name="cb_out")
 
     def schedule(self, sch, block, spec, params):
-        tt = self._tt(spec, params)
+        tt, kb, lanes = self._tt(spec, params), params["kb"], self.isa.lanes
         alpha = self.alpha
         # padding: its own parallel pass
-        _generic_block(sch, sch.get_sblock("cb_pad"))
+        generic_block(sch, sch.get_sblock("cb_pad"), lanes)
 
         # input transform, parallel over (channel, tile block). Each pass
         # unrolls the index its sums are selected by (_lincomb) and loops
@@ -501,23 +533,23 @@ class Winograd(Variant):
         par = sch.fuse(c, to)
         sch.parallel(par)
         sch.unroll(ej)
-        _vectorize(sch, ti, tt)
+        _vectorize(sch, ti, tt, lanes)
         bd = sch.get_sblock("cb_wino_bd")  # B^T d: alpha x alpha x tt per task
         sch.compute_at(bd, par)
         sch.set_scope(bd, 0, "local")
         i, s, bt = sch.get_loops(bd)[-3:]
         sch.reorder(s, i, bt)
         sch.unroll(i)
-        _vectorize(sch, bt, tt)
+        _vectorize(sch, bt, tt, lanes)
 
         # the output transform's tiles set the loop nest: parallel over
-        # (tile block, KB output channels); the GEMM and the first transform
+        # (tile block, kb output channels); the GEMM and the first transform
         # pass of that tile are computed inside it (compute_at: the second
         # pass reads the first at constant rows, which reverse_compute_at
         # cannot attach)
         y = sch.get_sblock("cb_wino_y")
         k, i, j, t = sch.get_loops(y)
-        ko, ki = sch.split(k, [None, KB])
+        ko, ki = sch.split(k, [None, kb])
         to, ti = sch.split(t, [None, tt])
         sch.reorder(to, ko, ki, i, j, ti)
         par = sch.fuse(to, ko)
@@ -528,25 +560,25 @@ class Winograd(Variant):
         sch.compute_at(block, par, preserve_unit_loops=True)  # keeps rc when C == 1
         _, s1, j, bt = sch.get_loops(ma)[-4:]  # M A: loop over s1, unroll j
         sch.unroll(j)
-        _vectorize(sch, bt, tt)
+        _vectorize(sch, bt, tt, lanes)
         _, i, j, bt = sch.get_loops(y)[-4:]  # A^T (M A): loop over j, unroll i
         sch.reorder(j, i, bt)
         sch.unroll(i)
-        _vectorize(sch, bt, tt)
+        _vectorize(sch, bt, tt, lanes)
 
-        # batched GEMM of the tile: for each e a KB x tt register tile
+        # batched GEMM of the tile: for each e a kb x tt register tile
         # accumulated over the input channels, then kept in M (local)
         e, ki, ti, rc = sch.get_loops(block)[-4:]
         sch.reorder(e, rc, ki, ti)
         acc = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(acc, e)
-        sch.set_scope(acc, 0, "local")  # M: alpha^2 x KB x tt per task
+        sch.set_scope(acc, 0, "local")  # M: alpha^2 x kb x tt per task
         sch.unroll(ki)
-        _vectorize(sch, ti, tt)
+        _vectorize(sch, ti, tt, lanes)
         sch.decompose_reduction(block, rc)
         ai, at = sch.get_loops(acc)[-2:]
         sch.unroll(ai)
-        _vectorize(sch, at, tt)
+        _vectorize(sch, at, tt, lanes)
 
         # scatter to NCHW + fused epilogue: inline into the last block, one
         # parallel pass over the output
@@ -563,16 +595,16 @@ class Winograd(Variant):
                 sch.get_loops(b)
             except Exception:
                 continue  # inlined
-            _generic_block(sch, b)
+            generic_block(sch, b, lanes)
 
 
-def _vectorize(sch, loop, extent):
-    """Vectorize a tile loop of `extent` lanes (a multiple of VEC): 16 lanes
-    at once where they divide it (one AVX-512 register, two AVX2 / four NEON
-    registers: the same register footprint as two 8-lane pieces, but LLVM does
-    not fuse separate 8-lane operations into a 16-lane one), else VEC-wide
-    pieces, unrolled."""
-    lanes = 2 * VEC if extent % (2 * VEC) == 0 else VEC
+def _vectorize(sch, loop, extent, lanes):
+    """Vectorize a tile loop of `extent` elements in pieces of one vector
+    register (`lanes`), unrolled; an extent that is not a multiple of the
+    vector is vectorized whole."""
+    if extent % lanes:
+        sch.vectorize(loop)
+        return
     if extent > lanes:
         lo, loop = sch.split(loop, [None, lanes])
         sch.unroll(lo)
@@ -586,18 +618,18 @@ class DepthwiseDirect(Variant):
     def applies(self, spec):
         return spec.depthwise
 
-    def transformed_shape(self, spec):
+    def transformed_shape(self, spec, params):
         return (spec.k, spec.r * spec.s)
 
-    def transform(self, spec):
-        return lambda w: te.compute(self.transformed_shape(spec),
+    def transform(self, spec, params):
+        return lambda w: te.compute(self.transformed_shape(spec, params),
                                     lambda k, q: w[k, 0, q // spec.s, q % spec.s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
         """The padded input is split into `sw` column phases, pd[n, k, y,
         phase, j] = padded[n, k, y, j * sw + phase], so that a strided conv
         reads contiguous vectors: column z * sw + t is pd[.., t % sw, z + t // sw]."""
-        owp = _round(spec.out_w, _zb(spec, params))
+        owp = _round(spec.out_w, self._zb(spec, params))
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
         pt, pl = spec.pad[0], spec.pad[1]
         hp = spec.h + spec.pad[0] + spec.pad[2]
@@ -618,11 +650,20 @@ class DepthwiseDirect(Variant):
             name=ANCHOR)
         return _crop(anchor, spec)
 
+    def _zb(self, spec, params):
+        return min(params["zb"], _round(spec.out_w, self.isa.lanes // 2))
+
     def space(self, spec):
-        return [{"zb": 16}, {"zb": 8}, {"zb": 32}]
+        # one accumulator vector per column block, one load per tap: the
+        # width that pads the row least, one whole vector where it ties
+        lanes = self.isa.lanes
+        widths = [lanes, 2 * lanes] + ([lanes // 2] if lanes >= 8 else [])
+        return [{"zb": zb} for zb in ranked([(padding_efficiency((spec.out_w, zb)) - 0.01 * (zb != lanes), zb)
+                                              for zb in widths])]
 
     def schedule(self, sch, block, spec, params):
-        zb = _zb(spec, params)
+        lanes = self.isa.lanes
+        zb = self._zb(spec, params)
         n, k, y, z, rr, rs = sch.get_loops(block)
         zo, zi = _split_tile(sch, z, zb)
         sch.reorder(n, k, y, zo, rr, rs, zi)
@@ -630,16 +671,17 @@ class DepthwiseDirect(Variant):
         sch.parallel(par)
         pad = sch.get_sblock("cb_pad")
         sch.compute_at(pad, par, preserve_unit_loops=True)  # one channel's plane, right before use
-        vectorize_inner(sch, pad)
-        attach_epilogue(sch, block, zo)
+        vectorize_inner(sch, pad, lanes)
+        attach_epilogue(sch, block, zo, lanes)
         sch.unroll(rr)
         sch.unroll(rs)
-        _vectorize(sch, zi, zb)
+        _vectorize(sch, zi, zb, lanes)
         sch.decompose_reduction(block, rr)
 
 
-for _v in (Direct(), PackedDirect(), Im2colGemm(), Gemm1x1(), Im2colGemmK(), Gemm1x1K(), Winograd(2), Winograd(4), Winograd(6),
-           DepthwiseDirect()):
-    register(_v)
+for _cls in (Direct, PackedDirect, Im2colGemm, Gemm1x1, Im2colGemmK, Gemm1x1K, DepthwiseDirect):
+    register(_cls.name, _cls)
+for _m in (2, 4, 6):
+    register(f"conv2d.winograd_f{_m}", lambda isa, m=_m: Winograd(isa, m))
 
 __all__ = ["ConvSpec"]

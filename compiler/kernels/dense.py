@@ -1,53 +1,60 @@
 """Dense / MatMul with constant weights: out[m, n] = sum_k x[m, k] * w[k, n].
 
-packed_gemm   weights packed to [N / NB, K, NB]: NB consecutive outputs per load
+packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
 """
 from tvm import te, tirx
 
 from . import ANCHOR, Variant, register
-from .schedule_util import VEC, attach_epilogue
-
-NB = 16
+from .schedule_util import attach_epilogue, padding_efficiency, ranked, register_blocks
 
 
 class PackedGemm(Variant):
+    """mb rows of x x nb outputs (a multiple of the vector) per register block."""
+
     name = "dense.packed_gemm"
     op = "dense"
 
-    def transformed_shape(self, spec):
-        return ((spec.n + NB - 1) // NB, spec.k, NB)
+    def transformed_shape(self, spec, params):
+        nb = params["nb"]
+        return ((spec.n + nb - 1) // nb, spec.k, nb)
 
-    def transform(self, spec):
+    def transform(self, spec, params):
+        nb = params["nb"]
         return lambda w: te.compute(
-            self.transformed_shape(spec),
-            lambda no, k, ni: tirx.if_then_else(no * NB + ni < spec.n, w[k, tirx.min(no * NB + ni, spec.n - 1)],
+            self.transformed_shape(spec, params),
+            lambda no, k, ni: tirx.if_then_else(no * nb + ni < spec.n, w[k, tirx.min(no * nb + ni, spec.n - 1)],
                                                 tirx.const(0, spec.dtype)),
             name="cb_pack")
 
     def compute(self, spec, x, wt, params):
+        nb = params["nb"]
         k = te.reduce_axis((0, spec.k), "k")
-        np_ = (spec.n + NB - 1) // NB * NB
-        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[i, k] * wt[j // NB, k, j % NB], axis=k), name=ANCHOR)
+        np_ = (spec.n + nb - 1) // nb * nb
+        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[i, k] * wt[j // nb, k, j % nb], axis=k), name=ANCHOR)
         return te.compute((spec.m, spec.n), lambda i, j: anchor[i, j], name="cb_out")
 
     def space(self, spec):
-        return [{"mb": 4}, {"mb": 2}, {"mb": 1}, {"mb": 8}]
+        # rows must divide m (no row padding); a single row (a classifier)
+        # streams the weights once, so its blocks are a few vectors wide
+        lanes = self.isa.lanes
+        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.m % mb == 0]
+        return [{"mb": mb, "nb": v * lanes} for mb, v in
+                ranked([(min(mb * v, 16) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
 
     def schedule(self, sch, block, spec, params):
-        mb = params.get("mb", 4)
-        mb = next(b for b in (mb, 4, 2, 1) if spec.m % b == 0)
+        mb, nb, lanes = params["mb"], params["nb"], self.isa.lanes
         i, j, k = sch.get_loops(block)
         io, ii = sch.split(i, [None, mb])
-        jo, ji = sch.split(j, [None, NB])
-        jio, jiv = sch.split(ji, [None, VEC])
+        jo, ji = sch.split(j, [None, nb])
+        jio, jiv = sch.split(ji, [None, lanes])
         sch.reorder(jo, io, k, ii, jio, jiv)
         par = sch.fuse(jo, io)
         sch.parallel(par)
-        attach_epilogue(sch, block, par)
+        attach_epilogue(sch, block, par, lanes)
         sch.unroll(ii)
         sch.unroll(jio)
         sch.vectorize(jiv)
         sch.decompose_reduction(block, k)
 
 
-register(PackedGemm())
+register(PackedGemm.name, PackedGemm)

@@ -1,8 +1,44 @@
-"""Schedule helpers shared by the variants: epilogue attachment, generic
-schedules for layers without an anchor."""
+"""Schedule helpers shared by the variants: the register-block model,
+epilogue attachment, generic schedules for layers without an anchor. Vector
+widths are always passed in (`lanes`, from the target's vector unit)."""
 from tvm import s_tir
 
-VEC = 8  # fp32 lanes per vector register on AVX2 / two NEON registers
+
+def round_up(n, m):
+    return (n + m - 1) // m * m
+
+
+def register_blocks(isa, rows, max_vectors):
+    """Register blocks (r, v) of an outer-product tile: r broadcast values
+    times v vectors of the other operand, accumulated in r * v registers.
+    One step of the reduction also holds the v vectors it loaded and one
+    broadcast, and the compiler wants one register spare, so a block fits
+    when r * v + v + 2 <= the register file (16 on AVX2, 32 on AVX-512 and
+    NEON)."""
+    return [(r, v) for v in range(1, max_vectors + 1) for r in rows if r * v + v + 2 <= isa.registers]
+
+
+def intensity(r, v):
+    """FMAs per operand loaded in one reduction step of an r x v block."""
+    return r * v / (r + v)
+
+
+def padding_efficiency(*pairs):
+    """Useful fraction of padded extents: pairs of (extent, tile)."""
+    eff = 1.0
+    for extent, tile in pairs:
+        eff *= extent / round_up(extent, tile)
+    return eff
+
+
+def ranked(options, limit=5):
+    """Distinct parameter dicts from (score, params) pairs, best first (ties
+    keep their order)."""
+    out = []
+    for _, p in sorted(options, key=lambda o: -o[0]):
+        if p not in out:
+            out.append(p)
+    return out[:limit]
 
 
 def blocks_in_order(sch):
@@ -22,7 +58,7 @@ def block_name(sch, block):
     return sch.get(block).name_hint
 
 
-def attach_epilogue(sch, out_block, loop, vec=VEC):
+def attach_epilogue(sch, out_block, loop, lanes):
     """Fuse what follows `out_block` (bias, activation, residual add ... as
     FuseOps put them in the same function) into the tile loop `loop`.
 
@@ -47,18 +83,18 @@ def attach_epilogue(sch, out_block, loop, vec=VEC):
         last = sch.cache_write(out_block, 0, "local")
         # the write-back block is the consumer now; move it under the tile
         sch.reverse_compute_at(last, loop)
-    vectorize_inner(sch, last, vec)
+    vectorize_inner(sch, last, lanes)
     return last
 
 
-def separate_epilogue(sch, out_block, loop, vec=VEC):
+def separate_epilogue(sch, out_block, loop, lanes):
     """For anchors whose tiles are not rectangles of the output (a flattened
     spatial axis): write each tile through a local cache, then run what
     follows `out_block` (its reshape back to NCHW plus the fused epilogue) as
     one parallel, vectorized pass."""
     cw = sch.cache_write(out_block, 0, "local")
     sch.reverse_compute_at(cw, loop)
-    vectorize_inner(sch, cw, vec)
+    vectorize_inner(sch, cw, lanes)
     order = blocks_in_order(sch)
     names = [block_name(sch, b) for b in order]
     epilogue = order[names.index(block_name(sch, cw)) + 1:] if block_name(sch, cw) in names else []
@@ -69,12 +105,12 @@ def separate_epilogue(sch, out_block, loop, vec=VEC):
             pass
     for b in blocks_in_order(sch)[len(names) - len(epilogue):]:
         try:
-            _generic_block(sch, b)
+            generic_block(sch, b, lanes)
         except s_tir.ScheduleError:
             pass
 
 
-def vectorize_inner(sch, block, vec=VEC):
+def vectorize_inner(sch, block, lanes):
     loops = sch.get_loops(block)
     if not loops:
         return
@@ -82,9 +118,9 @@ def vectorize_inner(sch, block, vec=VEC):
     extent = _extent(sch, inner)
     if extent is None or extent < 2:
         return
-    if extent % vec == 0 and extent > vec:
-        _, inner = sch.split(inner, [None, vec])
-    if extent % vec == 0 or extent <= 16:
+    if extent % lanes == 0 and extent > lanes:
+        _, inner = sch.split(inner, [None, lanes])
+    if extent % lanes == 0 or extent <= 16:
         sch.vectorize(inner)
 
 
@@ -95,7 +131,7 @@ def _extent(sch, loop):
         return None
 
 
-def generic(sch):
+def generic(sch, lanes):
     """A reasonable schedule for non-anchor kernels (pooling, elementwise,
     reductions, data movement, weight transforms): inline intermediate
     injective stages (pads, reshapes, broadcasts) into their consumers, then
@@ -109,12 +145,12 @@ def generic(sch):
             pass
     for block in blocks_in_order(sch):
         try:
-            _generic_block(sch, block)
+            generic_block(sch, block, lanes)
         except s_tir.ScheduleError:
             pass
 
 
-def _generic_block(sch, block):
+def generic_block(sch, block, lanes):
     loops = sch.get_loops(block)
     if not loops:
         return
@@ -131,8 +167,8 @@ def _generic_block(sch, block):
     elementwise = spatial == len(loops)
     inner = loops[spatial - 1]
     outer = list(loops[:spatial - 1])
-    if elementwise and extents[spatial - 1] % VEC == 0 and extents[spatial - 1] >= VEC:
-        io, iv = sch.split(inner, [None, VEC])
+    if elementwise and extents[spatial - 1] % lanes == 0 and extents[spatial - 1] >= lanes:
+        io, iv = sch.split(inner, [None, lanes])
         sch.vectorize(iv)
         if not outer:
             outer = [io]

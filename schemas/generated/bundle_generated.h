@@ -636,7 +636,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_WEIGHT_FORM = 12,
     VT_PREP_QUEUE = 14,
     VT_EXEC_QUEUE = 16,
-    VT_TRANSFORM_ARGS = 18
+    VT_TRANSFORM_ARGS = 18,
+    VT_PARAMS = 20,
+    VT_TUNED = 22
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -662,6 +664,12 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<uint32_t> *transform_args() const {
     return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_TRANSFORM_ARGS);
   }
+  const ::flatbuffers::String *params() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_PARAMS);
+  }
+  bool tuned() const {
+    return GetField<uint8_t>(VT_TUNED, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -677,6 +685,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint8_t>(verifier, VT_EXEC_QUEUE, 1) &&
            VerifyOffset(verifier, VT_TRANSFORM_ARGS) &&
            verifier.VerifyVector(transform_args()) &&
+           VerifyOffset(verifier, VT_PARAMS) &&
+           verifier.VerifyString(params()) &&
+           VerifyField<uint8_t>(verifier, VT_TUNED, 1) &&
            verifier.EndTable();
   }
 };
@@ -709,6 +720,12 @@ struct StepBuilder {
   void add_transform_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args) {
     fbb_.AddOffset(Step::VT_TRANSFORM_ARGS, transform_args);
   }
+  void add_params(::flatbuffers::Offset<::flatbuffers::String> params) {
+    fbb_.AddOffset(Step::VT_PARAMS, params);
+  }
+  void add_tuned(bool tuned) {
+    fbb_.AddElement<uint8_t>(Step::VT_TUNED, static_cast<uint8_t>(tuned), 0);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -729,13 +746,17 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
     uint8_t exec_queue = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> params = 0,
+    bool tuned = false) {
   StepBuilder builder_(_fbb);
+  builder_.add_params(params);
   builder_.add_transform_args(transform_args);
   builder_.add_transform(transform);
   builder_.add_kernel(kernel);
   builder_.add_variant(variant);
   builder_.add_layer(layer);
+  builder_.add_tuned(tuned);
   builder_.add_exec_queue(exec_queue);
   builder_.add_prep_queue(prep_queue);
   builder_.add_weight_form(weight_form);
@@ -751,11 +772,14 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
     uint8_t exec_queue = 0,
-    const std::vector<uint32_t> *transform_args = nullptr) {
+    const std::vector<uint32_t> *transform_args = nullptr,
+    const char *params = nullptr,
+    bool tuned = false) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
   auto transform_args__ = transform_args ? _fbb.CreateVector<uint32_t>(*transform_args) : 0;
+  auto params__ = params ? _fbb.CreateString(params) : 0;
   return coldbrew::schema::CreateStep(
       _fbb,
       layer,
@@ -765,7 +789,9 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       weight_form,
       prep_queue,
       exec_queue,
-      transform_args__);
+      transform_args__,
+      params__,
+      tuned);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -887,8 +887,22 @@ class Step(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
+    # Step
+    def Params(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Step
+    def Tuned(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def StepStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(10)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -917,6 +931,12 @@ def StepAddTransformArgs(builder, transformArgs):
 def StepStartTransformArgsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def StepAddParams(builder, params):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(params), 0)
+
+def StepAddTuned(builder, tuned):
+    builder.PrependBoolSlot(9, tuned, 0)
+
 def StepEnd(builder):
     return builder.EndObject()
 
@@ -939,6 +959,8 @@ class StepT(object):
         prepQueue = 0,
         execQueue = 0,
         transformArgs = None,
+        params = None,
+        tuned = False,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -948,6 +970,8 @@ class StepT(object):
         self.prepQueue = prepQueue  # type: int
         self.execQueue = execQueue  # type: int
         self.transformArgs = transformArgs  # type: Optional[List[int]]
+        self.params = params  # type: Optional[str]
+        self.tuned = tuned  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -984,6 +1008,8 @@ class StepT(object):
                     self.transformArgs.append(step.TransformArgs(i))
             else:
                 self.transformArgs = step.TransformArgsAsNumpy()
+        self.params = step.Params()
+        self.tuned = step.Tuned()
 
     # StepT
     def Pack(self, builder):
@@ -1001,6 +1027,8 @@ class StepT(object):
                 for i in reversed(range(len(self.transformArgs))):
                     builder.PrependUint32(self.transformArgs[i])
                 transformArgs = builder.EndVector()
+        if self.params is not None:
+            params = builder.CreateString(self.params)
         StepStart(builder)
         StepAddLayer(builder, self.layer)
         if self.variant is not None:
@@ -1014,6 +1042,9 @@ class StepT(object):
         StepAddExecQueue(builder, self.execQueue)
         if self.transformArgs is not None:
             StepAddTransformArgs(builder, transformArgs)
+        if self.params is not None:
+            StepAddParams(builder, params)
+        StepAddTuned(builder, self.tuned)
         step = StepEnd(builder)
         return step
 

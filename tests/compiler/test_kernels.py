@@ -11,7 +11,9 @@ from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.targets import resolve
 
-TARGET = resolve("host")
+# every kernel is built and run for the host's vector unit and, on x86, for
+# AVX2 as well (AVX2 code runs on every AVX-512 CPU), wherever the tests run
+TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
 
 
 def ref_conv(x, w, spec):
@@ -51,15 +53,17 @@ DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50)
 
 
 def _cases():
-    for spec in CONV_SPECS:
-        for v in applicable(spec, "conv2d"):
-            yield pytest.param(v, spec, id=f"{v.name}-{spec.c}x{spec.h}x{spec.w}-k{spec.k}r{spec.r}s{spec.stride[0]}g{spec.groups}d{spec.dilation[0]}")
-    for spec in DENSE_SPECS:
-        for v in applicable(spec, "dense"):
-            yield pytest.param(v, spec, id=f"{v.name}-{spec.m}x{spec.k}x{spec.n}")
+    for t in TARGETS:
+        for spec in CONV_SPECS:
+            for v in applicable(spec, "conv2d", t.vector):
+                yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.c}x{spec.h}x{spec.w}-k{spec.k}r{spec.r}"
+                                                  f"s{spec.stride[0]}g{spec.groups}d{spec.dilation[0]}")
+        for spec in DENSE_SPECS:
+            for v in applicable(spec, "dense", t.vector):
+                yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}")
 
 
-def _run(variant, spec, params=None, epilogue=False):
+def _run(target, variant, spec, params=None, epilogue=False):
     rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
     dev = tvm.cpu()
     x = rng.standard_normal(kb.input_shape(spec)).astype(np.float32)
@@ -77,13 +81,14 @@ def _run(variant, spec, params=None, epilogue=False):
 
     funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params), variant, spec,
                                 params)}
-    tf = kb.transform_func(variant, spec)
+    params = params if params is not None else variant.space(spec)[0]
+    tf = kb.transform_func(variant, spec, params)
     if tf is not None:
         funcs["tr"] = tf
-    lib = kb.build(funcs, TARGET)
+    lib = kb.build(funcs, target)
     wt = tvm.runtime.tensor(w, dev)
     if tf is not None:
-        out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec), np.float32), dev)
+        out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32), dev)
         lib["tr"](wt, out_w)
         wt = out_w
     out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32), dev)
@@ -98,21 +103,24 @@ def _run(variant, spec, params=None, epilogue=False):
     assert err <= tol * scale, f"{variant.name} {spec}: max err {err} (scale {scale})"
 
 
-@pytest.mark.parametrize("variant,spec", list(_cases()))
-def test_variant_matches_reference(variant, spec):
-    _run(variant, spec)
+@pytest.mark.parametrize("target,variant,spec", list(_cases()))
+def test_variant_matches_reference(target, variant, spec):
+    _run(target, variant, spec)
 
 
-@pytest.mark.parametrize("variant", variants(), ids=lambda v: v.name)
-def test_variant_with_fused_epilogue_and_every_schedule(variant):
+@pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)],
+                         ids=lambda p: getattr(p, "name", ""))
+def test_variant_with_fused_epilogue_and_every_schedule(target, variant):
     spec = next((s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
                  and variant.applies(s)), None)
     assert spec is not None, f"no sweep shape exercises {variant.name}"
     for params in variant.space(spec):
-        _run(variant, spec, params, epilogue=True)
+        _run(target, variant, spec, params, epilogue=True)
 
 
-def test_every_variant_is_exercised_by_the_sweep():
-    covered = {v.name for s in CONV_SPECS for v in applicable(s, "conv2d")}
-    covered |= {v.name for s in DENSE_SPECS for v in applicable(s, "dense")}
-    assert covered == {v.name for v in variants()}
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_every_variant_is_exercised_by_the_sweep(target):
+    isa = target.vector
+    covered = {v.name for s in CONV_SPECS for v in applicable(s, "conv2d", isa)}
+    covered |= {v.name for s in DENSE_SPECS for v in applicable(s, "dense", isa)}
+    assert covered == {v.name for v in variants(isa)}

@@ -132,3 +132,46 @@ def test_records_read_by_attribute_and_key():
     with pytest.raises(KeyError):
         t.caches["l4_kb"]
     hash(t)  # frozen and hashable
+
+
+@pytest.mark.parametrize("name,isa,lanes,regs", [("x86_64-avx2", "avx2", 8, 16), ("x86_64-avx512", "avx512", 16, 32),
+                                                 ("aarch64", "neon", 4, 32), ("sd855", "neon", 4, 32),
+                                                 ("jetson_nano", "neon", 4, 32)])
+def test_vector_unit_from_the_isa(name, isa, lanes, regs):
+    t = resolve(name)
+    v = t.vector
+    assert (v.isa, v.lanes, v.registers, v.fma) == (isa, lanes, regs, True)
+    assert (v.l1d_kb, v.l2_kb) == (t.caches.l1d_kb, t.caches.l2_kb)
+
+
+def test_host_vector_unit_matches_its_features():
+    t = resolve("host")
+    want = {"x86_64": "avx512" if "avx512f" in t.features else "avx2" if "avx2" in t.features else "sse",
+            "aarch64": "neon"}[t.arch]
+    assert t.vector.isa == want
+
+
+def test_every_kernel_space_fits_the_register_file():
+    """Register blocks come from the target: every default and searched
+    block of the GEMM variants fits the register file (accumulators +
+    operands), and widths are whole vectors where the variant vectorizes
+    the width."""
+    from coldbrew.compiler.kernels import ConvSpec, applicable
+
+    specs = [ConvSpec(1, 64, 56, 56, 64, 1, 1), ConvSpec(1, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1)),
+             ConvSpec(1, 512, 7, 7, 512, 3, 3, (1, 1), (1, 1, 1, 1))]
+    for name in ("x86_64-avx2", "x86_64-avx512", "aarch64"):
+        isa = resolve(name).vector
+        for spec in specs:
+            for v in applicable(spec, "conv2d", isa):
+                assert v.isa == isa
+                for p in v.space(spec):
+                    if "zt" in p and "kb" in p:  # width-vectorized GEMM: kb x zt / lanes accumulators
+                        assert p["zt"] % isa.lanes == 0
+                        vecs = p["zt"] // isa.lanes
+                        assert p["kb"] * vecs + vecs + 2 <= isa.registers, (name, v.name, p)
+                    if "kvb" in p:  # channels in the lanes: zt x kvb accumulators
+                        assert p["zt"] * p["kvb"] + p["kvb"] + 2 <= isa.registers, (name, v.name, p)
+                    if "tt" in p:  # winograd: kb x tt / lanes accumulators
+                        assert p["tt"] % isa.lanes == 0
+                        assert p["kb"] * (p["tt"] // isa.lanes) + p["tt"] // isa.lanes + 2 <= isa.registers

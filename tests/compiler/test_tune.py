@@ -1,0 +1,86 @@
+"""Per-target tuning on a small model: every layer shape measured through
+coldbrew's runtime, cached per target and kernel code, applied by the
+compiler and labeled in the bundle; cross targets stay derived."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import assert_close, ort_run
+
+from coldbrew.compiler import compile_model
+from coldbrew.compiler import tune as tn
+from coldbrew.compiler.cli import main
+from coldbrew.compiler.inspect_bundle import read
+from coldbrew.compiler.kernels import applicable
+from coldbrew.targets import resolve
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, small_model):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COLDBREW_CACHE", str(tmp_path_factory.mktemp("cache")))
+    tuning = tn.tune(small_model, "host", 2)
+    bundle = tmp_path_factory.mktemp("b") / "tuned.brew"
+    compile_model(small_model, str(bundle), tune=True)
+    yield tuning, str(bundle)
+    mp.undo()
+
+
+def test_every_shape_is_measured(tuned, small_model):
+    tuning, _ = tuned
+    isa = resolve("host").vector
+    anchors = tn.anchors_of(small_model, isa)
+    assert {tn.spec_key(a.spec) for a in anchors} == set(tuning.entries)
+    for a in anchors:
+        e = tuning.entries[tn.spec_key(a.spec)]
+        names = {v.name for v in applicable(a.spec, a.variant.op, isa)}
+        assert e["best"] in names
+        measured = {json.loads(k)[0] for k in e["execute_ms"]}
+        assert measured == names  # every applicable variant, at least its default
+        assert all(ms > 0 for ms in e["execute_ms"].values())
+        assert min(e["execute_ms"].values()) == e["execute_ms"][json.dumps([e["best"], e["params"][e["best"]]],
+                                                                           sort_keys=True)]
+
+
+def test_tuned_bundle_is_labeled_and_correct(tuned, small_model):
+    import coldbrew
+
+    tuning, bundle = tuned
+    b, _, _ = read(bundle)
+    anchored = [s for s in b.plan.steps if s.params]
+    assert anchored and all(s.tuned for s in anchored)
+    for s in anchored:
+        layer_params = json.loads(s.params)
+        assert isinstance(layer_params, dict) and layer_params
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (y,) = coldbrew.load(bundle).run(None, {"x": x})
+    assert_close(y, ort_run(small_model, {"x": x})[0])
+    out = CliRunner().invoke(main, ["inspect", bundle])
+    assert out.exit_code == 0 and "(tuned)" in out.output
+
+
+def test_cache_hit_measures_nothing(tuned, small_model, monkeypatch):
+    def no_measuring(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(tn, "measure_shapes", no_measuring)
+    again = tn.tune(small_model, "host", 2)
+    assert again.entries == tuned[0].entries
+
+
+def test_cross_target_is_derived(tmp_path, small_model):
+    assert tn.tune(small_model, "x86_64-avx2", 2) is None
+    path = tmp_path / "avx2.brew"
+    compile_model(small_model, str(path), target="x86_64-avx2", tune=True)
+    b, _, _ = read(str(path))
+    anchored = [s for s in b.plan.steps if s.params]
+    assert anchored and not any(s.tuned for s in anchored)
+    out = CliRunner().invoke(main, ["inspect", str(path)])
+    assert "(derived)" in out.output and "(tuned)" not in out.output
+
+
+def test_targets_command_shows_vector_units():
+    out = CliRunner().invoke(main, ["targets"])
+    assert out.exit_code == 0, out.output
+    assert "x86_64-avx2" in out.output and "neon" in out.output and "avx512" in out.output
