@@ -24,13 +24,19 @@ def test_zoo_is_deterministic():
     assert zoo.build("squeezenet").SerializeToString() == zoo.build("squeezenet").SerializeToString()
 
 
+# host code, and on x86 also AVX2 code (x86-64-v3 runs on every AVX2 and
+# AVX-512 machine), whichever CPU runs the tests
+TARGETS = ["host"] + (["x86_64-avx2"] if os.uname().machine == "x86_64" else [])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", NAMES)
-def test_zoo_model_matches_onnxruntime(name, tmp_path):
+def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
     from coldbrew.compiler import compile_model
 
     model = zoo.build(name)
     path = tmp_path / f"{name}.brew"
-    compile_model(model, str(path))
+    compile_model(model, str(path), target=target)
     sess = coldbrew.load(str(path))
     rng = np.random.default_rng(11)
     feeds = {i.name: rng.standard_normal(i.shape).astype(i.dtype) for i in sess.get_inputs()}
