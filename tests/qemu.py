@@ -54,8 +54,8 @@ def tensors(path):
     b = read(path)[0]
 
     def info(ids):
-        return [(b.tensors[i].name.decode(), np.dtype(DTYPES[b.tensors[i].dtype]), [int(d) for d in b.tensors[i].shape])
-                for i in ids]
+        return [(t.name.decode(), np.dtype(DTYPES[t.dtype]), [int(d) for d in t.shape])
+                for t in (b.tensors[i] for i in ids)]
     return info(b.inputs), info(b.outputs)
 
 
@@ -67,8 +67,9 @@ def run(runner, bundle, inputs, work_dir, timeout=600):
         files.append(os.path.join(work_dir, f"input{k}.bin"))
         np.ascontiguousarray(x).tofile(files[-1])
     prefix = os.path.join(work_dir, "output")
-    qemu = ["qemu-aarch64", "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={os.path.join(os.path.dirname(runner), 'bionic')}"]
-    r = subprocess.run([*qemu, runner, bundle, prefix, *files], capture_output=True, text=True, timeout=timeout)
+    bionic = os.path.join(os.path.dirname(runner), "bionic")
+    cmd = ["qemu-aarch64", "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={bionic}", runner, bundle, prefix, *files]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode:
         raise QemuError(f"run_bundle under qemu-aarch64 exited {r.returncode}: {r.stderr.strip()}")
     return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(shape) for k, (_, dtype, shape) in enumerate(outs)]
