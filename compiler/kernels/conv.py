@@ -473,7 +473,7 @@ class Winograd(Variant):
 
         def score(kb, tt):
             fits = 1.0 if self.alpha ** 2 * kb * tt * 4 <= l1 else 0.5
-            return min(kb * tt // lanes, 16) * fits * padding_efficiency((spec.k, kb), (tiles, tt))
+            return intensity(kb, tt // lanes) * fits * padding_efficiency((spec.k, kb), (tiles, tt))
 
         blocks = [(kb, v * lanes) for kb, v in register_blocks(self.isa, (4, 6, 8, 12, 16), 2)
                   if v == 1 or (v - 1) * lanes < tiles]

@@ -5,7 +5,7 @@ packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
 from tvm import te, tirx
 
 from . import ANCHOR, Variant, register
-from .schedule_util import attach_epilogue, padding_efficiency, ranked, register_blocks
+from .schedule_util import attach_epilogue, intensity, padding_efficiency, ranked, register_blocks
 
 
 class PackedGemm(Variant):
@@ -39,7 +39,7 @@ class PackedGemm(Variant):
         lanes = self.isa.lanes
         blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.m % mb == 0]
         return [{"mb": mb, "nb": v * lanes} for mb, v in
-                ranked([(min(mb * v, 16) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
+                ranked([(intensity(mb, v) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
 
     def schedule(self, sch, block, spec, params):
         mb, nb, lanes = params["mb"], params["nb"], self.isa.lanes
