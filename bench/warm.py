@@ -23,14 +23,16 @@ import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 DEFAULT = ["resnet50", "mobilenet_v2", "squeezenet", "googlenet"]
 
 
-def interleaved_ms(fns, rounds, per_round, warmup=3):
-    """Median ms of each function, its runs taken in rounds over all of them."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
+def interleaved_ms(fns, rounds, per_round, settle=3):
+    """Median ms of each function, its runs taken in rounds over all of them.
+    Each turn starts with `settle` untimed runs: an engine's thread pool
+    keeps spinning for a while after its last run and would slow the other
+    engine's first runs (and its own caches are cold after the other's)."""
     samples = [[] for _ in fns]
     for _ in range(rounds):
         for k, fn in enumerate(fns):
+            for _ in range(settle):
+                fn()
             for _ in range(per_round):
                 t = time.perf_counter()
                 fn()
