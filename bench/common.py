@@ -53,23 +53,3 @@ def median_ms(fn, repeat=20, warmup=3):
 def geomean(xs):
     xs = [x for x in xs if x > 0]
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
-
-
-def conv_model(spec, w):
-    """A one-node ONNX model running the layer `spec` alone."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from coldbrew.compiler.kernels import ConvSpec
-
-    if isinstance(spec, ConvSpec):
-        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=list(spec.stride), pads=[spec.pad[0], spec.pad[1], spec.pad[2], spec.pad[3]],
-                                dilations=list(spec.dilation), group=spec.groups)
-        xs, ys = [spec.n, spec.c, spec.h, spec.w], [spec.n, spec.k, spec.out_h, spec.out_w]
-    else:
-        node = helper.make_node("MatMul", ["x", "w"], ["y"])
-        xs, ys = [spec.m, spec.k], [spec.m, spec.n]
-    g = helper.make_graph([node], "layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ys)], [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 9
-    return m, xs

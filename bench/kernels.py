@@ -13,7 +13,7 @@ than 2x).
 import argparse
 import json
 
-from common import conv_model, geomean, host_isa, median_ms, ort_session, zoo
+from common import geomean, host_isa, median_ms, ort_session, zoo
 import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 
@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", default="host", help="code built for this target, run on this machine")
     args = ap.parse_args()
-    from coldbrew.compiler.tune import anchors_of, measure_shapes, spec_key
+    from coldbrew.compiler.tune import anchors_of, layers_model, measure_shapes, spec_key
     from coldbrew.targets import resolve
 
     target = resolve(args.target)
@@ -36,10 +36,10 @@ def main():
     ratios, worst = [], []
     for key, a in specs.items():
         e = found[key]
-        m, xs = conv_model(a.spec, a.raw)
-        sess = ort_session(m, args.threads)
-        x = np.random.default_rng(0).standard_normal(xs).astype(np.float32)
-        ort_ms = median_ms(lambda: sess.run(None, {"x": x}))
+        sess = ort_session(layers_model([a.spec], [a.raw]), args.threads)
+        inp = sess.get_inputs()[0]
+        x = np.random.default_rng(0).standard_normal(inp.shape).astype(np.float32)
+        ort_ms = median_ms(lambda: sess.run(None, {inp.name: x}))
         for k, (cand, ms) in enumerate(e["execute_ms"].items()):
             name, params = json.loads(cand)
             p = ",".join(f"{pk}={pv}" for pk, pv in params.items())

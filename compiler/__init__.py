@@ -82,13 +82,14 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         given = weights if isinstance(weights, dict) else {"*": weights}
         variants = {**planned_variants, **(variants or {})}
         weights = {**{"*": "cached"}, **planned_forms, **given}
-    tuning = None
+    tuning = front = None
     if tune:
         from .tune import tune as measure_tuning
 
-        tuning = measure_tuning(model, target, threads, input_shapes, constants, progress=progress)
+        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner and the compile
+        tuning = measure_tuning(model, target, threads, front=front, progress=progress)
     data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads,
-                            tuning=tuning)
+                            front=front, tuning=tuning)
     return data
 
 

@@ -58,17 +58,18 @@ def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
     return anchors
 
 
-def layers_model(specs):
+def layers_model(specs, weights=None):
     """An ONNX model running each spec (ConvSpec or DenseSpec) as an
-    independent layer on its own input, with seeded weights."""
+    independent layer on its own input x<k> (output y<k>), with the given
+    weights (raw, ONNX layout) or seeded ones."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    nodes, inputs, outputs, weights = [], [], [], []
+    nodes, inputs, outputs, inits = [], [], [], []
     for k, spec in enumerate(specs):
         x, w, y = f"x{k}", f"w{k}", f"y{k}"
-        data = (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
-        weights.append(numpy_helper.from_array(data, w))
+        data = weights[k] if weights else (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
+        inits.append(numpy_helper.from_array(data, w))
         if isinstance(spec, ConvSpec):
             nodes.append(helper.make_node("Conv", [x, w], [y], strides=list(spec.stride), pads=list(spec.pad),
                                           dilations=list(spec.dilation), group=spec.groups))
@@ -78,7 +79,7 @@ def layers_model(specs):
             xs, ys = [spec.m, spec.k], [spec.m, spec.n]
         inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, xs))
         outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, ys))
-    g = helper.make_graph(nodes, "coldbrew_tune", inputs, outputs, weights)
+    g = helper.make_graph(nodes, "coldbrew_layers", inputs, outputs, inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     return m

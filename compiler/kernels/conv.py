@@ -23,7 +23,6 @@ from . import ANCHOR, ConvSpec, Variant, register
 from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, padding_efficiency,
                             ranked, register_blocks, round_up, vectorize_inner)
 
-_round = round_up
 
 
 def _pad(x, spec, extra_h=0, extra_w=0):
@@ -57,7 +56,7 @@ def _extra_w(spec, ow_padded):
 
 def _zb(spec, params, lanes):
     """Width tile: the parameter, but no wider than the output rounded to a vector."""
-    return min(params["zb"], _round(spec.out_w, lanes))
+    return min(params["zb"], round_up(spec.out_w, lanes))
 
 
 def _vector_widths(spec, lanes, blocks, score):
@@ -66,10 +65,6 @@ def _vector_widths(spec, lanes, blocks, score):
     output (rounded to a vector) are left out."""
     fit = [(r, v) for r, v in blocks if v == 1 or (v - 1) * lanes < spec.out_w]
     return ranked([(score(r, v * lanes), (r, v * lanes)) for r, v in fit])
-
-
-def _extent(sch, loop):
-    return int(sch.get(loop).extent)
 
 
 class _Direct(Variant):
@@ -83,7 +78,7 @@ class _Direct(Variant):
 
     def compute(self, spec, x, wt, params):
         kb, zb = params["kb"], _zb(spec, params, self.isa.lanes)
-        kp, owp = _round(spec.k, kb), _round(spec.out_w, zb)
+        kp, owp = round_up(spec.k, kb), round_up(spec.out_w, zb)
         p = _pad(x, spec, extra_w=_extra_w(spec, owp))
         cpg, kpg = spec.c // spec.groups, spec.k // spec.groups
         rc = te.reduce_axis((0, cpg), "rc")
@@ -185,17 +180,17 @@ class _Gemm(Variant):
         return params["kb"]
 
     def _zt(self, spec, params):
-        return min(params["zt"], _round(spec.out_w, self.isa.lanes))
+        return min(params["zt"], round_up(spec.out_w, self.isa.lanes))
 
     def _column(self, spec, x, owp):
         raise NotImplementedError
 
     def compute(self, spec, x, wt, params):
         kb = self._kb(params)
-        owp = _round(spec.out_w, self._zt(spec, params))
+        owp = round_up(spec.out_w, self._zt(spec, params))
         col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
-        anchor = te.compute((spec.n, _round(spec.k, kb), spec.out_h, owp),
+        anchor = te.compute((spec.n, round_up(spec.k, kb), spec.out_h, owp),
                             lambda n, k, y, z: te.sum(wt[k // kb, q, k % kb] * col[n, q, y, z], axis=q), name=ANCHOR)
         return _crop(anchor, spec)
 
@@ -289,13 +284,13 @@ class _GemmK(_Gemm):
 
     def _ks(self, spec, params):
         groups = channel_vectors(spec, self.isa.lanes) // self._kvb(spec, params)
-        rows = spec.n * spec.out_h * (_round(spec.out_w, self._zt(spec, params)) // self._zt(spec, params))
+        rows = spec.n * spec.out_h * (round_up(spec.out_w, self._zt(spec, params)) // self._zt(spec, params))
         ks = params.get("ks", 2 if rows < 16 else 1)
         return next(d for d in range(min(ks, groups), 0, -1) if groups % d == 0)
 
     def compute(self, spec, x, wt, params):
         lanes, zt = self.isa.lanes, self._zt(spec, params)
-        owp = _round(spec.out_w, zt)
+        owp = round_up(spec.out_w, zt)
         col = self._column(spec, x, owp)
         q = te.reduce_axis((0, spec.c * spec.r * spec.s), "q")
         anchor = te.compute((spec.n, channel_vectors(spec, lanes), spec.out_h, owp, lanes),
@@ -417,7 +412,7 @@ class Winograd(Variant):
     def transform(self, spec, params):
         gm = _winograd_matrices(self.m)[2].T  # G^T: 3 x alpha
         alpha, kmax, kb = self.alpha, spec.k - 1, params["kb"]
-        kp = _round(spec.k, kb)
+        kp = round_up(spec.k, kb)
 
         def fn(w):
             # U = G g G^T in two passes: (G g)[i, r2], then its rows times G^T
@@ -461,7 +456,7 @@ class Winograd(Variant):
         return nh, nw, spec.n * nh * nw
 
     def _tt(self, spec, params):
-        return min(params["tt"], _round(self._tiles(spec)[2], self.isa.lanes))
+        return min(params["tt"], round_up(self._tiles(spec)[2], self.isa.lanes))
 
     def space(self, spec):
         # kb output channels x tt tiles (a multiple of the vector): the
@@ -483,9 +478,9 @@ class Winograd(Variant):
         m, alpha = self.m, self.alpha
         a, b, _ = _winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
-        tp = _round(tiles, self._tt(spec, params))
+        tp = round_up(tiles, self._tt(spec, params))
         kb = params["kb"]
-        kp = _round(spec.k, kb)
+        kp = round_up(spec.k, kb)
         pt, pl = spec.pad[0], spec.pad[1]
         h, w = spec.h, spec.w
         d = te.compute(  # padded so that every tile is whole
@@ -629,7 +624,7 @@ class DepthwiseDirect(Variant):
         """The padded input is split into `sw` column phases, pd[n, k, y,
         phase, j] = padded[n, k, y, j * sw + phase], so that a strided conv
         reads contiguous vectors: column z * sw + t is pd[.., t % sw, z + t // sw]."""
-        owp = _round(spec.out_w, self._zb(spec, params))
+        owp = round_up(spec.out_w, self._zb(spec, params))
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
         pt, pl = spec.pad[0], spec.pad[1]
         hp = spec.h + spec.pad[0] + spec.pad[2]
@@ -651,7 +646,7 @@ class DepthwiseDirect(Variant):
         return _crop(anchor, spec)
 
     def _zb(self, spec, params):
-        return min(params["zb"], _round(spec.out_w, self.isa.lanes // 2))
+        return min(params["zb"], round_up(spec.out_w, self.isa.lanes // 2))
 
     def space(self, spec):
         # one accumulator vector per column block, one load per tap: the

@@ -87,29 +87,6 @@ def attach_epilogue(sch, out_block, loop, lanes):
     return last
 
 
-def separate_epilogue(sch, out_block, loop, lanes):
-    """For anchors whose tiles are not rectangles of the output (a flattened
-    spatial axis): write each tile through a local cache, then run what
-    follows `out_block` (its reshape back to NCHW plus the fused epilogue) as
-    one parallel, vectorized pass."""
-    cw = sch.cache_write(out_block, 0, "local")
-    sch.reverse_compute_at(cw, loop)
-    vectorize_inner(sch, cw, lanes)
-    order = blocks_in_order(sch)
-    names = [block_name(sch, b) for b in order]
-    epilogue = order[names.index(block_name(sch, cw)) + 1:] if block_name(sch, cw) in names else []
-    for b in epilogue[:-1]:
-        try:
-            sch.compute_inline(b)
-        except s_tir.ScheduleError:
-            pass
-    for b in blocks_in_order(sch)[len(names) - len(epilogue):]:
-        try:
-            generic_block(sch, b, lanes)
-        except s_tir.ScheduleError:
-            pass
-
-
 def vectorize_inner(sch, block, lanes):
     loops = sch.get_loops(block)
     if not loops:
