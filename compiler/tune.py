@@ -3,7 +3,7 @@ schedule parameters, chosen by measurement on the machine compiling.
 
 The search, per distinct layer shape of a model: every applicable variant at
 its default parameters (the target's register/cache model's pick), then the
-rest of the fastest one's parameter space. Candidates are timed the one way
+rest of the parameter spaces of the two fastest. Candidates are timed the one way
 coldbrew times a kernel (compiler/measure.py): the model's distinct shapes
 become a model of independent layers, compiled once per candidate column,
 and run warm by coldbrew's runtime in a process pinned to the plan's cores;
@@ -26,6 +26,7 @@ from .kernels import ConvSpec, applicable, get
 from .measure import code_hash, sample
 
 WARM_RUNS = 10
+FINALISTS = 2  # variants whose whole parameter space is measured
 
 
 class Tuning:
@@ -157,13 +158,13 @@ def measure_shapes(specs, target, threads, progress):
     # stage 1: every variant at its default parameters
     lists = {a.id: [(v.name, v.space(a.spec)[0]) for v in applicable(a.spec, a.variant.op, isa)] for a in anchors}
     run_columns(columns_of(lists), "variants")
-    # stage 2: the rest of the fastest variant's space
+    # stage 2: the rest of the spaces of the FINALISTS fastest variants
     lists = {}
     for a in anchors:
-        best = json.loads(min(found[a.id]["execute_ms"].items(), key=lambda kv: kv[1])[0])[0]
-        rest = get(best, isa).space(a.spec)[1:]
+        fastest = [json.loads(key)[0] for key, _ in sorted(found[a.id]["execute_ms"].items(), key=lambda kv: kv[1])]
+        rest = [(name, p) for name in fastest[:FINALISTS] for p in get(name, isa).space(a.spec)[1:]]
         if rest:
-            lists[a.id] = [(best, p) for p in rest]
+            lists[a.id] = rest
     if lists:
         run_columns(columns_of(lists), "parameters")
     out = {}

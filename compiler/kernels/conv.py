@@ -40,6 +40,36 @@ def _pad(x, spec, extra_h=0, extra_w=0):
         name="cb_pad")
 
 
+def _pad_pass(sch, lanes):
+    """The padding stage, if the layer has one, as its own parallel pass."""
+    try:
+        pad = sch.get_sblock("cb_pad")
+    except (s_tir.ScheduleError, ValueError):
+        return  # no padding stage
+    generic_block(sch, pad, lanes)
+
+
+def _phase_split(x, spec, owp):
+    """The zero-padded input split into `sw` column phases,
+    pd[n, c, y, phase, j] = padded[n, c, y, j * sw + phase], wide enough for
+    `owp` output columns, so that a strided conv's taps read contiguous
+    vectors; the padded copy also spares the column tiles' vector copies a
+    per-element bounds test. Returns tap(n, c, y, z, r, s): the input value
+    output (y, z) meets at filter tap (r, s)."""
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    pt, pl = spec.pad[0], spec.pad[1]
+    hp = spec.h + spec.pad[0] + spec.pad[2]
+    wq = owp + ((spec.s - 1) * dw) // sw + 1  # columns per phase that the tiles read
+    pd = te.compute(
+        (spec.n, spec.c, hp, sw, wq),
+        lambda n, c, y, ph, j: tirx.if_then_else(
+            tirx.all(y >= pt, y < spec.h + pt, j * sw + ph >= pl, j * sw + ph < spec.w + pl),
+            x[n, c, tirx.min(tirx.max(y - pt, 0), spec.h - 1), tirx.min(tirx.max(j * sw + ph - pl, 0), spec.w - 1)],
+            tirx.const(0, spec.dtype)),
+        name="cb_pad")
+    return lambda n, c, y, z, r, s: pd[n, c, y * sh + r * dh, (s * dw) % sw, z + (s * dw) // sw]
+
+
 def _split_tile(sch, loop, factor):
     return sch.split(loop, [None, factor])
 
@@ -113,6 +143,7 @@ class _Direct(Variant):
         sch.reorder(n, ko, y, zo, rc, rr, rs, ki, zi)
         par = sch.fuse(n, ko, y)
         sch.parallel(par)
+        _pad_pass(sch, lanes)
         attach_epilogue(sch, block, zo, lanes)
         sch.unroll(ki)
         if zb % lanes == 0 and zb > lanes:
@@ -202,28 +233,64 @@ class _Gemm(Variant):
         ranks = _vector_widths(spec, lanes, blocks,
                                lambda kb, zt: intensity(kb, zt // lanes)
                                * padding_efficiency((spec.k, kb), (spec.out_w, zt)))
-        return [{"kb": kb, "zt": zt} for kb, zt in ranks]
+        return _with_orders(spec, [{"kb": kb, "zt": zt, "qb": self._qb(spec, zt)} for kb, zt in ranks])
 
-    def _parallel_tiles(self, sch, block, outer, tile):
-        """Run the fused `outer` loops in parallel, pack the column tile once
-        per parallel iteration, and fuse the epilogue at loop `tile`."""
+    def _qb(self, spec, zt):
+        """The reduction block of the "rows" order: the whole reduction when
+        the column tile (q x zt floats) fits half of L1, else the largest
+        divisor of it whose panel does (0: no blocking)."""
+        q, fit = spec.c * spec.r * spec.s, self.isa.l1d_kb * 1024 // 2 // (4 * zt)
+        if q <= fit:
+            return 0
+        return max((d for d in range(8, fit + 1) if q % d == 0), default=0)
+
+    def _parallel_tiles(self, sch, block, spec, params, outer, tile):
+        """Run the fused `outer` loops in parallel and fuse the epilogue at
+        loop `tile` (None: the parallel loop). Order "rows": the column tile is packed once per
+        parallel iteration (right before the channel blocks that reuse it).
+        Order "channels": the column matrix is packed whole first, in its own
+        parallel pass (or not at all where it is the input itself)."""
         par = sch.fuse(*outer)
         sch.parallel(par)
+        _pad_pass(sch, self.isa.lanes)
         col = sch.get_sblock("cb_col")
-        sch.compute_at(col, par, preserve_unit_loops=True)
-        vectorize_inner(sch, col, self.isa.lanes)
-        attach_epilogue(sch, block, tile, self.isa.lanes)
+        if _order(params) == "rows":
+            sch.compute_at(col, par, preserve_unit_loops=True)
+            vectorize_inner(sch, col, self.isa.lanes)
+        elif self._column_is_input(spec, params):
+            sch.compute_inline(col)
+        else:
+            generic_block(sch, col, self.isa.lanes)
+        attach_epilogue(sch, block, par if tile is None else tile, self.isa.lanes)
+
+    def _column_is_input(self, spec, params):
+        return False
 
     def schedule(self, sch, block, spec, params):
         kb, zt = self._kb(params), self._zt(spec, params)
         n, k, y, z, q = sch.get_loops(block)
         ko, ki = _split_tile(sch, k, kb)
         zo, zi = _split_tile(sch, z, zt)
-        sch.reorder(n, y, zo, ko, q, ki, zi)
-        self._parallel_tiles(sch, block, [n, y, zo], ko)
+        qb = params.get("qb", 0)
+        if _order(params) == "rows" and qb:
+            # the reduction in blocks of qb: every channel block runs over
+            # one qb x zt panel of the column tile while it is in L1, the
+            # row tile's partial sums wait in memory between panels
+            qo, qi = sch.split(q, [None, qb])
+            sch.reorder(n, y, zo, qo, ko, qi, ki, zi)
+            self._parallel_tiles(sch, block, spec, params, [n, y, zo], None)
+            first = qo
+        elif _order(params) == "rows":
+            sch.reorder(n, y, zo, ko, q, ki, zi)
+            self._parallel_tiles(sch, block, spec, params, [n, y, zo], ko)
+            first = q
+        else:
+            sch.reorder(n, ko, y, zo, q, ki, zi)
+            self._parallel_tiles(sch, block, spec, params, [n, ko, y], zo)
+            first = q
         sch.unroll(ki)
         _vectorize(sch, zi, zt, self.isa.lanes)
-        sch.decompose_reduction(block, q)
+        sch.decompose_reduction(block, first)
 
 
 class Im2colGemm(_Gemm):
@@ -233,27 +300,45 @@ class Im2colGemm(_Gemm):
         return spec.groups == 1
 
     def _column(self, spec, x, owp):
-        p = _pad(x, spec, extra_w=_extra_w(spec, owp))
+        # rows of the column matrix are contiguous runs of the phase-split
+        # input: the tile is packed with plain vector copies
+        tap = _phase_split(x, spec, owp)
         rs, s = spec.r * spec.s, spec.s
-        (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        return te.compute(
-            (spec.n, spec.c * rs, spec.out_h, owp),
-            lambda n, q, y, z: p[n, q // rs, y * sh + ((q // s) % spec.r) * dh, z * sw + (q % s) * dw],
-            name="cb_col")
+        return te.compute((spec.n, spec.c * rs, spec.out_h, owp),
+                          lambda n, q, y, z: tap(n, q // rs, y, z, (q // s) % spec.r, q % s), name="cb_col")
 
 
 class Gemm1x1(_Gemm):
     name = "conv2d.gemm_1x1"
+
+    def _column_is_input(self, spec, params):
+        return spec.out_w % self._zt(spec, params) == 0  # rows not padded: the copy is the identity
 
     def applies(self, spec):
         return (spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1)
                 and not any(spec.pad))
 
     def _column(self, spec, x, owp):
-        # no im2col: the column matrix is the input itself, copied tile by tile
+        # no im2col: the column matrix is the input itself, copied tile by
+        # tile (or read in place: _column_is_input)
         last = spec.out_w - 1
         return te.compute((spec.n, spec.c, spec.out_h, owp), lambda n, q, y, z: x[n, q, y, tirx.min(z, last)],
                           name="cb_col")
+
+
+def _order(params):
+    return params.get("order", "rows")
+
+
+def _with_orders(spec, blocks):
+    """Each register block in the loop order that streams the smaller
+    operand ("rows": every output row tile runs over all the weights, which
+    suits layers with more pixels than output channels; "channels": every
+    block of output channels runs over all the pixels, so the weights are
+    read once), then the best blocks in the other order."""
+    first, second = ("channels", "rows") if spec.k > spec.out_h * spec.out_w else ("rows", "channels")
+    return ([{**b, "order": first} for b in blocks]
+            + [{**b, "order": second} for b in blocks[:2]])
 
 
 def channel_vectors(spec, lanes):
@@ -302,18 +387,24 @@ class _GemmK(_Gemm):
         cv = channel_vectors(spec, self.isa.lanes)
         blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
                   if cv % kvb == 0 and zt <= spec.out_w]
-        return [{"kvb": kvb, "zt": zt} for zt, kvb in
-                ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)), (zt, kvb))
-                        for zt, kvb in blocks])]
+        return _with_orders(spec, [{"kvb": kvb, "zt": zt} for zt, kvb in
+                                   ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)), (zt, kvb))
+                                           for zt, kvb in blocks])])
 
     def schedule(self, sch, block, spec, params):
         zt, kvb, ks = self._zt(spec, params), self._kvb(spec, params), self._ks(spec, params)
         n, ko, y, z, ki, q = sch.get_loops(block)
-        kg, kb = sch.split(ko, [ks, None])
-        kbo, kbi = sch.split(kb, [None, kvb])
-        zo, zi = _split_tile(sch, z, zt)
-        sch.reorder(n, kg, y, zo, kbo, q, kbi, zi, ki)
-        self._parallel_tiles(sch, block, [n, kg, y, zo], kbo)
+        if _order(params) == "rows":
+            kg, kb = sch.split(ko, [ks, None])
+            kbo, kbi = sch.split(kb, [None, kvb])
+            zo, zi = _split_tile(sch, z, zt)
+            sch.reorder(n, kg, y, zo, kbo, q, kbi, zi, ki)
+            self._parallel_tiles(sch, block, spec, params, [n, kg, y, zo], kbo)
+        else:
+            kbo, kbi = sch.split(ko, [None, kvb])
+            zo, zi = _split_tile(sch, z, zt)
+            sch.reorder(n, kbo, y, zo, q, kbi, zi, ki)
+            self._parallel_tiles(sch, block, spec, params, [n, kbo, y], zo)
         sch.unroll(kbi)
         sch.unroll(zi)
         sch.vectorize(ki)
@@ -621,27 +712,14 @@ class DepthwiseDirect(Variant):
                                     lambda k, q: w[k, 0, q // spec.s, q % spec.s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        """The padded input is split into `sw` column phases, pd[n, k, y,
-        phase, j] = padded[n, k, y, j * sw + phase], so that a strided conv
-        reads contiguous vectors: column z * sw + t is pd[.., t % sw, z + t // sw]."""
+        """The padded input, split into column phases (_phase_split)."""
         owp = round_up(spec.out_w, self._zb(spec, params))
-        (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        pt, pl = spec.pad[0], spec.pad[1]
-        hp = spec.h + spec.pad[0] + spec.pad[2]
-        wq = owp + ((spec.s - 1) * dw) // sw + 1  # columns per phase that the tiles read
-        pd = te.compute(
-            (spec.n, spec.c, hp, sw, wq),
-            lambda n, c, y, ph, j: tirx.if_then_else(
-                tirx.all(y >= pt, y < spec.h + pt, j * sw + ph >= pl, j * sw + ph < spec.w + pl),
-                x[n, c, tirx.min(tirx.max(y - pt, 0), spec.h - 1), tirx.min(tirx.max(j * sw + ph - pl, 0), spec.w - 1)],
-                tirx.const(0, spec.dtype)),
-            name="cb_pad")
+        tap = _phase_split(x, spec, owp)
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         anchor = te.compute(
             (spec.n, spec.k, spec.out_h, owp),
-            lambda n, k, y, z: te.sum(pd[n, k, y * sh + rr * dh, (rs * dw) % sw, z + (rs * dw) // sw]
-                                      * wt[k, rr * spec.s + rs], axis=[rr, rs]),
+            lambda n, k, y, z: te.sum(tap(n, k, y, z, rr, rs) * wt[k, rr * spec.s + rs], axis=[rr, rs]),
             name=ANCHOR)
         return _crop(anchor, spec)
 

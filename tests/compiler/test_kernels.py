@@ -111,11 +111,25 @@ def test_variant_matches_reference(target, variant, spec):
 @pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)],
                          ids=lambda p: getattr(p, "name", ""))
 def test_variant_with_fused_epilogue_and_every_schedule(target, variant):
-    spec = next((s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
-                 and variant.applies(s)), None)
-    assert spec is not None, f"no sweep shape exercises {variant.name}"
-    for params in variant.space(spec):
-        _run(target, variant, spec, params, epilogue=True)
+    # the first sweep shape it applies to, and the last (the deepest
+    # reduction: GEMMs block it there, and pick the other loop order)
+    specs = [s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
+             and variant.applies(s)]
+    assert specs, f"no sweep shape exercises {variant.name}"
+    for spec in {specs[0]: None, specs[-1]: None}:
+        for params in variant.space(spec):
+            _run(target, variant, spec, params, epilogue=True)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_gemm_spaces_hold_both_loop_orders_and_a_reduction_block(target):
+    from coldbrew.compiler.kernels import get
+
+    deep = ConvSpec(1, 64, 8, 8, 64, 3, 3, (1, 1), (1, 1, 1, 1))
+    space = get("conv2d.im2col_gemm", target.vector).space(deep)
+    assert {p["order"] for p in space} == {"rows", "channels"}
+    # 576 x zt floats overflow half of L1 on every target: the reduction is blocked
+    assert all(p["qb"] and 576 % p["qb"] == 0 for p in space)
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
