@@ -605,8 +605,7 @@ class Winograd(Variant):
     def schedule(self, sch, block, spec, params):
         tt, kb, lanes = self._tt(spec, params), params["kb"], self.isa.lanes
         alpha = self.alpha
-        # padding: its own parallel pass
-        generic_block(sch, sch.get_sblock("cb_pad"), lanes)
+        _pad_pass(sch, lanes)
 
         # input transform, parallel over (channel, tile block). Each pass
         # unrolls the index its sums are selected by (_lincomb) and loops

@@ -116,7 +116,7 @@ def test_variant_with_fused_epilogue_and_every_schedule(target, variant):
     specs = [s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
              and variant.applies(s)]
     assert specs, f"no sweep shape exercises {variant.name}"
-    for spec in {specs[0]: None, specs[-1]: None}:
+    for spec in dict.fromkeys((specs[0], specs[-1])):
         for params in variant.space(spec):
             _run(target, variant, spec, params, epilogue=True)
 
