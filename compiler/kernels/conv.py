@@ -20,8 +20,8 @@ import numpy as np
 from tvm import s_tir, te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, padding_efficiency,
-                            ranked, register_blocks, round_up, vectorize_inner)
+from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit,
+                            padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
 
 
 
@@ -229,17 +229,25 @@ class _Gemm(Variant):
         # FMAs per load of the register block, less the padding it adds to
         # the channels and the row
         blocks = register_blocks(self.isa, (4, 6, 8, 12, 16, 24), 4)
-        lanes = self.isa.lanes
-        ranks = _vector_widths(spec, lanes, blocks,
-                               lambda kb, zt: intensity(kb, zt // lanes)
-                               * padding_efficiency((spec.k, kb), (spec.out_w, zt)))
-        return _with_orders(spec, [{"kb": kb, "zt": zt, "qb": self._qb(spec, zt)} for kb, zt in ranks])
+        lanes, q = self.isa.lanes, spec.c * spec.r * spec.s
 
-    def _qb(self, spec, zt):
-        """The reduction block of the "rows" order: the whole reduction when
-        the column tile (q x zt floats) fits half of L1, else the largest
-        divisor of it whose panel does (0: no blocking)."""
-        q, fit = spec.c * spec.r * spec.s, self.isa.l1d_kb * 1024 // 2 // (4 * zt)
+        def ranks(order):
+            # order "channels" rereads a kb x q weight panel for every
+            # column tile; "rows" blocks its column tile by qb instead
+            return _vector_widths(spec, lanes, blocks,
+                                  lambda kb, zt: intensity(kb, zt // lanes)
+                                  * padding_efficiency((spec.k, kb), (spec.out_w, zt))
+                                  * (l1_fit(self.isa, 4 * kb * q) if order == "channels" else 1.0))
+
+        return _with_orders(spec, lambda order: [{"kb": kb, "zt": zt, "qb": self._qb(spec, zt if order == "rows" else kb)}
+                                                 for kb, zt in ranks(order)])
+
+    def _qb(self, spec, width):
+        """The reduction block: the whole reduction when the operand a tile
+        rereads (order "rows": the q x zt column tile; "channels": the q x kb
+        weight panel, `width` floats per step) fits half of L1, else the
+        largest divisor of q whose panel does (0: no blocking)."""
+        q, fit = spec.c * spec.r * spec.s, self.isa.l1d_kb * 1024 // 2 // (4 * width)
         if q <= fit:
             return 0
         return max((d for d in range(8, fit + 1) if q % d == 0), default=0)
@@ -284,6 +292,13 @@ class _Gemm(Variant):
             sch.reorder(n, y, zo, ko, q, ki, zi)
             self._parallel_tiles(sch, block, spec, params, [n, y, zo], ko)
             first = q
+        elif qb:
+            # every column tile runs over one qb x kb weight panel while it
+            # is in L1; the channel block's partial sums wait in memory
+            qo, qi = sch.split(q, [None, qb])
+            sch.reorder(n, ko, qo, y, zo, qi, ki, zi)
+            self._parallel_tiles(sch, block, spec, params, [n, ko], None)
+            first = qo
         else:
             sch.reorder(n, ko, y, zo, q, ki, zi)
             self._parallel_tiles(sch, block, spec, params, [n, ko, y], zo)
@@ -331,14 +346,14 @@ def _order(params):
 
 
 def _with_orders(spec, blocks):
-    """Each register block in the loop order that streams the smaller
-    operand ("rows": every output row tile runs over all the weights, which
-    suits layers with more pixels than output channels; "channels": every
-    block of output channels runs over all the pixels, so the weights are
-    read once), then the best blocks in the other order."""
+    """The register blocks `blocks(order)` ranks for the loop order that
+    streams the smaller operand ("rows": every output row tile runs over all
+    the weights, which suits layers with more pixels than output channels;
+    "channels": every block of output channels runs over all the pixels, so
+    the weights are read once), then the best two in the other order."""
     first, second = ("channels", "rows") if spec.k > spec.out_h * spec.out_w else ("rows", "channels")
-    return ([{**b, "order": first} for b in blocks]
-            + [{**b, "order": second} for b in blocks[:2]])
+    return ([{**b, "order": first} for b in blocks(first)]
+            + [{**b, "order": second} for b in blocks(second)[:2]])
 
 
 def channel_vectors(spec, lanes):
@@ -387,28 +402,48 @@ class _GemmK(_Gemm):
         cv = channel_vectors(spec, self.isa.lanes)
         blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
                   if cv % kvb == 0 and zt <= spec.out_w]
-        return _with_orders(spec, [{"kvb": kvb, "zt": zt} for zt, kvb in
-                                   ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)), (zt, kvb))
-                                           for zt, kvb in blocks])])
+        panel = 4 * self.isa.lanes * spec.c * spec.r * spec.s  # weight bytes per channel vector
+
+        def ranks(order):
+            # order "channels" rereads a kvb-vector weight panel for every column tile
+            return [{"kvb": kvb, "zt": zt, "qb": self._qb(spec, kvb * self.isa.lanes) if order == "channels" else 0}
+                    for zt, kvb in ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt))
+                             * (l1_fit(self.isa, kvb * panel) if order == "channels" else 1.0), (zt, kvb))
+                            for zt, kvb in blocks])]
+
+        return _with_orders(spec, ranks)
 
     def schedule(self, sch, block, spec, params):
         zt, kvb, ks = self._zt(spec, params), self._kvb(spec, params), self._ks(spec, params)
         n, ko, y, z, ki, q = sch.get_loops(block)
+        qb, first = params.get("qb", 0), q
         if _order(params) == "rows":
             kg, kb = sch.split(ko, [ks, None])
             kbo, kbi = sch.split(kb, [None, kvb])
             zo, zi = _split_tile(sch, z, zt)
             sch.reorder(n, kg, y, zo, kbo, q, kbi, zi, ki)
             self._parallel_tiles(sch, block, spec, params, [n, kg, y, zo], kbo)
+        elif qb:
+            # deep reductions: every column tile runs over one weight panel
+            # of qb steps while it is in L1, partial sums wait in memory
+            kbo, kbi = sch.split(ko, [None, kvb])
+            zo, zi = _split_tile(sch, z, zt)
+            first, qi = sch.split(q, [None, qb])
+            sch.reorder(n, kbo, first, y, zo, qi, kbi, zi, ki)
+            self._parallel_tiles(sch, block, spec, params, [n, kbo], None)
         else:
             kbo, kbi = sch.split(ko, [None, kvb])
             zo, zi = _split_tile(sch, z, zt)
             sch.reorder(n, kbo, y, zo, q, kbi, zi, ki)
             self._parallel_tiles(sch, block, spec, params, [n, kbo, y], zo)
+        if kvb <= zt:
+            # the unrolled block keeps its smaller operand set live: kvb
+            # weight vectors across the zt broadcasts (LLVM keeps the order)
+            sch.reorder(zi, kbi)
         sch.unroll(kbi)
         sch.unroll(zi)
         sch.vectorize(ki)
-        sch.decompose_reduction(block, q)
+        sch.decompose_reduction(block, first)
 
 
 class Im2colGemmK(_GemmK, Im2colGemm):

@@ -23,6 +23,13 @@ def intensity(r, v):
     return r * v / (r + v)
 
 
+def l1_fit(isa, nbytes):
+    """Score factor of a block whose reused operand takes `nbytes`: full
+    while it stays in (three quarters of) L1, less once every reuse streams
+    it from L2. Winograd and the GEMMs rank their blocks with it."""
+    return 1.0 if nbytes <= isa.l1d_kb * 1024 * 3 // 4 else 0.7
+
+
 def padding_efficiency(*pairs):
     """Useful fraction of padded extents: pairs of (extent, tile)."""
     eff = 1.0

@@ -125,11 +125,23 @@ def test_variant_with_fused_epilogue_and_every_schedule(target, variant):
 def test_gemm_spaces_hold_both_loop_orders_and_a_reduction_block(target):
     from coldbrew.compiler.kernels import get
 
+    isa = target.vector
+    half_l1 = isa.l1d_kb * 1024 // 2
     deep = ConvSpec(1, 64, 8, 8, 64, 3, 3, (1, 1), (1, 1, 1, 1))
-    space = get("conv2d.im2col_gemm", target.vector).space(deep)
+    space = get("conv2d.im2col_gemm", isa).space(deep)
     assert {p["order"] for p in space} == {"rows", "channels"}
-    # 576 x zt floats overflow half of L1 on every target: the reduction is blocked
-    assert all(p["qb"] and 576 % p["qb"] == 0 for p in space)
+    for p in space:
+        # the operand a tile rereads: the 576 x zt column tile ("rows", it
+        # overflows half of L1 on every target) or the 576 x kb weight panel
+        panel = 576 * 4 * (p["zt"] if p["order"] == "rows" else p["kb"])
+        assert bool(p["qb"]) == (panel > half_l1), p
+        assert not p["qb"] or (576 % p["qb"] == 0 and p["qb"] * panel // 576 <= half_l1), p
+    # output channels in the lanes: a 1024-deep weight panel of one channel
+    # vector overflows half of L1 everywhere, so the channels order blocks it
+    wide = ConvSpec(1, 1024, 14, 14, 256, 1, 1)
+    kvec = get("conv2d.gemm_1x1_kvec", isa).space(wide)
+    assert any(p["order"] == "channels" and p["qb"] for p in kvec)
+    assert all(p["qb"] == 0 for p in kvec if p["order"] == "rows")
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
