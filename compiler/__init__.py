@@ -56,14 +56,17 @@ def _dump(dump_dir, index, name, ir):
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False):
+                  variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False,
+                  queues=0):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
     freezes inputs to values ({name: ndarray}), e.g. shape parameters.
     `variants` forces kernel variants ({"*": name, "c3": name, "conv2d": name});
     `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}); `threads` is the
-    execution thread count the plan is made for. `plan` "warm" or "cold"
+    execution thread count the plan is made for; `queues` places each layer's
+    first-run preparation (0: inline, q >= 1: preparation worker q; or
+    {"*": q, "c3": q}). `plan` "warm" or "cold"
     picks variants (and, for cold, weight forms) from the model's device
     cost table (compiler/profile.py: measured once, then cached); forced
     `variants` / `weights` entries win over the plan's. `tune` searches each
@@ -89,7 +92,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner and the compile
         tuning = measure_tuning(model, target, threads, front=front, progress=progress)
     data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads,
-                            front=front, tuning=tuning)
+                            front=front, tuning=tuning, queues=queues)
     return data
 
 
@@ -128,7 +131,7 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, front=None, tuning=None):
+                  variants=None, weights="cached", threads=2, front=None, tuning=None, queues=0):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
@@ -158,7 +161,10 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     graph.notes += notes
     graph.threads = threads
     graph = done(extract_layers, graph)
-    graph = done(plan_weights, plan_weights.run(graph, weights))
+    try:
+        graph = done(plan_weights, plan_weights.run(graph, weights, queues))
+    except ValueError as e:
+        raise CompileError(str(e)) from None
     graph = done(plan_memory, plan_memory.run(graph))
     code = done(codegen, codegen.run(graph, tgt))
     data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", front.model_hash))

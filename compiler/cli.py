@@ -66,6 +66,16 @@ def _parse_choice(values):
     return out
 
 
+def _parse_queues(values):
+    out = {}
+    for key, val in _parse_choice(values).items():
+        try:
+            out[key] = int(val)
+        except ValueError:
+            raise click.BadParameter(f"preparation queue must be an integer, not {val!r}") from None
+    return out
+
+
 @click.group()
 @click.version_option(package_name="coldbrew")
 def main():
@@ -84,6 +94,9 @@ def main():
 @click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached", default=["cached"],
               show_default=True, help="ship raw weights + transform, or transformed weights; global or per layer")
 @click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
+@click.option("--prep-queue", "queue_opts", multiple=True, metavar="[LAYER=]Q", default=["0"], show_default=True,
+              help="who prepares a layer's weights on the first run: 0 the executing thread, Q >= 1 "
+                   "preparation worker Q (ahead of execution, on a core of its own); global or per layer")
 @click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold"]), default="default", show_default=True,
               help="choose variants from the device cost table (profiled once, then cached): fastest warm, "
                    "or least cold cost per layer")
@@ -91,7 +104,8 @@ def main():
               help="search each layer's variant and schedule parameters by measurement (cached per target); "
                    "default: on when the target is this machine (host), and only the host can be measured")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
-def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, plan, tune, dump_ir):
+def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
+                dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
@@ -101,7 +115,7 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
             data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
-                                 tune=target == "host" if tune is None else tune)
+                                 tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts))
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")

@@ -94,7 +94,6 @@ def _worker(args):
     # outputs, the step loop, waking the pool
     out["open"]["run_overhead"] = max(0.0, run_ms - sum((e["end_ns"] - e["start_ns"]) / 1e6
                                                          for e in events if e["step"] >= 0))
-    out["open"]["verify_ms_per_mb"] = out["open"]["verify"] / (os.path.getsize(args["bundle"]) / 1e6)
     for k in range(args["warm"] + (1 if args["warm"] else 0)):
         sess.run(None, x)
         if k:  # the second run still settles caches

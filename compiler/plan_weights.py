@@ -5,14 +5,28 @@ form: "cached" | "raw", or {"*": form, "<anchor id>": form}. A raw layer's
 transformed weights become a `prepared` tensor that the runtime fills once
 with the transform kernel; a cached layer reads them straight from the
 bundle. Variants whose transform is the identity always read raw weights.
+
+queues: which worker prepares (reads, checks, transforms) each layer's
+weights on the first run: 0 the executing thread, right before the layer;
+q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
+{"*": q, "<layer>": q}.
 """
 from .graph import Tensor
 
 NAME = "plan_weights"
 
 
-def run(graph, form="cached"):
+MAX_QUEUES = 8  # the runtime's preparation workers
+
+
+def run(graph, form="cached", queues=0):
     forms = form if isinstance(form, dict) else {"*": form}
+    queues = queues if isinstance(queues, dict) else {"*": queues}
+    for layer in graph.layers:
+        q = queues.get(layer.name, queues.get("*", 0))
+        if not isinstance(q, int) or not 0 <= q <= MAX_QUEUES:
+            raise ValueError(f"preparation queue must be an integer 0..{MAX_QUEUES}, not {q!r}")
+        layer.prep_queue = q
     for layer in graph.layers:
         weights = [i for i in layer.args if graph.tensors[i].kind == "weight" and graph.tensors[i].cached]
         for idx in weights:

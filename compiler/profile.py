@@ -17,8 +17,8 @@ Samples are taken in rounds (every column and core config, then the default
 bundle, again and again), so that a drift of the machine during the profile
 spreads over all medians rather than skewing some layers' variants.
 Layers without variants (pooling, elementwise ...) are measured in the
-first column, and so are the open costs (verification, code load, session
-creation).
+first column, and so are the open costs (verification of the header and
+code, code load, session creation).
 
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
 of model hash, input bindings, target fingerprint, threads and coldbrew
@@ -229,19 +229,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
                 sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
                 default_left -= 1
             done += 1
-        # verification is a cold read of the whole file: its rate, pooled over
-        # every cold sample of the profile, is steadier than the default bundle's few
-        verify_rates = list(default_runs["open"].pop("verify_ms_per_mb"))
-        for per_config in runs:
-            for res in per_config.values():
-                verify_rates += res["open"]["verify_ms_per_mb"]
         load = {k: stat(v) for k, v in default_runs["open"].items()}
-        load["verify_ms_per_mb"] = stat(verify_rates)
         load["bundle_bytes"] = os.path.getsize(default)
-        # the first run's read phase after verification only touches pages
-        # already mapped and cached: its rate, for the simulator
-        touched = sum(statistics.median(v) for v in default_runs["read"].values())
-        load["touch_mb_s"] = load["bundle_bytes"] / 1e3 / touched if touched > 0 else None
         for c, graph in enumerate(graphs):
             cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
@@ -311,6 +300,4 @@ def modeled_table(host, target):
     cpu_bound = ("session", "run_overhead")  # the rest of opening is reading the file
     t["load"] = {k: (scaled(v, first["execute" if k in cpu_bound else "read"]) if isinstance(v, dict) else v)
                  for k, v in t["load"].items()}
-    if t["load"].get("touch_mb_s"):
-        t["load"]["touch_mb_s"] /= first["read"]
     return t

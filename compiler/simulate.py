@@ -3,17 +3,15 @@
 This is the model the scheduler plans with, and it mirrors what the runtime
 does on a cold start:
 
-    open     verify the bundle (header, code, and, when weights are
-             verified, every weight byte: a cold read of the whole file),
-             load the code, create the session
-    per step read its weights (cold, unless verification already brought the
-             file into the page cache), transform them (raw form with a
-             transform kernel), execute (first-run time)
+    open     verify the bundle's header and code (measured), load the code,
+             create the session
+    per step read its weights cold (the bundle holds them in the order of
+             need and the runtime reads ahead; each tensor's checksum is
+             checked on the way, while the disk brings the next bytes, so
+             the measured cold read stands for both), transform them (raw
+             form with a transform kernel), execute (first-run time)
     after    the first run's overhead beyond its steps (binding inputs and
              outputs, the step loop)
-
-Verification is predicted from its rate (ms per MB over every cold sample of
-the profile) times the bundle's size, when the table has one.
 
 Queue 0 is the executing thread: preparation (read + transform) queued
 there runs inline right before the step executes, with the execution
@@ -25,8 +23,6 @@ A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
 "exec_queue"}, ...], "threads": T, "bundle_bytes": N}. The result has the
 predicted latency and a timeline of events shaped like the runtime's trace.
 """
-
-WARM_READ_MB_S = 10000.0  # touching pages already in the page cache, when the table has no measured rate
 
 
 class PlanError(ValueError):
@@ -71,13 +67,11 @@ def median_ms(per_class, cls, threads):
     return runs[key]["median"]
 
 
-def step_costs(table, step, threads, prep_cls, exec_cls, inline, verified):
+def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step."""
     c = candidate(table, step["layer"], step["variant"])
     raw = step["form"] == "raw"
-    nbytes = c["raw_bytes"] if raw else c["transformed_bytes"]
-    touch_mb_s = table["load"].get("touch_mb_s") or WARM_READ_MB_S
-    read = nbytes / (touch_mb_s * 1e3) if verified else c["read_ms"]["raw" if raw else "cached"]["median"]
+    read = c["read_ms"]["raw" if raw else "cached"]["median"]
     transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
     first = c["execute_first_ms"]
     if not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
@@ -85,7 +79,7 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline, verified):
     return read, transform, median_ms(first, exec_cls, threads)
 
 
-def simulate(plan, table, verify_weights=True):
+def simulate(plan, table):
     """{"latency_ms", "open_ms", "events"}; events use the trace's shape
     (phase, step, layer, variant, cpu, start_ns, end_ns) with process "predicted"."""
     threads = plan.get("threads", 1)
@@ -93,7 +87,6 @@ def simulate(plan, table, verify_weights=True):
     exec_cls, exec_cores = classes[0]["name"], classes[0]["ids"]
     others = [(c["name"], i) for c in classes for i in c["ids"] if i not in exec_cores[:threads]]
     load = table["load"]
-    scale = plan.get("bundle_bytes", load["bundle_bytes"]) / load["bundle_bytes"]
     events, t = [], 0.0
 
     def add(phase, step, layer, variant, cpu, start, dur):
@@ -101,12 +94,7 @@ def simulate(plan, table, verify_weights=True):
                        "start_ns": int(start * 1e6), "end_ns": int((start + dur) * 1e6), "process": "predicted"})
         return start + dur
 
-    if not verify_weights:
-        verify = 0.0
-    elif "verify_ms_per_mb" in load:  # the rate over all the profile's cold samples
-        verify = load["verify_ms_per_mb"]["median"] * plan.get("bundle_bytes", load["bundle_bytes"]) / 1e6
-    else:
-        verify = load["verify"]["median"] * scale
+    verify = load["verify"]["median"]
     t = add("verify", -1, "bundle", "", exec_cores[0], t, verify)
     t = add("code_load", -1, "bundle", "", exec_cores[0], t, load["code_load"]["median"])
     t += load["session"]["median"]
@@ -117,7 +105,7 @@ def simulate(plan, table, verify_weights=True):
         q = step.get("prep_queue", 0)
         inline = q == 0 or not others
         prep_cls, prep_cpu = (exec_cls, exec_cores[0]) if inline else others[(q - 1) % len(others)]
-        read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline, verify_weights)
+        read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline)
         start = exec_end if inline else queue_free.get(q, open_ms)
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
         if transform:

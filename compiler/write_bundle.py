@@ -1,10 +1,14 @@
 """Pass `write_bundle`: Graph + code -> the bundle file bytes.
 
-Layout (schemas/README.md): a 64-byte preamble, the FlatBuffer header, then
-segments: raw weights (page aligned, each tensor 64-byte aligned) and the CPU
-code. The header is built twice: once to learn its size (all scalars are
-written, so its size does not depend on the offsets), once with the final
-segment offsets.
+Layout (schemas/README.md), in the order a cold start needs it: a 64-byte
+preamble, the FlatBuffer header, the CPU code, then the weights in the order
+the plan's steps first use them (page aligned, each tensor 64-byte aligned).
+Runs of tensors of one form (raw or cached) make one segment each, so a plan
+that mixes forms still reads its file front to back. Every weight tensor
+carries its own checksum, verified by the run that first reads it. The
+header is built twice: once to learn its size (all scalars are written, so
+its size does not depend on the offsets), once with the final segment
+offsets.
 """
 import json
 import struct
@@ -31,26 +35,45 @@ def _align(n, a):
     return (n + a - 1) // a * a
 
 
-def _weights_segment(graph, cached):
-    """Concatenate the raw or the cached weights (64-byte aligned); returns
-    bytes and {tensor index: offset}."""
-    chunks, offsets, pos = [], {}, 0
-    for i, t in enumerate(graph.tensors):
-        if t.kind != "weight" or t.cached != cached:
-            continue
-        pos = _align(pos, 64)
-        offsets[i] = pos
-        raw = np.ascontiguousarray(t.data).astype(t.dtype, copy=False).tobytes()
-        chunks.append((pos, raw))
-        pos += len(raw)
-    out = bytearray(pos)
-    for p, raw in chunks:
-        out[p:p + len(raw)] = raw
-    return bytes(out), offsets
+def need_order(graph):
+    """Weight tensor indices in the order the layers first use them (the
+    execute arguments and the transform's), then any that no layer uses."""
+    order = []
+    for layer in graph.layers:
+        for i in list(layer.transform_args) + list(layer.args):
+            if graph.tensors[i].kind == "weight" and i not in order:
+                order.append(i)
+    return order + [i for i, t in enumerate(graph.tensors) if t.kind == "weight" and i not in order]
+
+
+def _weight_runs(graph):
+    """Weights in need order, cut into runs of one form: [(kind, bytes,
+    {tensor index: (offset in the run, checksum)})]."""
+    runs = []
+    for i in need_order(graph):
+        t = graph.tensors[i]
+        kind = fb.SegmentKind.weights_cached if t.cached else fb.SegmentKind.weights_raw
+        if not runs or runs[-1][0] != kind:
+            runs.append((kind, []))
+        runs[-1][1].append(i)
+    out = []
+    for kind, ids in runs:
+        chunks, offsets, pos = [], {}, 0
+        for i in ids:
+            pos = _align(pos, 64)
+            raw = np.ascontiguousarray(graph.tensors[i].data).astype(graph.tensors[i].dtype, copy=False).tobytes()
+            offsets[i] = (pos, checksum64(raw))
+            chunks.append((pos, raw))
+            pos += len(raw)
+        data = bytearray(pos)
+        for p, raw in chunks:
+            data[p:p + len(raw)] = raw
+        out.append((kind, bytes(data), offsets))
+    return out
 
 
 def _header(graph, target, producer, model_hash, segments, weight_offsets):
-    """weight_offsets: {tensor index: (segment index, offset)}."""
+    """weight_offsets: {tensor index: (segment index, offset, checksum)}."""
     b = fb.BundleT()
     b.schemaVersion = SCHEMA_VERSION
     b.producer = producer
@@ -65,7 +88,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         x.name, x.dtype, x.shape = ten.name, DTYPES.index(ten.dtype), [int(d) for d in ten.shape]
         x.kind, x.nbytes = KINDS[ten.kind], ten.nbytes
         if ten.kind == "weight":
-            x.segment, x.segmentOffset = weight_offsets[i]
+            x.segment, x.segmentOffset, x.checksum = weight_offsets[i]
         else:
             x.arenaOffset = ten.arena_offset
         b.tensors.append(x)
@@ -87,6 +110,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
     p.preparedSize = graph.prepared_size
     b.plan = p
+    b.weightChecksums = True
     b.segments = []
     for kind, offset, data in segments:
         s = fb.SegmentT()
@@ -99,19 +123,17 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
 
 
 def run(graph, code, target, producer, model_hash):
-    raw, raw_offsets = _weights_segment(graph, cached=False)
-    cached, cached_offsets = _weights_segment(graph, cached=True)
-    weight_offsets = {i: (0, o) for i, o in raw_offsets.items()}
-    weight_offsets.update({i: (1, o) for i, o in cached_offsets.items()})
-    parts = [(fb.SegmentKind.weights_raw, raw), (fb.SegmentKind.weights_cached, cached),
-             (fb.SegmentKind.cpu_code, code)]
+    runs = _weight_runs(graph)
+    parts = [(fb.SegmentKind.cpu_code, code)] + [(kind, data) for kind, data, _ in runs]
+    weight_offsets = {i: (k + 1, o, c) for k, (_, _, offsets) in enumerate(runs) for i, (o, c) in offsets.items()}
     # pass 1: header size with placeholder offsets
     size = len(_header(graph, target, producer, model_hash, [(k, 0, d) for k, d in parts], weight_offsets))
     pos = _align(PREAMBLE_SIZE + size, PAGE)
     segments = []
     for kind, data in parts:
         segments.append((kind, pos, data))
-        pos = _align(pos + len(data), PAGE if kind != fb.SegmentKind.cpu_code else 64)
+        # the code and the first weights start on a page, later runs follow on 64 bytes
+        pos = _align(pos + len(data), PAGE if kind == fb.SegmentKind.cpu_code else 64)
     header = _header(graph, target, producer, model_hash, segments, weight_offsets)
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)

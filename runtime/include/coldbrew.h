@@ -45,7 +45,10 @@ typedef enum cb_dtype {
 } cb_dtype;
 
 /* Flags for cb_bundle_open_*. */
-#define CB_OPEN_SKIP_WEIGHT_CHECKSUMS 1u /* verify header + code only */
+/* Opening verifies the header and code; each weight tensor is verified by
+ * the first run, when it is read (a mismatch fails that run with
+ * CB_ERR_CORRUPT). This flag skips the weight checks. */
+#define CB_OPEN_SKIP_WEIGHT_CHECKSUMS 1u
 
 typedef struct cb_bundle cb_bundle;
 typedef struct cb_session cb_session;
@@ -64,9 +67,13 @@ typedef struct cb_session_options {
 } cb_session_options;
 
 /* Phases of a cold run. LOAD events (step = CB_STEP_BUNDLE) cover opening
- * the bundle: verification, then loading its code. READ brings a step's
- * weights into memory (first run only), TRANSFORM turns raw weights into the
- * kernel's layout (first run only, raw-weight steps), EXECUTE runs it. */
+ * the bundle: verification (header, code), then loading its code. READ
+ * brings a step's weights into memory and checks them (first run only),
+ * TRANSFORM turns raw weights into the kernel's layout (first run only,
+ * raw-weight steps), EXECUTE runs it. On the first run, steps the plan puts
+ * on a preparation queue are read and transformed by a worker thread pinned
+ * to a core after the execution cores, ahead of execution; the executing
+ * thread waits (blocking) for a step's preparation before running it. */
 typedef enum cb_phase {
   CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5
 } cb_phase;

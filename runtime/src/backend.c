@@ -137,11 +137,12 @@ typedef struct {
   int ntask;
   atomic_int barrier_count;
   atomic_int barrier_phase;
+  int home; /* the core the workers were placed around (task 0's), or -1 */
 } cb_pool;
 
 static cb_pool g_pool = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1,
+    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1, .home = -1,
 };
 
 static _Thread_local int t_in_task;
@@ -197,23 +198,53 @@ static void pool_stop(void) {
   atomic_store(&g_pool.stop, 0);
 }
 
+/* The `k`-th core this process may use after `home` (k = 0: home itself),
+ * wrapping around; -1 when unknown. */
+static int nth_core_after(int home, int k) {
+  cpu_set_t allowed;
+  if (home < 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  int ncpu = CPU_COUNT(&allowed), cpu = home;
+  if (ncpu < 1) return -1;
+  for (k %= ncpu; k > 0;) {
+    cpu = (cpu + 1) % CPU_SETSIZE;
+    if (CPU_ISSET(cpu, &allowed)) k--;
+  }
+  return cpu;
+}
+
+static void pin_thread(pthread_t thread, int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  pthread_setaffinity_np(thread, sizeof one, &one);
+}
+
 /* Give worker `id` a core of its own: the id-th core this process may use,
  * counting from the one after the caller's, so the caller and its workers
  * do not start out sharing a core (the launch waits for every task). */
 static void pin_worker(pthread_t thread, int id) {
-  cpu_set_t allowed, one;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  int ncpu = CPU_COUNT(&allowed), self = sched_getcpu();
-  if (ncpu < 2 || self < 0) return;
-  int skip = id, cpu = self;
-  while (skip > 0) {
-    cpu = (cpu + 1) % CPU_SETSIZE;
-    if (CPU_ISSET(cpu, &allowed) && --skip == 0) break;
-  }
-  if (cpu == self) return; /* more workers than cores: leave it to the scheduler */
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  pthread_setaffinity_np(thread, sizeof one, &one);
+  int cpu = nth_core_after(g_pool.home, id);
+  if (cpu < 0 || cpu == g_pool.home) return; /* more workers than cores: leave it to the scheduler */
+  pin_thread(thread, cpu);
+}
+
+int cb_backend_prep_cpu(uint32_t queue) {
+  int home = g_pool.home >= 0 ? g_pool.home : sched_getcpu();
+  return nth_core_after(home, g_pool.size + (int)queue - 1);
+}
+
+void cb_backend_run_inline(void) { t_in_task = 1; }
+
+int cb_backend_pin_caller(void* saved) {
+  if (g_pool.size <= 1 || g_pool.home < 0) return 0;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), (cpu_set_t*)saved) != 0) return 0;
+  if (!CPU_ISSET(g_pool.home, (cpu_set_t*)saved)) return 0;
+  pin_thread(pthread_self(), g_pool.home);
+  return 1;
+}
+
+void cb_backend_restore_caller(const void* saved) {
+  pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), (const cpu_set_t*)saved);
 }
 
 cb_status cb_backend_set_threads(int n) {
@@ -223,6 +254,7 @@ cb_status cb_backend_set_threads(int n) {
   cb_status st = CB_OK;
   if (n != g_pool.size) {
     pool_stop();
+    g_pool.home = sched_getcpu();
     if (n > 1) {
       g_pool.threads = calloc((size_t)n, sizeof(pthread_t));
       if (!g_pool.threads) st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");

@@ -27,6 +27,7 @@ typedef struct cb_tensor_desc {
   uint64_t arena_offset;
   uint32_t segment;
   uint64_t segment_offset;
+  uint64_t checksum; /* weights, when cb_model.weight_checksums */
 } cb_tensor_desc;
 
 typedef struct cb_step_desc {
@@ -38,6 +39,7 @@ typedef struct cb_step_desc {
   const char* transform; /* weight transform kernel, or NULL */
   uint32_t ntransform_args;
   const uint32_t* transform_args; /* raw weights, then prepared outputs */
+  uint8_t prep_queue; /* 0: prepared inline by the executing thread; q > 0: by preparation worker q */
 } cb_step_desc;
 
 typedef struct cb_segment_desc {
@@ -64,6 +66,8 @@ typedef struct cb_model {
   uint64_t arena_size;
   uint64_t prepared_size;
   uint32_t threads;
+  int weight_checksums; /* weights verified per tensor when first read, not per segment at open */
+  uint32_t prep_queues; /* highest prep_queue of any step */
 } cb_model;
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
@@ -90,6 +94,17 @@ void cb_backend_clear_kernel_error(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
+/* Run the calling thread's parallel launches inline (a preparation worker:
+ * its transforms must not take the execution cores' pool). */
+void cb_backend_run_inline(void);
+/* Pin the calling thread to the core the pool was built around (its workers
+ * sit on the next cores); `saved` receives the old mask for restore. Returns
+ * 1 if pinned. */
+int cb_backend_pin_caller(void* saved_cpu_set);
+void cb_backend_restore_caller(const void* saved_cpu_set);
+/* The core preparation worker `queue` (>= 1) runs on: the first core after the
+ * execution cores, wrapping around when there are not enough. -1: unknown. */
+int cb_backend_prep_cpu(uint32_t queue);
 
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);

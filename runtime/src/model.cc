@@ -72,6 +72,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   m->arena_size = b->plan()->arena_size();
   m->prepared_size = b->plan()->prepared_size();
   m->threads = b->plan()->threads();
+  m->weight_checksums = b->weight_checksums();
   m->ntensors = b->tensors()->size();
   m->tensors = alloc_array<cb_tensor_desc>(m->ntensors);
   if (!m->tensors) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -98,6 +99,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     d->arena_offset = t->arena_offset();
     d->segment = t->segment();
     d->segment_offset = t->segment_offset();
+    d->checksum = t->checksum();
     if (d->kind == CB_KIND_WEIGHT) {
       if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
         return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
@@ -147,6 +149,8 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
     m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
     m->steps[i].kernel = s->kernel()->c_str();
+    m->steps[i].prep_queue = s->prep_queue();
+    if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
     m->steps[i].nargs = l->args()->size();
     m->steps[i].args = l->args()->data();
     auto targs = s->transform_args();

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,7 +72,27 @@ struct cb_bundle {
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
   cb_trace_event open_events[2]; /* verify, code load: reported by traced sessions */
+  int lazy_weights;          /* weights verified per tensor when first read */
+  _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum */
+  _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
 };
+
+/* Read-ahead window kept in front of the weights being read: the disk works
+ * on the next layers' bytes while this one's are checked and used. */
+#define CB_READ_AHEAD (16u << 20)
+
+/* Ask the kernel to read the mapped file up to `upto` (plus the window)
+ * asynchronously. The weights lie in the order the plan needs them, so this
+ * streams the file front to back. */
+static void read_ahead(cb_bundle* b, uint64_t upto) {
+  if (!b->mapping) return;
+  uint64_t end = upto + CB_READ_AHEAD < b->size ? upto + CB_READ_AHEAD : b->size;
+  uint64_t from = atomic_load(&b->advised);
+  if (from >= upto + CB_READ_AHEAD / 2 || from >= b->size) return;
+  if (!atomic_compare_exchange_strong(&b->advised, &from, end)) return; /* another thread advanced it */
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), lo = from / page * page;
+  madvise((void*)(b->base + lo), (size_t)(end - lo), MADV_WILLNEED);
+}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -159,14 +181,22 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
   const cb_segment_desc* code = NULL;
+  for (uint32_t i = 0; i < b->model.nsegments; i++)
+    if (b->model.segments[i].kind == CB_SEG_CPU_CODE) {
+      if (code) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one CPU code segment");
+      code = &b->model.segments[i];
+    }
+  if (code) read_ahead(b, code->offset + code->size); /* the code, and the first weights behind it */
+  /* Weights with checksums of their own are checked by the run that first
+   * reads them (nothing waits here for bytes it does not need yet); an older
+   * bundle's weight segments are checked whole, here. */
+  b->lazy_weights = b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS);
+  if (b->lazy_weights && !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < b->model.nsegments; i++) {
     const cb_segment_desc* seg = &b->model.segments[i];
     int is_weights = seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED;
-    if (seg->kind == CB_SEG_CPU_CODE) {
-      if (code) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one CPU code segment");
-      code = seg;
-    }
-    if (is_weights && (flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS)) continue;
+    if (is_weights && ((flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) || b->model.weight_checksums)) continue;
     if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
       return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
   }
@@ -201,9 +231,7 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
   void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
-  /* the whole file is about to be read front to back (verification): ask
-   * for it in large asynchronous reads rather than fault by fault */
-  madvise(map, (size_t)st.st_size, MADV_WILLNEED);
+  /* read-ahead follows the order of need (read_ahead), not the whole file at once */
   cb_bundle* b = calloc(1, sizeof *b);
   if (!b) {
     munmap(map, (size_t)st.st_size);
@@ -237,6 +265,7 @@ void cb_bundle_release(cb_bundle* b) {
   if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
   free(b->transforms);
+  free((void*)b->verified);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
   free(b->owned_copy);
@@ -310,9 +339,16 @@ struct cb_session {
   cb_ffi_any* targs;      /* all steps' transform arguments, back to back */
   uint32_t* targ_start;   /* per step */
   cb_trace_event* trace;  /* 3 per step + the open events when tracing, else NULL */
-  size_t ntrace;
-  uint32_t runs;
-  uint64_t read_sink;     /* keeps the weight reads observable */
+  _Atomic size_t ntrace;  /* the executing thread and preparation workers both record */
+  int warm;               /* a run has completed: weights read, checked and prepared */
+  _Atomic uint64_t read_sink; /* keeps the weight reads observable */
+  /* the first run's preparation workers (plan steps with prep_queue > 0) */
+  pthread_mutex_t mu;
+  pthread_cond_t ready_cv;
+  _Atomic uint8_t* ready; /* per step: 0 pending, 1 prepared, 2 failed */
+  atomic_int abort;       /* the executing thread failed: workers stop */
+  cb_status prep_status;
+  char prep_error[1024];
 };
 
 static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
@@ -340,6 +376,9 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->targs = calloc(total_targs ? total_targs : 1, sizeof *s->targs);
   s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
   s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->ready = calloc(m->nsteps ? m->nsteps : 1, 1);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
     s->trace = calloc(3 * (size_t)m->nsteps + 2, sizeof *s->trace);
@@ -349,11 +388,12 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     }
   }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared ||
-      !s->prepared) {
+      !s->prepared || !s->ready) {
     cb_session_release(s);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   }
-  memset(s->arena, 0, (size_t)m->arena_size);
+  /* the arena is not zeroed: every tensor in it is written (inputs by the
+   * caller, the rest by the layers) before it is read */
   for (uint32_t i = 0; i < m->ntensors; i++) {
     const cb_tensor_desc* d = &m->tensors[i];
     cb_dltensor* t = &s->tensors[i];
@@ -393,6 +433,9 @@ void cb_session_release(cb_session* s) {
   free(s->trace);
   free(s->prepared);
   free(s->is_prepared);
+  free((void*)s->ready);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->ready_cv);
   free(s->targs);
   free(s->targ_start);
   free(s->tensors);
@@ -415,10 +458,13 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
 }
 
 /* Bring a step's weights (execute and transform arguments living in the
- * bundle) into memory: one touch per page. Returns a value so the reads
- * cannot be optimized away. */
-static uint64_t read_weights(const cb_session* s, uint32_t step) {
-  const cb_model* m = &s->bundle->model;
+ * bundle) into memory, checking each tensor's checksum the first time any
+ * run reads it (a corrupt weight is an error, never a wrong result); a
+ * tensor already checked, or one of a bundle opened without weight checks,
+ * is touched once per page. */
+static cb_status read_weights(cb_session* s, uint32_t step) {
+  cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
   const cb_step_desc* st = &m->steps[step];
   uint64_t sum = 0;
   for (uint32_t pass = 0; pass < 2; pass++) {
@@ -427,17 +473,27 @@ static uint64_t read_weights(const cb_session* s, uint32_t step) {
     for (uint32_t a = 0; a < n; a++) {
       const cb_tensor_desc* d = &m->tensors[ids[a]];
       if (d->kind != CB_KIND_WEIGHT) continue;
-      const volatile uint8_t* p = (const volatile uint8_t*)s->tensors[ids[a]].data;
+      const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
+      read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+      if (b->lazy_weights && !atomic_load(&b->verified[ids[a]])) {
+        if (cb_checksum64(data, d->nbytes) != d->checksum)
+          return cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
+                         d->name, st->layer_name);
+        atomic_store(&b->verified[ids[a]], 1);
+        continue;
+      }
+      const volatile uint8_t* p = data;
       for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
       if (d->nbytes) sum += p[d->nbytes - 1];
     }
   }
-  return sum;
+  s->read_sink += sum;
+  return CB_OK;
 }
 
 static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
   if (!s->trace) return NULL;
-  cb_trace_event* ev = &s->trace[s->ntrace++];
+  cb_trace_event* ev = &s->trace[atomic_fetch_add(&s->ntrace, 1)];
   ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
   return ev;
 }
@@ -446,33 +502,91 @@ static void trace_end(cb_trace_event* ev) {
   if (ev) ev->end_ns = now_ns();
 }
 
-cb_status cb_session_run(cb_session* s) {
-  if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
+/* Step `i`'s preparation: read (and check) its weights on the first run,
+ * then transform raw weights once. */
+static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
-  int first = s->runs++ == 0;
-  s->ntrace = 0;
-  if (s->trace && first)
-    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
-  for (uint32_t i = 0; i < m->nsteps; i++) {
+  cb_trace_event* ev;
+  if (first) {
+    ev = trace_begin(s, i, CB_PHASE_READ);
+    cb_status st = read_weights(s, i);
+    trace_end(ev);
+    if (st) return st;
+  }
+  if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
-    cb_trace_event* ev;
-    if (first) {
-      ev = trace_begin(s, i, CB_PHASE_READ);
-      s->read_sink += read_weights(s, i);
-      trace_end(ev);
+    ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
+    uint32_t t = s->targ_start[i];
+    if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
+      return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
+                     m->steps[i].transform, cb_backend_kernel_error());
+    s->is_prepared[i] = 1;
+    trace_end(ev);
+  }
+  return CB_OK;
+}
+
+/* A preparation worker: pinned to a core after the execution cores, it
+ * prepares its queue's steps in plan order and marks each ready. Its
+ * transforms' parallel loops run inline, off the execution pool. */
+typedef struct {
+  cb_session* s;
+  uint32_t queue;
+} cb_prep_worker;
+
+static void* prep_main(void* arg) {
+  cb_prep_worker* w = arg;
+  cb_session* s = w->s;
+  const cb_model* m = &s->bundle->model;
+  int cpu = cb_backend_prep_cpu(w->queue);
+  if (cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
+  cb_backend_run_inline();
+  for (uint32_t i = 0; i < m->nsteps && !atomic_load(&s->abort); i++) {
+    if (m->steps[i].prep_queue != w->queue) continue;
+    cb_status st = prepare_step(s, i, 1);
+    pthread_mutex_lock(&s->mu);
+    if (st && !s->prep_status) {
+      s->prep_status = st;
+      snprintf(s->prep_error, sizeof s->prep_error, "%s", cb_last_error());
     }
-    if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
-      ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
-      uint32_t t = s->targ_start[i];
-      if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
-        return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
-                       m->steps[i].transform, cb_backend_kernel_error());
-      s->is_prepared[i] = 1;
-      trace_end(ev);
-    }
-    ev = trace_begin(s, i, CB_PHASE_EXECUTE);
+    atomic_store(&s->ready[i], st ? 2 : 1);
+    pthread_cond_broadcast(&s->ready_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (st) break;
+  }
+  return NULL;
+}
+
+/* Block until a worker has prepared step `i`; its failure becomes ours. */
+static cb_status wait_prepared(cb_session* s, uint32_t i) {
+  if (!atomic_load(&s->ready[i])) {
+    pthread_mutex_lock(&s->mu);
+    while (!atomic_load(&s->ready[i])) pthread_cond_wait(&s->ready_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (atomic_load(&s->ready[i]) == 2) return cb_fail(s->prep_status, "%s", s->prep_error);
+  return CB_OK;
+}
+
+#define CB_MAX_PREP_QUEUES 8
+
+static cb_status run_steps(cb_session* s, int first, uint32_t nworkers) {
+  const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= nworkers
+                       ? wait_prepared(s, i) : prepare_step(s, i, first);
+    if (st) return st;
+    cb_ffi_any ret = {0};
+    cb_backend_clear_kernel_error();
+    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_EXECUTE);
     uint32_t a = s->arg_start[i];
     if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
@@ -480,6 +594,39 @@ cb_status cb_session_run(cb_session* s) {
     trace_end(ev);
   }
   return CB_OK;
+}
+
+cb_status cb_session_run(cb_session* s) {
+  if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
+  const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  int first = !s->warm; /* until a run completes (a failed first run leaves it cold) */
+  s->ntrace = 0;
+  if (s->trace && first)
+    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+  /* the first run's preparation workers start before anything executes */
+  pthread_t workers[CB_MAX_PREP_QUEUES];
+  cb_prep_worker args[CB_MAX_PREP_QUEUES];
+  uint32_t nworkers = 0;
+  if (first) {
+    atomic_store(&s->abort, 0);
+    s->prep_status = CB_OK;
+    for (uint32_t q = 1; q <= m->prep_queues && q <= CB_MAX_PREP_QUEUES; q++) {
+      args[q - 1] = (cb_prep_worker){s, q};
+      if (pthread_create(&workers[q - 1], NULL, prep_main, &args[q - 1]) != 0) break;
+      nworkers = q;
+    }
+  }
+  cpu_set_t saved;
+  int pinned = cb_backend_pin_caller(&saved);
+  cb_status st = run_steps(s, first, nworkers);
+  if (pinned) cb_backend_restore_caller(&saved);
+  if (nworkers) {
+    atomic_store(&s->abort, 1);
+    for (uint32_t q = 0; q < nworkers; q++) pthread_join(workers[q], NULL);
+  }
+  if (!st) s->warm = 1;
+  return st;
 }
 
 cb_status cb_session_get_output(const cb_session* s, size_t index, const void** out_data, size_t* out_nbytes) {

@@ -310,7 +310,8 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_NBYTES = 12,
     VT_ARENA_OFFSET = 14,
     VT_SEGMENT = 16,
-    VT_SEGMENT_OFFSET = 18
+    VT_SEGMENT_OFFSET = 18,
+    VT_CHECKSUM = 20
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -336,6 +337,9 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t segment_offset() const {
     return GetField<uint64_t>(VT_SEGMENT_OFFSET, 0);
   }
+  uint64_t checksum() const {
+    return GetField<uint64_t>(VT_CHECKSUM, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -349,6 +353,7 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint64_t>(verifier, VT_ARENA_OFFSET, 8) &&
            VerifyField<uint32_t>(verifier, VT_SEGMENT, 4) &&
            VerifyField<uint64_t>(verifier, VT_SEGMENT_OFFSET, 8) &&
+           VerifyField<uint64_t>(verifier, VT_CHECKSUM, 8) &&
            verifier.EndTable();
   }
 };
@@ -381,6 +386,9 @@ struct TensorBuilder {
   void add_segment_offset(uint64_t segment_offset) {
     fbb_.AddElement<uint64_t>(Tensor::VT_SEGMENT_OFFSET, segment_offset, 0);
   }
+  void add_checksum(uint64_t checksum) {
+    fbb_.AddElement<uint64_t>(Tensor::VT_CHECKSUM, checksum, 0);
+  }
   explicit TensorBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -401,8 +409,10 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
     uint64_t nbytes = 0,
     uint64_t arena_offset = 0,
     uint32_t segment = 0,
-    uint64_t segment_offset = 0) {
+    uint64_t segment_offset = 0,
+    uint64_t checksum = 0) {
   TensorBuilder builder_(_fbb);
+  builder_.add_checksum(checksum);
   builder_.add_segment_offset(segment_offset);
   builder_.add_arena_offset(arena_offset);
   builder_.add_nbytes(nbytes);
@@ -423,7 +433,8 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
     uint64_t nbytes = 0,
     uint64_t arena_offset = 0,
     uint32_t segment = 0,
-    uint64_t segment_offset = 0) {
+    uint64_t segment_offset = 0,
+    uint64_t checksum = 0) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto shape__ = shape ? _fbb.CreateVector<int64_t>(*shape) : 0;
   return coldbrew::schema::CreateTensor(
@@ -435,7 +446,8 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
       nbytes,
       arena_offset,
       segment,
-      segment_offset);
+      segment_offset,
+      checksum);
 }
 
 struct Attr FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -978,7 +990,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_OUTPUTS = 18,
     VT_LAYERS = 20,
     VT_PLAN = 22,
-    VT_SEGMENTS = 24
+    VT_SEGMENTS = 24,
+    VT_WEIGHT_CHECKSUMS = 26
   };
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
@@ -1013,6 +1026,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *>(VT_SEGMENTS);
   }
+  bool weight_checksums() const {
+    return GetField<uint8_t>(VT_WEIGHT_CHECKSUMS, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1040,6 +1056,7 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_SEGMENTS) &&
            verifier.VerifyVector(segments()) &&
            verifier.VerifyVectorOfTables(segments()) &&
+           VerifyField<uint8_t>(verifier, VT_WEIGHT_CHECKSUMS, 1) &&
            verifier.EndTable();
   }
 };
@@ -1081,6 +1098,9 @@ struct BundleBuilder {
   void add_segments(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments) {
     fbb_.AddOffset(Bundle::VT_SEGMENTS, segments);
   }
+  void add_weight_checksums(bool weight_checksums) {
+    fbb_.AddElement<uint8_t>(Bundle::VT_WEIGHT_CHECKSUMS, static_cast<uint8_t>(weight_checksums), 0);
+  }
   explicit BundleBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1104,7 +1124,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> outputs = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Layer>>> layers = 0,
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments = 0,
+    bool weight_checksums = false) {
   BundleBuilder builder_(_fbb);
   builder_.add_segments(segments);
   builder_.add_plan(plan);
@@ -1117,6 +1138,7 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
   builder_.add_target(target);
   builder_.add_producer(producer);
   builder_.add_schema_version(schema_version);
+  builder_.add_weight_checksums(weight_checksums);
   return builder_.Finish();
 }
 
@@ -1132,7 +1154,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
     const std::vector<uint32_t> *outputs = nullptr,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Layer>> *layers = nullptr,
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments = nullptr) {
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments = nullptr,
+    bool weight_checksums = false) {
   auto producer__ = producer ? _fbb.CreateString(producer) : 0;
   auto model_hash__ = model_hash ? _fbb.CreateString(model_hash) : 0;
   auto model_name__ = model_name ? _fbb.CreateString(model_name) : 0;
@@ -1153,7 +1176,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       outputs__,
       layers__,
       plan,
-      segments__);
+      segments__,
+      weight_checksums);
 }
 
 inline const coldbrew::schema::Bundle *GetBundle(const void *buf) {

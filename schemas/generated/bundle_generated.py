@@ -302,8 +302,15 @@ class Tensor(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # Tensor
+    def Checksum(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def TensorStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(9)
 
 def TensorAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -332,6 +339,9 @@ def TensorAddSegment(builder, segment):
 def TensorAddSegmentOffset(builder, segmentOffset):
     builder.PrependUint64Slot(7, segmentOffset, 0)
 
+def TensorAddChecksum(builder, checksum):
+    builder.PrependUint64Slot(8, checksum, 0)
+
 def TensorEnd(builder):
     return builder.EndObject()
 
@@ -354,6 +364,7 @@ class TensorT(object):
         arenaOffset = 0,
         segment = 0,
         segmentOffset = 0,
+        checksum = 0,
     ):
         self.name = name  # type: Optional[str]
         self.dtype = dtype  # type: int
@@ -363,6 +374,7 @@ class TensorT(object):
         self.arenaOffset = arenaOffset  # type: int
         self.segment = segment  # type: int
         self.segmentOffset = segmentOffset  # type: int
+        self.checksum = checksum  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -399,6 +411,7 @@ class TensorT(object):
         self.arenaOffset = tensor.ArenaOffset()
         self.segment = tensor.Segment()
         self.segmentOffset = tensor.SegmentOffset()
+        self.checksum = tensor.Checksum()
 
     # TensorT
     def Pack(self, builder):
@@ -423,6 +436,7 @@ class TensorT(object):
         TensorAddArenaOffset(builder, self.arenaOffset)
         TensorAddSegment(builder, self.segment)
         TensorAddSegmentOffset(builder, self.segmentOffset)
+        TensorAddChecksum(builder, self.checksum)
         tensor = TensorEnd(builder)
         return tensor
 
@@ -1543,8 +1557,15 @@ class Bundle(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
+    # Bundle
+    def WeightChecksums(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def BundleStart(builder):
-    builder.StartObject(11)
+    builder.StartObject(12)
 
 def BundleAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -1594,6 +1615,9 @@ def BundleAddSegments(builder, segments):
 def BundleStartSegmentsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def BundleAddWeightChecksums(builder, weightChecksums):
+    builder.PrependBoolSlot(11, weightChecksums, 0)
+
 def BundleEnd(builder):
     return builder.EndObject()
 
@@ -1619,6 +1643,7 @@ class BundleT(object):
         layers = None,
         plan = None,
         segments = None,
+        weightChecksums = False,
     ):
         self.schemaVersion = schemaVersion  # type: int
         self.producer = producer  # type: Optional[str]
@@ -1631,6 +1656,7 @@ class BundleT(object):
         self.layers = layers  # type: Optional[List[LayerT]]
         self.plan = plan  # type: Optional[PlanT]
         self.segments = segments  # type: Optional[List[SegmentT]]
+        self.weightChecksums = weightChecksums  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1699,6 +1725,7 @@ class BundleT(object):
                 else:
                     segment_ = SegmentT.InitFromObj(bundle.Segments(i))
                     self.segments.append(segment_)
+        self.weightChecksums = bundle.WeightChecksums()
 
     # BundleT
     def Pack(self, builder):
@@ -1774,6 +1801,7 @@ class BundleT(object):
             BundleAddPlan(builder, plan)
         if self.segments is not None:
             BundleAddSegments(builder, segments)
+        BundleAddWeightChecksums(builder, self.weightChecksums)
         bundle = BundleEnd(builder)
         return bundle
 

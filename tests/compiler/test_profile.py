@@ -43,10 +43,6 @@ def test_table_covers_every_layer_and_candidate(table_and_bundle):
             assert c["has_transform"] and c["transformed_bytes"] > c["raw_bytes"]
             assert c["transform_ms"][cls]["1"]["median"] > 0
     assert table["load"]["verify"]["n"] == 2 and table["storage"]["read_mb_s"] > 0
-    # the verification rate pools every cold sample: 2 per column and core config, plus the default's
-    configs = 2 * len(table["classes"])  # 1 thread and 2 threads per class
-    columns = max(len(layer["candidates"]) for layer in table["layers"])
-    assert table["load"]["verify_ms_per_mb"]["n"] == 2 * columns * configs + 2
     assert table["load"]["run_overhead"]["n"] == 2 and table["load"]["run_overhead"]["median"] >= 0
     assert simulate(plan, table)["latency_ms"] > table["load"]["verify"]["median"]
 

@@ -38,53 +38,36 @@ def _plan(form="raw", queue=0, variant="conv2d.winograd_f4"):
 
 
 def test_sequential_plan_adds_every_phase():
-    # open: verify 4 ms scaled by bundle size (2x) + code load 1 + session 0.5 = 9.5;
+    # open: verify header + code 4 + code load 1 + session 0.5 = 5.5;
     # c0: cold read 1 + transform with the execution threads 4 + execute 2; L1: read 0 + execute 1
-    r = simulate(_plan(), _table(), verify_weights=False)
-    assert r["open_ms"] == pytest.approx(1.5)
-    assert r["latency_ms"] == pytest.approx(1.5 + 1 + 4 + 2 + 1)
-    r = simulate(_plan(), _table(), verify_weights=True)
-    assert r["open_ms"] == pytest.approx(9.5)
-    # verified weights are in the page cache: reads cost only the warm touch
-    assert r["latency_ms"] == pytest.approx(9.5 + 4 + 2 + 1, abs=1e-3)
-
-
-def test_verified_reads_use_the_measured_touch_rate():
-    # 1000 raw bytes per layer at 1 MB/s: 1 ms of touch each (c0, L1)
-    table = _table()
-    table["load"]["touch_mb_s"] = 1.0
-    r = simulate(_plan(), table, verify_weights=True)
+    r = simulate(_plan(), _table())
+    assert r["open_ms"] == pytest.approx(5.5)
+    assert r["latency_ms"] == pytest.approx(5.5 + 1 + 4 + 2 + 1)
     reads = [e for e in r["events"] if e["phase"] == "read"]
     assert (reads[0]["end_ns"] - reads[0]["start_ns"]) / 1e6 == pytest.approx(1.0)
-    assert r["latency_ms"] == pytest.approx(9.5 + 1 + 4 + 2 + 1 + 1)
 
 
-def test_verify_rate_and_run_overhead_when_measured():
-    # 3 ms per MB over the profile's samples, 2000-byte bundle: 0.006 ms of
-    # verification (not the default bundle's 4 ms scaled); 0.25 ms after the last step
+def test_run_overhead_when_measured():
+    # 0.25 ms after the last step
     table = _table()
-    table["load"]["verify_ms_per_mb"] = _stat(3.0)
     table["load"]["run_overhead"] = _stat(0.25)
-    r = simulate(_plan(), table, verify_weights=True)
-    assert r["open_ms"] == pytest.approx(0.006 + 1.5)
-    assert r["latency_ms"] == pytest.approx(0.006 + 1.5 + 4 + 2 + 1 + 0.25, abs=1e-3)
-    assert simulate(_plan(), table, verify_weights=False)["open_ms"] == pytest.approx(1.5)
+    assert simulate(_plan(), table)["latency_ms"] == pytest.approx(5.5 + 1 + 4 + 2 + 1 + 0.25, abs=1e-3)
 
 
 def test_prep_queue_overlaps_preparation_with_execution():
-    # prep on queue 1 (its own core, 1 thread): c0 read 1 + transform 8 from t=1.5;
-    # c0 executes at 10.5 .. 12.5; L1 prepared at 10.5, executes 12.5 .. 13.5
-    r = simulate(_plan(queue=1), _table(), verify_weights=False)
-    assert r["latency_ms"] == pytest.approx(13.5)
+    # prep on queue 1 (its own core, 1 thread): c0 read 1 + transform 8 from t=5.5;
+    # c0 executes at 14.5 .. 16.5; L1 prepared at 14.5, executes 16.5 .. 17.5
+    r = simulate(_plan(queue=1), _table())
+    assert r["latency_ms"] == pytest.approx(17.5)
     ex = [e for e in r["events"] if e["phase"] == "execute"]
     prep = [e for e in r["events"] if e["phase"] in ("read", "transform")]
     assert {e["cpu"] for e in ex} == {0} and {e["cpu"] for e in prep} == {2}
-    assert ex[0]["start_ns"] == pytest.approx(10.5e6, abs=1)
+    assert ex[0]["start_ns"] == pytest.approx(14.5e6, abs=1)
 
 
 def test_cached_form_reads_transformed_bytes_and_skips_the_transform():
-    r = simulate(_plan(form="cached"), _table(), verify_weights=False)
-    assert r["latency_ms"] == pytest.approx(1.5 + 3 + 2 + 1)
+    r = simulate(_plan(form="cached"), _table())
+    assert r["latency_ms"] == pytest.approx(5.5 + 3 + 2 + 1)
     assert not [e for e in r["events"] if e["phase"] == "transform"]
 
 
@@ -122,5 +105,5 @@ def test_modeled_table_scales_each_phase_per_core_class():
     assert c["execute_first_ms"][little.name]["2"]["median"] == pytest.approx(2.0 * little.scale["execute"])
     assert c["transform_ms"][little.name]["1"]["median"] == pytest.approx(8.0 * little.scale["transform"])
     assert c["read_ms"]["raw"]["median"] == pytest.approx(1.0 * big.scale["read"])
-    r = simulate(_plan(queue=1), t, verify_weights=False)
-    assert r["modeled"] and r["latency_ms"] > simulate(_plan(queue=1), host, verify_weights=False)["latency_ms"]
+    r = simulate(_plan(queue=1), t)
+    assert r["modeled"] and r["latency_ms"] > simulate(_plan(queue=1), host)["latency_ms"]

@@ -100,12 +100,48 @@ def test_flipped_preamble_sizes(small_bundle, tmp_path):
 
 
 def test_flipped_code_and_weight_bytes(small_bundle, tmp_path):
+    """Code is checked at open; each weight tensor by the run that first
+    reads it (opening does not wait for weight bytes), never used unchecked."""
     data = read(small_bundle)
     b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    assert b.weightChecksums
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    weights = [t for t in b.tensors if t.kind == fb.TensorKind.weight]
+    assert weights
     for seg in b.segments:
         bad = bytearray(data)
         bad[seg.offset + seg.size // 2] ^= 0x10
-        expect(bad, "CORRUPT", tmp_path, f"checksum")
+        if seg.kind == fb.SegmentKind.cpu_code:
+            expect(bad, "CORRUPT", tmp_path, "checksum")
+            continue
+        p = tmp_path / "bad.brew"
+        p.write_bytes(bytes(bad))
+        for source in (str(p), bytes(bad)):
+            sess = coldbrew.load(source)
+            for _ in range(2):  # a failed first run leaves the session cold: it fails again
+                with pytest.raises(coldbrew.BundleError) as e:
+                    sess.run(None, {"x": x})
+                assert e.value.status == "CORRUPT" and "fails its checksum" in str(e.value), str(e.value)
+            # opened without weight checks, the same bytes run (the caller's choice)
+            coldbrew.load(source, verify_weights=False).run(None, {"x": x})
+
+
+def test_corrupt_weight_found_by_a_preparation_worker(tmp_path):
+    """The worker that reads a corrupt weight reports it; the executing
+    thread returns that error, and nothing hangs."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+
+    data = bytearray(compile_model(small_cnn(), variants={"conv2d": "winograd_f2"}, weights="raw", queues=1))
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    last = max((t for t in b.tensors if t.kind == fb.TensorKind.weight),
+               key=lambda t: b.segments[t.segment].offset + t.segmentOffset)
+    data[b.segments[last.segment].offset + last.segmentOffset] ^= 0x01
+    sess = coldbrew.load(bytes(data), threads=2)
+    with pytest.raises(coldbrew.BundleError) as e:
+        sess.run(None, {"x": np.zeros((1, 3, 16, 16), np.float32)})
+    assert e.value.status == "CORRUPT" and last.name.decode() in str(e.value), str(e.value)
 
 
 def test_segment_past_end(small_bundle, tmp_path):

@@ -86,3 +86,70 @@ def test_raw_and_cached_weights_agree_across_thread_counts(tmp_path):
     for o in outs[1:]:
         np.testing.assert_allclose(o, outs[0], rtol=1e-6, atol=1e-6)
     assert_close(outs[0], ort_run(model, {"x": x})[0])
+
+
+def test_preparation_workers_prepare_ahead_of_execution(tmp_path):
+    """Steps placed on preparation queue 1 are read, checked and transformed
+    by a worker on another core while the executing thread runs; results
+    equal the inline plan's at any thread count, and only the first run
+    prepares."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.inspect_bundle import read_bytes
+
+    model = small_cnn()
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    inline = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")
+    ahead = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
+    steps = read_bytes(ahead)[0].plan.steps
+    assert {s.prepQueue for s in steps} == {0, 1}
+    ref = coldbrew.load(inline).run(None, {"x": x})[0]
+    for threads in (1, 2, 3):
+        sess = coldbrew.load(ahead, threads=threads, trace=True)
+        for run in range(3):
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref)
+            events = sess.trace()
+            prep = [e for e in events if e["phase"] in ("read", "transform")]
+            if run == 0:
+                assert {e["step"] for e in prep} == set(range(len(steps)))
+                assert any(e["phase"] == "transform" for e in prep)
+                # every step executes after its preparation ended
+                done = {}
+                for e in prep:
+                    done[e["step"]] = max(done.get(e["step"], 0), e["end_ns"])
+                for e in events:
+                    if e["phase"] == "execute":
+                        assert e["start_ns"] >= done[e["step"]]
+            else:
+                assert not prep
+
+
+def test_weights_follow_the_code_in_the_order_of_need():
+    """The file holds the header, the code, then the weights in the order
+    the plan's steps first use them, each tensor with its own checksum."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.checksum import checksum64
+    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.schemas.generated import bundle_generated as fb
+
+    data = compile_model(small_cnn(), variants={"conv2d": "winograd_f2"}, weights={"*": "cached", "c0": "raw"})
+    b = read_bytes(data)[0]
+    kinds = [s.kind for s in sorted(b.segments, key=lambda s: s.offset)]
+    assert kinds[0] == fb.SegmentKind.cpu_code and fb.SegmentKind.weights_raw in kinds
+    assert fb.SegmentKind.weights_cached in kinds
+    placed = []
+    for s in b.plan.steps:
+        layer = b.layers[s.layer]
+        for i in [int(v) for v in s.transformArgs] + [int(v) for v in layer.args]:
+            t = b.tensors[i]
+            if t.kind == fb.TensorKind.weight and i not in placed:
+                placed.append(i)
+    offsets = [b.segments[b.tensors[i].segment].offset + b.tensors[i].segmentOffset for i in placed]
+    assert offsets == sorted(offsets)
+    for i in placed:
+        t = b.tensors[i]
+        start = b.segments[t.segment].offset + t.segmentOffset
+        assert checksum64(data[start:start + t.nbytes]) == t.checksum
