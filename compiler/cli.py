@@ -335,10 +335,12 @@ def inspect_cmd(bundle, verify):
         import coldbrew
 
         try:
-            coldbrew.load(bundle).close()
+            sess = coldbrew.load(bundle)
+            sess.verify_weights()
+            sess.close()
         except coldbrew.BundleError as e:
             raise click.ClickException(f"verification failed: {e}") from None
-        click.echo("verify     ok (runtime accepted the bundle on this machine)")
+        click.echo("verify     ok (runtime accepted the bundle and every weight checksum on this machine)")
 
 
 if __name__ == "__main__":

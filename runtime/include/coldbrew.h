@@ -98,6 +98,10 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
 cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags,
                                 cb_bundle** out_bundle);
 void cb_bundle_release(cb_bundle* bundle);
+/* Check every weight tensor now rather than when a run first reads it (for
+ * tools, or apps that prefer to pay the whole read at open). CB_ERR_CORRUPT
+ * names the first tensor that fails. */
+cb_status cb_bundle_verify_weights(cb_bundle* bundle);
 
 size_t cb_bundle_input_count(const cb_bundle* bundle);
 size_t cb_bundle_output_count(const cb_bundle* bundle);

@@ -54,6 +54,7 @@ def _load_library():
         "cb_bundle_open_file": ([ctypes.c_char_p, u32, ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory": ([vp, sz, u32, ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_release": ([vp], None),
+        "cb_bundle_verify_weights": ([vp], ctypes.c_int),
         "cb_bundle_input_count": ([vp], sz),
         "cb_bundle_output_count": ([vp], sz),
         "cb_bundle_input_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
@@ -119,6 +120,11 @@ class InferenceSession:
             _check(info_fn(self._bundle, i, ctypes.byref(info)))
             out.append(NodeArg(info))
         return out
+
+    def verify_weights(self):
+        """Check every weight tensor now (runs otherwise check each one when
+        they first read it); raises BundleError (CORRUPT) naming the tensor."""
+        _check(_lib.cb_bundle_verify_weights(self._bundle))
 
     def get_inputs(self):
         return list(self._inputs)

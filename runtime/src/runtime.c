@@ -272,6 +272,30 @@ void cb_bundle_release(cb_bundle* b) {
   free(b);
 }
 
+cb_status cb_bundle_verify_weights(cb_bundle* b) {
+  if (!b) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle is required");
+  const cb_model* m = &b->model;
+  if (!m->weight_checksums) { /* an older bundle: its weight segments carry the checksums */
+    for (uint32_t i = 0; i < m->nsegments; i++) {
+      const cb_segment_desc* seg = &m->segments[i];
+      if ((seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED) &&
+          cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+        return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
+    }
+    return CB_OK;
+  }
+  for (uint32_t i = 0; i < m->ntensors; i++) {
+    const cb_tensor_desc* d = &m->tensors[i];
+    if (d->kind != CB_KIND_WEIGHT || (b->verified && atomic_load(&b->verified[i]))) continue;
+    const uint8_t* data = b->base + m->segments[d->segment].offset + d->segment_offset;
+    read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+    if (cb_checksum64(data, d->nbytes) != d->checksum)
+      return cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);
+    if (b->verified) atomic_store(&b->verified[i], 1);
+  }
+  return CB_OK;
+}
+
 size_t cb_bundle_input_count(const cb_bundle* b) { return b ? b->model.ninputs : 0; }
 size_t cb_bundle_output_count(const cb_bundle* b) { return b ? b->model.noutputs : 0; }
 

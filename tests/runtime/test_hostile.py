@@ -122,6 +122,9 @@ def test_flipped_code_and_weight_bytes(small_bundle, tmp_path):
                 with pytest.raises(coldbrew.BundleError) as e:
                     sess.run(None, {"x": x})
                 assert e.value.status == "CORRUPT" and "fails its checksum" in str(e.value), str(e.value)
+            # checked eagerly on request
+            with pytest.raises(coldbrew.BundleError, match="fails its checksum"):
+                coldbrew.load(source).verify_weights()
             # opened without weight checks, the same bytes run (the caller's choice)
             coldbrew.load(source, verify_weights=False).run(None, {"x": x})
 
@@ -217,3 +220,20 @@ def test_missing_file():
     with pytest.raises(coldbrew.BundleError) as e:
         coldbrew.load("/nonexistent/model.brew")
     assert e.value.status == "IO"
+
+
+def test_inspect_verify_checks_every_weight(small_bundle, tmp_path):
+    from click.testing import CliRunner
+
+    from coldbrew.compiler.cli import main
+
+    ok = CliRunner().invoke(main, ["inspect", small_bundle, "--verify"])
+    assert ok.exit_code == 0 and "every weight checksum" in ok.output, ok.output
+    data = read(small_bundle)
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    t = next(t for t in b.tensors if t.kind == fb.TensorKind.weight)
+    data[b.segments[t.segment].offset + t.segmentOffset] ^= 0x04
+    p = tmp_path / "bad.brew"
+    p.write_bytes(bytes(data))
+    bad = CliRunner().invoke(main, ["inspect", str(p), "--verify"])
+    assert bad.exit_code != 0 and "fails its checksum" in bad.output, bad.output
