@@ -57,7 +57,7 @@ def _dump(dump_dir, index, name, ir):
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False,
-                  queues=0):
+                  queues=0, on_plan=None):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
@@ -66,10 +66,12 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}); `threads` is the
     execution thread count the plan is made for; `queues` places each layer's
     first-run preparation (0: inline, q >= 1: preparation worker q; or
-    {"*": q, "c3": q}). `plan` "warm" or "cold"
+    {"*": q, "c3": q}). `plan` "warm", "cold-greedy" or "cold"
     picks variants (and, for cold, weight forms) from the model's device
-    cost table (compiler/profile.py: measured once, then cached); forced
-    `variants` / `weights` entries win over the plan's. `tune` searches each
+    cost table (compiler/profile.py: measured once, then cached); "cold"
+    also places preparation and picks the execution thread count
+    (compiler/plan.py); forced `variants` / `weights` / `queues` entries win
+    over the plan's; `on_plan` receives the plan (compiler/plan.choose). `tune` searches each
     layer's variant and schedule parameters by measurement (compiler/tune.py,
     cached per target); only the host can be measured, so for other targets
     it changes nothing and every layer's parameters stay derived.
@@ -81,10 +83,15 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         from .profile import profile
 
         table = profile(model, target, threads, input_shapes, constants, progress)
-        planned_variants, planned_forms = choose(table, plan)
+        planned = choose(table, plan)
+        if on_plan:
+            on_plan(planned)
         given = weights if isinstance(weights, dict) else {"*": weights}
-        variants = {**planned_variants, **(variants or {})}
-        weights = {**{"*": "cached"}, **planned_forms, **given}
+        variants = {**planned["variants"], **(variants or {})}
+        weights = {**{"*": "cached"}, **planned["forms"], **given}
+        given_queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
+        queues = {**planned["queues"], **given_queues}
+        threads = planned["threads"]
     tuning = front = None
     if tune:
         from .tune import tune as measure_tuning

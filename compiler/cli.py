@@ -97,9 +97,11 @@ def main():
 @click.option("--prep-queue", "queue_opts", multiple=True, metavar="[LAYER=]Q", default=["0"], show_default=True,
               help="who prepares a layer's weights on the first run: 0 the executing thread, Q >= 1 "
                    "preparation worker Q (ahead of execution, on a core of its own); global or per layer")
-@click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold"]), default="default", show_default=True,
-              help="choose variants from the device cost table (profiled once, then cached): fastest warm, "
-                   "or least cold cost per layer")
+@click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold-greedy", "cold"]), default="default",
+              show_default=True,
+              help="plan from the device cost table (profiled once, then cached): fastest warm variants, "
+                   "least cold cost per layer, or the cold scheduler (variants, weight forms, preparation "
+                   "queues and execution threads)")
 @click.option("--tune/--no-tune", default=None,
               help="search each layer's variant and schedule parameters by measurement (cached per target); "
                    "default: on when the target is this machine (host), and only the host can be measured")
@@ -110,14 +112,21 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
     from coldbrew.compiler import CompileError, compile_model
 
     t0 = time.perf_counter()
+    planned = []
     try:
         with _progress("measuring") as progress:
             data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
-                                 tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts))
+                                 tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts),
+                                 on_plan=planned.append)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
+    for p in planned:
+        workers = sorted({q for q in p["queues"].values() if q})
+        click.echo(f"plan {plan}: made in {p['plan_ms']:.0f} ms; {p['threads']} execution thread(s), "
+                   f"preparation {'on worker(s) ' + ','.join(map(str, workers)) if workers else 'inline'}; "
+                   f"predicted cold {p['predicted_ms']:.1f} ms")
     click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")
 
 

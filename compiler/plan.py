@@ -1,39 +1,153 @@
-"""Choose kernel variants and weight forms from a device cost table.
+"""Choose kernel variants, weight forms and where each layer's preparation
+runs, from a device cost table (compiler/profile.py).
 
-    warm   per layer, the variant that executes fastest (warm, the plan's
-           threads, fastest core class); weights cached
-    cold   per layer, the (variant, weight form) with the least sequential
-           cold cost: read (raw or transformed bytes) + transform (raw form)
-           + first execution
+    warm         per layer, the variant that executes fastest (warm, the
+                 plan's threads, fastest core class); weights cached
+    cold-greedy  per layer, the (variant, weight form) with the least
+                 sequential cold cost: read (raw or transformed bytes) +
+                 transform (raw form) + first execution; all inline
+    cold         the scheduler: NNV12's Algorithm 1 (papers/nnv12-cold-
+                 inference.txt, section 3.3), adapted as below
 
-Both are per-layer greedy choices for today's sequential runtime; the
-pipelined scheduler (NNV12 Algorithm 1) builds on the same table and the
-simulator (compiler/simulate.py).
+The scheduler, for each execution configuration the cores allow (every
+preparation inline on the execution threads; a preparation worker beside
+them, on a free core or sharing one; one execution thread fewer and the
+worker on the freed core):
+
+1. drops the (variant, form) pairs of a layer that another pair beats in
+   both preparation (read + transform) and execution;
+2. starts from each layer's least sequential cold cost, the first layer's
+   preparation on the execution threads and every other on the worker;
+3. moves preparations from the head of the worker's queue onto the
+   execution threads while that shortens the predicted completion (the
+   paper's big-core loop; with one worker there is no load to balance
+   between workers);
+4. tries every remaining pair of every layer in turn and keeps a change
+   when it shortens the predicted completion, until a pass changes nothing
+   (the paper enumerates kernel combinations; after step 1 a layer has one
+   to three pairs left, and a coordinate search over them visits the
+   combinations worth visiting in time linear in the layers).
+
+The completion time of a candidate plan is the simulator's
+(compiler/simulate.py), which models the runtime's queues; the plan with
+the smallest one wins.
 """
-from .simulate import median_ms
+import time
 
-OBJECTIVES = ("warm", "cold")
+from .simulate import median_ms, simulate
+
+OBJECTIVES = ("warm", "cold-greedy", "cold")
 
 
 def choose(table, objective):
-    """({anchor layer: variant}, {anchor layer: "raw" | "cached"}) for compile_model."""
+    """{"variants": {layer: variant}, "forms": {layer: "raw" | "cached"},
+    "queues": {layer: q}, "threads": T, "predicted_ms": ms, "plan_ms": ms}."""
     if objective not in OBJECTIVES:
         raise ValueError(f"plan objective must be one of {OBJECTIVES}, not {objective!r}")
-    cls, threads = table["classes"][0]["name"], table["threads"]
-    variants, forms = {}, {}
-    for layer in table["layers"]:
-        cands = layer["candidates"]
-        if len(cands) < 2 and not any(c["has_transform"] for c in cands):
-            continue  # nothing to choose
-        options = []
-        for c in cands:
-            if objective == "warm":
-                options.append((median_ms(c["execute_ms"], cls, threads), c["variant"], "cached"))
-                continue
-            first = median_ms(c["execute_first_ms"], cls, threads)
-            options.append((c["read_ms"]["cached"]["median"] + first, c["variant"], "cached"))
-            if c["has_transform"]:
-                cost = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, threads) + first
-                options.append((cost, c["variant"], "raw"))
-        _, variants[layer["name"]], forms[layer["name"]] = min(options)
-    return variants, forms
+    t0 = time.perf_counter()
+    if objective == "cold":
+        out = _schedule(table)
+    else:
+        threads = table["threads"]
+        sel = [_greedy(layer, table, threads, objective) for layer in table["layers"]]
+        out = _result(table, sel, [0] * len(sel), threads)
+    out["plan_ms"] = (time.perf_counter() - t0) * 1e3
+    return out
+
+
+def _pairs(layer, table, threads, prep_threads):
+    """[(variant, form, prep_ms, exec_ms)] of a layer: every candidate
+    cached, and raw where it has a transform."""
+    cls = table["classes"][0]["name"]
+    out = []
+    for c in layer["candidates"]:
+        first = median_ms(c["execute_first_ms"], cls, threads)
+        out.append((c["variant"], "cached", c["read_ms"]["cached"]["median"], first))
+        if c["has_transform"]:
+            prep = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, prep_threads)
+            out.append((c["variant"], "raw", prep, first))
+    return out
+
+
+def _undominated(pairs):
+    """Pairs that no other pair beats in both preparation and execution."""
+    def beaten(p):
+        return any(o[2] <= p[2] and o[3] <= p[3] and (o[2] < p[2] or o[3] < p[3]) for o in pairs)
+
+    return [p for p in pairs if not beaten(p)] or pairs[:1]
+
+
+def _greedy(layer, table, threads, objective):
+    pairs = _pairs(layer, table, threads, threads)
+    if objective == "warm":
+        cls = table["classes"][0]["name"]
+        best = min(layer["candidates"], key=lambda c: median_ms(c["execute_ms"], cls, threads))
+        return next(p for p in pairs if p[0] == best["variant"] and p[1] == "cached")
+    return min(pairs, key=lambda p: p[2] + p[3])
+
+
+def _steps(table, sel, queues):
+    return [{"layer": layer["name"], "variant": p[0], "form": p[1], "prep_queue": q, "exec_queue": 0}
+            for layer, p, q in zip(table["layers"], sel, queues)]
+
+
+def _predict(table, sel, queues, threads):
+    plan = {"threads": threads, "steps": _steps(table, sel, queues),
+            "bundle_bytes": table["load"]["bundle_bytes"]}
+    return simulate(plan, table)["latency_ms"]
+
+
+def _result(table, sel, queues, threads):
+    # layers with one candidate and no transform have nothing to choose
+    chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
+              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"])]
+    return {"variants": {name: p[0] for name, p in chosen}, "forms": {name: p[1] for name, p in chosen},
+            "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
+            "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
+
+
+def configurations(table):
+    """(execution threads, preparation worker?) pairs worth planning for."""
+    threads = table["threads"]
+    configs = [(threads, False), (threads, True)]
+    if threads > 1:
+        configs.append((threads - 1, True))
+    return configs
+
+
+def _schedule(table):
+    best = None
+    for threads, worker in configurations(table):
+        plan = _schedule_config(table, threads, worker)
+        if best is None or plan["predicted_ms"] < best["predicted_ms"]:
+            best = plan
+    return best
+
+
+def _schedule_config(table, threads, worker):
+    layers = table["layers"]
+    # preparation on a worker runs on one thread; inline, on the execution threads
+    options = [_undominated(_pairs(layer, table, threads, 1 if worker else threads)) for layer in layers]
+    sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
+    queues = [0] + [1 if worker else 0] * (len(layers) - 1)
+    cost = _predict(table, sel, queues, threads)
+    # big-core loop: the worker's head moves inline while that helps
+    for i in range(1, len(layers) if worker else 1):
+        trial = queues[:i] + [0] + queues[i + 1:]
+        c = _predict(table, sel, trial, threads)
+        if c >= cost:
+            break
+        queues, cost = trial, c
+    # coordinate search over each layer's remaining pairs
+    changed = True
+    while changed:
+        changed = False
+        for i, opts in enumerate(options):
+            for p in opts:
+                if p == sel[i]:
+                    continue
+                trial = sel[:i] + [p] + sel[i + 1:]
+                c = _predict(table, trial, queues, threads)
+                if c < cost - 1e-9:
+                    sel, cost, changed = trial, c, True
+    return _result(table, sel, queues, threads)

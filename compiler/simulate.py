@@ -15,9 +15,13 @@ does on a cold start:
 
 Queue 0 is the executing thread: preparation (read + transform) queued
 there runs inline right before the step executes, with the execution
-threads. Preparation on queue q > 0 runs on a core of its own, in plan
-order, as early as it can; a step executes once its preparation is done and
-the previous step has executed.
+threads. Preparation on queue q > 0 runs on a worker, in plan order, as
+early as it can; a step executes once its preparation is done and the
+previous step has executed. The worker has a core of its own when the
+execution threads leave one free; otherwise it shares an execution core:
+its reads wait on storage while execution goes on, and its transforms
+(one thread) take their CPU time from the executions, which are slowed by
+that time divided among the execution threads.
 
 A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
 "exec_queue"}, ...], "threads": T, "bundle_bytes": N}. The result has the
@@ -103,13 +107,20 @@ def simulate(plan, table):
     exec_end = t
     for i, step in enumerate(plan["steps"]):
         q = step.get("prep_queue", 0)
-        inline = q == 0 or not others
-        prep_cls, prep_cpu = (exec_cls, exec_cores[0]) if inline else others[(q - 1) % len(others)]
+        inline, shared = q == 0, q > 0 and not others
+        if inline:
+            prep_cls, prep_cpu = exec_cls, exec_cores[0]
+        elif shared:
+            prep_cls, prep_cpu = exec_cls, exec_cores[min(threads, len(exec_cores)) - 1]
+        else:
+            prep_cls, prep_cpu = others[(q - 1) % len(others)]
         read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline)
         start = exec_end if inline else queue_free.get(q, open_ms)
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
         if transform:
             end = add("transform", i, step["layer"], step["variant"], prep_cpu, end, transform)
+            if shared:
+                execute += transform / max(1, threads)
         if not inline:
             queue_free[q] = end
         exec_end = add("execute", i, step["layer"], step["variant"], exec_cores[0], max(end, exec_end), execute)

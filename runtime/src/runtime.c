@@ -369,7 +369,8 @@ struct cb_session {
   /* the first run's preparation workers (plan steps with prep_queue > 0) */
   pthread_mutex_t mu;
   pthread_cond_t ready_cv;
-  _Atomic uint8_t* ready; /* per step: 0 pending, 1 prepared, 2 failed */
+  _Atomic uint8_t* ready;   /* per step: 0 pending, 1 prepared, 2 failed */
+  _Atomic uint8_t* claimed; /* per step: a thread has taken its preparation */
   atomic_int abort;       /* the executing thread failed: workers stop */
   cb_status prep_status;
   char prep_error[1024];
@@ -401,6 +402,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
   s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->ready = calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->claimed = calloc(m->nsteps ? m->nsteps : 1, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
@@ -412,7 +414,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     }
   }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared ||
-      !s->prepared || !s->ready) {
+      !s->prepared || !s->ready || !s->claimed) {
     cb_session_release(s);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   }
@@ -458,6 +460,7 @@ void cb_session_release(cb_session* s) {
   free(s->prepared);
   free(s->is_prepared);
   free((void*)s->ready);
+  free((void*)s->claimed);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->ready_cv);
   free(s->targs);
@@ -552,18 +555,50 @@ static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
   return CB_OK;
 }
 
-/* A preparation worker: pinned to a core after the execution cores, it
- * prepares its queue's steps in plan order and marks each ready. Its
- * transforms' parallel loops run inline, off the execution pool. */
+/* Preparation workers. Worker q, pinned to a core after the execution
+ * cores, takes its queue's steps in plan order; when its queue is empty it
+ * steals the pending step at the head of another worker's queue, and the
+ * executing thread prepares a step itself when it reaches one that nobody
+ * has taken yet (a worker slowed by a busy core delays nothing it has not
+ * started). A step is taken by whoever claims it first. Workers' transforms
+ * run their parallel loops inline, off the execution pool. */
 typedef struct {
   cb_session* s;
-  uint32_t queue;
+  uint32_t queue, nworkers;
 } cb_prep_worker;
+
+static int claim(cb_session* s, uint32_t i) {
+  uint8_t free_ = 0;
+  return atomic_compare_exchange_strong(&s->claimed[i], &free_, 1);
+}
+
+static void publish(cb_session* s, uint32_t i, cb_status st) {
+  pthread_mutex_lock(&s->mu);
+  if (st && !s->prep_status) {
+    s->prep_status = st;
+    snprintf(s->prep_error, sizeof s->prep_error, "%s", cb_last_error());
+  }
+  atomic_store(&s->ready[i], st ? 2 : 1);
+  pthread_cond_broadcast(&s->ready_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The next step worker `w` should prepare, claimed: its own queue's first
+ * pending step, else the first pending step of any worker's queue; or -1. */
+static int64_t next_item(cb_session* s, const cb_prep_worker* w, uint32_t* own, uint32_t* other) {
+  const cb_model* m = &s->bundle->model;
+  for (; *own < m->nsteps; ++*own)
+    if (m->steps[*own].prep_queue == w->queue && claim(s, *own)) return (*own)++;
+  for (; *other < m->nsteps; ++*other) {
+    uint8_t q = m->steps[*other].prep_queue;
+    if (q > 0 && q <= w->nworkers && claim(s, *other)) return (*other)++;
+  }
+  return -1;
+}
 
 static void* prep_main(void* arg) {
   cb_prep_worker* w = arg;
   cb_session* s = w->s;
-  const cb_model* m = &s->bundle->model;
   int cpu = cb_backend_prep_cpu(w->queue);
   if (cpu >= 0) {
     cpu_set_t one;
@@ -572,24 +607,23 @@ static void* prep_main(void* arg) {
     pthread_setaffinity_np(pthread_self(), sizeof one, &one);
   }
   cb_backend_run_inline();
-  for (uint32_t i = 0; i < m->nsteps && !atomic_load(&s->abort); i++) {
-    if (m->steps[i].prep_queue != w->queue) continue;
-    cb_status st = prepare_step(s, i, 1);
-    pthread_mutex_lock(&s->mu);
-    if (st && !s->prep_status) {
-      s->prep_status = st;
-      snprintf(s->prep_error, sizeof s->prep_error, "%s", cb_last_error());
-    }
-    atomic_store(&s->ready[i], st ? 2 : 1);
-    pthread_cond_broadcast(&s->ready_cv);
-    pthread_mutex_unlock(&s->mu);
+  uint32_t own = 0, other = 0;
+  for (int64_t i; !atomic_load(&s->abort) && (i = next_item(s, w, &own, &other)) >= 0;) {
+    cb_status st = prepare_step(s, (uint32_t)i, 1);
+    publish(s, (uint32_t)i, st);
     if (st) break;
   }
   return NULL;
 }
 
-/* Block until a worker has prepared step `i`; its failure becomes ours. */
-static cb_status wait_prepared(cb_session* s, uint32_t i) {
+/* Step `i` of a worker's queue, needed now: prepare it here if nobody has
+ * taken it, else block until its preparer is done (its failure becomes ours). */
+static cb_status take_or_wait(cb_session* s, uint32_t i) {
+  if (claim(s, i)) {
+    cb_status st = prepare_step(s, i, 1);
+    publish(s, i, st);
+    return st;
+  }
   if (!atomic_load(&s->ready[i])) {
     pthread_mutex_lock(&s->mu);
     while (!atomic_load(&s->ready[i])) pthread_cond_wait(&s->ready_cv, &s->mu);
@@ -601,12 +635,13 @@ static cb_status wait_prepared(cb_session* s, uint32_t i) {
 
 #define CB_MAX_PREP_QUEUES 8
 
-static cb_status run_steps(cb_session* s, int first, uint32_t nworkers) {
+/* `queues`: the preparation queues workers serve on this run (0: none). */
+static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= nworkers
-                       ? wait_prepared(s, i) : prepare_step(s, i, first);
+    cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues
+                       ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
@@ -631,19 +666,23 @@ cb_status cb_session_run(cb_session* s) {
   /* the first run's preparation workers start before anything executes */
   pthread_t workers[CB_MAX_PREP_QUEUES];
   cb_prep_worker args[CB_MAX_PREP_QUEUES];
-  uint32_t nworkers = 0;
+  uint32_t nworkers = 0, want = 0;
   if (first) {
     atomic_store(&s->abort, 0);
     s->prep_status = CB_OK;
-    for (uint32_t q = 1; q <= m->prep_queues && q <= CB_MAX_PREP_QUEUES; q++) {
-      args[q - 1] = (cb_prep_worker){s, q};
+    for (uint32_t i = 0; i < m->nsteps; i++) atomic_store(&s->ready[i], 0), atomic_store(&s->claimed[i], 0);
+    want = m->prep_queues < CB_MAX_PREP_QUEUES ? m->prep_queues : CB_MAX_PREP_QUEUES;
+    for (uint32_t q = 1; q <= want; q++) {
+      args[q - 1] = (cb_prep_worker){s, q, want};
       if (pthread_create(&workers[q - 1], NULL, prep_main, &args[q - 1]) != 0) break;
       nworkers = q;
     }
   }
   cpu_set_t saved;
   int pinned = cb_backend_pin_caller(&saved);
-  cb_status st = run_steps(s, first, nworkers);
+  /* a worker that could not start leaves its queue to the others (they
+   * steal) and to the executing thread (it claims what nobody took) */
+  cb_status st = run_steps(s, first, nworkers ? want : 0);
   if (pinned) cb_backend_restore_caller(&saved);
   if (nworkers) {
     atomic_store(&s->abort, 1);

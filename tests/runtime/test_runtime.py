@@ -153,3 +153,33 @@ def test_weights_follow_the_code_in_the_order_of_need():
         t = b.tensors[i]
         start = b.segments[t.segment].offset + t.segmentOffset
         assert checksum64(data[start:start + t.nbytes]) == t.checksum
+
+
+def test_outputs_correct_under_a_cpu_hog():
+    """A busy process pinned to a preparation worker's core: whoever claims a
+    step first prepares it (the executing thread steals what the worker has
+    not started), and the outputs do not change."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+
+    cores = sorted(os.sched_getaffinity(0))
+    model = small_cnn()
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
+    ref = coldbrew.load(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")).run(None, {"x": x})[0]
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cores[-1]}}})\nwhile True: pass"])
+    try:
+        for threads in (1, 2):
+            for _ in range(10):
+                sess = coldbrew.load(data, threads=threads, trace=True)
+                np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref)
+                prepared = [e["step"] for e in sess.trace() if e["phase"] == "read"]
+                assert sorted(prepared) == sorted(set(prepared))  # every step prepared exactly once
+    finally:
+        hog.kill()
+        hog.wait()

@@ -1,0 +1,59 @@
+"""The scheduler against the optimum: random small cost tables (a chain of
+conv layers, each with a winograd candidate — raw weights + a transform, or
+cached — and a GEMM one), the scheduler's plan for a configuration with a
+dedicated preparation core beside 2 execution threads, and the exact
+optimum of the same model (compiler/plan_exact.py, MILP). Prints the gap
+distribution and the scheduler's planning time.
+
+    python bench/plan_gap.py [--tables 200] [--layers 4,6,8] [--seed 1]
+"""
+import argparse
+import random
+import statistics
+import time
+
+from coldbrew.compiler.plan import _schedule_config
+from coldbrew.compiler.plan_exact import optimal_makespan
+
+
+def _stat(ms):
+    return {"median": ms, "min": ms, "max": ms, "n": 1}
+
+
+def random_table(rnd, n):
+    def cand(variant, transform):
+        x = rnd.uniform(0.5, 6)
+        return {"variant": variant, "raw_bytes": 1000, "transformed_bytes": 2000, "has_transform": transform,
+                "read_ms": {"raw": _stat(rnd.uniform(0.1, 3)), "cached": _stat(rnd.uniform(0.1, 4))},
+                "transform_ms": {"core": {"1": _stat(x if transform else 0), "2": _stat(x / 2 if transform else 0)}},
+                "execute_first_ms": {"core": {"2": _stat(rnd.uniform(0.5, 3))}}}
+
+    return {"classes": [{"name": "core", "ids": [0, 1, 2]}], "threads": 2, "modeled": False,
+            "load": {"verify": _stat(0.5), "code_load": _stat(0.5), "session": _stat(0.5), "bundle_bytes": 1000},
+            "layers": [{"name": f"c{i}", "candidates": [cand("conv2d.winograd_f4", True),
+                                                         cand("conv2d.im2col_gemm", False)]} for i in range(n)]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tables", type=int, default=200)
+    ap.add_argument("--layers", default="4,6,8")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    rnd = random.Random(a.seed)
+    for n in map(int, a.layers.split(",")):
+        gaps, plan_ms = [], []
+        for _ in range(a.tables):
+            t = random_table(rnd, n)
+            t0 = time.perf_counter()
+            heuristic = _schedule_config(t, 2, True)["predicted_ms"]
+            plan_ms.append((time.perf_counter() - t0) * 1e3)
+            gaps.append(100 * (heuristic / optimal_makespan(t, 2) - 1))
+        q = statistics.quantiles(gaps, n=20)
+        print(f"{n} layers, {a.tables} tables: gap to optimum mean {statistics.mean(gaps):.2f} %, median "
+              f"{statistics.median(gaps):.2f} %, p90 {q[17]:.2f} %, max {max(gaps):.2f} %, optimal in "
+              f"{sum(g < 1e-6 for g in gaps)}/{a.tables}; scheduler {statistics.median(plan_ms):.2f} ms per plan")
+
+
+if __name__ == "__main__":
+    main()
