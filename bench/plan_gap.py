@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 
-from coldbrew.compiler.plan import _schedule_config
+from coldbrew.compiler.plan import schedule_config
 from coldbrew.compiler.plan_exact import optimal_makespan
 
 
@@ -46,7 +46,7 @@ def main():
         for _ in range(a.tables):
             t = random_table(rnd, n)
             t0 = time.perf_counter()
-            heuristic = _schedule_config(t, 2, True)["predicted_ms"]
+            heuristic = schedule_config(t, 2, True)["predicted_ms"]
             plan_ms.append((time.perf_counter() - t0) * 1e3)
             gaps.append(100 * (heuristic / optimal_makespan(t, 2) - 1))
         q = statistics.quantiles(gaps, n=20)

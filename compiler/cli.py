@@ -96,7 +96,8 @@ def main():
 @click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
 @click.option("--prep-queue", "queue_opts", multiple=True, metavar="[LAYER=]Q", default=["0"], show_default=True,
               help="who prepares a layer's weights on the first run: 0 the executing thread, Q >= 1 "
-                   "preparation worker Q (ahead of execution, on a core of its own); global or per layer")
+                   "preparation worker Q (ahead of execution, pinned to the core after the execution cores); "
+                   "global or per layer")
 @click.option("--plan", "plan", type=click.Choice(["default", "warm", "cold-greedy", "cold"]), default="default",
               show_default=True,
               help="plan from the device cost table (profiled once, then cached): fastest warm variants, "

@@ -55,8 +55,9 @@ def choose(table, objective):
     return out
 
 
-def _pairs(layer, table, threads, prep_threads):
-    """[(variant, form, prep_ms, exec_ms)] of a layer: every candidate
+def layer_pairs(layer, table, threads, prep_threads):
+    """[(variant, form, prep_ms, exec_ms)] of a layer (also the exact
+    yardstick's, compiler/plan_exact.py): every candidate
     cached, and raw where it has a transform."""
     cls = table["classes"][0]["name"]
     out = []
@@ -78,7 +79,7 @@ def _undominated(pairs):
 
 
 def _greedy(layer, table, threads, objective):
-    pairs = _pairs(layer, table, threads, threads)
+    pairs = layer_pairs(layer, table, threads, threads)
     if objective == "warm":
         cls = table["classes"][0]["name"]
         best = min(layer["candidates"], key=lambda c: median_ms(c["execute_ms"], cls, threads))
@@ -92,9 +93,7 @@ def _steps(table, sel, queues):
 
 
 def _predict(table, sel, queues, threads):
-    plan = {"threads": threads, "steps": _steps(table, sel, queues),
-            "bundle_bytes": table["load"]["bundle_bytes"]}
-    return simulate(plan, table)["latency_ms"]
+    return simulate({"threads": threads, "steps": _steps(table, sel, queues)}, table)["latency_ms"]
 
 
 def _result(table, sel, queues, threads):
@@ -118,16 +117,16 @@ def configurations(table):
 def _schedule(table):
     best = None
     for threads, worker in configurations(table):
-        plan = _schedule_config(table, threads, worker)
+        plan = schedule_config(table, threads, worker)
         if best is None or plan["predicted_ms"] < best["predicted_ms"]:
             best = plan
     return best
 
 
-def _schedule_config(table, threads, worker):
+def schedule_config(table, threads, worker):
     layers = table["layers"]
     # preparation on a worker runs on one thread; inline, on the execution threads
-    options = [_undominated(_pairs(layer, table, threads, 1 if worker else threads)) for layer in layers]
+    options = [_undominated(layer_pairs(layer, table, threads, 1 if worker else threads)) for layer in layers]
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
     queues = [0] + [1 if worker else 0] * (len(layers) - 1)
     cost = _predict(table, sel, queues, threads)

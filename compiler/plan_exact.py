@@ -22,7 +22,7 @@ preparation times and E the execution time:
 """
 import numpy as np
 
-from .plan import _pairs
+from .plan import layer_pairs
 
 
 def optimal_makespan(table, threads):
@@ -34,8 +34,8 @@ def optimal_makespan(table, threads):
     load = table["load"]
     open_ms = load["verify"]["median"] + load["code_load"]["median"] + load["session"]["median"]
     # every pair, in both placements (worker preparation: one thread)
-    inline = [_pairs(layer, table, threads, threads) for layer in layers]
-    worker = [_pairs(layer, table, threads, 1) for layer in layers]
+    inline = [layer_pairs(layer, table, threads, threads) for layer in layers]
+    worker = [layer_pairs(layer, table, threads, 1) for layer in layers]
     n = len(layers)
     z_index, k = {}, 0
     for i in range(n):

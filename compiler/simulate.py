@@ -24,7 +24,7 @@ its reads wait on storage while execution goes on, and its transforms
 that time divided among the execution threads.
 
 A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
-"exec_queue"}, ...], "threads": T, "bundle_bytes": N}. The result has the
+"exec_queue"}, ...], "threads": T}. The result has the
 predicted latency and a timeline of events shaped like the runtime's trace.
 """
 
@@ -37,14 +37,14 @@ def plan_of_bundle(data):
     """The plan a bundle carries (its bytes or path)."""
     from .inspect_bundle import read, read_bytes
 
-    bundle, size, _ = read_bytes(data) if isinstance(data, (bytes, bytearray)) else read(data)
+    bundle, _, _ = read_bytes(data) if isinstance(data, (bytes, bytearray)) else read(data)
     steps = []
     for s in bundle.plan.steps:
         layer = bundle.layers[s.layer]
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
                       "form": "raw" if s.weightForm == 0 else "cached", "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
-    return {"steps": steps, "threads": bundle.plan.threads or 1, "bundle_bytes": size}
+    return {"steps": steps, "threads": bundle.plan.threads or 1}
 
 
 def _s(v):

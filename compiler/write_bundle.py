@@ -38,12 +38,9 @@ def _align(n, a):
 def need_order(graph):
     """Weight tensor indices in the order the layers first use them (the
     execute arguments and the transform's), then any that no layer uses."""
-    order = []
-    for layer in graph.layers:
-        for i in list(layer.transform_args) + list(layer.args):
-            if graph.tensors[i].kind == "weight" and i not in order:
-                order.append(i)
-    return order + [i for i, t in enumerate(graph.tensors) if t.kind == "weight" and i not in order]
+    used = [i for layer in graph.layers for i in list(layer.transform_args) + list(layer.args)]
+    every = range(len(graph.tensors))
+    return [i for i in dict.fromkeys(used + list(every)) if graph.tensors[i].kind == "weight"]
 
 
 def _weight_runs(graph):

@@ -228,12 +228,12 @@ static void pin_worker(pthread_t thread, int id) {
   pin_thread(thread, cpu);
 }
 
-int cb_backend_prep_cpu(uint32_t queue) {
+void cb_backend_enter_prep_worker(uint32_t queue) {
   int home = g_pool.home >= 0 ? g_pool.home : sched_getcpu();
-  return nth_core_after(home, g_pool.size + (int)queue - 1);
+  int cpu = nth_core_after(home, g_pool.size + (int)queue - 1);
+  if (cpu >= 0) pin_thread(pthread_self(), cpu);
+  t_in_task = 1; /* its parallel launches run inline */
 }
-
-void cb_backend_run_inline(void) { t_in_task = 1; }
 
 int cb_backend_pin_caller(void* saved) {
   if (g_pool.size <= 1 || g_pool.home < 0) return 0;

@@ -94,17 +94,16 @@ void cb_backend_clear_kernel_error(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
-/* Run the calling thread's parallel launches inline (a preparation worker:
- * its transforms must not take the execution cores' pool). */
-void cb_backend_run_inline(void);
 /* Pin the calling thread to the core the pool was built around (its workers
  * sit on the next cores); `saved` receives the old mask for restore. Returns
  * 1 if pinned. */
 int cb_backend_pin_caller(void* saved_cpu_set);
 void cb_backend_restore_caller(const void* saved_cpu_set);
-/* The core preparation worker `queue` (>= 1) runs on: the first core after the
- * execution cores, wrapping around when there are not enough. -1: unknown. */
-int cb_backend_prep_cpu(uint32_t queue);
+/* Make the calling thread preparation worker `queue` (>= 1): pin it to the
+ * first core after the execution cores (wrapping around when there are not
+ * enough) and run its parallel launches inline, so its transforms never take
+ * the execution cores' pool. */
+void cb_backend_enter_prep_worker(uint32_t queue);
 
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);

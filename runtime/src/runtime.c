@@ -72,8 +72,8 @@ struct cb_bundle {
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
   cb_trace_event open_events[2]; /* verify, code load: reported by traced sessions */
-  int lazy_weights;          /* weights verified per tensor when first read */
-  _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum */
+  _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
+                                weights are not checked per tensor (older bundle, or skipped) */
   _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
 };
 
@@ -92,6 +92,34 @@ static void read_ahead(cb_bundle* b, uint64_t upto) {
   if (!atomic_compare_exchange_strong(&b->advised, &from, end)) return; /* another thread advanced it */
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), lo = from / page * page;
   madvise((void*)(b->base + lo), (size_t)(end - lo), MADV_WILLNEED);
+}
+
+static int is_weight_segment(const cb_segment_desc* seg) {
+  return seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED;
+}
+
+/* An older bundle's weights: every weight segment checked whole. */
+static cb_status check_weight_segments(const cb_bundle* b) {
+  for (uint32_t i = 0; i < b->model.nsegments; i++) {
+    const cb_segment_desc* seg = &b->model.segments[i];
+    if (is_weight_segment(seg) && cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+      return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
+  }
+  return CB_OK;
+}
+
+/* Weight tensor `t` (at `data`), read ahead and checked against its own
+ * checksum unless already checked; `layer` names the reader for the error. */
+static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer) {
+  const cb_tensor_desc* d = &b->model.tensors[t];
+  read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+  if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
+  if (cb_checksum64(data, d->nbytes) != d->checksum)
+    return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
+                           d->name, layer)
+                 : cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);
+  if (b->verified) atomic_store(&b->verified[t], 1);
+  return CB_OK;
 }
 
 static uint64_t now_ns(void) {
@@ -190,16 +218,16 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   /* Weights with checksums of their own are checked by the run that first
    * reads them (nothing waits here for bytes it does not need yet); an older
    * bundle's weight segments are checked whole, here. */
-  b->lazy_weights = b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS);
-  if (b->lazy_weights && !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
+  if (b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) &&
+      !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < b->model.nsegments; i++) {
     const cb_segment_desc* seg = &b->model.segments[i];
-    int is_weights = seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED;
-    if (is_weights && ((flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) || b->model.weight_checksums)) continue;
-    if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+    if (!is_weight_segment(seg) && cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
       return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
   }
+  if (!b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) && (s = check_weight_segments(b)))
+    return s;
   open_event(b, 0, CB_PHASE_VERIFY, t0);
   uint64_t t1 = now_ns();
   if (code && (s = load_code(b, code))) return s;
@@ -275,26 +303,16 @@ void cb_bundle_release(cb_bundle* b) {
 cb_status cb_bundle_verify_weights(cb_bundle* b) {
   if (!b) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle is required");
   const cb_model* m = &b->model;
-  if (!m->weight_checksums) { /* an older bundle: its weight segments carry the checksums */
-    for (uint32_t i = 0; i < m->nsegments; i++) {
-      const cb_segment_desc* seg = &m->segments[i];
-      if ((seg->kind == CB_SEG_WEIGHTS_RAW || seg->kind == CB_SEG_WEIGHTS_CACHED) &&
-          cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
-        return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
-    }
-    return CB_OK;
-  }
+  if (!m->weight_checksums) return check_weight_segments(b);
   for (uint32_t i = 0; i < m->ntensors; i++) {
     const cb_tensor_desc* d = &m->tensors[i];
-    if (d->kind != CB_KIND_WEIGHT || (b->verified && atomic_load(&b->verified[i]))) continue;
-    const uint8_t* data = b->base + m->segments[d->segment].offset + d->segment_offset;
-    read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
-    if (cb_checksum64(data, d->nbytes) != d->checksum)
-      return cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);
-    if (b->verified) atomic_store(&b->verified[i], 1);
+    if (d->kind != CB_KIND_WEIGHT) continue;
+    cb_status s = check_tensor(b, i, b->base + m->segments[d->segment].offset + d->segment_offset, NULL);
+    if (s) return s;
   }
   return CB_OK;
 }
+
 
 size_t cb_bundle_input_count(const cb_bundle* b) { return b ? b->model.ninputs : 0; }
 size_t cb_bundle_output_count(const cb_bundle* b) { return b ? b->model.noutputs : 0; }
@@ -501,14 +519,12 @@ static cb_status read_weights(cb_session* s, uint32_t step) {
       const cb_tensor_desc* d = &m->tensors[ids[a]];
       if (d->kind != CB_KIND_WEIGHT) continue;
       const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
-      read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
-      if (b->lazy_weights && !atomic_load(&b->verified[ids[a]])) {
-        if (cb_checksum64(data, d->nbytes) != d->checksum)
-          return cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
-                         d->name, st->layer_name);
-        atomic_store(&b->verified[ids[a]], 1);
+      if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
+        cb_status c = check_tensor(b, ids[a], data, st->layer_name);
+        if (c) return c;
         continue;
       }
+      read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
       const volatile uint8_t* p = data;
       for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
       if (d->nbytes) sum += p[d->nbytes - 1];
@@ -599,14 +615,7 @@ static int64_t next_item(cb_session* s, const cb_prep_worker* w, uint32_t* own, 
 static void* prep_main(void* arg) {
   cb_prep_worker* w = arg;
   cb_session* s = w->s;
-  int cpu = cb_backend_prep_cpu(w->queue);
-  if (cpu >= 0) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  }
-  cb_backend_run_inline();
+  cb_backend_enter_prep_worker(w->queue);
   uint32_t own = 0, other = 0;
   for (int64_t i; !atomic_load(&s->abort) && (i = next_item(s, w, &own, &other)) >= 0;) {
     cb_status st = prepare_step(s, (uint32_t)i, 1);

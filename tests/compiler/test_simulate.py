@@ -32,7 +32,7 @@ def _table():
 
 
 def _plan(form="raw", queue=0, variant="conv2d.winograd_f4"):
-    return {"threads": 2, "bundle_bytes": 2000, "steps": [
+    return {"threads": 2, "steps": [
         {"layer": "c0", "variant": variant, "form": form, "prep_queue": queue, "exec_queue": 0},
         {"layer": "L1", "variant": "generic", "form": "raw", "prep_queue": queue, "exec_queue": 0}]}
 
@@ -178,7 +178,7 @@ def test_scheduler_within_ten_percent_of_the_optimum():
     the same model; the mean gap stays under 10 %."""
     import random
 
-    from coldbrew.compiler.plan import _schedule_config
+    from coldbrew.compiler.plan import schedule_config
     from coldbrew.compiler.plan_exact import optimal_makespan
 
     rnd = random.Random(11)
@@ -192,7 +192,7 @@ def test_scheduler_within_ten_percent_of_the_optimum():
                 if c["has_transform"]:
                     x = rnd.uniform(0.5, 6)
                     c["transform_ms"] = {"core": {"1": _stat(x), "2": _stat(x / 2)}}
-        heuristic = _schedule_config(t, 2, True)["predicted_ms"]
+        heuristic = schedule_config(t, 2, True)["predicted_ms"]
         best = optimal_makespan(t, 2)
         assert best <= heuristic + 1e-6
         gaps.append(heuristic / best - 1)
