@@ -13,6 +13,7 @@ The whole pipeline, in order (one pass per module):
     extract_layers   Relax -> coldbrew Graph (tensors, layers, kernels)
     plan_weights     per layer: raw weights + transform kernel, or cached transformed ones
     plan_memory      static arena offsets for intermediate and prepared tensors
+    add_warm_steps   continuous mode only: each layer's warm-fastest variant as an alternate
     codegen          kernels -> one CPU shared object (TVM LLVM)
     write_bundle     header + segments -> bytes
 """
@@ -24,7 +25,7 @@ from .errors import CompileError, UnsupportedOperatorError
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
 PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
-          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "codegen",
+          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "add_warm_steps", "codegen",
           "write_bundle"]
 
 
@@ -57,7 +58,7 @@ def _dump(dump_dir, index, name, ir):
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False,
-                  queues=0, on_plan=None):
+                  queues=0, on_plan=None, continuous=False):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
@@ -75,14 +76,22 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     layer's variant and schedule parameters by measurement (compiler/tune.py,
     cached per target); only the host can be measured, so for other targets
     it changes nothing and every layer's parameters stay derived.
+    `continuous` also stores each layer's warm-fastest variant (the "warm"
+    plan from the same cost table; weights cached, after the plan's) for
+    runs after the first in continuous mode (compiler/add_warm_steps.py).
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
-    if plan != "default":
+    warm = None
+    if plan != "default" or continuous:
         from .plan import choose
         from .profile import profile
 
         table = profile(model, target, threads, input_shapes, constants, progress)
+        if continuous:
+            best = choose(table, "warm")
+            warm = (best["variants"], best["threads"])
+    if plan != "default":
         planned = choose(table, plan)
         if on_plan:
             on_plan(planned)
@@ -99,7 +108,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner and the compile
         tuning = measure_tuning(model, target, threads, front=front, progress=progress)
     data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads,
-                            front=front, tuning=tuning, queues=queues)
+                            front=front, tuning=tuning, queues=queues, warm=warm)
     return data
 
 
@@ -138,21 +147,41 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, front=None, tuning=None, queues=0):
+                  variants=None, weights="cached", threads=2, front=None, tuning=None, queues=0, warm=None):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
-    (compiler/tune.py) supplies measured variants and parameters."""
+    (compiler/tune.py) supplies measured variants and parameters; `warm`
+    ((variants, threads) of the warm plan) adds continuous mode's warm
+    alternates."""
     from coldbrew.targets import resolve
 
-    from . import (codegen, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels,
-                   select_variants, write_bundle)
+    from . import add_warm_steps, codegen, write_bundle
 
     try:
         tgt = resolve(target) if isinstance(target, str) else target
     except ValueError as e:
         raise CompileError(str(e)) from None
     front = front or front_end(model, input_shapes, constants, dump_ir)
+    graph = _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues)
+    if warm:
+        alt = _lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
+        graph = add_warm_steps.run(graph, alt, warm[1])
+    _dump(dump_ir, PASSES.index(add_warm_steps.NAME), add_warm_steps.NAME, graph)
+    code = codegen.run(graph, tgt)
+    _dump(dump_ir, PASSES.index(codegen.NAME), codegen.NAME, code)
+    data = write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", front.model_hash)
+    _dump(dump_ir, PASSES.index(write_bundle.NAME), write_bundle.NAME, data)
+    if output:
+        with open(output, "wb") as f:
+            f.write(data)
+    return data, graph
+
+
+def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues):
+    """The passes from select_variants to plan_memory."""
+    from . import extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
+
     step = iter(range(PASSES.index(select_variants.NAME), len(PASSES)))
 
     def done(p, ir):
@@ -172,10 +201,4 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         graph = done(plan_weights, plan_weights.run(graph, weights, queues))
     except ValueError as e:
         raise CompileError(str(e)) from None
-    graph = done(plan_memory, plan_memory.run(graph))
-    code = done(codegen, codegen.run(graph, tgt))
-    data = done(write_bundle, write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", front.model_hash))
-    if output:
-        with open(output, "wb") as f:
-            f.write(data)
-    return data, graph
+    return done(plan_memory, plan_memory.run(graph))

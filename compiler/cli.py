@@ -106,9 +106,13 @@ def main():
 @click.option("--tune/--no-tune", default=None,
               help="search each layer's variant and schedule parameters by measurement (cached per target); "
                    "default: on when the target is this machine (host), and only the host can be measured")
+@click.option("--continuous", is_flag=True,
+              help="also store each layer's warm-fastest variant (from the cost table) for continuous mode: "
+                   "the first run follows the plan, later runs switch to those variants once their weights "
+                   "are ready (coldbrew.load(..., mode='continuous'))")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
 def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
-                dump_ir):
+                continuous, dump_ir):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
@@ -120,7 +124,7 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
                                  tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts),
-                                 on_plan=planned.append)
+                                 on_plan=planned.append, continuous=continuous)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     for p in planned:
@@ -138,7 +142,9 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
 @click.option("--cold/--warm", default=True, show_default=True, help="evict the bundle from the page cache first")
 @click.option("--repeat", default=10, show_default=True, help="warm runs after the first")
 @click.option("--threads", default=0, help="execution threads (0 = the plan's)")
-def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
+@click.option("--mode", type=click.Choice(["cold", "continuous"]), default="cold", show_default=True,
+              help="continuous: runs after the first switch to the bundle's warm variants (compile --continuous)")
+def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
     """Run BUNDLE once cold, then warm; print outputs and timings.
 
     Inputs not given are filled with seeded random data."""
@@ -151,7 +157,7 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
         evict(bundle)
     t1 = time.perf_counter()
     try:
-        sess = coldbrew.load(bundle, threads=threads)
+        sess = coldbrew.load(bundle, threads=threads, mode=mode)
     except coldbrew.BundleError as e:
         raise click.ClickException(str(e)) from None
     t_load = time.perf_counter() - t1
@@ -189,6 +195,10 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads):
                f"= {(t_load + t_first) * 1e3:.2f} ms to first result")
     if warm:
         click.echo(f"warm run median {np.median(warm) * 1e3:.2f} ms over {repeat}")
+    if mode == "continuous":
+        ready, total = sess.alternates()
+        runs = ", ".join(f"run {k + 2} {t * 1e3:.2f} ms" for k, t in enumerate(warm[:2]))
+        click.echo(f"continuous: {runs}; {ready}/{total} warm alternates ready")
 
 
 @main.command("profile")

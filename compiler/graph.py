@@ -44,6 +44,7 @@ class Layer:
     tuned: bool = False  # params measured on the device, not derived from the target's model
     prep_queue: int = 0
     exec_queue: int = 0
+    warm: dict = None  # continuous mode's warm-fastest alternate: variant, kernel, args, params
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Graph:
     arena_size: int = 0
     prepared_size: int = 0
     threads: int = 1
+    warm_threads: int = 0  # continuous mode: execution threads after the first run (0: threads)
     notes: list = field(default_factory=list)
 
     def add_tensor(self, tensor):
@@ -72,7 +74,8 @@ class Graph:
         for layer in self.layers:
             args = ", ".join(f"%{a}" for a in layer.args)
             prep = f" <- {layer.transform}({', '.join(f'%{a}' for a in layer.transform_args)})" if layer.transform else ""
-            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}] ({args}){prep}")
+            warm = f" / warm {layer.warm['variant']}" if layer.warm else ""
+            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{warm}] ({args}){prep}")
         for i in self.outputs:
             t = self.tensors[i]
             lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")

@@ -78,6 +78,16 @@ def describe(path):
         wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
                      f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  {_schedule(s)}".rstrip())
+        if _s(s.warmKernel):
+            alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
+            abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
+            params = ",".join(f"{k}={v}" for k, v in json.loads(_s(s.warmParams) or "{}").items())
+            lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached':<7} "
+                         f"{'':>3} {abytes:>12,}  {params}".rstrip())
+    alternates = [s for s in b.plan.steps if _s(s.warmKernel)]
+    if alternates:
+        lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
+                     f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)")
     lines.append("segments")
     for k, s in enumerate(b.segments):
         lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")

@@ -4,7 +4,9 @@ Layout (schemas/README.md), in the order a cold start needs it: a 64-byte
 preamble, the FlatBuffer header, the CPU code, then the weights in the order
 the plan's steps first use them (page aligned, each tensor 64-byte aligned).
 Runs of tensors of one form (raw or cached) make one segment each, so a plan
-that mixes forms still reads its file front to back. Every weight tensor
+that mixes forms still reads its file front to back. Continuous mode's warm
+alternates' weights (add_warm_steps) come last: no step of the plan reads
+them, so the first run never waits for them. Every weight tensor
 carries its own checksum, verified by the run that first reads it. The
 header is built twice: once to learn its size (all scalars are written, so
 its size does not depend on the offsets), once with the final segment
@@ -69,6 +71,10 @@ def _weight_runs(graph):
     return out
 
 
+def _params(params):
+    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else ""
+
+
 def _header(graph, target, producer, model_hash, segments, weight_offsets):
     """weight_offsets: {tensor index: (segment index, offset, checksum)}."""
     b = fb.BundleT()
@@ -100,12 +106,16 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         s.weightForm = fb.WeightForm.raw if layer.weight_form == "raw" else fb.WeightForm.cached
         s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
         s.transformArgs = list(layer.transform_args)
-        s.params = json.dumps(layer.params, sort_keys=True, separators=(",", ":")) if layer.params else ""
+        s.params = _params(layer.params)
         s.tuned = layer.tuned
+        if layer.warm:
+            s.warmVariant, s.warmKernel = layer.warm["variant"], layer.warm["kernel"]
+            s.warmArgs, s.warmParams = list(layer.warm["args"]), _params(layer.warm["params"])
         steps.append(s)
     p = fb.PlanT()
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
     p.preparedSize = graph.prepared_size
+    p.warmThreads = graph.warm_threads
     b.plan = p
     b.weightChecksums = True
     b.segments = []

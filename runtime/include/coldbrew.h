@@ -61,9 +61,21 @@ typedef struct cb_tensor_info {
   uint64_t nbytes;
 } cb_tensor_info;
 
+/* Session modes. COLD runs the bundle's plan every time. CONTINUOUS
+ * (bundles compiled with --continuous; papers/nnv12-cold-inference.txt
+ * section 3.5): the first run follows the cold plan, while a thread at idle
+ * priority (SCHED_IDLE: it takes only time no other thread wants) reads and
+ * checks the weights of each layer's warm-fastest variant once the first
+ * run has read its own; every later run executes each layer with its warm
+ * variant if that one is ready, else with the plan's, and with the plan's
+ * warm thread count. A warm weight that fails its checksum fails the run
+ * that follows with CB_ERR_CORRUPT. */
+typedef enum cb_mode { CB_MODE_COLD = 0, CB_MODE_CONTINUOUS = 1 } cb_mode;
+
 typedef struct cb_session_options {
   uint32_t threads; /* execution threads; 0 = the plan's choice */
   uint32_t trace;   /* 1 = record a trace event per layer and phase */
+  uint32_t mode;    /* cb_mode */
 } cb_session_options;
 
 /* Phases of a cold run. LOAD events (step = CB_STEP_BUNDLE) cover opening
@@ -83,8 +95,9 @@ typedef enum cb_phase {
  * The first run of a traced session also reports the bundle's open phases. */
 typedef struct cb_trace_event {
   uint32_t step;
-  uint32_t phase; /* cb_phase */
-  int32_t cpu;    /* core the phase started on */
+  uint32_t phase;     /* cb_phase */
+  int32_t cpu;        /* core the phase started on */
+  uint32_t alternate; /* 1: the step's warm alternate (continuous mode), 0: the plan's variant */
   uint64_t start_ns, end_ns;
 } cb_trace_event;
 
@@ -120,10 +133,16 @@ cb_status cb_session_run(cb_session* session);
 cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,
                                 size_t* out_nbytes);
 
+/* Continuous mode: how many steps have a warm alternate, and how many of
+ * those are ready (later runs use them). */
+cb_status cb_session_alternates(const cb_session* session, size_t* out_ready, size_t* out_total);
+
 /* The events of the last run of a session created with trace = 1. */
 cb_status cb_session_trace(const cb_session* session, const cb_trace_event** out_events, size_t* out_count);
-/* Name and variant of plan step `step`, for reading traces. */
+/* Name and variant of plan step `step`, for reading traces; the variant of
+ * its warm alternate, or NULL (cb_bundle_step_alternate). */
 cb_status cb_bundle_step_info(const cb_bundle* bundle, size_t step, const char** out_layer, const char** out_variant);
+cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const char** out_variant);
 
 #ifdef __cplusplus
 }

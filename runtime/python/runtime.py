@@ -17,6 +17,7 @@ _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "T
 SKIP_WEIGHT_CHECKSUMS = 1
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load"}  # cb_phase
 _STEP_BUNDLE = 0xFFFFFFFF
+MODES = ("cold", "continuous")  # cb_mode
 
 
 class BundleError(RuntimeError):
@@ -33,12 +34,12 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _Options(ctypes.Structure):
-    _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32)]
+    _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32), ("mode", ctypes.c_uint32)]
 
 
 class _TraceEvent(ctypes.Structure):
     _fields_ = [("step", ctypes.c_uint32), ("phase", ctypes.c_uint32), ("cpu", ctypes.c_int32),
-                ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64)]
+                ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64)]
 
 
 def _load_library():
@@ -67,6 +68,8 @@ def _load_library():
         "cb_session_trace": ([vp, ctypes.POINTER(ctypes.POINTER(_TraceEvent)), ctypes.POINTER(sz)], ctypes.c_int),
         "cb_bundle_step_info": ([vp, sz, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)],
                                 ctypes.c_int),
+        "cb_bundle_step_alternate": ([vp, sz, ctypes.POINTER(ctypes.c_char_p)], ctypes.c_int),
+        "cb_session_alternates": ([vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], ctypes.c_int),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -97,9 +100,16 @@ class NodeArg:
 
 
 class InferenceSession:
-    """A loaded bundle with one execution session."""
+    """A loaded bundle with one execution session.
 
-    def __init__(self, source, threads=0, verify_weights=True, trace=False):
+    mode "cold" runs the bundle's plan every time; "continuous" (bundles
+    compiled with --continuous) runs the plan first, then switches each
+    layer to its warm-fastest variant once an idle-priority thread has read
+    that variant's weights (`alternates()` says how many are ready)."""
+
+    def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         flags = 0 if verify_weights else SKIP_WEIGHT_CHECKSUMS
         self._bundle = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
@@ -110,7 +120,7 @@ class InferenceSession:
             _check(_lib.cb_bundle_open_file(os.fsencode(source), flags, ctypes.byref(self._bundle)))
         self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
-        opts = _Options(threads, 1 if trace else 0)
+        opts = _Options(threads, 1 if trace else 0, MODES.index(mode))
         _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
 
     def _infos(self, count, info_fn):
@@ -125,6 +135,13 @@ class InferenceSession:
         """Check every weight tensor now (runs otherwise check each one when
         they first read it); raises BundleError (CORRUPT) naming the tensor."""
         _check(_lib.cb_bundle_verify_weights(self._bundle))
+
+    def alternates(self):
+        """(ready, total): the layers with a warm alternate, and how many of
+        them later runs already use (continuous mode)."""
+        ready, total = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_lib.cb_session_alternates(self._session, ctypes.byref(ready), ctypes.byref(total)))
+        return ready.value, total.value
 
     def get_inputs(self):
         return list(self._inputs)
@@ -174,10 +191,11 @@ class InferenceSession:
 
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with
-        step, layer, variant, phase, cpu, start_ns, end_ns. Phases: verify
-        and code_load (opening the bundle; step -1, layer "bundle", reported
-        by the first run), then per step read and transform (first run) and
-        execute."""
+        step, layer, variant, alternate, phase, cpu, start_ns, end_ns. Phases:
+        verify and code_load (opening the bundle; step -1, layer "bundle",
+        reported by the first run), then per step read and transform (first
+        run) and execute. `alternate` marks a step's warm variant in
+        continuous mode (its weights' read, its execution)."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
         _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
         out = []
@@ -188,7 +206,10 @@ class InferenceSession:
                 step = -1
             else:
                 _check(_lib.cb_bundle_step_info(self._bundle, step, ctypes.byref(layer), ctypes.byref(variant)))
+                if e.alternate:
+                    _check(_lib.cb_bundle_step_alternate(self._bundle, step, ctypes.byref(variant)))
             out.append({"step": step, "layer": layer.value.decode(), "variant": variant.value.decode(),
+                        "alternate": bool(e.alternate),
                         "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu,
                         "start_ns": e.start_ns, "end_ns": e.end_ns})
         return out
@@ -214,6 +235,7 @@ class InferenceSession:
         self.close()
 
 
-def load(source, threads=0, verify_weights=True, trace=False):
-    """Open a bundle (path or bytes) and return an InferenceSession."""
-    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace)
+def load(source, threads=0, verify_weights=True, trace=False, mode="cold"):
+    """Open a bundle (path or bytes) and return an InferenceSession
+    (mode: "cold" or "continuous", see InferenceSession)."""
+    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode)

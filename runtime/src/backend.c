@@ -138,11 +138,12 @@ typedef struct {
   atomic_int barrier_count;
   atomic_int barrier_phase;
   int home; /* the core the workers were placed around (task 0's), or -1 */
+  atomic_int active; /* tasks a launch uses (<= size) */
 } cb_pool;
 
 static cb_pool g_pool = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1, .home = -1,
+    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1, .home = -1, .active = 1,
 };
 
 static _Thread_local int t_in_task;
@@ -230,7 +231,7 @@ static void pin_worker(pthread_t thread, int id) {
 
 void cb_backend_enter_prep_worker(uint32_t queue) {
   int home = g_pool.home >= 0 ? g_pool.home : sched_getcpu();
-  int cpu = nth_core_after(home, g_pool.size + (int)queue - 1);
+  int cpu = nth_core_after(home, atomic_load(&g_pool.active) + (int)queue - 1);
   if (cpu >= 0) pin_thread(pthread_self(), cpu);
   t_in_task = 1; /* its parallel launches run inline */
 }
@@ -275,14 +276,20 @@ cb_status cb_backend_set_threads(int n) {
       }
     }
   }
+  atomic_store(&g_pool.active, g_pool.size);
   pthread_mutex_unlock(&g_pool.launch_mu);
   return st;
 }
 
 int cb_backend_threads(void) { return g_pool.size; }
 
+void cb_backend_set_active(int n) {
+  atomic_store(&g_pool.active, n < 1 ? 1 : n > g_pool.size ? g_pool.size : n);
+}
+
 static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
-  int n = num_task > 0 && num_task < g_pool.size ? num_task : g_pool.size;
+  int active = atomic_load(&g_pool.active);
+  int n = num_task > 0 && num_task < active ? num_task : active;
   if (n <= 1 || t_in_task) {
     cb_parallel_env env = {&g_pool, 1};
     return fn(0, &env, cdata);

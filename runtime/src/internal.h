@@ -40,6 +40,10 @@ typedef struct cb_step_desc {
   uint32_t ntransform_args;
   const uint32_t* transform_args; /* raw weights, then prepared outputs */
   uint8_t prep_queue; /* 0: prepared inline by the executing thread; q > 0: by preparation worker q */
+  const char* warm_variant; /* continuous mode's alternate, or NULL */
+  const char* warm_kernel;
+  uint32_t nwarm_args;
+  const uint32_t* warm_args;
 } cb_step_desc;
 
 typedef struct cb_segment_desc {
@@ -68,6 +72,8 @@ typedef struct cb_model {
   uint32_t threads;
   int weight_checksums; /* weights verified per tensor when first read, not per segment at open */
   uint32_t prep_queues; /* highest prep_queue of any step */
+  uint32_t warm_threads; /* continuous mode's threads after the first run (0: threads) */
+  uint32_t nwarm;        /* steps with a warm alternate */
 } cb_model;
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
@@ -94,6 +100,10 @@ void cb_backend_clear_kernel_error(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
+/* Tasks a parallel launch uses from now on, at most the pool's size (a
+ * session whose runs use fewer threads than the pool holds); also where
+ * preparation workers are placed. */
+void cb_backend_set_active(int n);
 /* Pin the calling thread to the core the pool was built around (its workers
  * sit on the next cores); `saved` receives the old mask for restore. Returns
  * 1 if pinned. */

@@ -168,7 +168,22 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
       m->steps[i].ntransform_args = targs->size();
       m->steps[i].transform_args = targs->data();
     }
+    if (s->warm_kernel() && s->warm_kernel()->size() > 0) {
+      auto wargs = s->warm_args();
+      if (!wargs || wargs->size() == 0)
+        return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm kernel without arguments", i);
+      for (uint32_t a = 0; a < wargs->size(); a++)
+        if (wargs->Get(a) >= m->ntensors)
+          return cb_fail(CB_ERR_CORRUPT, "plan step %u warm argument %u names tensor %u of %u", i, a,
+                         wargs->Get(a), m->ntensors);
+      m->steps[i].warm_variant = s->warm_variant() ? s->warm_variant()->c_str() : "";
+      m->steps[i].warm_kernel = s->warm_kernel()->c_str();
+      m->steps[i].nwarm_args = wargs->size();
+      m->steps[i].warm_args = wargs->data();
+      m->nwarm++;
+    }
   }
+  m->warm_threads = b->plan()->warm_threads();
   return CB_OK;
 }
 

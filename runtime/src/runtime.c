@@ -71,6 +71,7 @@ struct cb_bundle {
                         by path, so a live bundle's fd number is never reused */
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
+  cb_kernel_fn* alternates; /* per plan step: continuous mode's warm variant, or NULL */
   cb_trace_event open_events[2]; /* verify, code load: reported by traced sessions */
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
@@ -129,7 +130,7 @@ static uint64_t now_ns(void) {
 }
 
 static void open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
-  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), start, now_ns()};
+  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, now_ns()};
 }
 
 static uint32_t rd32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -189,7 +190,8 @@ static cb_status resolve_kernels(cb_bundle* b) {
   const cb_model* m = &b->model;
   b->kernels = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
   b->transforms = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->transforms);
-  if (!b->kernels || !b->transforms) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  b->alternates = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->alternates);
+  if (!b->kernels || !b->transforms || !b->alternates) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsteps; i++) {
     const cb_step_desc* st = &m->steps[i];
     if (!(b->kernels[i] = find_kernel(b, st->kernel)))
@@ -198,6 +200,9 @@ static cb_status resolve_kernels(cb_bundle* b) {
     if (st->transform && !(b->transforms[i] = find_kernel(b, st->transform)))
       return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): transform kernel '%s' is missing from the bundle",
                      st->layer_name, st->variant, st->transform);
+    if (st->warm_kernel && !(b->alternates[i] = find_kernel(b, st->warm_kernel)))
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (warm variant '%s'): kernel '%s' is missing from the bundle",
+                     st->layer_name, st->warm_variant, st->warm_kernel);
   }
   return CB_OK;
 }
@@ -293,6 +298,7 @@ void cb_bundle_release(cb_bundle* b) {
   if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
   free(b->transforms);
+  free(b->alternates);
   free((void*)b->verified);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
@@ -380,8 +386,13 @@ struct cb_session {
   uint32_t* arg_start;    /* per step */
   cb_ffi_any* targs;      /* all steps' transform arguments, back to back */
   uint32_t* targ_start;   /* per step */
-  cb_trace_event* trace;  /* 3 per step + the open events when tracing, else NULL */
+  cb_ffi_any* aargs;      /* all steps' warm alternates' arguments, back to back */
+  uint32_t* aarg_start;   /* per step */
+  cb_trace_event* trace;  /* 4 per step + the open events when tracing, else NULL */
+  size_t trace_cap;
   _Atomic size_t ntrace;  /* the executing thread and preparation workers both record */
+  uint32_t threads;       /* execution threads of the first run */
+  uint32_t later_threads; /* ... and of later runs (continuous mode: the warm plan's) */
   int warm;               /* a run has completed: weights read, checked and prepared */
   _Atomic uint64_t read_sink; /* keeps the weight reads observable */
   /* the first run's preparation workers (plan steps with prep_queue > 0) */
@@ -392,6 +403,15 @@ struct cb_session {
   atomic_int abort;       /* the executing thread failed: workers stop */
   cb_status prep_status;
   char prep_error[1024];
+  _Atomic uint32_t prepared_steps; /* first-run preparations done (the warmer waits for all) */
+  /* continuous mode: the warmer readies the steps' warm alternates */
+  int continuous;
+  int warmer_started;
+  pthread_t warmer;
+  atomic_int warmer_stop;
+  _Atomic uint8_t* alt_ready; /* per step: its warm alternate's weights are read and checked */
+  cb_status alt_status;       /* a warm weight failed its check (set by the warmer, under mu) */
+  char alt_error[1024];
 };
 
 static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
@@ -400,24 +420,39 @@ static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
   t->code = code[dtype], t->bits = bits[dtype], t->lanes = 1;
 }
 
+/* Kernel arguments: pointers to the session's tensor descriptions. */
+static uint32_t bind_args(cb_session* s, const uint32_t* ids, uint32_t n, cb_ffi_any* out) {
+  for (uint32_t a = 0; a < n; a++) out[a].type_index = CB_FFI_DLTENSOR_PTR, out[a].v_ptr = &s->tensors[ids[a]];
+  return n;
+}
+
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
   const cb_model* m = &b->model;
+  if (options && options->mode > CB_MODE_CONTINUOUS)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "unknown session mode %u", options->mode);
+  int continuous = options && options->mode == CB_MODE_CONTINUOUS;
   uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
-  cb_status st = cb_backend_set_threads((int)threads);
+  uint32_t later = options && options->threads ? threads : (continuous && m->warm_threads ? m->warm_threads : threads);
+  cb_status st = cb_backend_set_threads((int)(threads > later ? threads : later));
   if (st) return st;
-  uint64_t total_args = 0, total_targs = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++) total_args += m->steps[i].nargs, total_targs += m->steps[i].ntransform_args;
+  uint64_t total_args = 0, total_targs = 0, total_aargs = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++)
+    total_args += m->steps[i].nargs, total_targs += m->steps[i].ntransform_args, total_aargs += m->steps[i].nwarm_args;
   cb_session* s = calloc(1, sizeof *s);
   if (!s) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   s->bundle = b;
+  s->threads = threads, s->later_threads = later, s->continuous = continuous;
   s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
   s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
   s->arg_start = calloc(m->nsteps + 1, sizeof *s->arg_start);
   s->targs = calloc(total_targs ? total_targs : 1, sizeof *s->targs);
   s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
+  s->aargs = calloc(total_aargs ? total_aargs : 1, sizeof *s->aargs);
+  s->aarg_start = calloc(m->nsteps + 1, sizeof *s->aarg_start);
+  s->alt_ready = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->ready = calloc(m->nsteps ? m->nsteps : 1, 1);
   s->claimed = calloc(m->nsteps ? m->nsteps : 1, 1);
@@ -425,14 +460,15 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace = calloc(3 * (size_t)m->nsteps + 2, sizeof *s->trace);
+    s->trace_cap = 4 * (size_t)m->nsteps + 2;
+    s->trace = calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
       return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
     }
   }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared ||
-      !s->prepared || !s->ready || !s->claimed) {
+      !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready) {
     cb_session_release(s);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   }
@@ -452,27 +488,27 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     t->shape = (int64_t*)d->shape;
     dl_dtype(d->dtype, t);
   }
-  uint32_t k = 0, kt = 0;
+  uint32_t k = 0, kt = 0, ka = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    s->arg_start[i] = k;
-    for (uint32_t a = 0; a < m->steps[i].nargs; a++, k++) {
-      s->args[k].type_index = CB_FFI_DLTENSOR_PTR;
-      s->args[k].v_ptr = &s->tensors[m->steps[i].args[a]];
-    }
-    s->targ_start[i] = kt;
-    for (uint32_t a = 0; a < m->steps[i].ntransform_args; a++, kt++) {
-      s->targs[kt].type_index = CB_FFI_DLTENSOR_PTR;
-      s->targs[kt].v_ptr = &s->tensors[m->steps[i].transform_args[a]];
-    }
+    const cb_step_desc* sd = &m->steps[i];
+    s->arg_start[i] = k, s->targ_start[i] = kt, s->aarg_start[i] = ka;
+    k += bind_args(s, sd->args, sd->nargs, &s->args[k]);
+    kt += bind_args(s, sd->transform_args, sd->ntransform_args, &s->targs[kt]);
+    ka += bind_args(s, sd->warm_args, sd->nwarm_args, &s->aargs[ka]);
   }
-  s->arg_start[m->nsteps] = k;
-  s->targ_start[m->nsteps] = kt;
+  s->arg_start[m->nsteps] = k, s->targ_start[m->nsteps] = kt, s->aarg_start[m->nsteps] = ka;
   *out = s;
   return CB_OK;
 }
 
+static void stop_warmer(cb_session* s);
+
 void cb_session_release(cb_session* s) {
   if (!s) return;
+  stop_warmer(s);
+  free(s->aargs);
+  free(s->aarg_start);
+  free((void*)s->alt_ready);
   free(s->arena);
   free(s->trace);
   free(s->prepared);
@@ -507,56 +543,56 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
  * run reads it (a corrupt weight is an error, never a wrong result); a
  * tensor already checked, or one of a bundle opened without weight checks,
  * is touched once per page. */
-static cb_status read_weights(cb_session* s, uint32_t step) {
+static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer) {
   cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
-  const cb_step_desc* st = &m->steps[step];
   uint64_t sum = 0;
-  for (uint32_t pass = 0; pass < 2; pass++) {
-    uint32_t n = pass ? st->ntransform_args : st->nargs;
-    const uint32_t* ids = pass ? st->transform_args : st->args;
-    for (uint32_t a = 0; a < n; a++) {
-      const cb_tensor_desc* d = &m->tensors[ids[a]];
-      if (d->kind != CB_KIND_WEIGHT) continue;
-      const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
-      if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
-        cb_status c = check_tensor(b, ids[a], data, st->layer_name);
-        if (c) return c;
-        continue;
-      }
-      read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
-      const volatile uint8_t* p = data;
-      for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
-      if (d->nbytes) sum += p[d->nbytes - 1];
+  for (uint32_t a = 0; a < n; a++) {
+    const cb_tensor_desc* d = &m->tensors[ids[a]];
+    if (d->kind != CB_KIND_WEIGHT) continue;
+    const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
+    if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
+      cb_status c = check_tensor(b, ids[a], data, layer);
+      if (c) return c;
+      continue;
     }
+    read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+    const volatile uint8_t* p = data;
+    for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
+    if (d->nbytes) sum += p[d->nbytes - 1];
   }
   s->read_sink += sum;
   return CB_OK;
 }
 
-static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
+static cb_status read_weights(cb_session* s, uint32_t step) {
+  const cb_step_desc* st = &s->bundle->model.steps[step];
+  cb_status c = read_tensors(s, st->args, st->nargs, st->layer_name);
+  return c ? c : read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name);
+}
+
+static cb_trace_event* trace_event(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate) {
   if (!s->trace) return NULL;
-  cb_trace_event* ev = &s->trace[atomic_fetch_add(&s->ntrace, 1)];
-  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->start_ns = now_ns();
+  size_t k = atomic_fetch_add(&s->ntrace, 1);
+  if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
+  cb_trace_event* ev = &s->trace[k];
+  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->start_ns = now_ns();
   return ev;
+}
+
+static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
+  return trace_event(s, step, phase, 0);
 }
 
 static void trace_end(cb_trace_event* ev) {
   if (ev) ev->end_ns = now_ns();
 }
 
-/* Step `i`'s preparation: read (and check) its weights on the first run,
- * then transform raw weights once. */
-static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
+/* Step `i`'s raw weights turned into its kernel's layout, once. */
+static cb_status prepare_transform(cb_session* s, uint32_t i) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   cb_trace_event* ev;
-  if (first) {
-    ev = trace_begin(s, i, CB_PHASE_READ);
-    cb_status st = read_weights(s, i);
-    trace_end(ev);
-    if (st) return st;
-  }
   if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
@@ -569,6 +605,25 @@ static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
     trace_end(ev);
   }
   return CB_OK;
+}
+
+/* Step `i`'s preparation: read (and check) its weights on the first run,
+ * then transform raw weights once. */
+static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
+  const cb_model* m = &s->bundle->model;
+  if (first) {
+    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+    cb_status st = read_weights(s, i);
+    trace_end(ev);
+    if (st) return st;
+  }
+  cb_status done = prepare_transform(s, i);
+  if (!done && first && atomic_fetch_add(&s->prepared_steps, 1) + 1 == m->nsteps && s->continuous) {
+    pthread_mutex_lock(&s->mu); /* the warmer waits for the first run's reads */
+    pthread_cond_broadcast(&s->ready_cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return done;
 }
 
 /* Preparation workers. Worker q, pinned to a core after the execution
@@ -642,6 +697,54 @@ static cb_status take_or_wait(cb_session* s, uint32_t i) {
   return CB_OK;
 }
 
+/* Continuous mode's warmer: at idle priority, once the first run has read
+ * every weight it needs (so the two never compete for the disk), read and
+ * check each step's warm-alternate weights in plan order and mark the step
+ * ready; later runs switch to a step's alternate once it is. */
+static void* warmer_main(void* arg) {
+  cb_session* s = arg;
+  const cb_model* m = &s->bundle->model;
+  struct sched_param idle = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  pthread_mutex_lock(&s->mu);
+  while (atomic_load(&s->prepared_steps) < m->nsteps && !atomic_load(&s->warmer_stop))
+    pthread_cond_wait(&s->ready_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  for (uint32_t i = 0; i < m->nsteps && !atomic_load(&s->warmer_stop); i++) {
+    const cb_step_desc* st = &m->steps[i];
+    if (!s->bundle->alternates[i]) continue;
+    cb_trace_event* ev = trace_event(s, i, CB_PHASE_READ, 1);
+    cb_status c = read_tensors(s, st->warm_args, st->nwarm_args, st->layer_name);
+    trace_end(ev);
+    if (c) {
+      pthread_mutex_lock(&s->mu);
+      s->alt_status = c;
+      snprintf(s->alt_error, sizeof s->alt_error, "%s", cb_last_error());
+      pthread_mutex_unlock(&s->mu);
+      break;
+    }
+    atomic_store_explicit(&s->alt_ready[i], 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void start_warmer(cb_session* s) {
+  if (s->warmer_started || !s->continuous || !s->bundle->model.nwarm) return;
+  atomic_store(&s->warmer_stop, 0);
+  s->warmer_started = pthread_create(&s->warmer, NULL, warmer_main, s) == 0;
+  /* no thread: later runs keep the plan's variants */
+}
+
+static void stop_warmer(cb_session* s) {
+  if (!s->warmer_started) return;
+  pthread_mutex_lock(&s->mu);
+  atomic_store(&s->warmer_stop, 1);
+  pthread_cond_broadcast(&s->ready_cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->warmer, NULL);
+  s->warmer_started = 0;
+}
+
 #define CB_MAX_PREP_QUEUES 8
 
 /* `queues`: the preparation queues workers serve on this run (0: none). */
@@ -654,11 +757,13 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     if (st) return st;
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
-    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_EXECUTE);
-    uint32_t a = s->arg_start[i];
-    if (b->kernels[i](NULL, &s->args[a], (int32_t)(s->arg_start[i + 1] - a), &ret) != 0)
+    int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
+    cb_trace_event* ev = trace_event(s, i, CB_PHASE_EXECUTE, (uint32_t)alt);
+    const uint32_t* start = alt ? s->aarg_start : s->arg_start;
+    uint32_t a = start[i];
+    if ((alt ? b->alternates : b->kernels)[i](NULL, &(alt ? s->aargs : s->args)[a], (int32_t)(start[i + 1] - a), &ret))
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
-                     m->steps[i].kernel, cb_backend_kernel_error());
+                     alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
     trace_end(ev);
   }
   return CB_OK;
@@ -669,6 +774,14 @@ cb_status cb_session_run(cb_session* s) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   int first = !s->warm; /* until a run completes (a failed first run leaves it cold) */
+  pthread_mutex_lock(&s->mu);
+  cb_status alt_status = s->alt_status;
+  pthread_mutex_unlock(&s->mu);
+  if (alt_status) return cb_fail(alt_status, "%s", s->alt_error);
+  /* the pool holds the larger of the two thread counts; this run launches on its own */
+  cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));
+  if (ts) return ts;
+  cb_backend_set_active((int)(first ? s->threads : s->later_threads));
   s->ntrace = 0;
   if (s->trace && first)
     for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
@@ -678,6 +791,7 @@ cb_status cb_session_run(cb_session* s) {
   uint32_t nworkers = 0, want = 0;
   if (first) {
     atomic_store(&s->abort, 0);
+    atomic_store(&s->prepared_steps, 0);
     s->prep_status = CB_OK;
     for (uint32_t i = 0; i < m->nsteps; i++) atomic_store(&s->ready[i], 0), atomic_store(&s->claimed[i], 0);
     want = m->prep_queues < CB_MAX_PREP_QUEUES ? m->prep_queues : CB_MAX_PREP_QUEUES;
@@ -687,6 +801,7 @@ cb_status cb_session_run(cb_session* s) {
       nworkers = q;
     }
   }
+  if (first) start_warmer(s);
   cpu_set_t saved;
   int pinned = cb_backend_pin_caller(&saved);
   /* a worker that could not start leaves its queue to the others (they
@@ -725,5 +840,21 @@ cb_status cb_bundle_step_info(const cb_bundle* b, size_t step, const char** out_
   if (step >= b->model.nsteps) return cb_fail(CB_ERR_INVALID_ARGUMENT, "step %zu out of range", step);
   *out_layer = b->model.steps[step].layer_name;
   *out_variant = b->model.steps[step].variant;
+  return CB_OK;
+}
+
+cb_status cb_bundle_step_alternate(const cb_bundle* b, size_t step, const char** out_variant) {
+  if (!b || !out_variant) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_variant are required");
+  if (step >= b->model.nsteps) return cb_fail(CB_ERR_INVALID_ARGUMENT, "step %zu out of range", step);
+  *out_variant = b->model.steps[step].warm_kernel ? b->model.steps[step].warm_variant : NULL;
+  return CB_OK;
+}
+
+cb_status cb_session_alternates(const cb_session* s, size_t* out_ready, size_t* out_total) {
+  if (!s || !out_ready || !out_total) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
+  const cb_model* m = &s->bundle->model;
+  size_t ready = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) ready += atomic_load(&s->alt_ready[i]);
+  *out_ready = ready, *out_total = m->nwarm;
   return CB_OK;
 }

@@ -650,7 +650,11 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_EXEC_QUEUE = 16,
     VT_TRANSFORM_ARGS = 18,
     VT_PARAMS = 20,
-    VT_TUNED = 22
+    VT_TUNED = 22,
+    VT_WARM_VARIANT = 24,
+    VT_WARM_KERNEL = 26,
+    VT_WARM_ARGS = 28,
+    VT_WARM_PARAMS = 30
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -682,6 +686,18 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   bool tuned() const {
     return GetField<uint8_t>(VT_TUNED, 0) != 0;
   }
+  const ::flatbuffers::String *warm_variant() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_WARM_VARIANT);
+  }
+  const ::flatbuffers::String *warm_kernel() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_WARM_KERNEL);
+  }
+  const ::flatbuffers::Vector<uint32_t> *warm_args() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_WARM_ARGS);
+  }
+  const ::flatbuffers::String *warm_params() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_WARM_PARAMS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -700,6 +716,14 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_PARAMS) &&
            verifier.VerifyString(params()) &&
            VerifyField<uint8_t>(verifier, VT_TUNED, 1) &&
+           VerifyOffset(verifier, VT_WARM_VARIANT) &&
+           verifier.VerifyString(warm_variant()) &&
+           VerifyOffset(verifier, VT_WARM_KERNEL) &&
+           verifier.VerifyString(warm_kernel()) &&
+           VerifyOffset(verifier, VT_WARM_ARGS) &&
+           verifier.VerifyVector(warm_args()) &&
+           VerifyOffset(verifier, VT_WARM_PARAMS) &&
+           verifier.VerifyString(warm_params()) &&
            verifier.EndTable();
   }
 };
@@ -738,6 +762,18 @@ struct StepBuilder {
   void add_tuned(bool tuned) {
     fbb_.AddElement<uint8_t>(Step::VT_TUNED, static_cast<uint8_t>(tuned), 0);
   }
+  void add_warm_variant(::flatbuffers::Offset<::flatbuffers::String> warm_variant) {
+    fbb_.AddOffset(Step::VT_WARM_VARIANT, warm_variant);
+  }
+  void add_warm_kernel(::flatbuffers::Offset<::flatbuffers::String> warm_kernel) {
+    fbb_.AddOffset(Step::VT_WARM_KERNEL, warm_kernel);
+  }
+  void add_warm_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args) {
+    fbb_.AddOffset(Step::VT_WARM_ARGS, warm_args);
+  }
+  void add_warm_params(::flatbuffers::Offset<::flatbuffers::String> warm_params) {
+    fbb_.AddOffset(Step::VT_WARM_PARAMS, warm_params);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -760,8 +796,16 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     uint8_t exec_queue = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0,
     ::flatbuffers::Offset<::flatbuffers::String> params = 0,
-    bool tuned = false) {
+    bool tuned = false,
+    ::flatbuffers::Offset<::flatbuffers::String> warm_variant = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> warm_kernel = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> warm_params = 0) {
   StepBuilder builder_(_fbb);
+  builder_.add_warm_params(warm_params);
+  builder_.add_warm_args(warm_args);
+  builder_.add_warm_kernel(warm_kernel);
+  builder_.add_warm_variant(warm_variant);
   builder_.add_params(params);
   builder_.add_transform_args(transform_args);
   builder_.add_transform(transform);
@@ -786,12 +830,20 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     uint8_t exec_queue = 0,
     const std::vector<uint32_t> *transform_args = nullptr,
     const char *params = nullptr,
-    bool tuned = false) {
+    bool tuned = false,
+    const char *warm_variant = nullptr,
+    const char *warm_kernel = nullptr,
+    const std::vector<uint32_t> *warm_args = nullptr,
+    const char *warm_params = nullptr) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
   auto transform_args__ = transform_args ? _fbb.CreateVector<uint32_t>(*transform_args) : 0;
   auto params__ = params ? _fbb.CreateString(params) : 0;
+  auto warm_variant__ = warm_variant ? _fbb.CreateString(warm_variant) : 0;
+  auto warm_kernel__ = warm_kernel ? _fbb.CreateString(warm_kernel) : 0;
+  auto warm_args__ = warm_args ? _fbb.CreateVector<uint32_t>(*warm_args) : 0;
+  auto warm_params__ = warm_params ? _fbb.CreateString(warm_params) : 0;
   return coldbrew::schema::CreateStep(
       _fbb,
       layer,
@@ -803,7 +855,11 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       exec_queue,
       transform_args__,
       params__,
-      tuned);
+      tuned,
+      warm_variant__,
+      warm_kernel__,
+      warm_args__,
+      warm_params__);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -812,7 +868,8 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_STEPS = 4,
     VT_ARENA_SIZE = 6,
     VT_THREADS = 8,
-    VT_PREPARED_SIZE = 10
+    VT_PREPARED_SIZE = 10,
+    VT_WARM_THREADS = 12
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -826,6 +883,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t prepared_size() const {
     return GetField<uint64_t>(VT_PREPARED_SIZE, 0);
   }
+  uint32_t warm_threads() const {
+    return GetField<uint32_t>(VT_WARM_THREADS, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -835,6 +895,7 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint64_t>(verifier, VT_ARENA_SIZE, 8) &&
            VerifyField<uint32_t>(verifier, VT_THREADS, 4) &&
            VerifyField<uint64_t>(verifier, VT_PREPARED_SIZE, 8) &&
+           VerifyField<uint32_t>(verifier, VT_WARM_THREADS, 4) &&
            verifier.EndTable();
   }
 };
@@ -855,6 +916,9 @@ struct PlanBuilder {
   void add_prepared_size(uint64_t prepared_size) {
     fbb_.AddElement<uint64_t>(Plan::VT_PREPARED_SIZE, prepared_size, 0);
   }
+  void add_warm_threads(uint32_t warm_threads) {
+    fbb_.AddElement<uint32_t>(Plan::VT_WARM_THREADS, warm_threads, 0);
+  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -871,10 +935,12 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>>> steps = 0,
     uint64_t arena_size = 0,
     uint32_t threads = 0,
-    uint64_t prepared_size = 0) {
+    uint64_t prepared_size = 0,
+    uint32_t warm_threads = 0) {
   PlanBuilder builder_(_fbb);
   builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
+  builder_.add_warm_threads(warm_threads);
   builder_.add_threads(threads);
   builder_.add_steps(steps);
   return builder_.Finish();
@@ -885,14 +951,16 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps = nullptr,
     uint64_t arena_size = 0,
     uint32_t threads = 0,
-    uint64_t prepared_size = 0) {
+    uint64_t prepared_size = 0,
+    uint32_t warm_threads = 0) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
       arena_size,
       threads,
-      prepared_size);
+      prepared_size,
+      warm_threads);
 }
 
 struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -915,8 +915,56 @@ class Step(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # Step
+    def WarmVariant(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Step
+    def WarmKernel(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Step
+    def WarmArgs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Step
+    def WarmArgsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Step
+    def WarmArgsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Step
+    def WarmArgsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        return o == 0
+
+    # Step
+    def WarmParams(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def StepStart(builder):
-    builder.StartObject(10)
+    builder.StartObject(14)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -951,6 +999,21 @@ def StepAddParams(builder, params):
 def StepAddTuned(builder, tuned):
     builder.PrependBoolSlot(9, tuned, 0)
 
+def StepAddWarmVariant(builder, warmVariant):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(warmVariant), 0)
+
+def StepAddWarmKernel(builder, warmKernel):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(warmKernel), 0)
+
+def StepAddWarmArgs(builder, warmArgs):
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(warmArgs), 0)
+
+def StepStartWarmArgsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StepAddWarmParams(builder, warmParams):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(warmParams), 0)
+
 def StepEnd(builder):
     return builder.EndObject()
 
@@ -975,6 +1038,10 @@ class StepT(object):
         transformArgs = None,
         params = None,
         tuned = False,
+        warmVariant = None,
+        warmKernel = None,
+        warmArgs = None,
+        warmParams = None,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -986,6 +1053,10 @@ class StepT(object):
         self.transformArgs = transformArgs  # type: Optional[List[int]]
         self.params = params  # type: Optional[str]
         self.tuned = tuned  # type: bool
+        self.warmVariant = warmVariant  # type: Optional[str]
+        self.warmKernel = warmKernel  # type: Optional[str]
+        self.warmArgs = warmArgs  # type: Optional[List[int]]
+        self.warmParams = warmParams  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1024,6 +1095,16 @@ class StepT(object):
                 self.transformArgs = step.TransformArgsAsNumpy()
         self.params = step.Params()
         self.tuned = step.Tuned()
+        self.warmVariant = step.WarmVariant()
+        self.warmKernel = step.WarmKernel()
+        if not step.WarmArgsIsNone():
+            if np is None:
+                self.warmArgs = []
+                for i in range(step.WarmArgsLength()):
+                    self.warmArgs.append(step.WarmArgs(i))
+            else:
+                self.warmArgs = step.WarmArgsAsNumpy()
+        self.warmParams = step.WarmParams()
 
     # StepT
     def Pack(self, builder):
@@ -1043,6 +1124,20 @@ class StepT(object):
                 transformArgs = builder.EndVector()
         if self.params is not None:
             params = builder.CreateString(self.params)
+        if self.warmVariant is not None:
+            warmVariant = builder.CreateString(self.warmVariant)
+        if self.warmKernel is not None:
+            warmKernel = builder.CreateString(self.warmKernel)
+        if self.warmArgs is not None:
+            if np is not None and type(self.warmArgs) is np.ndarray:
+                warmArgs = builder.CreateNumpyVector(self.warmArgs)
+            else:
+                StepStartWarmArgsVector(builder, len(self.warmArgs))
+                for i in reversed(range(len(self.warmArgs))):
+                    builder.PrependUint32(self.warmArgs[i])
+                warmArgs = builder.EndVector()
+        if self.warmParams is not None:
+            warmParams = builder.CreateString(self.warmParams)
         StepStart(builder)
         StepAddLayer(builder, self.layer)
         if self.variant is not None:
@@ -1059,6 +1154,14 @@ class StepT(object):
         if self.params is not None:
             StepAddParams(builder, params)
         StepAddTuned(builder, self.tuned)
+        if self.warmVariant is not None:
+            StepAddWarmVariant(builder, warmVariant)
+        if self.warmKernel is not None:
+            StepAddWarmKernel(builder, warmKernel)
+        if self.warmArgs is not None:
+            StepAddWarmArgs(builder, warmArgs)
+        if self.warmParams is not None:
+            StepAddWarmParams(builder, warmParams)
         step = StepEnd(builder)
         return step
 
@@ -1130,8 +1233,15 @@ class Plan(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # Plan
+    def WarmThreads(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def PlanStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -1147,6 +1257,9 @@ def PlanAddThreads(builder, threads):
 
 def PlanAddPreparedSize(builder, preparedSize):
     builder.PrependUint64Slot(3, preparedSize, 0)
+
+def PlanAddWarmThreads(builder, warmThreads):
+    builder.PrependUint32Slot(4, warmThreads, 0)
 
 def PlanEnd(builder):
     return builder.EndObject()
@@ -1166,11 +1279,13 @@ class PlanT(object):
         arenaSize = 0,
         threads = 0,
         preparedSize = 0,
+        warmThreads = 0,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
         self.threads = threads  # type: int
         self.preparedSize = preparedSize  # type: int
+        self.warmThreads = warmThreads  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1204,6 +1319,7 @@ class PlanT(object):
         self.arenaSize = plan.ArenaSize()
         self.threads = plan.Threads()
         self.preparedSize = plan.PreparedSize()
+        self.warmThreads = plan.WarmThreads()
 
     # PlanT
     def Pack(self, builder):
@@ -1221,6 +1337,7 @@ class PlanT(object):
         PlanAddArenaSize(builder, self.arenaSize)
         PlanAddThreads(builder, self.threads)
         PlanAddPreparedSize(builder, self.preparedSize)
+        PlanAddWarmThreads(builder, self.warmThreads)
         plan = PlanEnd(builder)
         return plan
 

@@ -1,0 +1,119 @@
+"""Continuous mode: the first run follows the cold plan, later runs switch
+to each layer's warm alternate once its weights are read; outputs equal
+onnxruntime's in every mode and on every run."""
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import assert_close, ort_run
+
+import coldbrew
+from coldbrew.compiler import compile_graph
+from coldbrew.compiler.cli import main
+from coldbrew.compiler.inspect_bundle import read_bytes
+
+COLD = {"conv2d": "conv2d.im2col_gemm"}
+WARM = {"conv2d": "conv2d.winograd_f2"}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory, small_model):
+    path = tmp_path_factory.mktemp("continuous") / "small.brew"
+    data, graph = compile_graph(small_model, str(path), variants=COLD, weights="raw", queues=1, warm=(WARM, 2))
+    return str(path), data, graph
+
+
+@pytest.fixture(scope="module")
+def feeds():
+    return {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def _wait_ready(sess, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, total = sess.alternates()
+        if ready == total:
+            return ready
+        time.sleep(0.01)
+    raise AssertionError(f"warm alternates not ready after {timeout} s: {sess.alternates()}")
+
+
+def test_bundle_stores_the_warm_alternate_after_the_plans_weights(bundle):
+    _, data, graph = bundle
+    conv = next(layer for layer in graph.layers if layer.name == "c0")
+    assert conv.variant == "conv2d.im2col_gemm" and conv.warm["variant"] == "conv2d.winograd_f2"
+    b, _, _ = read_bytes(data)
+    step = next(s for s in b.plan.steps if b.layers[s.layer].name == b"c0")
+    assert step.warmVariant == b"conv2d.winograd_f2" and step.warmKernel.startswith(b"warm_")
+    assert b.plan.warmThreads == 2
+    # the warm weights lie behind every weight the plan reads
+    plan_ends = [b.segments[t.segment].offset + t.segmentOffset + t.nbytes for s in b.plan.steps
+                 for t in (b.tensors[a] for a in list(b.layers[s.layer].args) + list(s.transformArgs if s.transformArgs is not None else []))
+                 if t.kind == 3]
+    warm = [b.tensors[a] for a in step.warmArgs if b.tensors[a].kind == 3 and b.tensors[a].name.endswith(b".warm")]
+    assert warm and min(b.segments[t.segment].offset + t.segmentOffset for t in warm) >= max(plan_ends)
+
+
+def test_continuous_runs_switch_to_the_alternate_and_stay_correct(bundle, small_model, feeds):
+    path, _, _ = bundle
+    ref = ort_run(small_model, feeds)[0]
+    sess = coldbrew.load(path, mode="continuous", trace=True)
+    assert sess.alternates() == (0, 1)
+    assert_close(sess.run(None, feeds)[0], ref)
+    first = [e for e in sess.trace() if e["phase"] == "execute"]
+    assert not any(e["alternate"] for e in first)
+    assert _wait_ready(sess) == 1
+    for _ in range(3):
+        assert_close(sess.run(None, feeds)[0], ref)
+        conv = [e for e in sess.trace() if e["phase"] == "execute" and e["layer"] == "c0"]
+        assert conv[0]["alternate"] and conv[0]["variant"] == "conv2d.winograd_f2"
+    sess.close()
+
+
+def test_cold_mode_never_uses_the_alternate(bundle, small_model, feeds):
+    path, _, _ = bundle
+    ref = ort_run(small_model, feeds)[0]
+    with coldbrew.load(path, trace=True) as sess:
+        for _ in range(3):
+            assert_close(sess.run(None, feeds)[0], ref)
+            assert not any(e["alternate"] for e in sess.trace())
+        assert sess.alternates() == (0, 1)
+
+
+def test_bad_mode_is_a_clear_error(bundle):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        coldbrew.load(bundle[0], mode="turbo")
+
+
+def test_corrupt_warm_weight_fails_the_next_run(bundle, feeds):
+    _, data, _ = bundle
+    b, _, _ = read_bytes(data)
+    step = next(s for s in b.plan.steps if s.warmKernel)
+    t = next(b.tensors[a] for a in step.warmArgs if b.tensors[a].name.endswith(b".warm"))
+    bad = bytearray(data)
+    bad[b.segments[t.segment].offset + t.segmentOffset] ^= 0x10
+    sess = coldbrew.load(bytes(bad), mode="continuous")
+    sess.run(None, feeds)  # the plan's weights are intact
+    end = time.monotonic() + 10
+    with pytest.raises(coldbrew.BundleError, match="CORRUPT.*warm"):
+        while time.monotonic() < end:  # until the warmer has read the damaged tensor
+            sess.run(None, feeds)
+            time.sleep(0.01)
+    # a cold-mode session of the same bytes never reads it
+    cold = coldbrew.load(bytes(bad))
+    for _ in range(2):
+        cold.run(None, feeds)
+
+
+def test_cli_compile_continuous_and_run(tmp_path, small_model):
+    import onnx
+
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model, str(model))
+    out = tmp_path / "c.brew"
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(out), "--plan", "cold", "--continuous",
+                                  "--no-tune"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", str(out), "--mode", "continuous", "--repeat", "3"])
+    assert r.exit_code == 0 and "run 2" in r.output, r.output
