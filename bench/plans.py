@@ -1,0 +1,177 @@
+"""Plans compared cold, the simulator's ranking, the paper's ablation and the
+floor, in one run.
+
+    python bench/plans.py [MODEL[,MODEL...]] [ROUNDS]
+
+Per model, one device cost table (compiler/profile.py) and these bundles
+(kernels untuned, the same everywhere; 2 threads):
+
+  plans compared (the scheduler's criterion)
+    default      default variants, cached weights, preparation inline
+    warm         warm-greedy: the fastest warm variant per layer, cached
+    cold-greedy  least sequential cold cost per layer, inline
+    all-raw      the scheduler's plan with every weight raw (transformed at run time)
+    all-cached   the scheduler's plan with every weight cached
+    cold         the scheduler (compile --plan cold)
+  ablation (papers/nnv12-cold-inference.txt, Fig. 13)
+    baseline     warm variants, every weight raw and transformed inline (what
+                 an engine that prepares at load does)
+    + kernels    per layer the variant with the least cold cost among raw
+                 weights only (cold-aware kernel selection), inline
+    + cached     cold-greedy: variant and weight form together, inline
+    + pipeline   the scheduler: preparation placed on a worker, threads chosen
+
+and onnxruntime default and its best cold configuration (ORT format
+optimized offline, memory mapped, optimizations and prepacking off).
+Samples are fresh processes (bench/cold_sample.py: file evicted, load +
+first result), all arms interleaved in rounds; each sample also times 20
+warm runs. Storage bandwidth is measured in every round (largest bundle
+evicted and read whole). Floor per model = max(faster warm of coldbrew and
+onnxruntime, bundle bytes / bandwidth).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from cold_sample import save_ort_best
+from common import ROOT, geomean, host_isa, zoo
+
+from coldbrew.compiler import compile_model
+from coldbrew.compiler.plan import choose, layer_pairs
+from coldbrew.compiler.profile import profile
+from coldbrew.compiler.simulate import plan_of_bundle, simulate
+
+SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
+COMPARED = ["default", "warm", "cold-greedy", "all-raw", "all-cached", "cold"]
+ABLATION = [("baseline", "baseline"), ("+ kernels", "kernels"), ("+ cached", "cold-greedy"), ("+ pipeline", "cold")]
+WARM_RUNS = 20
+
+
+def raw_only_variants(table):
+    """Per layer, the variant with the least read + transform + first
+    execution when every weight ships raw."""
+    out = {}
+    for layer in table["layers"]:
+        pairs = layer_pairs(layer, table, table["threads"], 1)
+        raw = [p for p in pairs if p[1] == "raw"] or pairs
+        out[layer["name"]] = min(raw, key=lambda p: p[2] + p[3])[0]
+    return out
+
+
+def compile_arms(proto, table, d, m):
+    """{arm: bundle path}; every plan compiled once."""
+    cold, warm = choose(table, "cold"), choose(table, "warm")
+    forced = {"variants": cold["variants"], "queues": cold["queues"], "threads": cold["threads"]}
+    specs = {
+        "default": {},
+        "warm": {"plan": "warm"},
+        "cold-greedy": {"plan": "cold-greedy"},
+        "all-raw": {**forced, "weights": "raw"},
+        "all-cached": {**forced, "weights": "cached"},
+        "cold": {"plan": "cold"},
+        "baseline": {"variants": warm["variants"], "weights": "raw"},
+        "kernels": {"variants": raw_only_variants(table), "weights": "raw"},
+    }
+    paths = {}
+    for arm, kw in specs.items():
+        paths[arm] = f"{d}/{m}.{arm}.brew"
+        compile_model(proto, paths[arm], tune=False, **kw)
+    return paths
+
+
+def bandwidth_mb_s(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    t = time.perf_counter()
+    n = 0
+    while chunk := os.read(fd, 8 << 20):
+        n += len(chunk)
+    dt = time.perf_counter() - t
+    os.close(fd)
+    return n / 1e6 / dt
+
+
+def sample(argv):
+    out = subprocess.run([sys.executable, SAMPLER, *argv, "--threads", "2", "--runs", str(WARM_RUNS)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main():
+    args = sys.argv[1:]
+    models = args[0].split(",") if args else ["squeezenet", "mobilenet_v2", "resnet18", "googlenet"]
+    rounds = int(args[1]) if len(args) > 1 else 5
+    med = statistics.median
+    with tempfile.TemporaryDirectory(prefix="coldbrew-plans-") as d:
+        arms, predicted, sizes = {}, {}, {}
+        for m in models:
+            proto = zoo().build(m)
+            onnx_path = f"{d}/{m}.onnx"
+            with open(onnx_path, "wb") as f:
+                f.write(proto.SerializeToString())
+            save_ort_best(onnx_path, f"{d}/{m}.ort")
+            table = profile(proto, "host", 2)
+            for arm, path in compile_arms(proto, table, d, m).items():
+                arms[(m, arm)] = [path]
+                predicted[(m, arm)] = simulate(plan_of_bundle(path), table)["latency_ms"]
+                sizes[(m, arm)] = os.path.getsize(path)
+            arms[(m, "ort-default")] = [onnx_path, "--ort"]
+            arms[(m, "ort-best")] = [f"{d}/{m}.ort", "--ort-best"]
+            print(f"{m}: compiled", flush=True)
+        biggest = max((p[0] for k, p in arms.items() if k[1] == "cold"), key=os.path.getsize)
+        res, bw = {}, []
+        for _ in range(rounds):
+            bw.append(bandwidth_mb_s(biggest))
+            for key, argv in arms.items():
+                res.setdefault(key, []).append(sample(argv))
+    cold = {k: med(x["cold_ms"] for x in v) for k, v in res.items()}
+    warm = {k: med(med(x["runs_ms"]) for x in v) for k, v in res.items()}
+    mb_s = med(bw)
+    print(f"\nplans on {host_isa()}, 2 threads, {rounds} interleaved rounds, fresh process per sample; "
+          f"storage {mb_s:.0f} MB/s (median of {len(bw)}); ms, medians")
+    print(f"{'model':14s} " + " ".join(f"{a:>11s}" for a in COMPARED) + "  best?  simulator order = measured?")
+    wins = agree = 0
+    for m in models:
+        meas = [cold[(m, a)] for a in COMPARED]
+        pred = [predicted[(m, a)] for a in COMPARED]
+        best = meas[-1] <= 1.05 * min(meas)
+        wins += best
+        order = sorted(range(len(COMPARED)), key=lambda i: meas[i]) == sorted(range(len(COMPARED)),
+                                                                          key=lambda i: pred[i])
+        agree += order
+        print(f"{m:14s} " + " ".join(f"{v:11.2f}" for v in meas) + f"  {'yes' if best else 'no':5s}  "
+              f"{'yes' if order else 'no'}")
+        print(f"{'  predicted':14s} " + " ".join(f"{v:11.2f}" for v in pred))
+    print(f"scheduler's plan fastest (within 5%) on {wins} of {len(models)} models; simulator ranks the plans in "
+          f"the measured order on {agree} of {len(models)}")
+    print("\nablation (Fig. 13): cold ms")
+    print(f"{'model':14s} " + " ".join(f"{name:>11s}" for name, _ in ABLATION))
+    for m in models:
+        print(f"{m:14s} " + " ".join(f"{cold[(m, a)]:11.2f}" for _, a in ABLATION))
+    print(f"{'geomean':14s} " + " ".join(f"{geomean([cold[(m, a)] for m in models]):11.2f}" for _, a in ABLATION))
+    print("\nfloor: max(faster warm of coldbrew and onnxruntime, bundle bytes / bandwidth)")
+    print(f"{'model':14s} {'cold':>8s} {'floor':>8s} {'/floor':>7s} {'ort best':>9s} {'vs best':>8s} "
+          f"{'ort dflt':>9s} {'vs dflt':>8s} {'cb warm':>8s} {'ort warm':>9s}")
+    ratios = {"floor": [], "best": [], "dflt": []}
+    for m in models:
+        c = cold[(m, "cold")]
+        fastest_warm = min(min(warm[(m, a)] for a in COMPARED), warm[(m, "ort-default")], warm[(m, "ort-best")])
+        floor = max(fastest_warm, sizes[(m, "cold")] / 1e6 / mb_s * 1e3)
+        best, dflt = cold[(m, "ort-best")], cold[(m, "ort-default")]
+        ratios["floor"].append(c / floor)
+        ratios["best"].append(best / c)
+        ratios["dflt"].append(dflt / c)
+        print(f"{m:14s} {c:8.2f} {floor:8.2f} {c / floor:7.2f} {best:9.2f} {best / c:8.2f} {dflt:9.2f} "
+              f"{dflt / c:8.2f} {min(warm[(m, a)] for a in COMPARED):8.2f} "
+              f"{min(warm[(m, 'ort-default')], warm[(m, 'ort-best')]):9.2f}")
+    print(f"geomean: cold / floor {geomean(ratios['floor']):.2f} (goal <= 1.3); onnxruntime best cold / coldbrew "
+          f"{geomean(ratios['best']):.2f} (goal >= 1.5); onnxruntime default / coldbrew {geomean(ratios['dflt']):.2f} "
+          "(goal >= 4)")
+
+
+if __name__ == "__main__":
+    main()
