@@ -740,8 +740,8 @@ static int alternate_resident(cb_session* s, uint32_t i) {
   for (uint32_t a = 0; a < st->nwarm_args; a++) {
     const cb_tensor_desc* d = &b->model.tensors[st->warm_args[a]];
     if (d->kind != CB_KIND_WEIGHT || !d->nbytes) continue;
-    uint64_t lo = (uint64_t)((const uint8_t*)s->tensors[st->warm_args[a]].data - b->base) / page * page;
-    uint64_t hi = (uint64_t)((const uint8_t*)s->tensors[st->warm_args[a]].data - b->base) + d->nbytes;
+    uint64_t off = (uint64_t)((const uint8_t*)s->tensors[st->warm_args[a]].data - b->base);
+    uint64_t lo = off / page * page, hi = off + d->nbytes;
     for (uint64_t at = lo; at < hi; at += sizeof vec * page) {
       uint64_t len = hi - at < sizeof vec * page ? hi - at : sizeof vec * page;
       if (mincore((void*)(b->base + at), (size_t)len, vec) != 0) return 0;
@@ -796,7 +796,10 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_ffi_any ret = {0};
     cb_backend_clear_kernel_error();
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
-    if (!first && !alt && s->continuous && b->alternates[i] && alternate_resident(s, i) && claim_alternate(s, i)) {
+    /* an alternate nobody has taken (a plain load first: the warmer's or a
+     * finished one costs no syscall), with its bytes resident: ready it here */
+    if (!first && !alt && s->continuous && b->alternates[i] && !atomic_load(&s->alt_claimed[i]) &&
+        alternate_resident(s, i) && claim_alternate(s, i)) {
       if ((st = ready_alternate(s, i))) return st;
       alt = 1;
     }
