@@ -70,7 +70,8 @@ def describe(path):
         for i in ids:
             x = b.tensors[i]
             lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
-    lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}")
+    lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
+                 + _split(b.plan.execShares))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<7} {'q':>3} {'bytes':>12}  schedule")
     form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
     for k, s in enumerate(b.plan.steps):
@@ -87,7 +88,7 @@ def describe(path):
     alternates = [s for s in b.plan.steps if _s(s.warmKernel)]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
-                     f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)")
+                     f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)" + _split(b.plan.warmExecShares))
     lines.append("segments")
     for k, s in enumerate(b.segments):
         lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")
@@ -98,3 +99,10 @@ def describe(path):
         kinds[_KIND.get(x.kind, "?")][1] += x.nbytes
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     return lines
+
+
+def _split(shares):
+    """How the plan divides parallel loops across its execution threads."""
+    if shares is None or not len(shares):
+        return ", loops split evenly"
+    return f", loops split {':'.join(str(int(x)) for x in shares)} by core speed"

@@ -57,6 +57,10 @@ def core_classes(target):
     return classes or [("core", sorted(usable))]
 
 
+def _speed(target, name):
+    return next((c.relative_speed for c in target.core_classes if c.name == name), 1.0)
+
+
 # ---- cold reads ----
 
 def _read_times(regions, tmp, repeat):
@@ -238,7 +242,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     return {
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
         "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
-        "classes": [{"name": n, "ids": ids} for n, ids in classes], "storage": storage, "load": load,
+        "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes], "storage": storage, "load": load,
         "layers": list(layers.values()), "repeat": repeat, "profile_s": round(time.perf_counter() - t_start, 1),
     }
 
@@ -279,7 +283,8 @@ def modeled_table(host, target):
     t = copy.deepcopy(host)
     t.update({"target": target.name, "fingerprint": target.fingerprint(), "modeled": True,
               "modeled_from": host["fingerprint"],
-              "classes": [{"name": c.name, "ids": list(c.ids)} for c in target.core_classes]})
+              "classes": [{"name": c.name, "ids": list(c.ids), "relative_speed": c.relative_speed}
+                          for c in target.core_classes]})
     host_cls = host["classes"][0]["name"]
     storage = getattr(target, "storage", None)
     if storage:

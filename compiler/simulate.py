@@ -29,6 +29,9 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 """
 
 
+from coldbrew.targets import split_factor, task_shares
+
+
 class PlanError(ValueError):
     pass
 
@@ -83,13 +86,35 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     return read, transform, median_ms(first, exec_cls, threads)
 
 
+def exec_cores(table, threads):
+    """[(class, core id, relative speed)] of the execution threads (the
+    runtime's order: fastest class first; more threads than cores share the
+    slowest) and of the cores left for preparation workers."""
+    cores = [(c["name"], i, c.get("relative_speed", 1.0)) for c in table["classes"] for i in c["ids"]]
+    return [cores[min(k, len(cores) - 1)] for k in range(threads)], cores[threads:]
+
+
+def loop_factor(table, threads, split="speed"):
+    """How much slower a parallel loop runs on the plan's execution cores
+    than on `threads` cores of the fastest class: the slowest thread's part
+    over its speed, the loop split by speed (the runtime's task shares) or
+    evenly."""
+    speeds = [s for _, _, s in exec_cores(table, threads)[0]]
+    shares = task_shares(speeds) if split == "speed" else [1] * len(speeds)
+    return split_factor(speeds, shares)
+
+
 def simulate(plan, table):
     """{"latency_ms", "open_ms", "events"}; events use the trace's shape
-    (phase, step, layer, variant, cpu, start_ns, end_ns) with process "predicted"."""
+    (phase, step, layer, variant, cpu, start_ns, end_ns) with process "predicted".
+    plan["split"] ("speed", the default, or "even") is how parallel loops are
+    divided across execution cores of different speeds."""
     threads = plan.get("threads", 1)
     classes = table["classes"]
-    exec_cls, exec_cores = classes[0]["name"], classes[0]["ids"]
-    others = [(c["name"], i) for c in classes for i in c["ids"] if i not in exec_cores[:threads]]
+    execs, others = exec_cores(table, threads)
+    exec_cls, exec_ids = classes[0]["name"], [i for _, i, _ in execs]
+    others = [(name, i) for name, i, _ in others]
+    slow = loop_factor(table, threads, plan.get("split", "speed"))
     load = table["load"]
     events, t = [], 0.0
 
@@ -99,8 +124,8 @@ def simulate(plan, table):
         return start + dur
 
     verify = load["verify"]["median"]
-    t = add("verify", -1, "bundle", "", exec_cores[0], t, verify)
-    t = add("code_load", -1, "bundle", "", exec_cores[0], t, load["code_load"]["median"])
+    t = add("verify", -1, "bundle", "", exec_ids[0], t, verify)
+    t = add("code_load", -1, "bundle", "", exec_ids[0], t, load["code_load"]["median"])
     t += load["session"]["median"]
     open_ms = t
     queue_free = {}  # prep queue -> time its core is free
@@ -109,12 +134,15 @@ def simulate(plan, table):
         q = step.get("prep_queue", 0)
         inline, shared = q == 0, q > 0 and not others
         if inline:
-            prep_cls, prep_cpu = exec_cls, exec_cores[0]
+            prep_cls, prep_cpu = exec_cls, exec_ids[0]
         elif shared:
-            prep_cls, prep_cpu = exec_cls, exec_cores[min(threads, len(exec_cores)) - 1]
+            prep_cls, prep_cpu = exec_cls, exec_ids[min(threads, len(exec_ids)) - 1]
         else:
             prep_cls, prep_cpu = others[(q - 1) % len(others)]
         read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline)
+        execute *= slow
+        if inline:
+            transform *= slow
         start = exec_end if inline else queue_free.get(q, open_ms)
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
         if transform:
@@ -123,6 +151,6 @@ def simulate(plan, table):
                 execute += transform / max(1, threads)
         if not inline:
             queue_free[q] = end
-        exec_end = add("execute", i, step["layer"], step["variant"], exec_cores[0], max(end, exec_end), execute)
+        exec_end = add("execute", i, step["layer"], step["variant"], exec_ids[0], max(end, exec_end), execute)
     exec_end += load.get("run_overhead", {}).get("median", 0.0)  # binding inputs/outputs, the step loop
     return {"latency_ms": exec_end, "open_ms": open_ms, "events": events, "modeled": table.get("modeled", False)}

@@ -19,6 +19,7 @@ import flatbuffers
 import numpy as np
 
 from coldbrew.schemas.generated import bundle_generated as fb
+from coldbrew.targets import task_shares
 
 from .checksum import checksum64
 from .graph import DTYPES
@@ -116,6 +117,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
     p.preparedSize = graph.prepared_size
     p.warmThreads = graph.warm_threads
+    p.execShares = _shares(target, graph.threads)
+    p.warmExecShares = _shares(target, graph.warm_threads) if graph.warm_threads else []
     b.plan = p
     b.weightChecksums = True
     b.segments = []
@@ -151,3 +154,10 @@ def run(graph, code, target, producer, model_hash):
     for _, offset, data in segments:
         out[offset:offset + len(data)] = data
     return bytes(out)
+
+
+def _shares(target, threads):
+    """Each execution thread's share of a parallel loop (targets.task_shares);
+    empty where the split is even."""
+    shares = task_shares(target.exec_speeds(threads))
+    return [] if len(set(shares)) <= 1 else shares

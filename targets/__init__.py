@@ -130,6 +130,13 @@ class Target:
     def core_ids(self):
         return tuple(sorted(i for c in self.core_classes for i in c.ids))
 
+    def exec_speeds(self, threads):
+        """Relative execute speed of each of `threads` execution threads: the
+        runtime runs them on the target's cores fastest class first (more
+        threads than cores share the slowest)."""
+        speeds = [c.relative_speed for c in self.core_classes for _ in c.ids]
+        return [speeds[min(k, len(speeds) - 1)] for k in range(threads)]
+
     def llvm(self):
         """The TVM target dict for this CPU."""
         return {"kind": "llvm", "mtriple": self.triple, "mcpu": self.cpu}
@@ -161,6 +168,38 @@ class Target:
         d = self.to_dict()
         key = json.dumps({k: d[k] for k in ("triple", "cpu", "features", "core_classes")}, sort_keys=True)
         return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+MAX_TASKS = 4  # tasks per execution thread a parallel loop is cut into, at most on average
+
+
+def task_shares(speeds):
+    """How the runtime splits a parallel loop across execution threads of
+    these relative speeds (papers/asymo-asymmetric-cpus.txt): thread k runs
+    shares[k] consecutive tasks of sum(shares), so its part of the loop
+    follows its speed. Of the splits with the slowest thread at 1..8 tasks
+    and at most MAX_TASKS tasks per thread in all (a loop of few iterations
+    cut finer splits worse), the one with the fewest tasks among those
+    within 1 % of the best predicted time (split_factor); [1] * n on
+    symmetric cores, where the split is even."""
+    n, low = len(speeds), min(speeds)
+    if max(speeds) - low <= 0.02 * max(speeds):
+        return [1] * n
+    splits = [[1] * n]
+    for units in range(1, 9):
+        shares = [max(1, round(units * s / low)) for s in speeds]
+        if sum(shares) <= MAX_TASKS * n:
+            splits.append(shares)
+    best = min(split_factor(speeds, sh) for sh in splits)
+    return min((sh for sh in splits if split_factor(speeds, sh) <= best * 1.01), key=sum)
+
+
+def split_factor(speeds, shares):
+    """A parallel loop's time on threads of these speeds split by `shares`,
+    relative to the same loop split evenly over as many threads of speed
+    1.0: the slowest thread's part over its speed (tasks of equal cost)."""
+    n, total = len(speeds), sum(shares)
+    return max(n * sh / total / s for sh, s in zip(shares, speeds))
 
 
 def _features_of(triple, cpu):

@@ -72,10 +72,19 @@ typedef struct cb_tensor_info {
  * that follows with CB_ERR_CORRUPT. */
 typedef enum cb_mode { CB_MODE_COLD = 0, CB_MODE_CONTINUOUS = 1 } cb_mode;
 
+/* Parallel loops: each execution thread takes a share of a loop's tasks.
+ * Bundles for targets whose cores differ in speed carry shares in
+ * proportion to the speeds of the cores the threads run on (fastest class
+ * first); elsewhere the split is even. `exec_shares` (one entry of 1..255
+ * per execution thread of the first run) replaces the plan's for runs with
+ * that many threads: an app that knows one core is slower (e.g. busy) can
+ * say so. */
 typedef struct cb_session_options {
   uint32_t threads; /* execution threads; 0 = the plan's choice */
   uint32_t trace;   /* 1 = record a trace event per layer and phase */
   uint32_t mode;    /* cb_mode */
+  uint32_t exec_share_count; /* entries in exec_shares; 0: the plan's split */
+  const uint8_t* exec_shares;
 } cb_session_options;
 
 /* Phases of a cold run. LOAD events (step = CB_STEP_BUNDLE) cover opening

@@ -34,7 +34,8 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _Options(ctypes.Structure):
-    _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32), ("mode", ctypes.c_uint32)]
+    _fields_ = [("threads", ctypes.c_uint32), ("trace", ctypes.c_uint32), ("mode", ctypes.c_uint32),
+                ("exec_share_count", ctypes.c_uint32), ("exec_shares", ctypes.POINTER(ctypes.c_uint8))]
 
 
 class _TraceEvent(ctypes.Structure):
@@ -105,9 +106,14 @@ class InferenceSession:
     mode "cold" runs the bundle's plan every time; "continuous" (bundles
     compiled with --continuous) runs the plan first, then switches each
     layer to its warm-fastest variant once an idle-priority thread has read
-    that variant's weights (`alternates()` says how many are ready)."""
+    that variant's weights (`alternates()` says how many are ready).
 
-    def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold"):
+    exec_shares (one whole number 1..255 per execution thread) replaces the
+    plan's split of parallel loops: thread k takes exec_shares[k] of every
+    sum(exec_shares) tasks, e.g. [2, 1] when the second thread's core runs
+    at half speed."""
+
+    def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         flags = 0 if verify_weights else SKIP_WEIGHT_CHECKSUMS
@@ -121,6 +127,11 @@ class InferenceSession:
         self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
         opts = _Options(threads, 1 if trace else 0, MODES.index(mode))
+        if exec_shares is not None:
+            if not all(isinstance(x, int) and 1 <= x <= 255 for x in exec_shares):
+                raise ValueError(f"exec_shares must be whole numbers 1..255, not {exec_shares!r}")
+            self._shares = (ctypes.c_uint8 * len(exec_shares))(*exec_shares)
+            opts.exec_share_count, opts.exec_shares = len(exec_shares), self._shares
         _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
 
     def _infos(self, count, info_fn):
@@ -235,7 +246,8 @@ class InferenceSession:
         self.close()
 
 
-def load(source, threads=0, verify_weights=True, trace=False, mode="cold"):
+def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None):
     """Open a bundle (path or bytes) and return an InferenceSession
-    (mode: "cold" or "continuous", see InferenceSession)."""
-    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode)
+    (mode: "cold" or "continuous"; exec_shares: see InferenceSession)."""
+    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode,
+                            exec_shares=exec_shares)

@@ -74,6 +74,8 @@ typedef struct cb_model {
   uint32_t prep_queues; /* highest prep_queue of any step */
   uint32_t warm_threads; /* continuous mode's threads after the first run (0: threads) */
   uint32_t nwarm;        /* steps with a warm alternate */
+  const uint8_t* exec_shares;      /* per execution thread (threads of them), or NULL: even */
+  const uint8_t* warm_exec_shares; /* per warm thread, or NULL: even */
 } cb_model;
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
@@ -104,6 +106,10 @@ int cb_backend_threads(void);
  * session whose runs use fewer threads than the pool holds); also where
  * preparation workers are placed. */
 void cb_backend_set_active(int n);
+/* The same, and each of the n tasks' share of a parallel loop: thread k
+ * runs shares[k] consecutive tasks of sum(shares) (cores of different
+ * speeds); NULL splits evenly, one task per thread. */
+void cb_backend_set_split(int n, const uint8_t* shares);
 /* Pin the calling thread to the core the pool was built around (its workers
  * sit on the next cores); `saved` receives the old mask for restore. Returns
  * 1 if pinned. */

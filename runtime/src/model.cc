@@ -30,6 +30,20 @@ uint64_t dtype_size(fbs::DType d) {
 template <typename T>
 T* alloc_array(uint32_t n) { return static_cast<T*>(calloc(n ? n : 1, sizeof(T))); }
 
+// A plan's per-thread task shares: empty (even split), or one share of 1 to
+// 255 per execution thread. They point into the header.
+cb_status read_shares(const flatbuffers::Vector<uint8_t>* v, uint32_t threads, const char* what,
+                      const uint8_t** out) {
+  *out = nullptr;
+  if (!v || v->size() == 0) return CB_OK;
+  if (v->size() != threads)
+    return cb_fail(CB_ERR_CORRUPT, "plan %s has %u entries for %u execution threads", what, v->size(), threads);
+  for (uint32_t k = 0; k < v->size(); k++)
+    if (v->Get(k) == 0) return cb_fail(CB_ERR_CORRUPT, "plan %s gives thread %u no share", what, k);
+  *out = v->data();
+  return CB_OK;
+}
+
 cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, cb_model* m) {
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
@@ -184,7 +198,10 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     }
   }
   m->warm_threads = b->plan()->warm_threads();
-  return CB_OK;
+  cb_status st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
+  if (st) return st;
+  return read_shares(b->plan()->warm_exec_shares(), m->warm_threads ? m->warm_threads : m->threads,
+                     "warm_exec_shares", &m->warm_exec_shares);
 }
 
 }  // namespace

@@ -393,6 +393,9 @@ struct cb_session {
   _Atomic size_t ntrace;  /* the executing thread and preparation workers both record */
   uint32_t threads;       /* execution threads of the first run */
   uint32_t later_threads; /* ... and of later runs (continuous mode: the warm plan's) */
+  const uint8_t* shares;       /* the first run's parallel-loop split (NULL: even) */
+  const uint8_t* later_shares; /* ... and later runs' */
+  uint8_t own_shares[256];     /* the caller's exec_shares, copied */
   int warm;               /* a run has completed: weights read, checked and prepared */
   _Atomic uint64_t read_sink; /* keeps the weight reads observable */
   /* the first run's preparation workers (plan steps with prep_queue > 0) */
@@ -436,6 +439,11 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   int continuous = options && options->mode == CB_MODE_CONTINUOUS;
   uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
   uint32_t later = options && options->threads ? threads : (continuous && m->warm_threads ? m->warm_threads : threads);
+  uint32_t nshares = options ? options->exec_share_count : 0;
+  if (nshares && (nshares != threads || !options->exec_shares || nshares > 256))
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "exec_shares has %u entries for %u execution threads", nshares, threads);
+  for (uint32_t k = 0; k < nshares; k++)
+    if (!options->exec_shares[k]) return cb_fail(CB_ERR_INVALID_ARGUMENT, "exec_shares gives thread %u no share", k);
   cb_status st = cb_backend_set_threads((int)(threads > later ? threads : later));
   if (st) return st;
   uint64_t total_args = 0, total_targs = 0, total_aargs = 0;
@@ -445,6 +453,13 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (!s) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   s->bundle = b;
   s->threads = threads, s->later_threads = later, s->continuous = continuous;
+  if (nshares) memcpy(s->own_shares, options->exec_shares, nshares);
+  /* the plan's split holds for the thread count it was made for */
+  s->shares = nshares ? s->own_shares : threads == m->threads ? m->exec_shares : NULL;
+  int warm_plan = continuous && m->warm_threads;
+  const uint8_t* plan_later = warm_plan ? m->warm_exec_shares : m->exec_shares;
+  s->later_shares = nshares && later == threads ? s->own_shares
+                    : later == (warm_plan ? m->warm_threads : m->threads) ? plan_later : NULL;
   s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
   s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
@@ -826,7 +841,7 @@ cb_status cb_session_run(cb_session* s) {
   /* the pool holds the larger of the two thread counts; this run launches on its own */
   cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));
   if (ts) return ts;
-  cb_backend_set_active((int)(first ? s->threads : s->later_threads));
+  cb_backend_set_split((int)(first ? s->threads : s->later_threads), first ? s->shares : s->later_shares);
   s->ntrace = 0;
   if (s->trace && first)
     for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];

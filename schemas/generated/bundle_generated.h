@@ -869,7 +869,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_ARENA_SIZE = 6,
     VT_THREADS = 8,
     VT_PREPARED_SIZE = 10,
-    VT_WARM_THREADS = 12
+    VT_WARM_THREADS = 12,
+    VT_EXEC_SHARES = 14,
+    VT_WARM_EXEC_SHARES = 16
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -886,6 +888,12 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint32_t warm_threads() const {
     return GetField<uint32_t>(VT_WARM_THREADS, 0);
   }
+  const ::flatbuffers::Vector<uint8_t> *exec_shares() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_EXEC_SHARES);
+  }
+  const ::flatbuffers::Vector<uint8_t> *warm_exec_shares() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_WARM_EXEC_SHARES);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -896,6 +904,10 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint32_t>(verifier, VT_THREADS, 4) &&
            VerifyField<uint64_t>(verifier, VT_PREPARED_SIZE, 8) &&
            VerifyField<uint32_t>(verifier, VT_WARM_THREADS, 4) &&
+           VerifyOffset(verifier, VT_EXEC_SHARES) &&
+           verifier.VerifyVector(exec_shares()) &&
+           VerifyOffset(verifier, VT_WARM_EXEC_SHARES) &&
+           verifier.VerifyVector(warm_exec_shares()) &&
            verifier.EndTable();
   }
 };
@@ -919,6 +931,12 @@ struct PlanBuilder {
   void add_warm_threads(uint32_t warm_threads) {
     fbb_.AddElement<uint32_t>(Plan::VT_WARM_THREADS, warm_threads, 0);
   }
+  void add_exec_shares(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> exec_shares) {
+    fbb_.AddOffset(Plan::VT_EXEC_SHARES, exec_shares);
+  }
+  void add_warm_exec_shares(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares) {
+    fbb_.AddOffset(Plan::VT_WARM_EXEC_SHARES, warm_exec_shares);
+  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -936,10 +954,14 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     uint64_t arena_size = 0,
     uint32_t threads = 0,
     uint64_t prepared_size = 0,
-    uint32_t warm_threads = 0) {
+    uint32_t warm_threads = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> exec_shares = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares = 0) {
   PlanBuilder builder_(_fbb);
   builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
+  builder_.add_warm_exec_shares(warm_exec_shares);
+  builder_.add_exec_shares(exec_shares);
   builder_.add_warm_threads(warm_threads);
   builder_.add_threads(threads);
   builder_.add_steps(steps);
@@ -952,15 +974,21 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     uint64_t arena_size = 0,
     uint32_t threads = 0,
     uint64_t prepared_size = 0,
-    uint32_t warm_threads = 0) {
+    uint32_t warm_threads = 0,
+    const std::vector<uint8_t> *exec_shares = nullptr,
+    const std::vector<uint8_t> *warm_exec_shares = nullptr) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
+  auto exec_shares__ = exec_shares ? _fbb.CreateVector<uint8_t>(*exec_shares) : 0;
+  auto warm_exec_shares__ = warm_exec_shares ? _fbb.CreateVector<uint8_t>(*warm_exec_shares) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
       arena_size,
       threads,
       prepared_size,
-      warm_threads);
+      warm_threads,
+      exec_shares__,
+      warm_exec_shares__);
 }
 
 struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -1240,8 +1240,62 @@ class Plan(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Plan
+    def ExecShares(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Plan
+    def ExecSharesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Plan
+    def ExecSharesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def ExecSharesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # Plan
+    def WarmExecShares(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Plan
+    def WarmExecSharesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Plan
+    def WarmExecSharesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def WarmExecSharesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
 def PlanStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(7)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -1260,6 +1314,18 @@ def PlanAddPreparedSize(builder, preparedSize):
 
 def PlanAddWarmThreads(builder, warmThreads):
     builder.PrependUint32Slot(4, warmThreads, 0)
+
+def PlanAddExecShares(builder, execShares):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(execShares), 0)
+
+def PlanStartExecSharesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def PlanAddWarmExecShares(builder, warmExecShares):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(warmExecShares), 0)
+
+def PlanStartWarmExecSharesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
 
 def PlanEnd(builder):
     return builder.EndObject()
@@ -1280,12 +1346,16 @@ class PlanT(object):
         threads = 0,
         preparedSize = 0,
         warmThreads = 0,
+        execShares = None,
+        warmExecShares = None,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
         self.threads = threads  # type: int
         self.preparedSize = preparedSize  # type: int
         self.warmThreads = warmThreads  # type: int
+        self.execShares = execShares  # type: Optional[List[int]]
+        self.warmExecShares = warmExecShares  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1320,6 +1390,20 @@ class PlanT(object):
         self.threads = plan.Threads()
         self.preparedSize = plan.PreparedSize()
         self.warmThreads = plan.WarmThreads()
+        if not plan.ExecSharesIsNone():
+            if np is None:
+                self.execShares = []
+                for i in range(plan.ExecSharesLength()):
+                    self.execShares.append(plan.ExecShares(i))
+            else:
+                self.execShares = plan.ExecSharesAsNumpy()
+        if not plan.WarmExecSharesIsNone():
+            if np is None:
+                self.warmExecShares = []
+                for i in range(plan.WarmExecSharesLength()):
+                    self.warmExecShares.append(plan.WarmExecShares(i))
+            else:
+                self.warmExecShares = plan.WarmExecSharesAsNumpy()
 
     # PlanT
     def Pack(self, builder):
@@ -1331,6 +1415,22 @@ class PlanT(object):
             for i in reversed(range(len(self.steps))):
                 builder.PrependUOffsetTRelative(stepslist[i])
             steps = builder.EndVector()
+        if self.execShares is not None:
+            if np is not None and type(self.execShares) is np.ndarray:
+                execShares = builder.CreateNumpyVector(self.execShares)
+            else:
+                PlanStartExecSharesVector(builder, len(self.execShares))
+                for i in reversed(range(len(self.execShares))):
+                    builder.PrependUint8(self.execShares[i])
+                execShares = builder.EndVector()
+        if self.warmExecShares is not None:
+            if np is not None and type(self.warmExecShares) is np.ndarray:
+                warmExecShares = builder.CreateNumpyVector(self.warmExecShares)
+            else:
+                PlanStartWarmExecSharesVector(builder, len(self.warmExecShares))
+                for i in reversed(range(len(self.warmExecShares))):
+                    builder.PrependUint8(self.warmExecShares[i])
+                warmExecShares = builder.EndVector()
         PlanStart(builder)
         if self.steps is not None:
             PlanAddSteps(builder, steps)
@@ -1338,6 +1438,10 @@ class PlanT(object):
         PlanAddThreads(builder, self.threads)
         PlanAddPreparedSize(builder, self.preparedSize)
         PlanAddWarmThreads(builder, self.warmThreads)
+        if self.execShares is not None:
+            PlanAddExecShares(builder, execShares)
+        if self.warmExecShares is not None:
+            PlanAddWarmExecShares(builder, warmExecShares)
         plan = PlanEnd(builder)
         return plan
 

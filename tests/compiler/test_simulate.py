@@ -4,7 +4,7 @@ import pytest
 
 from coldbrew.compiler.plan import choose
 from coldbrew.compiler.profile import modeled_table
-from coldbrew.compiler.simulate import PlanError, simulate
+from coldbrew.compiler.simulate import PlanError, loop_factor, simulate
 from coldbrew.targets import resolve
 
 
@@ -197,3 +197,20 @@ def test_scheduler_within_ten_percent_of_the_optimum():
         assert best <= heuristic + 1e-6
         gaps.append(heuristic / best - 1)
     assert sum(gaps) / len(gaps) <= 0.10, gaps
+
+
+def test_loops_split_by_core_speed():
+    host = _table()
+    host["fingerprint"], host["storage"] = "host", {}
+    assert loop_factor(host, 2) == loop_factor(host, 2, "even") == 1.0  # symmetric cores
+    t = modeled_table(host, resolve("sd855"))
+    # 2 threads: prime (1.0) + a big core (0.85); shares 4:3 vs 1:1
+    assert loop_factor(t, 2, "even") == pytest.approx(1 / 0.85)
+    assert loop_factor(t, 2) == pytest.approx(2 * max(4 / 7, 3 / 7 / 0.85))
+    plan = _plan(queue=1)
+    by_speed, even = simulate(plan, t), simulate(dict(plan, split="even"), t)
+    execute = [e for e in by_speed["events"] if e["phase"] == "execute"]
+    assert [e["cpu"] for e in execute] == [7, 7]  # task 0 on the prime core
+    assert by_speed["latency_ms"] < even["latency_ms"]
+    # the worker takes the first core the execution threads leave free
+    assert next(e["cpu"] for e in by_speed["events"] if e["phase"] == "read") == 5

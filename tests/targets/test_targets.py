@@ -175,3 +175,28 @@ def test_every_kernel_space_fits_the_register_file():
                     if "tt" in p:  # winograd: kb x tt / lanes accumulators
                         assert p["tt"] % isa.lanes == 0
                         assert p["kb"] * (p["tt"] // isa.lanes) + p["tt"] // isa.lanes + 2 <= isa.registers
+
+
+@pytest.mark.parametrize("speeds,shares", [
+    ([1.0, 1.0], [1, 1]), ([1.0, 0.99], [1, 1]), ([1.0, 0.5], [2, 1]), ([1.0, 0.14], [7, 1]),
+    ([1.0, 0.85, 0.85, 0.85], [1, 1, 1, 1]),  # 4 % to gain, not worth cutting loops finer
+    ([1.0, 0.85, 0.85, 0.85, 0.14, 0.14, 0.14, 0.14], [7, 6, 6, 6, 1, 1, 1, 1]),
+])
+def test_task_shares_follow_core_speeds(speeds, shares):
+    assert targets.task_shares(speeds) == shares
+
+
+@pytest.mark.parametrize("name", PRESETS + ["x86_64-avx2", "host"])
+@pytest.mark.parametrize("threads", [1, 2, 4, 8])
+def test_split_by_speed_never_slower_than_even(name, threads):
+    speeds = resolve(name).exec_speeds(threads)
+    shares = targets.task_shares(speeds)
+    assert len(shares) == threads and all(1 <= s <= 255 for s in shares)
+    assert sum(shares) <= targets.MAX_TASKS * threads
+    by_speed, even = targets.split_factor(speeds, shares), targets.split_factor(speeds, [1] * threads)
+    assert threads / sum(speeds) - 1e-9 <= by_speed <= even + 1e-9  # no better than ideal, no worse than even
+
+
+def test_exec_speeds_fastest_class_first():
+    assert resolve("sd855").exec_speeds(5) == [1.0, 0.85, 0.85, 0.85, 0.14]
+    assert resolve("sd855").exec_speeds(10)[-2:] == [0.14, 0.14]  # more threads than cores share the slowest

@@ -1,0 +1,75 @@
+"""Parallel loops split by core speed: a plan for cores of different speeds
+carries each execution thread's share of a loop's tasks; the runtime runs
+thread k's shares[k] consecutive tasks. Any split gives the same outputs
+(equal to onnxruntime's); bad shares are clear errors."""
+import dataclasses
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import assert_close, ort_run
+
+import coldbrew
+from coldbrew.compiler import compile_graph, write_bundle
+from coldbrew.compiler.cli import main
+from coldbrew.compiler.inspect_bundle import read_bytes
+from coldbrew.targets import CoreClass, resolve
+
+
+@pytest.fixture(scope="module")
+def feeds():
+    return {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def _asymmetric_host(speed):
+    """The host's ISA with its cores in two classes, the second at `speed`."""
+    host = resolve("host")
+    one = host.core_classes[0]
+    ids = host.core_ids
+    return dataclasses.replace(host, name="host-asym", core_classes=(
+        CoreClass("fast", ids[:1], 1.0, None, one.scale), CoreClass("slow", ids[1:] or ids[:1], speed, None, one.scale)))
+
+
+@pytest.mark.parametrize("shares", [[1, 1], [2, 1], [1, 3], [7, 1], [255, 1]])
+def test_any_split_gives_the_same_outputs(small_bundle, small_model, feeds, shares):
+    even = coldbrew.load(small_bundle, threads=2).run(None, feeds)
+    split = coldbrew.load(small_bundle, threads=2, exec_shares=shares).run(None, feeds)
+    for a, b, ref in zip(even, split, ort_run(small_model, feeds)):
+        np.testing.assert_array_equal(a, b)  # each element is computed by one task, whichever thread runs it
+        assert_close(b, ref)
+
+
+def test_bad_shares_are_clear_errors(small_bundle):
+    with pytest.raises(coldbrew.BundleError, match=r"INVALID_ARGUMENT.*exec_shares has 3 entries for 2 execution"):
+        coldbrew.load(small_bundle, threads=2, exec_shares=[1, 2, 3])
+    with pytest.raises(ValueError, match="whole numbers 1..255"):
+        coldbrew.load(small_bundle, threads=2, exec_shares=[1, 0])
+
+
+def test_plan_for_cores_of_different_speeds_carries_shares(tmp_path, small_model, feeds):
+    path = tmp_path / "asym.brew"
+    data, _ = compile_graph(small_model, str(path), target=_asymmetric_host(0.5), threads=2)
+    bundle, _, _ = read_bytes(data)
+    assert list(bundle.plan.execShares) == [2, 1]
+    got = coldbrew.load(str(path)).run(None, feeds)
+    for a, ref in zip(got, ort_run(small_model, feeds)):
+        assert_close(a, ref)
+    out = CliRunner().invoke(main, ["inspect", str(path)])
+    assert out.exit_code == 0 and "threads 2, loops split 2:1 by core speed" in out.output
+
+
+def test_symmetric_cores_split_evenly(small_bundle):
+    bundle, _, _ = read_bytes(open(small_bundle, "rb").read())
+    assert bundle.plan.execShares is None or len(bundle.plan.execShares) == 0
+    out = CliRunner().invoke(main, ["inspect", small_bundle])
+    assert "loops split evenly" in out.output
+
+
+@pytest.mark.parametrize("shares,message", [([1, 2, 3], "plan exec_shares has 3 entries for 2 execution threads"),
+                                            ([0, 1], "plan exec_shares gives thread 0 no share")])
+def test_bundle_with_bad_shares_is_refused(tmp_path, small_model, monkeypatch, shares, message):
+    monkeypatch.setattr(write_bundle, "_shares", lambda target, threads: shares if threads == 2 else [])
+    path = tmp_path / "bad.brew"
+    compile_graph(small_model, str(path), threads=2)
+    with pytest.raises(coldbrew.BundleError, match=f"CORRUPT.*{message}"):
+        coldbrew.load(str(path))
