@@ -8,6 +8,10 @@ Prints one JSON line.
     python bench/cold_sample.py MODEL.ort --ort-best [--threads N] [--runs N]
 
 --runs N times N more runs after the first, back to back (runs_ms).
+--exec-shares 2,1 splits parallel loops unevenly (coldbrew.load's
+exec_shares); --home-core C waits (untimed) until the process runs on core
+C before loading, so the runtime's executing thread is placed there and its
+worker on the next core.
 
 --ort-best is onnxruntime's best cold configuration: a model optimized
 offline (ORT_ENABLE_ALL) and saved in ORT format (bench/cold_sample.py's
@@ -100,9 +104,14 @@ def main():
     if ORT:
         print(json.dumps(ort_sample(path, threads)))
         return
+    shares = _opt("--exec-shares", None)
+    shares = [int(x) for x in shares.split(",")] if shares else None
+    home = _opt("--home-core", None)
     evict(path)
+    if home is not None:
+        _wait_for_core(int(home))
     t0 = time.perf_counter()
-    sess = coldbrew.load(path, threads=threads, trace=trace, mode=mode)
+    sess = coldbrew.load(path, threads=threads, trace=trace, mode=mode, exec_shares=shares)
     t1 = time.perf_counter()
     rng = np.random.default_rng(0)  # the app's inputs: made outside the timed part
     feeds = {i.name: (rng.standard_normal(i.shape) if i.dtype.kind == "f" else np.zeros(i.shape)).astype(i.dtype)
@@ -115,6 +124,14 @@ def main():
     if trace:
         out["events"] = sess.trace()
     print(json.dumps(_later_runs(out, lambda: sess.run(None, feeds))))
+
+
+def _wait_for_core(core):
+    import ctypes
+
+    getcpu = ctypes.CDLL(None).sched_getcpu
+    while getcpu() != core:
+        time.sleep(0.0005)
 
 
 def _opt(name, default):

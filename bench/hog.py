@@ -8,8 +8,11 @@ worker (`--prep-queue 1 --prep-queue c0=0`) and one with all preparation
 inline. Each round takes one cold sample of every bundle unloaded and one
 with a busy-looping process pinned to core N (default: the last core this
 process may use), in turns (bench/cold_sample.py: fresh process, bundle
-evicted, load + first result). Prints medians and the hogged / unloaded
-ratio (the goal: <= 1.5x with work stealing).
+evicted, load + first result). The worker bundle is also run with its
+executing thread placed on another core than the hog and parallel loops
+split 2:1 toward it ("split": the app tells the runtime that the second
+core runs at about half speed, exec_shares). Prints medians and the hogged
+/ unloaded ratio (the goal: <= 1.5x with work stealing).
 """
 import argparse
 import json
@@ -24,9 +27,9 @@ from common import ROOT, geomean, zoo
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
-def sample(path):
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cold_sample.py"), path], capture_output=True,
-                         text=True, check=True)
+def sample(path, *flags):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cold_sample.py"), path, *flags],
+                         capture_output=True, text=True, check=True)
     j = json.loads(out.stdout)
     return j["load_ms"] + j["first_run_ms"]
 
@@ -46,20 +49,22 @@ def main():
             for name, queues in (("worker", {"*": 1, "c0": 0}), ("inline", 0)):
                 path = os.path.join(d, f"{m}.{name}.brew")
                 compile_model(proto, path, queues=queues)
-                bundles.append((m, name, path))
+                bundles.append((m, name, path, ()))
+            other = min(c for c in os.sched_getaffinity(0) if c != a.core)
+            bundles.append((m, "split", bundles[-2][2], ("--home-core", str(other), "--exec-shares", "2,1")))
         times = {}
         for _ in range(a.rounds):
-            for m, name, path in bundles:
-                times.setdefault((m, name, "unloaded"), []).append(sample(path))
+            for m, name, path, flags in bundles:
+                times.setdefault((m, name, "unloaded"), []).append(sample(path, *flags))
                 hog = subprocess.Popen([sys.executable, "-c", HOG, str(a.core)])
                 try:
-                    times.setdefault((m, name, "hog"), []).append(sample(path))
+                    times.setdefault((m, name, "hog"), []).append(sample(path, *flags))
                 finally:
                     hog.kill()
                     hog.wait()
     print(f"cold start (ms, medians of {a.rounds} interleaved rounds), hog pinned to core {a.core}")
     ratios = {}
-    for m, name, _ in bundles:
+    for m, name, _, _ in bundles:
         quiet, busy = statistics.median(times[(m, name, "unloaded")]), statistics.median(times[(m, name, "hog")])
         ratios.setdefault(name, []).append(busy / quiet)
         print(f"{m:14s} {name:7s} unloaded {quiet:8.2f}  hog {busy:8.2f}  ratio {busy / quiet:5.2f}x")
