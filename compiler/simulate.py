@@ -126,7 +126,7 @@ def simulate(plan, table):
     verify = load["verify"]["median"]
     t = add("verify", -1, "bundle", "", exec_ids[0], t, verify)
     t = add("code_load", -1, "bundle", "", exec_ids[0], t, load["code_load"]["median"])
-    t += load["session"]["median"]
+    t = add("session", -1, "bundle", "", exec_ids[0], t, load["session"]["median"])
     open_ms = t
     queue_free = {}  # prep queue -> time its core is free
     exec_end = t

@@ -15,8 +15,9 @@ import zlib
 
 import numpy as np
 
-PHASES = ("verify", "code_load", "load", "read", "transform", "execute")  # in cold-run order
-COLORS = {"verify": (0, 150, 136), "code_load": (219, 68, 55), "load": (142, 68, 173),
+PHASES = ("verify", "code_load", "session", "load", "read", "transform", "execute")  # in cold-run order
+COLORS = {"verify": (0, 150, 136), "code_load": (219, 68, 55), "session": (120, 85, 72),
+          "load": (142, 68, 173),
           "read": (66, 133, 244), "transform": (245, 140, 0), "execute": (52, 168, 83)}
 OTHER = (128, 128, 128)  # a phase not listed above
 _KEYS = ("step", "layer", "variant", "phase", "cpu", "start_ns", "end_ns")

@@ -87,8 +87,9 @@ typedef struct cb_session_options {
   const uint8_t* exec_shares;
 } cb_session_options;
 
-/* Phases of a cold run. LOAD events (step = CB_STEP_BUNDLE) cover opening
- * the bundle: verification (header, code), then loading its code. READ
+/* Phases of a cold run. Events with step = CB_STEP_BUNDLE cover opening
+ * the bundle: verification (header, code), loading its code (the execution
+ * threads start meanwhile), then creating the session. READ
  * brings a step's weights into memory and checks them (first run only),
  * TRANSFORM turns raw weights into the kernel's layout (first run only,
  * raw-weight steps), EXECUTE runs it. On the first run, steps the plan puts
@@ -96,7 +97,8 @@ typedef struct cb_session_options {
  * to a core after the execution cores, ahead of execution; the executing
  * thread waits (blocking) for a step's preparation before running it. */
 typedef enum cb_phase {
-  CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5
+  CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5,
+  CB_PHASE_SESSION = 6
 } cb_phase;
 #define CB_STEP_BUNDLE 0xFFFFFFFFu
 

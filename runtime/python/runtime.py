@@ -15,7 +15,7 @@ _DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.i
 _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
            "KERNEL", "OUT_OF_MEMORY"]
 SKIP_WEIGHT_CHECKSUMS = 1
-_PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load"}  # cb_phase
+_PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session"}  # cb_phase
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
 
@@ -203,8 +203,8 @@ class InferenceSession:
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with
         step, layer, variant, alternate, phase, cpu, start_ns, end_ns. Phases:
-        verify and code_load (opening the bundle; step -1, layer "bundle",
-        reported by the first run), then per step read and transform (first
+        verify, code_load and session (opening the bundle and creating the
+        session; step -1, layer "bundle", reported by the first run), then per step read and transform (first
         run) and execute. `alternate` marks a step's warm variant in
         continuous mode (its weights' read, its execution)."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()

@@ -119,7 +119,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-#define CB_SPIN_ROUNDS 4000 /* pause-spins before sleeping */
+#define CB_SPIN_ROUNDS 4000 /* the launching thread's pause-spins before it sleeps */
+#ifndef CB_WORKER_SPIN_ROUNDS
+#define CB_WORKER_SPIN_ROUNDS 8000 /* a worker's between launches: a layer on one thread rarely outlasts it */
+#endif
 
 static void futex_wait(atomic_int* word, int value) {
   syscall(SYS_futex, (int*)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
@@ -163,7 +166,7 @@ static _Thread_local int t_in_task;
 
 
 static uint64_t wait_for_launch(uint64_t seen) {
-  for (int i = 0; i < CB_SPIN_ROUNDS; i++) {
+  for (int i = 0; i < CB_WORKER_SPIN_ROUNDS; i++) {
     uint64_t g = atomic_load_explicit(&g_pool.generation, memory_order_acquire);
     if (g != seen || atomic_load(&g_pool.stop)) return g;
     cpu_relax();

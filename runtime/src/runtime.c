@@ -213,6 +213,10 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if (s) return s;
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
+  /* the execution pool's threads start now and come up while the code is
+   * checked and loaded (a session with other thread counts resizes it) */
+  uint32_t later = b->model.warm_threads > b->model.threads ? b->model.warm_threads : b->model.threads;
+  (void)cb_backend_set_threads((int)(later ? later : 1)); /* a failure here is retried, and reported, by the session */
   const cb_segment_desc* code = NULL;
   for (uint32_t i = 0; i < b->model.nsegments; i++)
     if (b->model.segments[i].kind == CB_SEG_CPU_CODE) {
@@ -388,7 +392,8 @@ struct cb_session {
   uint32_t* targ_start;   /* per step */
   cb_ffi_any* aargs;      /* all steps' warm alternates' arguments, back to back */
   uint32_t* aarg_start;   /* per step */
-  cb_trace_event* trace;  /* 4 per step + the open events when tracing, else NULL */
+  cb_trace_event* trace;  /* 4 per step + the open and create events when tracing, else NULL */
+  cb_trace_event create_event; /* session creation (reported by the first traced run) */
   size_t trace_cap;
   _Atomic size_t ntrace;  /* the executing thread and preparation workers both record */
   uint32_t threads;       /* execution threads of the first run */
@@ -433,6 +438,7 @@ static uint32_t bind_args(cb_session* s, const uint32_t* ids, uint32_t n, cb_ffi
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
+  uint64_t t0 = now_ns();
   const cb_model* m = &b->model;
   if (options && options->mode > CB_MODE_CONTINUOUS)
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "unknown session mode %u", options->mode);
@@ -477,7 +483,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace_cap = 4 * (size_t)m->nsteps + 2;
+    s->trace_cap = 4 * (size_t)m->nsteps + 3;
     s->trace = calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
@@ -515,6 +521,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     ka += bind_args(s, sd->warm_args, sd->nwarm_args, &s->aargs[ka]);
   }
   s->arg_start[m->nsteps] = k, s->targ_start[m->nsteps] = kt, s->aarg_start[m->nsteps] = ka;
+  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, now_ns()};
   *out = s;
   return CB_OK;
 }
@@ -843,8 +850,10 @@ cb_status cb_session_run(cb_session* s) {
   if (ts) return ts;
   cb_backend_set_split((int)(first ? s->threads : s->later_threads), first ? s->shares : s->later_shares);
   s->ntrace = 0;
-  if (s->trace && first)
+  if (s->trace && first) {
     for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+    s->trace[s->ntrace++] = s->create_event;
+  }
   /* the first run's preparation workers start before anything executes */
   pthread_t workers[CB_MAX_PREP_QUEUES];
   cb_prep_worker args[CB_MAX_PREP_QUEUES];
