@@ -15,7 +15,7 @@ import argparse
 
 from common import geomean, host_isa, zoo
 
-from coldbrew.compiler.plan import choose
+from coldbrew.compiler.plan import choose, simulated_plan
 from coldbrew.compiler.profile import modeled_table, profile
 from coldbrew.compiler.simulate import loop_factor, simulate
 from coldbrew.targets import resolve, task_shares
@@ -54,10 +54,7 @@ def main():
                       f"shares {':'.join(map(str, task_shares(speeds))):16s} execute even {even:8.1f} ms  "
                       f"by speed {fast:8.1f} ms  gain {even / fast:5.2f}x")
             plan = choose(t, "cold")
-            steps = {"threads": plan["threads"], "steps": [
-                {"layer": layer["name"], "variant": plan["variants"].get(layer["name"], layer["candidates"][0]["variant"]),
-                 "form": plan["forms"].get(layer["name"], "cached"), "prep_queue": plan["queues"][layer["name"]],
-                 "exec_queue": 0} for layer in t["layers"]]}
+            steps = simulated_plan(t, plan)
             even, fast = simulate(dict(steps, split="even"), t), simulate(steps, t)
             print(f"{m:13s} {name:11s} cold plan (T={plan['threads']}): predicted even {even['latency_ms']:8.1f} ms, "
                   f"by speed {fast['latency_ms']:8.1f} ms")

@@ -92,6 +92,14 @@ def _steps(table, sel, queues):
             for layer, p, q in zip(table["layers"], sel, queues)]
 
 
+def simulated_plan(table, chosen):
+    """choose()'s result as the simulator's plan (every layer a step)."""
+    return {"threads": chosen["threads"], "steps": [
+        {"layer": layer["name"], "variant": chosen["variants"].get(layer["name"], layer["candidates"][0]["variant"]),
+         "form": chosen["forms"].get(layer["name"], "cached"), "prep_queue": chosen["queues"][layer["name"]],
+         "exec_queue": 0} for layer in table["layers"]]}
+
+
 def _predict(table, sel, queues, threads):
     return simulate({"threads": threads, "steps": _steps(table, sel, queues)}, table)["latency_ms"]
 
