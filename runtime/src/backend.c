@@ -152,7 +152,7 @@ typedef struct {
   atomic_int active; /* tasks a launch uses (<= size) */
   /* split by speed (cb_backend_set_split): thread k runs tasks
    * [first[k], first[k] + count[k]) of `total`; total == 0: one task each */
-  int total;
+  int total, split_n; /* split_n: the thread count the shares are for */
   int first[CB_MAX_THREADS], count[CB_MAX_THREADS];
   int launch_total; /* the current launch's: total, or 0 */
 } cb_pool;
@@ -325,20 +325,28 @@ void cb_backend_set_split(int n, const uint8_t* shares) {
     even &= shares[k] == shares[0];
   }
   g_pool.total = shares && !even ? total : 0;
+  g_pool.split_n = n;
   pthread_mutex_unlock(&g_pool.launch_mu);
 }
 
+static int run_inline(cb_parallel_lambda fn, void* cdata) {
+  cb_parallel_env env = {&g_pool, 1};
+  return fn(0, &env, cdata);
+}
+
 static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
+  if (num_task == 1 || t_in_task || atomic_load(&g_pool.active) <= 1) return run_inline(fn, cdata);
+  pthread_mutex_lock(&g_pool.launch_mu);
+  /* read under the lock: another session may resize the pool between launches */
   int active = atomic_load(&g_pool.active);
   int n = num_task > 0 && num_task < active ? num_task : active;
-  if (n <= 1 || t_in_task) {
-    cb_parallel_env env = {&g_pool, 1};
-    return fn(0, &env, cdata);
+  if (n <= 1) {
+    pthread_mutex_unlock(&g_pool.launch_mu);
+    return run_inline(fn, cdata);
   }
-  pthread_mutex_lock(&g_pool.launch_mu);
   g_pool.fn = fn, g_pool.cdata = cdata, g_pool.ntask = n;
   /* a kernel that asks for a task count of its own gets it, evenly */
-  g_pool.launch_total = n == active && num_task <= 0 ? g_pool.total : 0;
+  g_pool.launch_total = n == active && n == g_pool.split_n && num_task <= 0 ? g_pool.total : 0;
   atomic_store(&g_pool.failed, 0);
   atomic_store(&g_pool.barrier_count, 0);
   atomic_store(&g_pool.pending, n - 1);
