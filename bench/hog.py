@@ -46,12 +46,13 @@ def main():
         bundles = []
         for m in a.models:
             proto = zoo().build(m)
+            paths = {}
             for name, queues in (("worker", {"*": 1, "c0": 0}), ("inline", 0)):
-                path = os.path.join(d, f"{m}.{name}.brew")
-                compile_model(proto, path, queues=queues)
-                bundles.append((m, name, path, ()))
+                paths[name] = os.path.join(d, f"{m}.{name}.brew")
+                compile_model(proto, paths[name], queues=queues)
+                bundles.append((m, name, paths[name], ()))
             other = min(c for c in os.sched_getaffinity(0) if c != a.core)
-            bundles.append((m, "split", bundles[-2][2], ("--home-core", str(other), "--exec-shares", "2,1")))
+            bundles.append((m, "split", paths["worker"], ("--home-core", str(other), "--exec-shares", "2,1")))
         times = {}
         for _ in range(a.rounds):
             for m, name, path, flags in bundles:

@@ -108,8 +108,9 @@ typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata
  * keeps busy, a yield hands it a whole time slice, and the next launch
  * waits for it (measured: squeezenet warm with a CPU hog on the worker's
  * core 14 ms yielding, 10 ms sleeping; 5.4 ms unloaded either way), where
- * a sleeper that wakes preempts the busy process at once. Each worker starts from the generation current when it was
- * created, and the generation only moves under `mu`, so no launch is missed.
+ * a sleeper that wakes preempts the busy process at once. Each worker
+ * starts from the generation current when it was created, and the
+ * generation only moves under `mu`, so no launch is missed.
  * A launch from inside a task (nested parallel loops) runs inline. */
 static inline void cpu_relax(void) {
 #if defined(__x86_64__)
@@ -120,9 +121,7 @@ static inline void cpu_relax(void) {
 }
 
 #define CB_SPIN_ROUNDS 4000 /* the launching thread's pause-spins before it sleeps */
-#ifndef CB_WORKER_SPIN_ROUNDS
 #define CB_WORKER_SPIN_ROUNDS 8000 /* a worker's between launches: a layer on one thread rarely outlasts it */
-#endif
 
 static void futex_wait(atomic_int* word, int value) {
   syscall(SYS_futex, (int*)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
@@ -311,8 +310,6 @@ cb_status cb_backend_set_threads(int n) {
 }
 
 int cb_backend_threads(void) { return g_pool.size; }
-
-void cb_backend_set_active(int n) { cb_backend_set_split(n, NULL); }
 
 void cb_backend_set_split(int n, const uint8_t* shares) {
   pthread_mutex_lock(&g_pool.launch_mu); /* not while a launch reads the split */

@@ -102,13 +102,11 @@ void cb_backend_clear_kernel_error(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
-/* Tasks a parallel launch uses from now on, at most the pool's size (a
- * session whose runs use fewer threads than the pool holds); also where
- * preparation workers are placed. */
-void cb_backend_set_active(int n);
-/* The same, and each of the n tasks' share of a parallel loop: thread k
- * runs shares[k] consecutive tasks of sum(shares) (cores of different
- * speeds); NULL splits evenly, one task per thread. */
+/* Threads a parallel launch uses from now on, at most the pool's size (a
+ * session whose runs use fewer threads than the pool holds; also where
+ * preparation workers are placed), and each one's share of a parallel
+ * loop: thread k runs shares[k] consecutive tasks of sum(shares) (cores of
+ * different speeds); NULL splits evenly, one task per thread. */
 void cb_backend_set_split(int n, const uint8_t* shares);
 /* Pin the calling thread to the core the pool was built around (its workers
  * sit on the next cores); `saved` receives the old mask for restore. Returns

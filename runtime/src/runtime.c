@@ -214,9 +214,10 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
   /* the execution pool's threads start now and come up while the code is
-   * checked and loaded (a session with other thread counts resizes it) */
-  uint32_t later = b->model.warm_threads > b->model.threads ? b->model.warm_threads : b->model.threads;
-  (void)cb_backend_set_threads((int)(later ? later : 1)); /* a failure here is retried, and reported, by the session */
+   * checked and loaded: as many as the plan's first run uses (a session
+   * with other thread counts resizes the pool; a failure here is retried,
+   * and reported, by the session) */
+  (void)cb_backend_set_threads((int)(b->model.threads ? b->model.threads : 1));
   const cb_segment_desc* code = NULL;
   for (uint32_t i = 0; i < b->model.nsegments; i++)
     if (b->model.segments[i].kind == CB_SEG_CPU_CODE) {
@@ -435,6 +436,16 @@ static uint32_t bind_args(cb_session* s, const uint32_t* ids, uint32_t n, cb_ffi
   return n;
 }
 
+/* The split of runs with n execution threads: the caller's shares if they
+ * are for n threads, else the plan's for n threads (the warm plan's in
+ * continuous mode's later runs), else NULL (even). */
+static const uint8_t* split_for(const cb_model* m, int later_continuous, uint32_t n, const uint8_t* own,
+                                uint32_t nown) {
+  if (nown && nown == n) return own;
+  if (later_continuous && m->warm_threads && n == m->warm_threads) return m->warm_exec_shares;
+  return n == m->threads ? m->exec_shares : NULL;
+}
+
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
@@ -460,12 +471,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->bundle = b;
   s->threads = threads, s->later_threads = later, s->continuous = continuous;
   if (nshares) memcpy(s->own_shares, options->exec_shares, nshares);
-  /* the plan's split holds for the thread count it was made for */
-  s->shares = nshares ? s->own_shares : threads == m->threads ? m->exec_shares : NULL;
-  int warm_plan = continuous && m->warm_threads;
-  const uint8_t* plan_later = warm_plan ? m->warm_exec_shares : m->exec_shares;
-  s->later_shares = nshares && later == threads ? s->own_shares
-                    : later == (warm_plan ? m->warm_threads : m->threads) ? plan_later : NULL;
+  s->shares = split_for(m, 0, threads, s->own_shares, nshares);
+  s->later_shares = split_for(m, continuous, later, s->own_shares, nshares);
   s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
   s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
