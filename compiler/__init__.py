@@ -16,6 +16,11 @@ The whole pipeline, in order (one pass per module):
     add_warm_steps   continuous mode only: each layer's warm-fastest variant as an alternate
     codegen          kernels -> one CPU shared object (TVM LLVM)
     write_bundle     header + segments -> bytes
+
+GPU targets (`vulkan`, `<preset>+vulkan`) take the same passes with two
+swapped: schedule_gpu (TVM dlight GPU schedules) in place of select_variants
+and schedule_kernels, codegen_spirv (coldbrew's GLSL emitter, glslang,
+spirv-val) in place of codegen.
 """
 import os
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperato
 PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
           "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "add_warm_steps", "codegen",
           "write_bundle"]
+GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "fuse_layers",
+              "schedule_gpu", "extract_layers", "plan_weights", "plan_memory", "codegen_spirv", "write_bundle"]
 
 
 def _version():
@@ -83,6 +90,9 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     Returns the bundle bytes, and writes them to `output` when given.
     """
     warm = None
+    if (plan != "default" or continuous or tune) and _on_gpu(target):
+        raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
+                           "(compile with the default plan)")
     if plan != "default" or continuous:
         from .plan import choose
         from .profile import profile
@@ -163,6 +173,8 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     except ValueError as e:
         raise CompileError(str(e)) from None
     front = front or front_end(model, input_shapes, constants, dump_ir)
+    if tgt.executes_on == "gpu":
+        return _compile_gpu(front, output, tgt, dump_ir)
     graph = _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues)
     if warm:
         alt = _lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
@@ -172,6 +184,42 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     _dump(dump_ir, PASSES.index(codegen.NAME), codegen.NAME, code)
     data = write_bundle.run(graph, code, tgt, f"coldbrew {_version()}", front.model_hash)
     _dump(dump_ir, PASSES.index(write_bundle.NAME), write_bundle.NAME, data)
+    if output:
+        with open(output, "wb") as f:
+            f.write(data)
+    return data, graph
+
+
+def _on_gpu(target):
+    from coldbrew.targets import resolve
+
+    try:
+        return (resolve(target) if isinstance(target, str) else target).executes_on == "gpu"
+    except ValueError:
+        return False  # compile_graph reports the bad name
+
+
+def _compile_gpu(front, output, tgt, dump_ir):
+    """The GPU passes after import_relax (GPU_PASSES)."""
+    from . import codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu, write_bundle
+
+    step = iter(range(GPU_PASSES.index(fuse_layers.NAME), len(GPU_PASSES)))
+
+    def done(p, ir):
+        _dump(dump_ir, next(step), p.NAME, ir)
+        return ir
+
+    mod = done(fuse_layers, fuse_layers.run(front.mod))
+    mod = done(schedule_gpu, schedule_gpu.run(mod))
+    graph = done(extract_layers, extract_layers.run(mod, front.name, front.input_names, front.output_names))
+    for layer in graph.layers:
+        layer.variant = "gpu"
+    graph.threads = 1
+    graph = done(plan_weights, plan_weights.run(graph, "raw", 0))
+    graph = done(plan_memory, plan_memory.run(graph, plan_memory.GPU_ALIGN))
+    spirv = codegen_spirv.run(graph, tgt)
+    done(codegen_spirv, spirv[0])
+    data = done(write_bundle, write_bundle.run(graph, None, tgt, f"coldbrew {_version()}", front.model_hash, spirv))
     if output:
         with open(output, "wb") as f:
             f.write(data)

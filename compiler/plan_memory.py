@@ -2,17 +2,19 @@
 
 Lifetimes are step intervals (inputs live from the start, outputs to the
 end); tensors are placed largest first at the lowest 64-byte-aligned offset
-that does not overlap any placed tensor whose lifetime intersects.
+that does not overlap any placed tensor whose lifetime intersects. GPU
+graphs align to 256 bytes, the largest storage-buffer offset alignment a
+Vulkan device may ask for (each tensor is bound at its offset).
 """
 NAME = "plan_memory"
 ALIGN = 64
+GPU_ALIGN = 256
 
 
-def _align(n):
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def run(graph, align=ALIGN):
+    def _align(n):
+        return (n + align - 1) // align * align
 
-
-def run(graph):
     n = len(graph.layers)
     first, last = {}, {}
     for i in graph.inputs:

@@ -76,15 +76,19 @@ def _params(params):
     return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else ""
 
 
-def _header(graph, target, producer, model_hash, segments, weight_offsets):
-    """weight_offsets: {tensor index: (segment index, offset, checksum)}."""
+def _header(graph, target, producer, model_hash, segments, weight_offsets, shaders=()):
+    """weight_offsets: {tensor index: (segment index, offset, checksum)};
+    shaders: GPU bundles' Shader records (codegen_spirv)."""
     b = fb.BundleT()
     b.schemaVersion = SCHEMA_VERSION
     b.producer = producer
     b.modelHash = model_hash
     b.modelName = graph.name
     t = fb.TargetT()
-    t.triple, t.cpu, t.features, t.gpuClass = target.triple, target.cpu, list(target.features), ""
+    gpu = target.executes_on == "gpu"
+    # a GPU bundle carries no CPU code: any CPU of its architecture runs it
+    t.triple, t.cpu, t.features = target.triple, target.cpu, [] if gpu else list(target.features)
+    t.gpuClass = target.gpu.api if gpu else ""
     b.target = t
     b.tensors = []
     for i, ten in enumerate(graph.tensors):
@@ -112,6 +116,11 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
         if layer.warm:
             s.warmVariant, s.warmKernel = layer.warm["variant"], layer.warm["kernel"]
             s.warmArgs, s.warmParams = list(layer.warm["args"]), _params(layer.warm["params"])
+        s.dispatches = []
+        for shader, grid, bindings in getattr(layer, "dispatches", None) or []:
+            d = fb.DispatchT()
+            d.shader, d.grid, d.bindings = shader, list(grid), list(bindings)
+            s.dispatches.append(d)
         steps.append(s)
     p = fb.PlanT()
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
@@ -121,6 +130,12 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
     p.warmExecShares = _shares(target, graph.warm_threads) if graph.warm_threads else []
     b.plan = p
     b.weightChecksums = True
+    b.shaders = []
+    for sh in shaders:
+        x = fb.ShaderT()
+        x.name, x.offset, x.size = sh["name"], sh["offset"], sh["size"]
+        x.localSize, x.bindings = list(sh["local_size"]), sh["bindings"]
+        b.shaders.append(x)
     b.segments = []
     for kind, offset, data in segments:
         s = fb.SegmentT()
@@ -132,19 +147,24 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets):
     return bytes(builder.Output())
 
 
-def run(graph, code, target, producer, model_hash):
+def run(graph, code, target, producer, model_hash, spirv=None):
+    """`code`: the CPU code segment (None on GPU targets); `spirv`: GPU
+    targets' (segment bytes, Shader records) from codegen_spirv."""
     runs = _weight_runs(graph)
-    parts = [(fb.SegmentKind.cpu_code, code)] + [(kind, data) for kind, data, _ in runs]
+    head = [(fb.SegmentKind.cpu_code, code)] if code is not None else [(fb.SegmentKind.spirv, spirv[0])]
+    shaders = spirv[1] if spirv else ()
+    parts = head + [(kind, data) for kind, data, _ in runs]
     weight_offsets = {i: (k + 1, o, c) for k, (_, _, offsets) in enumerate(runs) for i, (o, c) in offsets.items()}
     # pass 1: header size with placeholder offsets
-    size = len(_header(graph, target, producer, model_hash, [(k, 0, d) for k, d in parts], weight_offsets))
+    size = len(_header(graph, target, producer, model_hash, [(k, 0, d) for k, d in parts], weight_offsets,
+                       shaders))
     pos = _align(PREAMBLE_SIZE + size, PAGE)
     segments = []
     for kind, data in parts:
         segments.append((kind, pos, data))
         # the code and the first weights start on a page, later runs follow on 64 bytes
-        pos = _align(pos + len(data), PAGE if kind == fb.SegmentKind.cpu_code else 64)
-    header = _header(graph, target, producer, model_hash, segments, weight_offsets)
+        pos = _align(pos + len(data), PAGE if kind in (fb.SegmentKind.cpu_code, fb.SegmentKind.spirv) else 64)
+    header = _header(graph, target, producer, model_hash, segments, weight_offsets, shaders)
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)
     out = bytearray(file_size)

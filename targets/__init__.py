@@ -117,6 +117,7 @@ class Target:
     gpu: Optional[Gpu]
     modeled: bool
     source: str
+    executes_on: str = "cpu"  # "gpu": layers run as shaders on the target's GPU (targets.resolve "vulkan")
 
     @property
     def arch(self):
@@ -294,11 +295,33 @@ def available():
     return ["host"] + names
 
 
+GENERIC_VULKAN = Gpu("vulkan", "any Vulkan 1.1 compute device", "discrete", 1)
+
+
+def _on_gpu(base, name):
+    """`base` with its layers executed on its GPU (Vulkan)."""
+    import dataclasses
+
+    gpu = base.gpu or (GENERIC_VULKAN if base.name == "host" else None)
+    if gpu is None or gpu.api != "vulkan":
+        raise TargetError(f"target '{base.name}' has no Vulkan GPU (targets with one: vulkan, "
+                          f"{', '.join(n + '+vulkan' for n in available() if n != 'host' and resolve(n).gpu)})")
+    return dataclasses.replace(base, name=name, gpu=gpu, executes_on="gpu",
+                               description=f"{base.description}; layers on {gpu.name} (Vulkan)")
+
+
 @functools.lru_cache(maxsize=None)
 def resolve(name="host"):
-    """The Target called `name` ("host" or a file in targets/), checked; cached per process."""
+    """The Target called `name`, checked; cached per process. "host" or a file
+    in targets/ run on the CPU; "vulkan" (this machine's CPU with any Vulkan
+    device) and "<preset>+vulkan" (a preset with a Vulkan GPU, e.g.
+    jetson_nano+vulkan) run the layers on the GPU."""
     if name == "host":
         return _host()
+    if name == "vulkan":
+        return _on_gpu(_host(), name)
+    if name.endswith("+vulkan"):
+        return _on_gpu(resolve(name[:-len("+vulkan")]), name)
     path = os.path.join(HERE, f"{name}.json")
     if not os.path.exists(path):
         raise TargetError(f"unknown target '{name}' (known: {', '.join(available())})")

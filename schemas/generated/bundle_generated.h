@@ -28,6 +28,12 @@ struct AttrBuilder;
 struct Layer;
 struct LayerBuilder;
 
+struct Dispatch;
+struct DispatchBuilder;
+
+struct Shader;
+struct ShaderBuilder;
+
 struct Step;
 struct StepBuilder;
 
@@ -638,6 +644,186 @@ inline ::flatbuffers::Offset<Layer> CreateLayerDirect(
       num_outputs);
 }
 
+struct Dispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef DispatchBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_SHADER = 4,
+    VT_GRID = 6,
+    VT_BINDINGS = 8
+  };
+  uint32_t shader() const {
+    return GetField<uint32_t>(VT_SHADER, 0);
+  }
+  const ::flatbuffers::Vector<uint32_t> *grid() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_GRID);
+  }
+  const ::flatbuffers::Vector<uint32_t> *bindings() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_BINDINGS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint32_t>(verifier, VT_SHADER, 4) &&
+           VerifyOffset(verifier, VT_GRID) &&
+           verifier.VerifyVector(grid()) &&
+           VerifyOffset(verifier, VT_BINDINGS) &&
+           verifier.VerifyVector(bindings()) &&
+           verifier.EndTable();
+  }
+};
+
+struct DispatchBuilder {
+  typedef Dispatch Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_shader(uint32_t shader) {
+    fbb_.AddElement<uint32_t>(Dispatch::VT_SHADER, shader, 0);
+  }
+  void add_grid(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> grid) {
+    fbb_.AddOffset(Dispatch::VT_GRID, grid);
+  }
+  void add_bindings(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> bindings) {
+    fbb_.AddOffset(Dispatch::VT_BINDINGS, bindings);
+  }
+  explicit DispatchBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Dispatch> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Dispatch>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Dispatch> CreateDispatch(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t shader = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> grid = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> bindings = 0) {
+  DispatchBuilder builder_(_fbb);
+  builder_.add_bindings(bindings);
+  builder_.add_grid(grid);
+  builder_.add_shader(shader);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Dispatch> CreateDispatchDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t shader = 0,
+    const std::vector<uint32_t> *grid = nullptr,
+    const std::vector<uint32_t> *bindings = nullptr) {
+  auto grid__ = grid ? _fbb.CreateVector<uint32_t>(*grid) : 0;
+  auto bindings__ = bindings ? _fbb.CreateVector<uint32_t>(*bindings) : 0;
+  return coldbrew::schema::CreateDispatch(
+      _fbb,
+      shader,
+      grid__,
+      bindings__);
+}
+
+struct Shader FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ShaderBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NAME = 4,
+    VT_OFFSET = 6,
+    VT_SIZE = 8,
+    VT_LOCAL_SIZE = 10,
+    VT_BINDINGS = 12
+  };
+  const ::flatbuffers::String *name() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_NAME);
+  }
+  uint64_t offset() const {
+    return GetField<uint64_t>(VT_OFFSET, 0);
+  }
+  uint64_t size() const {
+    return GetField<uint64_t>(VT_SIZE, 0);
+  }
+  const ::flatbuffers::Vector<uint32_t> *local_size() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_LOCAL_SIZE);
+  }
+  uint32_t bindings() const {
+    return GetField<uint32_t>(VT_BINDINGS, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NAME) &&
+           verifier.VerifyString(name()) &&
+           VerifyField<uint64_t>(verifier, VT_OFFSET, 8) &&
+           VerifyField<uint64_t>(verifier, VT_SIZE, 8) &&
+           VerifyOffset(verifier, VT_LOCAL_SIZE) &&
+           verifier.VerifyVector(local_size()) &&
+           VerifyField<uint32_t>(verifier, VT_BINDINGS, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct ShaderBuilder {
+  typedef Shader Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
+    fbb_.AddOffset(Shader::VT_NAME, name);
+  }
+  void add_offset(uint64_t offset) {
+    fbb_.AddElement<uint64_t>(Shader::VT_OFFSET, offset, 0);
+  }
+  void add_size(uint64_t size) {
+    fbb_.AddElement<uint64_t>(Shader::VT_SIZE, size, 0);
+  }
+  void add_local_size(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> local_size) {
+    fbb_.AddOffset(Shader::VT_LOCAL_SIZE, local_size);
+  }
+  void add_bindings(uint32_t bindings) {
+    fbb_.AddElement<uint32_t>(Shader::VT_BINDINGS, bindings, 0);
+  }
+  explicit ShaderBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Shader> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Shader>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Shader> CreateShader(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    uint64_t offset = 0,
+    uint64_t size = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> local_size = 0,
+    uint32_t bindings = 0) {
+  ShaderBuilder builder_(_fbb);
+  builder_.add_size(size);
+  builder_.add_offset(offset);
+  builder_.add_bindings(bindings);
+  builder_.add_local_size(local_size);
+  builder_.add_name(name);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Shader> CreateShaderDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *name = nullptr,
+    uint64_t offset = 0,
+    uint64_t size = 0,
+    const std::vector<uint32_t> *local_size = nullptr,
+    uint32_t bindings = 0) {
+  auto name__ = name ? _fbb.CreateString(name) : 0;
+  auto local_size__ = local_size ? _fbb.CreateVector<uint32_t>(*local_size) : 0;
+  return coldbrew::schema::CreateShader(
+      _fbb,
+      name__,
+      offset,
+      size,
+      local_size__,
+      bindings);
+}
+
 struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef StepBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -654,7 +840,8 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_WARM_VARIANT = 24,
     VT_WARM_KERNEL = 26,
     VT_WARM_ARGS = 28,
-    VT_WARM_PARAMS = 30
+    VT_WARM_PARAMS = 30,
+    VT_DISPATCHES = 32
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -698,6 +885,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *warm_params() const {
     return GetPointer<const ::flatbuffers::String *>(VT_WARM_PARAMS);
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_DISPATCHES);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -724,6 +914,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVector(warm_args()) &&
            VerifyOffset(verifier, VT_WARM_PARAMS) &&
            verifier.VerifyString(warm_params()) &&
+           VerifyOffset(verifier, VT_DISPATCHES) &&
+           verifier.VerifyVector(dispatches()) &&
+           verifier.VerifyVectorOfTables(dispatches()) &&
            verifier.EndTable();
   }
 };
@@ -774,6 +967,9 @@ struct StepBuilder {
   void add_warm_params(::flatbuffers::Offset<::flatbuffers::String> warm_params) {
     fbb_.AddOffset(Step::VT_WARM_PARAMS, warm_params);
   }
+  void add_dispatches(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches) {
+    fbb_.AddOffset(Step::VT_DISPATCHES, dispatches);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -800,8 +996,10 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     ::flatbuffers::Offset<::flatbuffers::String> warm_variant = 0,
     ::flatbuffers::Offset<::flatbuffers::String> warm_kernel = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> warm_params = 0) {
+    ::flatbuffers::Offset<::flatbuffers::String> warm_params = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0) {
   StepBuilder builder_(_fbb);
+  builder_.add_dispatches(dispatches);
   builder_.add_warm_params(warm_params);
   builder_.add_warm_args(warm_args);
   builder_.add_warm_kernel(warm_kernel);
@@ -834,7 +1032,8 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     const char *warm_variant = nullptr,
     const char *warm_kernel = nullptr,
     const std::vector<uint32_t> *warm_args = nullptr,
-    const char *warm_params = nullptr) {
+    const char *warm_params = nullptr,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
@@ -844,6 +1043,7 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
   auto warm_kernel__ = warm_kernel ? _fbb.CreateString(warm_kernel) : 0;
   auto warm_args__ = warm_args ? _fbb.CreateVector<uint32_t>(*warm_args) : 0;
   auto warm_params__ = warm_params ? _fbb.CreateString(warm_params) : 0;
+  auto dispatches__ = dispatches ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>(*dispatches) : 0;
   return coldbrew::schema::CreateStep(
       _fbb,
       layer,
@@ -859,7 +1059,8 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       warm_variant__,
       warm_kernel__,
       warm_args__,
-      warm_params__);
+      warm_params__,
+      dispatches__);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -1087,7 +1288,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_LAYERS = 20,
     VT_PLAN = 22,
     VT_SEGMENTS = 24,
-    VT_WEIGHT_CHECKSUMS = 26
+    VT_WEIGHT_CHECKSUMS = 26,
+    VT_SHADERS = 28
   };
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
@@ -1125,6 +1327,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   bool weight_checksums() const {
     return GetField<uint8_t>(VT_WEIGHT_CHECKSUMS, 0) != 0;
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *>(VT_SHADERS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1153,6 +1358,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVector(segments()) &&
            verifier.VerifyVectorOfTables(segments()) &&
            VerifyField<uint8_t>(verifier, VT_WEIGHT_CHECKSUMS, 1) &&
+           VerifyOffset(verifier, VT_SHADERS) &&
+           verifier.VerifyVector(shaders()) &&
+           verifier.VerifyVectorOfTables(shaders()) &&
            verifier.EndTable();
   }
 };
@@ -1197,6 +1405,9 @@ struct BundleBuilder {
   void add_weight_checksums(bool weight_checksums) {
     fbb_.AddElement<uint8_t>(Bundle::VT_WEIGHT_CHECKSUMS, static_cast<uint8_t>(weight_checksums), 0);
   }
+  void add_shaders(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders) {
+    fbb_.AddOffset(Bundle::VT_SHADERS, shaders);
+  }
   explicit BundleBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1221,8 +1432,10 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Layer>>> layers = 0,
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments = 0,
-    bool weight_checksums = false) {
+    bool weight_checksums = false,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders = 0) {
   BundleBuilder builder_(_fbb);
+  builder_.add_shaders(shaders);
   builder_.add_segments(segments);
   builder_.add_plan(plan);
   builder_.add_layers(layers);
@@ -1251,7 +1464,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Layer>> *layers = nullptr,
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments = nullptr,
-    bool weight_checksums = false) {
+    bool weight_checksums = false,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders = nullptr) {
   auto producer__ = producer ? _fbb.CreateString(producer) : 0;
   auto model_hash__ = model_hash ? _fbb.CreateString(model_hash) : 0;
   auto model_name__ = model_name ? _fbb.CreateString(model_name) : 0;
@@ -1260,6 +1474,7 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
   auto outputs__ = outputs ? _fbb.CreateVector<uint32_t>(*outputs) : 0;
   auto layers__ = layers ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Layer>>(*layers) : 0;
   auto segments__ = segments ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Segment>>(*segments) : 0;
+  auto shaders__ = shaders ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Shader>>(*shaders) : 0;
   return coldbrew::schema::CreateBundle(
       _fbb,
       schema_version,
@@ -1273,7 +1488,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       layers__,
       plan,
       segments__,
-      weight_checksums);
+      weight_checksums,
+      shaders__);
 }
 
 inline const coldbrew::schema::Bundle *GetBundle(const void *buf) {

@@ -803,6 +803,375 @@ class LayerT(object):
         return layer
 
 
+class Dispatch(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Dispatch()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsDispatch(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def DispatchBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Dispatch
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Dispatch
+    def Shader(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Dispatch
+    def Grid(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Dispatch
+    def GridAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Dispatch
+    def GridLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Dispatch
+    def GridIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        return o == 0
+
+    # Dispatch
+    def Bindings(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Dispatch
+    def BindingsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Dispatch
+    def BindingsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Dispatch
+    def BindingsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+def DispatchStart(builder):
+    builder.StartObject(3)
+
+def DispatchAddShader(builder, shader):
+    builder.PrependUint32Slot(0, shader, 0)
+
+def DispatchAddGrid(builder, grid):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(grid), 0)
+
+def DispatchStartGridVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DispatchAddBindings(builder, bindings):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(bindings), 0)
+
+def DispatchStartBindingsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DispatchEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class DispatchT(object):
+
+    # DispatchT
+    def __init__(
+        self,
+        shader = 0,
+        grid = None,
+        bindings = None,
+    ):
+        self.shader = shader  # type: int
+        self.grid = grid  # type: Optional[List[int]]
+        self.bindings = bindings  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        dispatch = Dispatch()
+        dispatch.Init(buf, pos)
+        return cls.InitFromObj(dispatch)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, dispatch):
+        x = DispatchT()
+        x._UnPack(dispatch)
+        return x
+
+    # DispatchT
+    def _UnPack(self, dispatch):
+        if dispatch is None:
+            return
+        self.shader = dispatch.Shader()
+        if not dispatch.GridIsNone():
+            if np is None:
+                self.grid = []
+                for i in range(dispatch.GridLength()):
+                    self.grid.append(dispatch.Grid(i))
+            else:
+                self.grid = dispatch.GridAsNumpy()
+        if not dispatch.BindingsIsNone():
+            if np is None:
+                self.bindings = []
+                for i in range(dispatch.BindingsLength()):
+                    self.bindings.append(dispatch.Bindings(i))
+            else:
+                self.bindings = dispatch.BindingsAsNumpy()
+
+    # DispatchT
+    def Pack(self, builder):
+        if self.grid is not None:
+            if np is not None and type(self.grid) is np.ndarray:
+                grid = builder.CreateNumpyVector(self.grid)
+            else:
+                DispatchStartGridVector(builder, len(self.grid))
+                for i in reversed(range(len(self.grid))):
+                    builder.PrependUint32(self.grid[i])
+                grid = builder.EndVector()
+        if self.bindings is not None:
+            if np is not None and type(self.bindings) is np.ndarray:
+                bindings = builder.CreateNumpyVector(self.bindings)
+            else:
+                DispatchStartBindingsVector(builder, len(self.bindings))
+                for i in reversed(range(len(self.bindings))):
+                    builder.PrependUint32(self.bindings[i])
+                bindings = builder.EndVector()
+        DispatchStart(builder)
+        DispatchAddShader(builder, self.shader)
+        if self.grid is not None:
+            DispatchAddGrid(builder, grid)
+        if self.bindings is not None:
+            DispatchAddBindings(builder, bindings)
+        dispatch = DispatchEnd(builder)
+        return dispatch
+
+
+class Shader(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Shader()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsShader(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def ShaderBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Shader
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Shader
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Shader
+    def Offset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # Shader
+    def Size(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # Shader
+    def LocalSize(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Shader
+    def LocalSizeAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Shader
+    def LocalSizeLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Shader
+    def LocalSizeIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+    # Shader
+    def Bindings(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def ShaderStart(builder):
+    builder.StartObject(5)
+
+def ShaderAddName(builder, name):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+
+def ShaderAddOffset(builder, offset):
+    builder.PrependUint64Slot(1, offset, 0)
+
+def ShaderAddSize(builder, size):
+    builder.PrependUint64Slot(2, size, 0)
+
+def ShaderAddLocalSize(builder, localSize):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(localSize), 0)
+
+def ShaderStartLocalSizeVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def ShaderAddBindings(builder, bindings):
+    builder.PrependUint32Slot(4, bindings, 0)
+
+def ShaderEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class ShaderT(object):
+
+    # ShaderT
+    def __init__(
+        self,
+        name = None,
+        offset = 0,
+        size = 0,
+        localSize = None,
+        bindings = 0,
+    ):
+        self.name = name  # type: Optional[str]
+        self.offset = offset  # type: int
+        self.size = size  # type: int
+        self.localSize = localSize  # type: Optional[List[int]]
+        self.bindings = bindings  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        shader = Shader()
+        shader.Init(buf, pos)
+        return cls.InitFromObj(shader)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, shader):
+        x = ShaderT()
+        x._UnPack(shader)
+        return x
+
+    # ShaderT
+    def _UnPack(self, shader):
+        if shader is None:
+            return
+        self.name = shader.Name()
+        self.offset = shader.Offset()
+        self.size = shader.Size()
+        if not shader.LocalSizeIsNone():
+            if np is None:
+                self.localSize = []
+                for i in range(shader.LocalSizeLength()):
+                    self.localSize.append(shader.LocalSize(i))
+            else:
+                self.localSize = shader.LocalSizeAsNumpy()
+        self.bindings = shader.Bindings()
+
+    # ShaderT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.localSize is not None:
+            if np is not None and type(self.localSize) is np.ndarray:
+                localSize = builder.CreateNumpyVector(self.localSize)
+            else:
+                ShaderStartLocalSizeVector(builder, len(self.localSize))
+                for i in reversed(range(len(self.localSize))):
+                    builder.PrependUint32(self.localSize[i])
+                localSize = builder.EndVector()
+        ShaderStart(builder)
+        if self.name is not None:
+            ShaderAddName(builder, name)
+        ShaderAddOffset(builder, self.offset)
+        ShaderAddSize(builder, self.size)
+        if self.localSize is not None:
+            ShaderAddLocalSize(builder, localSize)
+        ShaderAddBindings(builder, self.bindings)
+        shader = ShaderEnd(builder)
+        return shader
+
+
 class Step(object):
     __slots__ = ['_tab']
 
@@ -963,8 +1332,32 @@ class Step(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Step
+    def Dispatches(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Dispatch()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Step
+    def DispatchesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Step
+    def DispatchesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
 def StepStart(builder):
-    builder.StartObject(14)
+    builder.StartObject(15)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -1014,6 +1407,12 @@ def StepStartWarmArgsVector(builder, numElems):
 def StepAddWarmParams(builder, warmParams):
     builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(warmParams), 0)
 
+def StepAddDispatches(builder, dispatches):
+    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(dispatches), 0)
+
+def StepStartDispatchesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def StepEnd(builder):
     return builder.EndObject()
 
@@ -1042,6 +1441,7 @@ class StepT(object):
         warmKernel = None,
         warmArgs = None,
         warmParams = None,
+        dispatches = None,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -1057,6 +1457,7 @@ class StepT(object):
         self.warmKernel = warmKernel  # type: Optional[str]
         self.warmArgs = warmArgs  # type: Optional[List[int]]
         self.warmParams = warmParams  # type: Optional[str]
+        self.dispatches = dispatches  # type: Optional[List[DispatchT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1105,6 +1506,14 @@ class StepT(object):
             else:
                 self.warmArgs = step.WarmArgsAsNumpy()
         self.warmParams = step.WarmParams()
+        if not step.DispatchesIsNone():
+            self.dispatches = []
+            for i in range(step.DispatchesLength()):
+                if step.Dispatches(i) is None:
+                    self.dispatches.append(None)
+                else:
+                    dispatch_ = DispatchT.InitFromObj(step.Dispatches(i))
+                    self.dispatches.append(dispatch_)
 
     # StepT
     def Pack(self, builder):
@@ -1138,6 +1547,14 @@ class StepT(object):
                 warmArgs = builder.EndVector()
         if self.warmParams is not None:
             warmParams = builder.CreateString(self.warmParams)
+        if self.dispatches is not None:
+            dispatcheslist = []
+            for i in range(len(self.dispatches)):
+                dispatcheslist.append(self.dispatches[i].Pack(builder))
+            StepStartDispatchesVector(builder, len(self.dispatches))
+            for i in reversed(range(len(self.dispatches))):
+                builder.PrependUOffsetTRelative(dispatcheslist[i])
+            dispatches = builder.EndVector()
         StepStart(builder)
         StepAddLayer(builder, self.layer)
         if self.variant is not None:
@@ -1162,6 +1579,8 @@ class StepT(object):
             StepAddWarmArgs(builder, warmArgs)
         if self.warmParams is not None:
             StepAddWarmParams(builder, warmParams)
+        if self.dispatches is not None:
+            StepAddDispatches(builder, dispatches)
         step = StepEnd(builder)
         return step
 
@@ -1785,8 +2204,32 @@ class Bundle(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # Bundle
+    def Shaders(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Shader()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Bundle
+    def ShadersLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Bundle
+    def ShadersIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        return o == 0
+
 def BundleStart(builder):
-    builder.StartObject(12)
+    builder.StartObject(13)
 
 def BundleAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -1839,6 +2282,12 @@ def BundleStartSegmentsVector(builder, numElems):
 def BundleAddWeightChecksums(builder, weightChecksums):
     builder.PrependBoolSlot(11, weightChecksums, 0)
 
+def BundleAddShaders(builder, shaders):
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(shaders), 0)
+
+def BundleStartShadersVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def BundleEnd(builder):
     return builder.EndObject()
 
@@ -1865,6 +2314,7 @@ class BundleT(object):
         plan = None,
         segments = None,
         weightChecksums = False,
+        shaders = None,
     ):
         self.schemaVersion = schemaVersion  # type: int
         self.producer = producer  # type: Optional[str]
@@ -1878,6 +2328,7 @@ class BundleT(object):
         self.plan = plan  # type: Optional[PlanT]
         self.segments = segments  # type: Optional[List[SegmentT]]
         self.weightChecksums = weightChecksums  # type: bool
+        self.shaders = shaders  # type: Optional[List[ShaderT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1947,6 +2398,14 @@ class BundleT(object):
                     segment_ = SegmentT.InitFromObj(bundle.Segments(i))
                     self.segments.append(segment_)
         self.weightChecksums = bundle.WeightChecksums()
+        if not bundle.ShadersIsNone():
+            self.shaders = []
+            for i in range(bundle.ShadersLength()):
+                if bundle.Shaders(i) is None:
+                    self.shaders.append(None)
+                else:
+                    shader_ = ShaderT.InitFromObj(bundle.Shaders(i))
+                    self.shaders.append(shader_)
 
     # BundleT
     def Pack(self, builder):
@@ -2000,6 +2459,14 @@ class BundleT(object):
             for i in reversed(range(len(self.segments))):
                 builder.PrependUOffsetTRelative(segmentslist[i])
             segments = builder.EndVector()
+        if self.shaders is not None:
+            shaderslist = []
+            for i in range(len(self.shaders)):
+                shaderslist.append(self.shaders[i].Pack(builder))
+            BundleStartShadersVector(builder, len(self.shaders))
+            for i in reversed(range(len(self.shaders))):
+                builder.PrependUOffsetTRelative(shaderslist[i])
+            shaders = builder.EndVector()
         BundleStart(builder)
         BundleAddSchemaVersion(builder, self.schemaVersion)
         if self.producer is not None:
@@ -2023,6 +2490,8 @@ class BundleT(object):
         if self.segments is not None:
             BundleAddSegments(builder, segments)
         BundleAddWeightChecksums(builder, self.weightChecksums)
+        if self.shaders is not None:
+            BundleAddShaders(builder, shaders)
         bundle = BundleEnd(builder)
         return bundle
 
