@@ -17,7 +17,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-C_SOURCES = ["runtime.c", "backend.c", "target.c"]
+C_SOURCES = ["runtime.c", "backend.c", "target.c", "vulkan.c"]
 CXX_SOURCES = ["model.cc"]
 LIB_NAME = "libcoldbrew.so"
 

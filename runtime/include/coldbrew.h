@@ -36,6 +36,7 @@ typedef enum cb_status {
   CB_ERR_LOAD = 7,             /* kernel code could not be loaded or resolved */
   CB_ERR_KERNEL = 8,           /* a kernel reported an error while running */
   CB_ERR_OUT_OF_MEMORY = 9,
+  CB_ERR_GPU = 10,             /* a GPU bundle found no usable Vulkan loader, driver or device */
 } cb_status;
 
 /* Element types, numbered as coldbrew.schema.DType. */
@@ -98,7 +99,12 @@ typedef struct cb_session_options {
  * thread waits (blocking) for a step's preparation before running it. */
 typedef enum cb_phase {
   CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5,
-  CB_PHASE_SESSION = 6
+  CB_PHASE_SESSION = 6,
+  /* GPU bundles: CODE_LOAD is the device and pipeline creation (pipelines on
+   * several threads, through the pipeline cache); UPLOAD copies the weights
+   * (read and checked by READ) to the device; GPU_EXECUTE runs the recorded
+   * command buffer (inputs in, every dispatch, outputs out). */
+  CB_PHASE_UPLOAD = 7, CB_PHASE_GPU_EXECUTE = 8
 } cb_phase;
 #define CB_STEP_BUNDLE 0xFFFFFFFFu
 

@@ -13,9 +13,10 @@ import numpy as np
 _DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
            np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
-           "KERNEL", "OUT_OF_MEMORY"]
+           "KERNEL", "OUT_OF_MEMORY", "GPU"]
 SKIP_WEIGHT_CHECKSUMS = 1
-_PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session"}  # cb_phase
+_PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
+           7: "upload", 8: "gpu_execute"}  # cb_phase
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
 

@@ -30,6 +30,22 @@ typedef struct cb_tensor_desc {
   uint64_t checksum; /* weights, when cb_model.weight_checksums */
 } cb_tensor_desc;
 
+/* A GPU launch (GPU bundles): shader, workgroup grid, tensors bound in order. */
+typedef struct cb_dispatch_desc {
+  uint32_t shader;
+  uint32_t grid[3];
+  uint32_t nbindings;
+  const uint32_t* bindings;
+} cb_dispatch_desc;
+
+typedef struct cb_shader_desc {
+  const char* name;
+  uint64_t offset; /* SPIR-V bytes: from the start of the file */
+  uint64_t size;
+  uint32_t local_size[3];
+  uint32_t bindings;
+} cb_shader_desc;
+
 typedef struct cb_step_desc {
   const char* layer_name;
   const char* variant;
@@ -44,6 +60,8 @@ typedef struct cb_step_desc {
   const char* warm_kernel;
   uint32_t nwarm_args;
   const uint32_t* warm_args;
+  uint32_t ndispatches; /* GPU bundles: the layer's launches, in order */
+  const cb_dispatch_desc* dispatches;
 } cb_step_desc;
 
 typedef struct cb_segment_desc {
@@ -76,6 +94,10 @@ typedef struct cb_model {
   uint32_t nwarm;        /* steps with a warm alternate */
   const uint8_t* exec_shares;      /* per execution thread (threads of them), or NULL: even */
   const uint8_t* warm_exec_shares; /* per warm thread, or NULL: even */
+  const char* gpu_api;   /* "vulkan": the steps run as GPU dispatches; "": on the CPU */
+  uint32_t nshaders;
+  cb_shader_desc* shaders;
+  cb_dispatch_desc* dispatches; /* every step's, back to back */
 } cb_model;
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
@@ -118,6 +140,22 @@ void cb_backend_restore_caller(const void* saved_cpu_set);
  * enough) and run its parallel launches inline, so its transforms never take
  * the execution cores' pool. */
 void cb_backend_enter_prep_worker(uint32_t queue);
+
+/* GPU executor (vulkan.c). A bundle's device, pipelines (made on up to
+ * `threads` CPU threads, through the pipeline cache keyed by `bundle_key`)
+ * and weights buffer; a session's arena, staging (its host view of inputs
+ * and outputs, at their arena offsets) and recorded command buffer. */
+typedef struct cb_gpu cb_gpu;
+typedef struct cb_gpu_session cb_gpu_session;
+cb_status cb_gpu_open(const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads, cb_gpu** out);
+void cb_gpu_release(cb_gpu* g);
+const char* cb_gpu_device_name(const cb_gpu* g);
+const char* cb_gpu_cache_path(const cb_gpu* g);
+/* Copy every weight tensor (already read and checked) to the device, once per bundle. */
+cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* m);
+cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** out, void** host_view);
+cb_status cb_gpu_session_run(cb_gpu_session* gs);
+void cb_gpu_session_release(cb_gpu_session* gs);
 
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);

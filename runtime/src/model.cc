@@ -44,6 +44,89 @@ cb_status read_shares(const flatbuffers::Vector<uint8_t>* v, uint32_t threads, c
   return CB_OK;
 }
 
+// GPU bundles: shaders inside the one SPIR-V segment, and every step's
+// dispatches (shader index, grid, one tensor per binding of the shader).
+cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
+  m->gpu_api = b->target()->gpu_class() ? b->target()->gpu_class()->c_str() : "";
+  bool gpu = m->gpu_api[0] != 0;
+  if (gpu && strcmp(m->gpu_api, "vulkan") != 0)
+    return cb_fail(CB_ERR_TARGET, "bundle is for a '%s' GPU; this runtime runs Vulkan", m->gpu_api);
+  const cb_segment_desc* spirv = nullptr;
+  for (uint32_t i = 0; i < m->nsegments; i++)
+    if (m->segments[i].kind == CB_SEG_SPIRV) {
+      if (spirv) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one SPIR-V segment");
+      spirv = &m->segments[i];
+    }
+  auto shaders = b->shaders();
+  m->nshaders = shaders ? shaders->size() : 0;
+  if (!gpu && (m->nshaders || spirv)) return cb_fail(CB_ERR_CORRUPT, "a CPU bundle carries GPU shaders");
+  if (gpu && (!spirv || !m->nshaders)) return cb_fail(CB_ERR_CORRUPT, "GPU bundle has no shaders");
+  m->shaders = alloc_array<cb_shader_desc>(m->nshaders);
+  if (!m->shaders) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nshaders; i++) {
+    const fbs::Shader* sh = shaders->Get(i);
+    cb_shader_desc* d = &m->shaders[i];
+    if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
+      return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
+    auto ls = sh->local_size();
+    if (!ls || ls->size() != 3 || sh->bindings() > 64)
+      return cb_fail(CB_ERR_CORRUPT, "shader %u has an invalid workgroup size or binding count", i);
+    uint64_t invocations = 1;
+    for (uint32_t k = 0; k < 3; k++) {
+      d->local_size[k] = ls->Get(k);
+      invocations *= d->local_size[k];
+    }
+    if (invocations == 0 || invocations > 1024)
+      return cb_fail(CB_ERR_CORRUPT, "shader %u has a workgroup of %llu invocations", i,
+                     (unsigned long long)invocations);
+    d->name = sh->name() ? sh->name()->c_str() : "";
+    d->offset = spirv->offset + sh->offset();
+    d->size = sh->size();
+    d->bindings = sh->bindings();
+  }
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    auto ds = b->plan()->steps()->Get(i)->dispatches();
+    uint32_t n = ds ? ds->size() : 0;
+    if (gpu != (n > 0))
+      return cb_fail(CB_ERR_CORRUPT, gpu ? "plan step %u of a GPU bundle has no dispatches"
+                                         : "plan step %u of a CPU bundle has GPU dispatches", i);
+    total += n;
+  }
+  if (total > UINT32_MAX) return cb_fail(CB_ERR_CORRUPT, "too many dispatches");
+  m->dispatches = alloc_array<cb_dispatch_desc>(static_cast<uint32_t>(total));
+  if (!m->dispatches) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    auto ds = b->plan()->steps()->Get(i)->dispatches();
+    m->steps[i].dispatches = &m->dispatches[k];
+    m->steps[i].ndispatches = ds ? ds->size() : 0;
+    for (uint32_t j = 0; ds && j < ds->size(); j++, k++) {
+      const fbs::Dispatch* d = ds->Get(j);
+      cb_dispatch_desc* out = &m->dispatches[k];
+      if (d->shader() >= m->nshaders) return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u names shader %u of %u", i, j, d->shader(), m->nshaders);
+      auto grid = d->grid();
+      auto binds = d->bindings();
+      if (!grid || grid->size() != 3 || !binds || binds->size() != m->shaders[d->shader()].bindings)
+        return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has an invalid grid or binding count", i, j);
+      out->shader = d->shader();
+      for (uint32_t a = 0; a < 3; a++) {
+        out->grid[a] = grid->Get(a);
+        if (out->grid[a] == 0 || out->grid[a] > 65535)
+          return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has a grid dimension of %u", i, j, out->grid[a]);
+      }
+      for (uint32_t a = 0; a < binds->size(); a++) {
+        uint32_t t = binds->Get(a);
+        if (t >= m->ntensors || m->tensors[t].kind == CB_KIND_PREPARED)
+          return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
+      }
+      out->nbindings = binds->size();
+      out->bindings = binds->data();
+    }
+  }
+  return CB_OK;
+}
+
 cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, cb_model* m) {
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
@@ -197,6 +280,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
       m->nwarm++;
     }
   }
+  if (cb_status g = parse_gpu(b, m)) return g;
   m->warm_threads = b->plan()->warm_threads();
   cb_status st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
   if (st) return st;
@@ -219,5 +303,7 @@ extern "C" void cb_model_free(cb_model* m) {
   free(m->segments);
   free(m->tensors);
   free(m->steps);
+  free(m->shaders);
+  free(m->dispatches);
   memset(m, 0, sizeof(*m));
 }

@@ -33,7 +33,7 @@ cb_status cb_fail(cb_status status, const char* fmt, ...) {
 
 const char* cb_status_name(cb_status s) {
   static const char* names[] = {"OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION",
-                                "CORRUPT", "TARGET", "LOAD", "KERNEL", "OUT_OF_MEMORY"};
+                                "CORRUPT", "TARGET", "LOAD", "KERNEL", "OUT_OF_MEMORY", "GPU"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "UNKNOWN";
 }
 
@@ -76,6 +76,7 @@ struct cb_bundle {
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
   _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
+  cb_gpu* gpu;               /* GPU bundles: device, pipelines, weights buffer */
 };
 
 /* Read-ahead window kept in front of the weights being read: the disk works
@@ -207,12 +208,34 @@ static cb_status resolve_kernels(cb_bundle* b) {
   return CB_OK;
 }
 
+/* A GPU bundle: its shaders checked (as code), then the device and the
+ * pipelines made (the code-load phase); `key` names its pipeline cache. */
+static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
+  for (uint32_t i = 0; i < b->model.nsegments; i++) {
+    const cb_segment_desc* seg = &b->model.segments[i];
+    if (seg->kind == CB_SEG_SPIRV) {
+      read_ahead(b, seg->offset + seg->size);
+      if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+        return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
+    } else if (seg->kind == CB_SEG_CPU_CODE) {
+      return cb_fail(CB_ERR_CORRUPT, "a GPU bundle carries CPU code");
+    }
+  }
+  open_event(b, 0, CB_PHASE_VERIFY, t0);
+  uint64_t t1 = now_ns();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cb_status s = cb_gpu_open(b->base, &b->model, key, cores > 0 ? (uint32_t)cores : 1, &b->gpu);
+  open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
+  return s;
+}
+
 static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   uint64_t t0 = now_ns(), hdr_off = 0, hdr_size = 0;
   cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
   if (s) return s;
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
+  if (b->model.gpu_api[0]) return open_gpu(b, t0, rd64(b->base + 24));
   /* the execution pool's threads start now and come up while the code is
    * checked and loaded: as many as the plan's first run uses (a session
    * with other thread counts resizes the pool; a failure here is retried,
@@ -299,6 +322,7 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
 
 void cb_bundle_release(cb_bundle* b) {
   if (!b) return;
+  cb_gpu_release(b->gpu);
   if (b->code) dlclose(b->code);
   if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
@@ -420,6 +444,7 @@ struct cb_session {
   atomic_int warmer_stop;
   _Atomic uint8_t* alt_ready; /* per step: its warm alternate's weights are read and checked */
   _Atomic uint8_t* alt_claimed; /* per step: the warmer or a run has taken its reading */
+  cb_gpu_session* gpu;        /* GPU bundles: arena, staging (= arena above), command buffer */
   cb_status alt_status;       /* a warm weight failed its check (set by the warmer, under mu) */
   char alt_error[1024];
 };
@@ -461,7 +486,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "exec_shares has %u entries for %u execution threads", nshares, threads);
   for (uint32_t k = 0; k < nshares; k++)
     if (!options->exec_shares[k]) return cb_fail(CB_ERR_INVALID_ARGUMENT, "exec_shares gives thread %u no share", k);
-  cb_status st = cb_backend_set_threads((int)(threads > later ? threads : later));
+  int gpu = m->gpu_api[0] != 0;
+  cb_status st = gpu ? CB_OK : cb_backend_set_threads((int)(threads > later ? threads : later));
   if (st) return st;
   uint64_t total_args = 0, total_targs = 0, total_aargs = 0;
   for (uint32_t i = 0; i < m->nsteps; i++)
@@ -473,7 +499,16 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (nshares) memcpy(s->own_shares, options->exec_shares, nshares);
   s->shares = split_for(m, 0, threads, s->own_shares, nshares);
   s->later_shares = split_for(m, continuous, later, s->own_shares, nshares);
-  s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+  if (gpu) { /* inputs and outputs live in the GPU session's staging buffer, at their arena offsets */
+    void* view = NULL;
+    if ((st = cb_gpu_session_create(b->gpu, m, &s->gpu, &view))) {
+      cb_session_release(s);
+      return st;
+    }
+    s->arena = view;
+  } else {
+    s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+  }
   s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
   s->arg_start = calloc(m->nsteps + 1, sizeof *s->arg_start);
@@ -542,7 +577,8 @@ void cb_session_release(cb_session* s) {
   free(s->aarg_start);
   free((void*)s->alt_ready);
   free((void*)s->alt_claimed);
-  free(s->arena);
+  if (s->gpu) cb_gpu_session_release(s->gpu);
+  else free(s->arena);
   free(s->trace);
   free(s->prepared);
   free(s->is_prepared);
@@ -843,6 +879,36 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   return CB_OK;
 }
 
+/* A GPU bundle's run. The first reads and checks every step's weights and
+ * uploads them; every run submits the recorded command buffer and waits. */
+static cb_status run_gpu(cb_session* s, int first) {
+  cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  s->ntrace = 0;
+  if (s->trace && first) {
+    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+    s->trace[s->ntrace++] = s->create_event;
+  }
+  cb_status st = CB_OK;
+  if (first) {
+    for (uint32_t i = 0; i < m->nsteps && !st; i++) {
+      cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+      st = read_weights(s, i);
+      trace_end(ev);
+    }
+    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_UPLOAD);
+    if (!st) st = cb_gpu_upload_weights(b->gpu, b->base, m);
+    trace_end(ev);
+  }
+  if (!st) {
+    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE);
+    st = cb_gpu_session_run(s->gpu);
+    trace_end(ev);
+  }
+  if (!st) s->warm = 1;
+  return st;
+}
+
 cb_status cb_session_run(cb_session* s) {
   if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
   const cb_bundle* b = s->bundle;
@@ -852,6 +918,7 @@ cb_status cb_session_run(cb_session* s) {
   cb_status alt_status = s->alt_status;
   pthread_mutex_unlock(&s->mu);
   if (alt_status) return cb_fail(alt_status, "%s", s->alt_error);
+  if (s->gpu) return run_gpu(s, first);
   /* the pool holds the larger of the two thread counts; this run launches on its own */
   cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));
   if (ts) return ts;
