@@ -154,14 +154,19 @@ class _Emitter:
         return self.expr(indices[0])
 
     def buffer(self, buf):
-        for key in (buf, getattr(buf, "data", None), getattr(buf, "name", None)):  # the buffer, its data
-            if key is not None and key in self.buffers:  # var, or its declaration by name
-                return self.buffers[key]
+        if buf in self.buffers:  # declared by a parameter, an allocation or a view
+            return self.buffers[buf]
         raise CompileError(f"GPU kernel {self.name}: buffer '{buf.name}' is not declared")
 
     def call(self, e):
         op = _op(e)
-        args = [self.expr(a) for a in e.args] if op not in ("tvm_storage_sync",) else []
+        args = [self.expr(a) if type(a).__name__ != "StringImm" else "" for a in e.args]
+        if op in ("call_pure_extern", "call_extern", "call_llvm_pure_intrin"):  # C math: "expf", "tanhf"
+            fname = str(e.args[0].value)
+            base = fname[:-1] if fname.endswith("f") and fname[:-1] in CALLS else fname
+            if CALLS.get(base):
+                return f"{CALLS[base]}({', '.join(args[1:])})"
+            raise CompileError(f"GPU kernel {self.name}: external function {fname} has no GLSL form")
         if op == "if_then_else":
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if op == "likely":
@@ -221,11 +226,15 @@ class _Emitter:
             self.emit(f"{self.buffer(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};", depth)
         elif k == "AllocBuffer":
             self.alloc(s.buffer, depth)
-        elif k == "DeclBuffer":  # a view of a parameter or of an allocation
-            src = s.data if s.data is not None else s.buffer.data
-            if src not in self.buffers:
+        elif k == "DeclBuffer":  # a view of a parameter, or of an allocation (buffer_data(buf))
+            src = s.data
+            if type(src).__name__ == "Call" and _op(src) == "buffer_data":
+                src = src.args[0]
+            if src is None or src not in self.buffers:
                 raise CompileError(f"GPU kernel {self.name}: buffer '{s.buffer.name}' views unknown memory")
-            self.buffers[s.buffer.data] = self.buffers[s.buffer.name] = self.buffers[src]
+            if int(getattr(s.buffer, "elem_offset", 0) or 0):
+                raise CompileError(f"GPU kernel {self.name}: buffer '{s.buffer.name}' is an offset view")
+            self.buffers[s.buffer] = self.buffers[src]
         elif k == "Evaluate":
             e = s.value
             if type(e).__name__ == "Call" and _op(e) == "tvm_storage_sync":
@@ -250,7 +259,7 @@ class _Emitter:
             self.emit(f"{ty} {name}[{n}];", depth)
         else:
             raise CompileError(f"GPU kernel {self.name}: memory scope '{scope}' is not supported")
-        self.buffers[buf] = self.buffers[buf.name] = name
+        self.buffers[buf] = name
 
     def run(self):
         f = self.func
