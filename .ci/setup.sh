@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian packages for aarch64 bundles: ld.lld links their code; the tests
 # cross-build the runtime and run it under qemu-user (tests/qemu.py).
-PACKAGES="lld qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-arm64-cross"
+# For GPU (Vulkan) bundles: glslang and SPIRV-Tools compile and validate the
+# shaders, the Vulkan headers build the runtime's executor, and the Vulkan
+# loader with Mesa's CPU driver (lavapipe) runs them in the tests.
+PACKAGES="lld qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-arm64-cross
+          glslang-tools spirv-tools libvulkan-dev libvulkan1 mesa-vulkan-drivers"
 missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo

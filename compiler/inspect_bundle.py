@@ -78,7 +78,8 @@ def describe(path):
         layer = b.layers[s.layer]
         wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
-                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  {_schedule(s)}".rstrip())
+                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  "
+                     f"{_schedule(s) or _dispatches(s)}".rstrip())
         if _s(s.warmKernel):
             alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
             abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
@@ -89,6 +90,8 @@ def describe(path):
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
                      f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)" + _split(b.plan.warmExecShares))
+    if b.shaders:
+        lines.append(gpu_summary(b))
     lines.append("segments")
     for k, s in enumerate(b.segments):
         lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")
@@ -99,6 +102,23 @@ def describe(path):
         kinds[_KIND.get(x.kind, "?")][1] += x.nbytes
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     return lines
+
+
+def _dispatches(step):
+    """A GPU step's launches: shader index and grid of each."""
+    ds = step.dispatches or []
+    return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}" for d in ds)
+
+
+def gpu_summary(b):
+    """Distinct shaders and pipelines of a GPU bundle (one pipeline per
+    distinct shader: shapes are in the shaders, nothing is specialized at
+    load), against the dispatches they serve."""
+    steps = b.plan.steps
+    dispatches = sum(len(s.dispatches or []) for s in steps)
+    spirv = sum(sh.size for sh in b.shaders)
+    return (f"gpu        {len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {dispatches} dispatches "
+            f"of {len(steps)} layers; SPIR-V {spirv:,} bytes")
 
 
 def _split(shares):

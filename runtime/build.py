@@ -4,6 +4,8 @@ Used by the package build (setup.py) and runnable alone:
     python runtime/build.py OUT_DIR [TRIPLE]
 The runtime needs only libc, libdl and libstdc++ (for the generated
 FlatBuffer verifier); the FlatBuffers headers come from the `flatc` package.
+The Vulkan executor (src/vulkan.c) compiles against the Vulkan headers
+(Debian libvulkan-dev) and opens libvulkan.so.1 at run time, never links it.
 
 With a TRIPLE (`aarch64-linux-gnu`) it cross-builds with the GNU toolchain
 `TRIPLE-gcc` / `TRIPLE-g++` (Debian: g++-TRIPLE), and `build_example` builds
@@ -41,6 +43,20 @@ def cross_tools(triple):
     return tools
 
 
+def vulkan_include(tmp):
+    """A folder holding only the Vulkan headers (a cross compiler must not
+    see the rest of the build machine's /usr/include)."""
+    for base in ("/usr/include", "/usr/local/include"):
+        if os.path.exists(os.path.join(base, "vulkan", "vulkan.h")):
+            inc = os.path.join(tmp, "vk-include")
+            os.makedirs(inc, exist_ok=True)
+            for name in ("vulkan", "vk_video"):
+                if os.path.exists(os.path.join(base, name)):
+                    os.symlink(os.path.join(base, name), os.path.join(inc, name))
+            return inc
+    raise RuntimeError("Vulkan headers (vulkan/vulkan.h) not found: install the Debian package libvulkan-dev")
+
+
 def build(out_dir, cc=None, cxx=None, triple=None):
     if triple:
         cc, cxx = cross_tools(triple)
@@ -51,6 +67,7 @@ def build(out_dir, cc=None, cxx=None, triple=None):
     common = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        includes += ["-I", vulkan_include(tmp)]
         objects = []
         for src in C_SOURCES + CXX_SOURCES:
             is_c = src.endswith(".c")

@@ -1,0 +1,176 @@
+"""GPU (Vulkan) bundles, run for real on Mesa's CPU Vulkan driver (lavapipe,
+installed by .ci/setup.sh): every zoo model against onnxruntime, the SPIR-V
+segment, the pipeline cache file and its rejection rules, clear errors."""
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import coldbrew
+from conftest import ROOT, assert_close, ort_run
+from coldbrew.compiler import CompileError, compile_model
+from coldbrew.compiler.inspect_bundle import describe, read_bytes
+from coldbrew.schemas.generated import bundle_generated as fb
+from test_hostile import expect, repack
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import zoo  # noqa: E402
+
+CACHE_MAGIC = b"CBVKPC01"
+CACHE_HEADER = struct.Struct("<8sIIII16sQQ")  # magic, vendor, device, driver, reserved, uuid, size, checksum
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """Each test's own pipeline cache folder (the runtime reads the variable at open)."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("COLDBREW_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def small_gpu_bundle(tmp_path_factory, small_model):
+    path = tmp_path_factory.mktemp("gpu") / "small.brew"
+    compile_model(small_model, str(path), target="vulkan")
+    return str(path)
+
+
+def run_once(path, feeds):
+    sess = coldbrew.load(path)
+    return sess, sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_zoo_model_on_vulkan_matches_onnxruntime(name, tmp_path):
+    model = zoo.build(name)
+    path = str(tmp_path / f"{name}.brew")
+    compile_model(model, path, target="vulkan")
+    sess = coldbrew.load(path)
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(3).standard_normal(inp.shape).astype(np.float32)
+    ours = sess.run(None, {inp.name: x})
+    ref = ort_run(model, {inp.name: x})
+    for o, r in zip(ours, ref):
+        assert_close(o, r)
+
+
+def test_small_model_runs_repeatedly_and_in_two_sessions(small_gpu_bundle, small_model):
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    ref = ort_run(small_model, {"x": x})[0]
+    a, b = coldbrew.load(small_gpu_bundle), coldbrew.load(small_gpu_bundle)
+    for _ in range(3):
+        assert_close(a.run(None, {"x": x})[0], ref)
+        assert_close(b.run(None, {"x": x * 2})[0], ort_run(small_model, {"x": x * 2})[0])
+
+
+def test_bundle_holds_validated_spirv_and_no_cpu_code(tmp_path):
+    data = compile_model(zoo.build("squeezenet"), target="vulkan")
+    b = read_bytes(data)[0]
+    kinds = [s.kind for s in b.segments]
+    assert fb.SegmentKind.cpu_code not in kinds and kinds.count(fb.SegmentKind.spirv) == 1
+    assert b.target.gpuClass == b"vulkan" and not b.target.features
+    (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
+    dispatches = [d for s in b.plan.steps for d in s.dispatches]
+    assert len(b.shaders) < len(dispatches)  # identical shaders are stored once
+    assert {d.shader for d in dispatches} == set(range(len(b.shaders)))
+    for k, sh in enumerate(b.shaders[:5]):
+        spv = data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size]
+        assert spv[:4] == b"\x03\x02\x23\x07"  # SPIR-V magic, little-endian
+        (tmp_path / f"{k}.spv").write_bytes(spv)
+        subprocess.run(["spirv-val", "--target-env", "vulkan1.1", str(tmp_path / f"{k}.spv")], check=True)
+    text = "\n".join(describe_bytes(tmp_path, data))
+    assert f"{len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {len(dispatches)} dispatches" in text
+
+
+def describe_bytes(tmp_path, data):
+    p = tmp_path / "b.brew"
+    p.write_bytes(data)
+    return describe(str(p))
+
+
+def cache_files(cache_dir):
+    return sorted(p for p in cache_dir.rglob("*.vkcache"))
+
+
+def test_pipeline_cache_is_written_then_reused(small_gpu_bundle, cache_dir):
+    x = {"x": np.ones((1, 3, 16, 16), np.float32)}
+    _, first = run_once(small_gpu_bundle, x)
+    (path,) = cache_files(cache_dir)
+    blob = path.read_bytes()
+    magic, *_, size, checksum = CACHE_HEADER.unpack_from(blob)
+    assert magic == CACHE_MAGIC and size == len(blob) - CACHE_HEADER.size > 0
+    stamp = path.stat().st_mtime_ns
+    _, again = run_once(small_gpu_bundle, x)
+    assert path.stat().st_mtime_ns == stamp  # a matching cache is read, not rewritten
+    np.testing.assert_array_equal(first[0], again[0])
+
+
+@pytest.mark.parametrize("damage", ["data", "vendor", "uuid", "magic", "truncated"])
+def test_bad_pipeline_cache_is_rejected_whole_and_rebuilt(small_gpu_bundle, small_model, cache_dir, damage):
+    x = {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    run_once(small_gpu_bundle, x)
+    (path,) = cache_files(cache_dir)
+    good = path.read_bytes()
+    bad = bytearray(good)
+    if damage == "data":
+        bad[-1] ^= 0xFF
+    elif damage == "vendor":
+        struct.pack_into("<I", bad, 8, 0xBEEF)
+    elif damage == "uuid":
+        bad[24] ^= 0x01
+    elif damage == "magic":
+        bad[0:8] = b"NOTCACHE"
+    else:
+        bad = bad[:len(bad) // 2]
+    path.write_bytes(bytes(bad))
+    _, out = run_once(small_gpu_bundle, x)
+    assert_close(out[0], ort_run(small_model, x)[0])
+    assert path.read_bytes() == good  # rebuilt for this device
+
+
+def test_no_such_device_is_a_clear_error(small_gpu_bundle, monkeypatch):
+    monkeypatch.setenv("COLDBREW_VULKAN_DEVICE", "42")
+    with pytest.raises(coldbrew.BundleError) as e:
+        coldbrew.load(small_gpu_bundle)
+    assert e.value.status == "GPU" and "COLDBREW_VULKAN_DEVICE=42" in str(e.value)
+
+
+def test_plans_are_refused_for_gpu_targets(small_model):
+    with pytest.raises(CompileError, match="GPU targets"):
+        compile_model(small_model, target="vulkan", plan="cold")
+
+
+def test_jetson_preset_compiles_for_its_gpu(small_model):
+    b = read_bytes(compile_model(small_model, target="jetson_nano+vulkan"))[0]
+    assert b.target.triple == b"aarch64-linux-gnu" and b.target.gpuClass == b"vulkan"
+    with pytest.raises(CompileError, match="no Vulkan GPU"):
+        compile_model(small_model, target="aarch64+vulkan")
+
+
+def test_hostile_gpu_headers_are_refused(small_gpu_bundle, tmp_path):
+    data = bytearray(open(small_gpu_bundle, "rb").read())
+
+    def shader_out_of_range(b):
+        b.plan.steps[0].dispatches[0].shader = 999
+
+    def missing_binding(b):
+        b.plan.steps[0].dispatches[0].bindings = b.plan.steps[0].dispatches[0].bindings[:-1]
+
+    def huge_grid(b):
+        b.plan.steps[0].dispatches[0].grid = [70000, 1, 1]
+
+    def shader_outside_segment(b):
+        b.shaders[0].offset = 1 << 40
+
+    def no_dispatches(b):
+        b.plan.steps[0].dispatches = []
+
+    def not_vulkan(b):
+        b.target.gpuClass = "metal"
+
+    for mutate in (shader_out_of_range, missing_binding, huge_grid, shader_outside_segment, no_dispatches):
+        expect(repack(data, mutate), "CORRUPT", tmp_path)
+    expect(repack(data, not_vulkan), "TARGET", tmp_path, "metal")
