@@ -100,11 +100,12 @@ typedef struct cb_session_options {
 typedef enum cb_phase {
   CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5,
   CB_PHASE_SESSION = 6,
-  /* GPU bundles: CODE_LOAD is the device and pipeline creation (pipelines on
+  /* GPU bundles: CODE_LOAD is the pipeline creation (pipelines on
    * several threads, through the pipeline cache); UPLOAD copies the weights
    * (read and checked by READ) to the device; GPU_EXECUTE runs the recorded
    * command buffer (inputs in, every dispatch, outputs out). */
-  CB_PHASE_UPLOAD = 7, CB_PHASE_GPU_EXECUTE = 8
+  CB_PHASE_UPLOAD = 7, CB_PHASE_GPU_EXECUTE = 8,
+  CB_PHASE_GPU_CONTEXT = 9 /* GPU bundles at open: Vulkan loader, instance and device */
 } cb_phase;
 #define CB_STEP_BUNDLE 0xFFFFFFFFu
 

@@ -16,7 +16,7 @@ _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "T
            "KERNEL", "OUT_OF_MEMORY", "GPU"]
 SKIP_WEIGHT_CHECKSUMS = 1
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
-           7: "upload", 8: "gpu_execute"}  # cb_phase
+           7: "upload", 8: "gpu_execute", 9: "gpu_context"}  # cb_phase
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
 

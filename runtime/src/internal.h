@@ -147,7 +147,10 @@ void cb_backend_enter_prep_worker(uint32_t queue);
  * and outputs, at their arena offsets) and recorded command buffer. */
 typedef struct cb_gpu cb_gpu;
 typedef struct cb_gpu_session cb_gpu_session;
-cb_status cb_gpu_open(const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads, cb_gpu** out);
+/* The loader, an instance and the device (the GPU context). */
+cb_status cb_gpu_open(cb_gpu** out);
+/* Pipelines (through the cache) and the weights buffer of a bundle. */
+cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);
 void cb_gpu_release(cb_gpu* g);
 const char* cb_gpu_device_name(const cb_gpu* g);
 const char* cb_gpu_cache_path(const cb_gpu* g);

@@ -72,7 +72,8 @@ struct cb_bundle {
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
   cb_kernel_fn* alternates; /* per plan step: continuous mode's warm variant, or NULL */
-  cb_trace_event open_events[2]; /* verify, code load: reported by traced sessions */
+  cb_trace_event open_events[3]; /* verify, code load (GPU: pipelines), GPU context: reported by traced sessions */
+  int nopen_events;
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
   _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
@@ -223,9 +224,14 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   }
   open_event(b, 0, CB_PHASE_VERIFY, t0);
   uint64_t t1 = now_ns();
+  cb_status s = cb_gpu_open(&b->gpu);
+  open_event(b, 2, CB_PHASE_GPU_CONTEXT, t1);
+  b->nopen_events = 3;
+  if (s) return s;
+  uint64_t t2 = now_ns();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  cb_status s = cb_gpu_open(b->base, &b->model, key, cores > 0 ? (uint32_t)cores : 1, &b->gpu);
-  open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
+  s = cb_gpu_prepare(b->gpu, b->base, &b->model, key, cores > 0 ? (uint32_t)cores : 1);
+  open_event(b, 1, CB_PHASE_CODE_LOAD, t2);
   return s;
 }
 
@@ -266,6 +272,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if (code && (s = load_code(b, code))) return s;
   s = resolve_kernels(b);
   open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
+  b->nopen_events = 2;
   return s;
 }
 
@@ -525,7 +532,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace_cap = 4 * (size_t)m->nsteps + 3;
+    s->trace_cap = 4 * (size_t)m->nsteps + 6;
     s->trace = calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
@@ -886,7 +893,7 @@ static cb_status run_gpu(cb_session* s, int first) {
   const cb_model* m = &b->model;
   s->ntrace = 0;
   if (s->trace && first) {
-    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
     s->trace[s->ntrace++] = s->create_event;
   }
   cb_status st = CB_OK;
@@ -925,7 +932,7 @@ cb_status cb_session_run(cb_session* s) {
   cb_backend_set_split((int)(first ? s->threads : s->later_threads), first ? s->shares : s->later_shares);
   s->ntrace = 0;
   if (s->trace && first) {
-    for (int k = 0; k < 2; k++) s->trace[s->ntrace++] = b->open_events[k];
+    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
     s->trace[s->ntrace++] = s->create_event;
   }
   /* the first run's preparation workers start before anything executes */

@@ -636,24 +636,25 @@ void cb_gpu_session_release(cb_gpu_session* gs) {
 
 /* --- the bundle's GPU --- */
 
-cb_status cb_gpu_open(const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads, cb_gpu** out) {
+cb_status cb_gpu_open(cb_gpu** out) {
   *out = NULL;
   cb_gpu* g = calloc(1, sizeof *g);
   if (!g) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   pthread_mutex_init(&g->weights_mu, NULL);
   cb_status s = load_loader(&g->vk);
   if (!s) s = create_device(g);
-  if (!s) {
-    cache_path(g, bundle_key);
-    s = create_pipelines(g, base, m, threads);
-  }
-  if (!s) s = layout_weights(g, m);
   if (s) {
     cb_gpu_release(g);
     return s;
   }
   *out = g;
   return CB_OK;
+}
+
+cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads) {
+  cache_path(g, bundle_key);
+  cb_status s = create_pipelines(g, base, m, threads);
+  return s ? s : layout_weights(g, m);
 }
 
 const char* cb_gpu_device_name(const cb_gpu* g) { return g ? g->props.deviceName : ""; }
