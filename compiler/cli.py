@@ -85,7 +85,7 @@ def main():
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="bundle file to write")
-@click.option("--target", default="host", show_default=True, help="target name (see targets/)")
+@click.option("--target", default="host", show_default=True, help="target name (see targets/); vulkan, or <preset>+vulkan, runs the layers on a GPU")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..", help="fix an input's shape")
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
 @click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
