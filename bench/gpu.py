@@ -4,8 +4,8 @@ warm latency, beside PyTorch on CUDA started cold, on whatever GPU runs it.
     python bench/gpu.py compile DIR [models...]     # here: Vulkan bundles (needs the compiler)
     python bench/gpu.py run DIR [models...] [--samples 3] [--torch]   # on the GPU machine
 
-`run` needs only numpy and coldbrew's runtime (and PyTorch with torchvision
-for --torch). Every sample is a fresh process, the bundle evicted from the
+`run` needs only numpy and the coldbrew package without TVM (and PyTorch
+with torchvision for --torch). Every sample is a fresh process, the bundle evicted from the
 page cache first; samples of every model and engine are interleaved in
 rounds; the medians are printed.
 - first-ever: coldbrew's pipeline cache and the driver's shader disk cache
@@ -88,15 +88,6 @@ def compile_bundles(out, models):
         print(f"compiled {name}", flush=True)
 
 
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def child(code, args, env):
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     if r.returncode:
@@ -115,6 +106,8 @@ def med_phase(samples, phase):
 
 
 def run(out, models, samples, torch):
+    from coldbrew.compiler.measure import evict  # no TVM: the runtime side of the compiler package
+
     caches = tempfile.mkdtemp(prefix="cb-gpu-caches-")
     env = dict(os.environ, COLDBREW_CACHE_DIR=os.path.join(caches, "coldbrew"),
                __GL_SHADER_DISK_CACHE_PATH=os.path.join(caches, "driver"), __GL_SHADER_DISK_CACHE="1",
