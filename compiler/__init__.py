@@ -17,10 +17,12 @@ The whole pipeline, in order (one pass per module):
     codegen          kernels -> one CPU shared object (TVM LLVM)
     write_bundle     header + segments -> bytes
 
-GPU targets (`vulkan`, `<preset>+vulkan`) take the same passes with two
-swapped: schedule_gpu (TVM dlight GPU schedules) in place of select_variants
-and schedule_kernels, codegen_spirv (coldbrew's GLSL emitter, glslang,
-spirv-val) in place of codegen.
+GPU targets (`vulkan`, `<preset>+vulkan`) take GPU_PASSES:
+select_gpu_variants (convolutions and their epilogues -> shape-generic GPU
+variants, compiler/kernels/gpu_conv.py) in place of select_variants,
+schedule_gpu (TVM dlight GPU schedules for every other layer) in place of
+schedule_kernels, codegen_spirv (the variants' shaders; coldbrew's GLSL
+emitter for the rest; glslang, spirv-val) in place of codegen.
 """
 import os
 from dataclasses import dataclass
@@ -32,8 +34,8 @@ __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperato
 PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
           "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "add_warm_steps", "codegen",
           "write_bundle"]
-GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "fuse_layers",
-              "schedule_gpu", "extract_layers", "plan_weights", "plan_memory", "codegen_spirv", "write_bundle"]
+GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax",
+              "select_gpu_variants", "fuse_layers", "schedule_gpu", "extract_layers", "plan_weights", "plan_memory", "codegen_spirv", "write_bundle"]
 
 
 def _version():
@@ -201,23 +203,28 @@ def _on_gpu(target):
 
 def _compile_gpu(front, output, tgt, dump_ir):
     """The GPU passes after import_relax (GPU_PASSES)."""
-    from . import codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu, write_bundle
+    from . import (codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu,
+                   select_gpu_variants, write_bundle)
 
-    step = iter(range(GPU_PASSES.index(fuse_layers.NAME), len(GPU_PASSES)))
+    step = iter(range(GPU_PASSES.index(select_gpu_variants.NAME), len(GPU_PASSES)))
 
     def done(p, ir):
         _dump(dump_ir, next(step), p.NAME, ir)
         return ir
 
-    mod = done(fuse_layers, fuse_layers.run(front.mod))
+    mod, anchors = select_gpu_variants.run(front.mod)
+    done(select_gpu_variants, mod)
+    mod = done(fuse_layers, fuse_layers.run(mod))
     mod = done(schedule_gpu, schedule_gpu.run(mod))
-    graph = done(extract_layers, extract_layers.run(mod, front.name, front.input_names, front.output_names))
+    graph = done(extract_layers, extract_layers.run(mod, front.name, front.input_names, front.output_names,
+                                                    anchors))
     for layer in graph.layers:
-        layer.variant = "gpu"
+        if layer.variant == "generic":
+            layer.variant = "gpu.dlight"
     graph.threads = 1
     graph = done(plan_weights, plan_weights.run(graph, "raw", 0))
     graph = done(plan_memory, plan_memory.run(graph, plan_memory.GPU_ALIGN))
-    spirv = codegen_spirv.run(graph, tgt)
+    spirv = codegen_spirv.run(graph, tgt, anchors)
     done(codegen_spirv, spirv[0])
     data = done(write_bundle, write_bundle.run(graph, None, tgt, f"coldbrew {_version()}", front.model_hash, spirv))
     if output:

@@ -18,7 +18,9 @@ import tempfile
 
 from . import glsl
 from .errors import CompileError
+from .kernels import gpu_conv
 from .schedule_gpu import TVM_TARGET
+from .select_gpu_variants import ANCHOR_RE
 
 NAME = "codegen_spirv"
 TOOLS = {"glslangValidator": "glslang-tools", "spirv-val": "spirv-tools"}
@@ -91,24 +93,40 @@ def _bindings(layer, func, device_params, kernel):
     return out
 
 
-def run(graph, target):
-    """Sets each layer's `dispatches` [(shader index, grid, bindings)];
-    returns (spirv segment bytes, [Shader record dict])."""
+def _generic_dispatch(layer, anchor):
+    """A shape-generic variant's launch: (name, source, local size, grid,
+    bindings, push words). Layer args: input, weights, bias, [residual], output."""
+    v = gpu_conv.get(anchor.variant.name)
+    x, w, b, *res, out = layer.args
+    return (v.name, v.source(), v.local_size, v.grid(anchor.conv), [x, w, b, res[0] if res else out, out],
+            anchor.conv.push())
+
+
+def run(graph, target, anchors=()):
+    """Sets each layer's `dispatches` [(shader index, grid, bindings, push
+    words)]; returns (spirv segment bytes, [Shader record dict])."""
     _tools()
-    lowered = lower(graph.kernels)
+    by_layer = {a.id: a for a in anchors}
+    lowered = lower({s: f for s, f in graph.kernels.items() if not ANCHOR_RE.search(s)})
     shaders, by_source, blob = [], {}, bytearray()
     with tempfile.TemporaryDirectory() as tmp:
         for layer in graph.layers:
+            if layer.name in by_layer:
+                launches = [_generic_dispatch(layer, by_layer[layer.name])]
+            else:
+                launches = []
+                for name, dev in lowered[layer.kernel]:
+                    sh = glsl.emit(dev, name)
+                    launches.append((name, sh.source, sh.local_size, sh.grid,
+                                     _bindings(layer, graph.kernels[layer.kernel], sh.params, name), []))
             layer.dispatches = []
-            for name, dev in lowered[layer.kernel]:
-                sh = glsl.emit(dev, name)
-                if sh.source not in by_source:
-                    spirv = compile_glsl(sh.source, tmp, name)
-                    by_source[sh.source] = len(shaders)
+            for name, source, local_size, grid, binds, push in launches:
+                if source not in by_source:
+                    spirv = compile_glsl(source, tmp, name)
+                    by_source[source] = len(shaders)
                     shaders.append({"name": name, "offset": len(blob), "size": len(spirv),
-                                    "local_size": list(sh.local_size), "bindings": len(sh.params)})
+                                    "local_size": list(local_size), "bindings": len(binds)})
                     blob += spirv
                     blob += bytes(-len(blob) % 16)
-                binds = _bindings(layer, graph.kernels[layer.kernel], sh.params, name)
-                layer.dispatches.append((by_source[sh.source], list(sh.grid), binds))
+                layer.dispatches.append((by_source[source], list(grid), binds, push))
     return bytes(blob), shaders

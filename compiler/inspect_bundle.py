@@ -79,7 +79,7 @@ def describe(path):
         wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
                      f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  "
-                     f"{_schedule(s) or _dispatches(s)}".rstrip())
+                     f"{_dispatches(s) or _schedule(s)}".rstrip())
         if _s(s.warmKernel):
             alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
             abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
@@ -105,15 +105,17 @@ def describe(path):
 
 
 def _dispatches(step):
-    """A GPU step's launches: shader index and grid of each."""
+    """A GPU step's launches: shader index and grid of each (and how many
+    push-constant words carry its shapes to a shape-generic shader)."""
     ds = step.dispatches or []
-    return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}" for d in ds)
+    return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}"
+                    + (f" push {len(d.push)}w" if d.push is not None and len(d.push) else "") for d in ds)
 
 
 def gpu_summary(b):
     """Distinct shaders and pipelines of a GPU bundle (one pipeline per
-    distinct shader: shapes are in the shaders, nothing is specialized at
-    load), against the dispatches they serve."""
+    distinct shader: nothing is specialized at load; shape-generic shaders
+    take shapes in push constants), against the dispatches they serve."""
     steps = b.plan.steps
     dispatches = sum(len(s.dispatches or []) for s in steps)
     spirv = sum(sh.size for sh in b.shaders)

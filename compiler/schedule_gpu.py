@@ -28,7 +28,13 @@ def run(mod):
     import tvm
     from tvm import relax, s_tir
 
-    funcs = {gv: f for gv, f in mod.functions.items() if not isinstance(f, relax.Function)}
+    from .select_gpu_variants import ANCHOR_RE
+
+    # shape-generic variants (select_gpu_variants) bring their own shaders
+    funcs = {gv: f for gv, f in mod.functions.items()
+             if not isinstance(f, relax.Function) and not ANCHOR_RE.search(gv.name_hint)}
+    if not funcs:
+        return mod
     try:
         with tvm.target.Target(TVM_TARGET):
             scheduled = s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(funcs))

@@ -117,9 +117,9 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
             s.warmVariant, s.warmKernel = layer.warm["variant"], layer.warm["kernel"]
             s.warmArgs, s.warmParams = list(layer.warm["args"]), _params(layer.warm["params"])
         s.dispatches = []
-        for shader, grid, bindings in getattr(layer, "dispatches", None) or []:
+        for shader, grid, bindings, push in getattr(layer, "dispatches", None) or []:
             d = fb.DispatchT()
-            d.shader, d.grid, d.bindings = shader, list(grid), list(bindings)
+            d.shader, d.grid, d.bindings, d.push = shader, list(grid), list(bindings), list(push)
             s.dispatches.append(d)
         steps.append(s)
     p = fb.PlanT()

@@ -36,7 +36,11 @@ typedef struct cb_dispatch_desc {
   uint32_t grid[3];
   uint32_t nbindings;
   const uint32_t* bindings;
+  uint32_t npush; /* push-constant words, at most CB_MAX_PUSH_WORDS */
+  const uint32_t* push;
 } cb_dispatch_desc;
+
+#define CB_MAX_PUSH_WORDS 32 /* 128 bytes: every Vulkan device's minimum */
 
 typedef struct cb_shader_desc {
   const char* name;

@@ -122,6 +122,12 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
       }
       out->nbindings = binds->size();
       out->bindings = binds->data();
+      auto push = d->push();
+      if (push && push->size() > CB_MAX_PUSH_WORDS)
+        return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has %u push-constant words (at most %d)", i, j,
+                       push->size(), CB_MAX_PUSH_WORDS);
+      out->npush = push ? push->size() : 0;
+      out->push = push ? push->data() : nullptr;
     }
   }
   return CB_OK;

@@ -46,7 +46,7 @@
   X(vkDestroyPipelineCache) X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) \
   X(vkUpdateDescriptorSets) X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers)       \
   X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)              \
-  X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)              \
+  X(vkCmdDispatch) X(vkCmdPushConstants) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)              \
   X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
 
 #define CB_VK_DECLARE(name) PFN_##name name;
@@ -300,8 +300,10 @@ static cb_status layouts_for(cb_gpu* g, uint32_t n) {
     b[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
   VkDescriptorSetLayoutCreateInfo ci = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, NULL, 0, n, b};
   VK_TRY(g->vk.vkCreateDescriptorSetLayout(g->device, &ci, NULL, &g->set_layouts[n]), "vkCreateDescriptorSetLayout");
-  VkPipelineLayoutCreateInfo pci = {VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, NULL, 0, 1, &g->set_layouts[n], 0,
-                                    NULL};
+  /* every layout has the push-constant range shape-generic shaders read */
+  VkPushConstantRange push = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * CB_MAX_PUSH_WORDS};
+  VkPipelineLayoutCreateInfo pci = {VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, NULL, 0, 1, &g->set_layouts[n], 1,
+                                    &push};
   VK_TRY(g->vk.vkCreatePipelineLayout(g->device, &pci, NULL, &g->layouts[n]), "vkCreatePipelineLayout");
   return CB_OK;
 }
@@ -527,6 +529,9 @@ static cb_status record(cb_gpu_session* gs, const cb_model* m, VkDescriptorSet* 
       g->vk.vkCmdBindPipeline(gs->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipelines[d->shader]);
       g->vk.vkCmdBindDescriptorSets(gs->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->layouts[sh->bindings], 0, 1, &sets[k],
                                     0, NULL);
+      if (d->npush)
+        g->vk.vkCmdPushConstants(gs->cmd, g->layouts[sh->bindings], VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * d->npush,
+                                 d->push);
       g->vk.vkCmdDispatch(gs->cmd, d->grid[0], d->grid[1], d->grid[2]);
       barrier(g, gs->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
               VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,

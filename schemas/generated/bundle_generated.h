@@ -649,7 +649,8 @@ struct Dispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_SHADER = 4,
     VT_GRID = 6,
-    VT_BINDINGS = 8
+    VT_BINDINGS = 8,
+    VT_PUSH = 10
   };
   uint32_t shader() const {
     return GetField<uint32_t>(VT_SHADER, 0);
@@ -660,6 +661,9 @@ struct Dispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<uint32_t> *bindings() const {
     return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_BINDINGS);
   }
+  const ::flatbuffers::Vector<uint32_t> *push() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_PUSH);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -668,6 +672,8 @@ struct Dispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVector(grid()) &&
            VerifyOffset(verifier, VT_BINDINGS) &&
            verifier.VerifyVector(bindings()) &&
+           VerifyOffset(verifier, VT_PUSH) &&
+           verifier.VerifyVector(push()) &&
            verifier.EndTable();
   }
 };
@@ -685,6 +691,9 @@ struct DispatchBuilder {
   void add_bindings(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> bindings) {
     fbb_.AddOffset(Dispatch::VT_BINDINGS, bindings);
   }
+  void add_push(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> push) {
+    fbb_.AddOffset(Dispatch::VT_PUSH, push);
+  }
   explicit DispatchBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -700,8 +709,10 @@ inline ::flatbuffers::Offset<Dispatch> CreateDispatch(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     uint32_t shader = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> grid = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> bindings = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> bindings = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> push = 0) {
   DispatchBuilder builder_(_fbb);
+  builder_.add_push(push);
   builder_.add_bindings(bindings);
   builder_.add_grid(grid);
   builder_.add_shader(shader);
@@ -712,14 +723,17 @@ inline ::flatbuffers::Offset<Dispatch> CreateDispatchDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     uint32_t shader = 0,
     const std::vector<uint32_t> *grid = nullptr,
-    const std::vector<uint32_t> *bindings = nullptr) {
+    const std::vector<uint32_t> *bindings = nullptr,
+    const std::vector<uint32_t> *push = nullptr) {
   auto grid__ = grid ? _fbb.CreateVector<uint32_t>(*grid) : 0;
   auto bindings__ = bindings ? _fbb.CreateVector<uint32_t>(*bindings) : 0;
+  auto push__ = push ? _fbb.CreateVector<uint32_t>(*push) : 0;
   return coldbrew::schema::CreateDispatch(
       _fbb,
       shader,
       grid__,
-      bindings__);
+      bindings__,
+      push__);
 }
 
 struct Shader FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

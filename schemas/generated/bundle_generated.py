@@ -886,8 +886,35 @@ class Dispatch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
+    # Dispatch
+    def Push(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Dispatch
+    def PushAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Dispatch
+    def PushLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Dispatch
+    def PushIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
 def DispatchStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def DispatchAddShader(builder, shader):
     builder.PrependUint32Slot(0, shader, 0)
@@ -902,6 +929,12 @@ def DispatchAddBindings(builder, bindings):
     builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(bindings), 0)
 
 def DispatchStartBindingsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DispatchAddPush(builder, push):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(push), 0)
+
+def DispatchStartPushVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
 def DispatchEnd(builder):
@@ -921,10 +954,12 @@ class DispatchT(object):
         shader = 0,
         grid = None,
         bindings = None,
+        push = None,
     ):
         self.shader = shader  # type: int
         self.grid = grid  # type: Optional[List[int]]
         self.bindings = bindings  # type: Optional[List[int]]
+        self.push = push  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -962,6 +997,13 @@ class DispatchT(object):
                     self.bindings.append(dispatch.Bindings(i))
             else:
                 self.bindings = dispatch.BindingsAsNumpy()
+        if not dispatch.PushIsNone():
+            if np is None:
+                self.push = []
+                for i in range(dispatch.PushLength()):
+                    self.push.append(dispatch.Push(i))
+            else:
+                self.push = dispatch.PushAsNumpy()
 
     # DispatchT
     def Pack(self, builder):
@@ -981,12 +1023,22 @@ class DispatchT(object):
                 for i in reversed(range(len(self.bindings))):
                     builder.PrependUint32(self.bindings[i])
                 bindings = builder.EndVector()
+        if self.push is not None:
+            if np is not None and type(self.push) is np.ndarray:
+                push = builder.CreateNumpyVector(self.push)
+            else:
+                DispatchStartPushVector(builder, len(self.push))
+                for i in reversed(range(len(self.push))):
+                    builder.PrependUint32(self.push[i])
+                push = builder.EndVector()
         DispatchStart(builder)
         DispatchAddShader(builder, self.shader)
         if self.grid is not None:
             DispatchAddGrid(builder, grid)
         if self.bindings is not None:
             DispatchAddBindings(builder, bindings)
+        if self.push is not None:
+            DispatchAddPush(builder, push)
         dispatch = DispatchEnd(builder)
         return dispatch
 

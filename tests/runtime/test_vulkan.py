@@ -171,6 +171,89 @@ def test_hostile_gpu_headers_are_refused(small_gpu_bundle, tmp_path):
     def not_vulkan(b):
         b.target.gpuClass = "metal"
 
-    for mutate in (shader_out_of_range, missing_binding, huge_grid, shader_outside_segment, no_dispatches):
+    def too_many_push_words(b):
+        b.plan.steps[0].dispatches[0].push = list(range(33))
+
+    for mutate in (shader_out_of_range, missing_binding, huge_grid, shader_outside_segment, no_dispatches,
+                   too_many_push_words):
         expect(repack(data, mutate), "CORRUPT", tmp_path)
     expect(repack(data, not_vulkan), "TARGET", tmp_path, "metal")
+
+
+# name, input [n, c, h, w], out channels, kernel, stride, pads, dilation, groups, bias, epilogue
+CONV_CASES = [
+    ("gemm_3x3", [1, 5, 13, 11], 70, 3, 1, 1, 1, 1, True, "relu"),
+    ("gemm_strided_odd", [1, 19, 15, 9], 33, 3, 2, 1, 1, 1, True, "relu6"),
+    ("gemm_pointwise", [1, 67, 7, 9], 130, 1, 1, 0, 1, 1, True, None),
+    ("gemm_dilated_5x5", [1, 6, 17, 12], 9, 5, 1, 4, 2, 1, False, None),
+    ("gemm_7x7_s2_batch2", [2, 3, 23, 20], 16, 7, 2, 3, 1, 1, True, "relu"),
+    ("gemm_residual", [1, 16, 10, 10], 16, 3, 1, 1, 1, 1, True, "residual_relu"),
+    ("pointwise_residual", [2, 24, 6, 5], 24, 1, 1, 0, 1, 1, True, "residual"),
+    ("depthwise_s2", [1, 32, 15, 14], 32, 3, 2, 1, 1, 32, True, "relu6"),
+    ("depthwise_dilated", [1, 8, 12, 12], 8, 3, 1, 2, 2, 8, True, "relu"),
+    ("grouped_2", [1, 12, 9, 9], 20, 3, 1, 1, 1, 2, True, "residual_relu"),
+    ("asym_pad", [1, 4, 9, 9], 8, (2, 3), 1, (0, 1, 1, 2), 1, 1, True, None),
+]
+
+
+def conv_model(case):
+    """One Conv (and its epilogue) as an ONNX model with seeded weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    name, shape, k, ks, stride, pads, dil, groups, bias, epi = case
+    kh, kw = ks if isinstance(ks, tuple) else (ks, ks)
+    pads = list(pads) if isinstance(pads, tuple) else [pads] * 4
+    rng = np.random.default_rng(len(name))
+    w = (rng.standard_normal((k, shape[1] // groups, kh, kw)) / np.sqrt(shape[1] // groups * kh * kw))
+    inits = [numpy_helper.from_array(w.astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(k).astype(np.float32), "b"))
+        ins.append("b")
+    nodes = [helper.make_node("Conv", ins, ["y"], kernel_shape=[kh, kw], strides=[stride, stride], pads=pads,
+                              dilations=[dil, dil], group=groups)]
+    oh = (shape[2] + pads[0] + pads[2] - dil * (kh - 1) - 1) // stride + 1
+    ow = (shape[3] + pads[1] + pads[3] - dil * (kw - 1) - 1) // stride + 1
+    out, graph_in = "y", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    if epi and epi.startswith("residual"):
+        graph_in.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [shape[0], k, oh, ow]))
+        nodes.append(helper.make_node("Add", ["y", "r"], ["s"]))
+        out = "s"
+    if epi and epi.endswith("relu"):
+        nodes.append(helper.make_node("Relu", [out], ["z"]))
+        out = "z"
+    if epi == "relu6":
+        inits += [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+        nodes.append(helper.make_node("Clip", [out, "lo", "hi"], ["z"]))
+        out = "z"
+    g = helper.make_graph(nodes, name, graph_in,
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, [shape[0], k, oh, ow])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_gpu_conv_variants_match_onnxruntime_and_share_one_shader(tmp_path):
+    """Every conv variant over strides, pads, dilations, groups, batch,
+    channel counts that do not fill a tile, and each epilogue; the shapes
+    ride in push constants, so all the layers of one variant use one shader
+    (its SPIR-V is byte-identical across these bundles)."""
+    spirv_of = {}
+    for case in CONV_CASES:
+        model = conv_model(case)
+        data = compile_model(model, target="vulkan")
+        path = tmp_path / f"{case[0]}.brew"
+        path.write_bytes(data)
+        b = read_bytes(data)[0]
+        (step,) = b.plan.steps
+        variant = step.variant.decode()
+        assert variant == ("gpu.conv_gemm" if case[7] == 1 else "gpu.conv_direct"), case[0]
+        (d,) = step.dispatches
+        assert len(d.push) == 19 and len(b.shaders) == 1
+        (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
+        sh = b.shaders[0]
+        spirv_of.setdefault(variant, set()).add(data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size])
+        rng = np.random.default_rng(7)
+        feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32)
+                 for i in coldbrew.load(str(path)).get_inputs()}
+        _, ours = run_once(str(path), feeds)
+        assert_close(ours[0], ort_run(model, feeds)[0])
+    assert {v: len(s) for v, s in spirv_of.items()} == {"gpu.conv_gemm": 1, "gpu.conv_direct": 1}

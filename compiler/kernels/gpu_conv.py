@@ -1,0 +1,229 @@
+"""GPU convolution variants: shape-generic compute shaders.
+
+A GPU bundle's first launch pays for every distinct pipeline the driver
+compiles (tens of milliseconds each on a desktop GPU), so the convolutions
+(most layers of a CNN) do not get one shader per shape: each variant is one
+GLSL shader that reads the layer's shapes from push constants, and serves
+every convolution it applies to. The epilogue fused into it is the same for
+all: + bias[k], + an optional residual tensor, then clamp(lo, hi) (ReLU is
+lo = 0, ReLU6 lo = 0 and hi = 6, none ±inf).
+
+Variants:
+- `gpu.conv_gemm`: implicit GEMM (groups == 1): output channels x output
+  pixels in 64 x 64 workgroup tiles, 16 x 16 invocations each computing
+  4 x 4, the reduction (input channels x kernel window) staged through
+  shared memory 16 at a time; the input window is gathered on the fly
+  (pointwise convolutions read the input directly). Weights are read in
+  their ONNX layout (OIHW: a row-major [K][C*R*S] matrix), so no transform.
+- `gpu.conv_direct`: one output element per invocation (grouped and
+  depthwise convolutions, where a GEMM has no reduction to share).
+
+Bindings (set 0): 0 input, 1 weights, 2 bias, 3 residual (the output itself
+when there is none: never read then), 4 output.
+"""
+import math
+import struct
+from dataclasses import dataclass
+
+PUSH_FIELDS = ("n", "c", "h", "w", "k", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "groups",
+               "residual")
+GEMM_TILE = 64       # output channels and output pixels per workgroup
+DIRECT_GROUP = 256   # invocations per workgroup of conv_direct
+MAX_GRID = 65535     # every Vulkan device's minimum maxComputeWorkGroupCount
+
+
+@dataclass(frozen=True)
+class GpuConv:
+    """One convolution (NCHW input, OIHW weights, float32) and its epilogue."""
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    kh: int
+    kw: int
+    stride: tuple
+    pad: tuple      # top, left, bottom, right
+    dilation: tuple
+    groups: int
+    residual: bool = False
+    lo: float = -math.inf
+    hi: float = math.inf
+
+    @property
+    def out_h(self):
+        return (self.h + self.pad[0] + self.pad[2] - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def out_w(self):
+        return (self.w + self.pad[1] + self.pad[3] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
+
+    def push(self):
+        """The push-constant words: PUSH_FIELDS as int32, then lo and hi as float32."""
+        v = dict(n=self.n, c=self.c, h=self.h, w=self.w, k=self.k, oh=self.out_h, ow=self.out_w, kh=self.kh,
+                 kw=self.kw, sh=self.stride[0], sw=self.stride[1], ph=self.pad[0], pw=self.pad[1],
+                 dh=self.dilation[0], dw=self.dilation[1], groups=self.groups, residual=int(self.residual))
+        words = [v[f] & 0xFFFFFFFF for f in PUSH_FIELDS]
+        return words + [struct.unpack("<I", struct.pack("<f", x))[0] for x in (self.lo, self.hi)]
+
+
+class _Variant:
+    name = ""
+
+    def applies(self, conv):
+        raise NotImplementedError
+
+    def grid(self, conv):
+        raise NotImplementedError
+
+    def source(self):
+        return _PRELUDE + self.body
+
+
+def _fold(groups):
+    """1-D workgroup count -> (x, y, 1) within the grid limit."""
+    x = min(groups, MAX_GRID)
+    return [x, -(-groups // x), 1]
+
+
+class ConvGemm(_Variant):
+    name = "gpu.conv_gemm"
+    local_size = (16, 16, 1)
+
+    def applies(self, conv):
+        return conv.groups == 1
+
+    def grid(self, conv):
+        cols = conv.n * conv.out_h * conv.out_w
+        return [-(-cols // GEMM_TILE), -(-conv.k // GEMM_TILE), 1]
+
+    body = """
+layout(local_size_x = 16, local_size_y = 16) in;
+shared float As[16][64];
+shared float Bs[16][64];
+
+void main() {
+  int tx = int(gl_LocalInvocationID.x), ty = int(gl_LocalInvocationID.y), t = ty * 16 + tx;
+  int m0 = int(gl_WorkGroupID.y) * 64, n0 = int(gl_WorkGroupID.x) * 64;
+  int ohw = p.oh * p.ow, hw = p.h * p.w, cols = p.n * ohw, khw = p.kh * p.kw, R = p.c * khw;
+  bool pointwise = khw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0;
+  // the output pixel whose input column this invocation gathers (fixed per invocation)
+  int col = n0 + (t & 63);
+  bool col_ok = col < cols;
+  int img = col / ohw, pix = col - img * ohw;
+  int oy = pix / p.ow, ox = pix - oy * p.ow;
+  int iy0 = oy * p.sh - p.ph, ix0 = ox * p.sw - p.pw, xbase = img * p.c * hw;
+  float acc[4][4];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.0;
+  for (int r0 = 0; r0 < R; r0 += 16) {
+    int ra = r0 + (t & 15);
+    for (int q = 0; q < 4; q++) {
+      int mm = (t >> 4) + 16 * q, m = m0 + mm;
+      As[t & 15][mm] = (m < p.k && ra < R) ? W[m * R + ra] : 0.0;
+    }
+    for (int q = 0; q < 4; q++) {
+      int kk = (t >> 6) + 4 * q, r = r0 + kk;
+      float v = 0.0;
+      if (col_ok && r < R) {
+        if (pointwise) {
+          v = X[xbase + r * hw + pix];
+        } else {
+          int ci = r / khw, rr = r - ci * khw, ky = rr / p.kw, kx = rr - ky * p.kw;
+          int iy = iy0 + ky * p.dh, ix = ix0 + kx * p.dw;
+          if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) v = X[xbase + (ci * p.h + iy) * p.w + ix];
+        }
+      }
+      Bs[kk][t & 63] = v;
+    }
+    barrier();
+    for (int kk = 0; kk < 16; kk++) {
+      float a[4], b[4];
+      for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+      for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+    }
+    barrier();
+  }
+  for (int i = 0; i < 4; i++) {
+    int m = m0 + ty + 16 * i;
+    if (m >= p.k) continue;
+    for (int j = 0; j < 4; j++) {
+      int c2 = n0 + tx + 16 * j;
+      if (c2 >= cols) continue;
+      int img2 = c2 / ohw;
+      store((img2 * p.k + m) * ohw + (c2 - img2 * ohw), m, acc[i][j]);
+    }
+  }
+}
+"""
+
+
+class ConvDirect(_Variant):
+    name = "gpu.conv_direct"
+    local_size = (DIRECT_GROUP, 1, 1)
+
+    def applies(self, conv):
+        return True
+
+    def grid(self, conv):
+        total = conv.n * conv.k * conv.out_h * conv.out_w
+        return _fold(-(-total // DIRECT_GROUP))
+
+    body = """
+layout(local_size_x = 256) in;
+
+void main() {
+  int ohw = p.oh * p.ow;
+  int idx = int((gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + gl_LocalInvocationID.x);
+  if (idx >= p.n * p.k * ohw) return;
+  int ox = idx % p.ow, oy = (idx / p.ow) % p.oh, m = (idx / ohw) % p.k, img = idx / (ohw * p.k);
+  int cg = p.c / p.groups, kg = p.k / p.groups, c0 = (m / kg) * cg;
+  float acc = 0.0;
+  for (int ci = 0; ci < cg; ci++) {
+    int xb = ((img * p.c + c0 + ci) * p.h) * p.w, wb = (m * cg + ci) * p.kh * p.kw;
+    for (int ky = 0; ky < p.kh; ky++) {
+      int iy = oy * p.sh - p.ph + ky * p.dh;
+      if (iy < 0 || iy >= p.h) continue;
+      for (int kx = 0; kx < p.kw; kx++) {
+        int ix = ox * p.sw - p.pw + kx * p.dw;
+        if (ix >= 0 && ix < p.w) acc += X[xb + iy * p.w + ix] * W[wb + ky * p.kw + kx];
+      }
+    }
+  }
+  store(idx, m, acc);
+}
+"""
+
+
+_PRELUDE = """#version 450
+layout(std430, set = 0, binding = 0) readonly buffer B0 { float X[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B1 { float W[]; };
+layout(std430, set = 0, binding = 2) readonly buffer B2 { float BIAS[]; };
+layout(std430, set = 0, binding = 3) readonly buffer B3 { float RES[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer B4 { float Y[]; };
+layout(push_constant) uniform Push {
+  int n, c, h, w, k, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, residual;
+  float lo, hi;
+} p;
+
+// the epilogue every variant shares: bias, residual, clamp
+void store(int o, int m, float v) {
+  v += BIAS[m];
+  if (p.residual != 0) v += RES[o];
+  Y[o] = clamp(v, p.lo, p.hi);
+}
+"""
+
+BINDINGS = 5
+VARIANTS = [ConvGemm(), ConvDirect()]
+
+
+def get(name):
+    return next(v for v in VARIANTS if v.name == name)
+
+
+def choose(conv):
+    """The variant a convolution gets: the GEMM wherever it applies."""
+    return next(v for v in VARIANTS if v.applies(conv))
