@@ -119,7 +119,7 @@ def _chains(func, mod):
                     return -math.inf, float(bound.reshape(()))
         return None
 
-    anchors = []
+    anchors, claimed = [], set()  # claimed: bindings already inside an earlier chain
     for b in bindings:
         if not isinstance(b.value, relax.Call):
             continue
@@ -133,7 +133,7 @@ def _chains(func, mod):
         while uses.get(cur.var) == 1 and cur.var in user:
             nxt = user[cur.var]
             call = nxt.value
-            if not isinstance(call, relax.Call):
+            if not isinstance(call, relax.Call) or nxt.var in claimed:
                 break
             if call.op.same_as(ops["add"]) and stage < 2:
                 other = call.args[1] if call.args[0].same_as(cur.var) else call.args[0]
@@ -154,6 +154,7 @@ def _chains(func, mod):
                     break
                 lo, hi, stage = max(lo, bounds[0]), min(hi, bounds[1]), 3
             cur = nxt
+            claimed.add(nxt.var)
         conv = gpu_conv.GpuConv(**{**conv.__dict__, "residual": res is not None, "lo": lo, "hi": hi})
         v = gpu_conv.choose(conv)
         anchors.append(GpuAnchor(f"c{len(anchors)}", len(anchors), conv, _Name(v.name), end=cur.value,
