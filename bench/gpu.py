@@ -1,13 +1,17 @@
 """GPU (Vulkan) cold start: coldbrew's first-ever launch, a later launch and
-warm latency, beside PyTorch on CUDA started cold, on whatever GPU runs it.
+warm latency, beside ncnn's Vulkan backend and PyTorch on CUDA started cold,
+on whatever GPU runs it.
 
-    python bench/gpu.py compile DIR [models...]     # here: Vulkan bundles (needs the compiler)
-    python bench/gpu.py run DIR [models...] [--samples 3] [--torch]   # on the GPU machine
+    python bench/gpu.py compile DIR [models...] [--pnnx EXE]  # here: Vulkan bundles
+                                   # (needs the compiler); with --pnnx also ncnn models
+    python bench/gpu.py run DIR [models...] [--samples 3] [--torch] [--ncnn]   # on the GPU machine
 
-`run` needs only numpy and the coldbrew package without TVM (and PyTorch
-with torchvision for --torch). Every sample is a fresh process, the bundle evicted from the
-page cache first; samples of every model and engine are interleaved in
-rounds; the medians are printed.
+`run` needs only numpy and the coldbrew package without TVM (PyTorch with
+torchvision for --torch, PyPI's `ncnn` for --ncnn). Every sample is a fresh
+process, the model's files evicted from the page cache first; samples of
+every model and engine are interleaved in rounds; the medians are printed.
+Every engine's output for one input is compared with coldbrew's (which the
+test suite compares with onnxruntime) and the largest difference printed.
 - first-ever: coldbrew's pipeline cache and the driver's shader disk cache
   (the folder __GL_SHADER_DISK_CACHE_PATH / MESA_SHADER_CACHE_DIR name, set
   here for every process) deleted before the process;
@@ -15,6 +19,11 @@ rounds; the medians are printed.
 - context: the Vulkan loader, instance and device (coldbrew's gpu_context
   phase), reported apart; load + first includes it;
 - warm: median of 20 runs in one session after 3;
+- ncnn: the zoo model converted by pnnx (ncnn's default fp16 weight storage);
+  import apart, context (create_gpu_instance: loader, instance, devices)
+  apart; load_param + load_model (pipelines and weight upload) + a first
+  extract; first launch with the driver's shader cache deleted, later
+  launch with it warm (ncnn keeps no pipeline cache of its own);
 - PyTorch: import apart, CUDA context apart (torch.cuda.init and a first
   tensor), then torchvision's model with random weights to the GPU and a
   first run (synchronized).
@@ -27,6 +36,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+nan = float("nan")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCHVISION = {"squeezenet": "squeezenet1_1", "mobilenet_v2": "mobilenet_v2", "resnet50": "resnet50",
@@ -51,7 +62,38 @@ if sys.argv[2] == "warm":
     for i in range(23):
         a = time.perf_counter(); sess.run(None, {inp.name: x}); b = time.perf_counter()
         if i >= 3: warm.append((b - a) * 1e3)
-print(json.dumps({"import": (t1 - t0) * 1e3, "total": (t2 - t1) * 1e3, "phases": phases, "warm": warm}))
+print(json.dumps({"import": (t1 - t0) * 1e3, "total": (t2 - t1) * 1e3, "phases": phases, "warm": warm,
+                  "out": [float(v) for v in y[0].ravel()]}))
+"""
+
+NCNN_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np, ncnn
+t1 = time.perf_counter()
+ncnn.create_gpu_instance()
+t2 = time.perf_counter()
+x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+net = ncnn.Net()
+net.opt.use_vulkan_compute = True
+net.load_param(sys.argv[1] + ".ncnn.param")
+net.load_model(sys.argv[1] + ".ncnn.bin")
+def infer():
+    ex = net.create_extractor()
+    ex.input("in0", ncnn.Mat(x, batch_index=0).clone())
+    _, out = ex.extract("out0")
+    return np.array(out).ravel()
+y = infer()
+t3 = time.perf_counter()
+warm = []
+if sys.argv[2] == "warm":
+    for i in range(23):
+        a = time.perf_counter(); infer(); b = time.perf_counter()
+        if i >= 3: warm.append((b - a) * 1e3)
+print(json.dumps({"import": (t1 - t0) * 1e3, "context": (t2 - t1) * 1e3, "total": (t3 - t1) * 1e3, "warm": warm,
+                  "out": [float(v) for v in y]}), flush=True)
+del net
+ncnn.destroy_gpu_instance()
 """
 
 TORCH_CHILD = r"""
@@ -77,22 +119,40 @@ print(json.dumps({"import": (t1 - t0) * 1e3, "context": (t2 - t1) * 1e3, "total"
 """
 
 
-def compile_bundles(out, models):
+def compile_bundles(out, models, pnnx=None):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import onnx
     import zoo
     from coldbrew.compiler import compile_model
 
     os.makedirs(out, exist_ok=True)
     for name in models:
-        compile_model(zoo.build(name), os.path.join(out, f"{name}.brew"), target="vulkan")
+        model = zoo.build(name)
+        compile_model(model, os.path.join(out, f"{name}.brew"), target="vulkan")
         print(f"compiled {name}", flush=True)
+        if pnnx:  # pnnx writes next to its input: convert in a scratch folder, keep the ncnn pair
+            with tempfile.TemporaryDirectory() as tmp:
+                onnx.save(model, os.path.join(tmp, f"{name}.onnx"))
+                shape = ",".join(str(int(d.dim_value)) for d in model.graph.input[0].type.tensor_type.shape.dim)
+                r = subprocess.run([pnnx, f"{name}.onnx", f"inputshape=[{shape}]"], cwd=tmp, capture_output=True,
+                                   text=True)
+                if r.returncode:
+                    print(f"pnnx failed on {name}: {(r.stdout + r.stderr).strip()[-300:]}", flush=True)
+                    continue
+                for ext in ("ncnn.param", "ncnn.bin"):
+                    shutil.move(os.path.join(tmp, f"{name}.{ext}"), os.path.join(out, f"{name}.{ext}"))
+            print(f"converted {name} for ncnn", flush=True)
 
 
 def child(code, args, env):
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
-    if r.returncode:
+    lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:  # a result printed before a failing exit still counts; the exit is noted
         return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out = json.loads(lines[-1])
+    if r.returncode:
+        out["exit"] = r.returncode
+    return out
 
 
 def med(samples, key):
@@ -105,14 +165,14 @@ def med_phase(samples, phase):
     return statistics.median(vals) if vals else float("nan")
 
 
-def run(out, models, samples, torch):
+def run(out, models, samples, torch, ncnn):
     from coldbrew.compiler.measure import evict  # no TVM: the runtime side of the compiler package
 
     caches = tempfile.mkdtemp(prefix="cb-gpu-caches-")
     env = dict(os.environ, COLDBREW_CACHE_DIR=os.path.join(caches, "coldbrew"),
                __GL_SHADER_DISK_CACHE_PATH=os.path.join(caches, "driver"), __GL_SHADER_DISK_CACHE="1",
                __GL_SHADER_DISK_CACHE_SKIP_CLEANUP="1", MESA_SHADER_CACHE_DIR=os.path.join(caches, "driver"))
-    res = {m: {"first": [], "later": [], "torch": []} for m in models}
+    res = {m: {"first": [], "later": [], "torch": [], "ncnn_first": [], "ncnn_later": []} for m in models}
     for r in range(samples):  # rounds: every model and engine once per round
         for name in models:
             path = os.path.join(out, f"{name}.brew")
@@ -122,6 +182,16 @@ def run(out, models, samples, torch):
             res[name]["first"].append(child(COLDBREW_CHILD, [path, "cold"], env))
             evict(path)
             res[name]["later"].append(child(COLDBREW_CHILD, [path, "warm" if r == 0 else "cold"], env))
+            stem = os.path.join(out, name)
+            if ncnn and os.path.exists(stem + ".ncnn.param"):
+                shutil.rmtree(caches, ignore_errors=True)
+                os.makedirs(caches)
+                for ext in ("ncnn.param", "ncnn.bin"):
+                    evict(f"{stem}.{ext}")
+                res[name]["ncnn_first"].append(child(NCNN_CHILD, [stem, "cold"], env))
+                for ext in ("ncnn.param", "ncnn.bin"):
+                    evict(f"{stem}.{ext}")
+                res[name]["ncnn_later"].append(child(NCNN_CHILD, [stem, "warm" if r == 0 else "cold"], env))
             if torch and name in TORCHVISION:
                 res[name]["torch"].append(child(TORCH_CHILD, [TORCHVISION[name], "warm" if r == 0 else "cold"], env))
     shutil.rmtree(caches, ignore_errors=True)
@@ -144,6 +214,29 @@ def report(res, samples):
             print(f"{name:<14} {label:<26} {med(s, 'import'):>7.1f} {med_phase(s, 'gpu_context'):>8.1f} "
                   f"{med(s, 'total'):>9.1f} {med_phase(s, 'code_load'):>9.1f} {med_phase(s, 'gpu_execute'):>9.1f} "
                   f"{statistics.median(warm) if warm else float('nan'):>7.2f}")
+        first = [x for x in r["first"] if "error" not in x]
+        ref = first[0]["out"] if first else None
+        for label, key in (("ncnn first launch", "ncnn_first"), ("ncnn later launch", "ncnn_later")):
+            n = [x for x in r[key] if "error" not in x]
+            if r[key] and not n:
+                print(f"{name:<14} {label:<26} failed: {r[key][0]['error']}")
+            if not n:
+                continue
+            warm = [w for x in n for w in x["warm"]]
+            diff = max(abs(a - b) for a, b in zip(n[0]["out"], ref)) if ref and len(ref) == len(n[0]["out"]) else nan
+            print(f"{name:<14} {label:<26} {med(n, 'import'):>7.1f} {med(n, 'context'):>8.1f} "
+                  f"{med(n, 'total'):>9.1f} {'':>9} {'':>9} {statistics.median(warm) if warm else nan:>7.2f}"
+                  f"  max|ncnn - coldbrew| {diff:.3g}")
+        nf = [x for x in r["ncnn_first"] if "error" not in x]
+        if nf and first:
+            ours = [x for x in r["later"] if "error" not in x and x["warm"]]
+            nw = [w for x in r["ncnn_later"] if "error" not in x for w in x["warm"]]
+            line = (f"{'':<14} ncnn first launch / coldbrew first-ever, load+1st without context: "
+                    f"{(med(nf, 'total') - med(nf, 'context')) / (med(first, 'total') - med_phase(first, 'gpu_context')):.1f}x")
+            if ours and nw:
+                line += (f"; coldbrew warm / ncnn warm: "
+                         f"{statistics.median([w for x in ours for w in x['warm']]) / statistics.median(nw):.2f}x")
+            print(line)
         t = [x for x in r["torch"] if "error" not in x]
         if r["torch"] and not t:
             print(f"{name:<14} {'pytorch cuda cold':<26} failed: {r['torch'][0]['error']}")
@@ -151,7 +244,6 @@ def report(res, samples):
             warm = [w for x in t for w in x["warm"]]
             print(f"{name:<14} {'pytorch cuda cold':<26} {med(t, 'import'):>7.1f} {med(t, 'context'):>8.1f} "
                   f"{med(t, 'total'):>9.1f} {'':>9} {'':>9} {statistics.median(warm) if warm else float('nan'):>7.2f}")
-            first = [x for x in r["first"] if "error" not in x]
             if first:
                 print(f"{'':<14} pytorch load+1st / coldbrew first-ever load+1st (both with context): "
                       f"{med(t, 'total') / med(first, 'total'):.2f}x")
@@ -164,11 +256,13 @@ def main():
     ap.add_argument("models", nargs="*", default=MODELS)
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--torch", action="store_true", help="also PyTorch on CUDA (torchvision models)")
+    ap.add_argument("--ncnn", action="store_true", help="also ncnn's Vulkan backend (models from compile --pnnx)")
+    ap.add_argument("--pnnx", help="compile: the pnnx executable (PyPI pnnx) to convert the models for ncnn")
     args = ap.parse_args()
     if args.mode == "compile":
-        compile_bundles(args.dir, args.models)
+        compile_bundles(args.dir, args.models, args.pnnx)
         return
-    res = run(args.dir, args.models, args.samples, args.torch)
+    res = run(args.dir, args.models, args.samples, args.torch, args.ncnn)
     report(res, args.samples)
 
 
