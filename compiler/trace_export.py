@@ -3,8 +3,9 @@ Chrome trace-event JSON (Perfetto, chrome://tracing), as a PNG timeline, or as
 a summary of totals.
 
 An event is a dict: step, layer, variant, phase (verify | code_load | load
-for opening the bundle, step -1; read | transform | execute per step), cpu,
-start_ns, end_ns, and an optional `process` ("measured" by default; e.g.
+for opening the bundle, step -1; read | transform | execute per step; GPU
+bundles: gpu_context, upload, pipeline per shader, gpu_execute), cpu (-1:
+the GPU's own lane), start_ns, end_ns, and an optional `process` ("measured" by default; e.g.
 "predicted" for simulator output). Each process is its own
 timeline, timed from its own first event, so a measured and a predicted run
 line up side by side.
@@ -15,10 +16,13 @@ import zlib
 
 import numpy as np
 
-PHASES = ("verify", "code_load", "session", "load", "read", "transform", "execute")  # in cold-run order
+PHASES = ("verify", "gpu_context", "code_load", "pipeline", "session", "load", "read", "upload", "transform",
+          "execute", "gpu_execute")  # in cold-run order
 COLORS = {"verify": (0, 150, 136), "code_load": (219, 68, 55), "session": (120, 85, 72),
           "load": (142, 68, 173),
-          "read": (66, 133, 244), "transform": (245, 140, 0), "execute": (52, 168, 83)}
+          "read": (66, 133, 244), "transform": (245, 140, 0), "execute": (52, 168, 83),
+          "gpu_context": (96, 125, 139), "pipeline": (233, 30, 99), "upload": (0, 188, 212),
+          "gpu_execute": (139, 195, 74)}
 OTHER = (128, 128, 128)  # a phase not listed above
 _KEYS = ("step", "layer", "variant", "phase", "cpu", "start_ns", "end_ns")
 
@@ -67,8 +71,8 @@ def to_chrome(events, meta=None):
     out = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": p}}
            for pid, p in enumerate(names)]
     for pid, cpu in sorted({(names.index(e.get("process", "measured")), e["cpu"]) for e in events}):
-        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": cpu, "args": {"name": f"core {cpu}"}})
-        out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": cpu, "args": {"sort_index": cpu}})
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": cpu, "args": {"name": _lane(cpu)}})
+        out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": cpu, "args": {"sort_index": cpu if cpu >= 0 else 1 << 20}})
     for e in events:
         p = e.get("process", "measured")
         out.append({"name": f"{e['phase']} {e['layer']}", "cat": e["phase"], "ph": "X",
@@ -80,6 +84,10 @@ def to_chrome(events, meta=None):
 def write_chrome(events, path, meta=None):
     with open(path, "w") as f:
         json.dump(to_chrome(events, meta), f, indent=1)
+
+
+def _lane(cpu):
+    return "gpu" if cpu < 0 else f"core {cpu}"
 
 
 def summary(events):
@@ -133,8 +141,9 @@ def png_layout(events, width=1600, title=None):
     (process index, cpu), sorted."""
     events = _checked(events)
     names, t0 = _processes(events)
-    lanes = sorted({(names.index(e.get("process", "measured")), e["cpu"]) for e in events})
-    labels = {(pid, cpu): f"core {cpu}" if len(names) == 1 else f"{names[pid]} core {cpu}" for pid, cpu in lanes}
+    lanes = sorted({(names.index(e.get("process", "measured")), e["cpu"]) for e in events},
+                   key=lambda lane: (lane[0], lane[1] < 0, lane[1]))  # the GPU's lane below the cores
+    labels = {(pid, cpu): _lane(cpu) if len(names) == 1 else f"{names[pid]} {_lane(cpu)}" for pid, cpu in lanes}
     span_ms = max(max(e["end_ns"] - t0[e.get("process", "measured")] for e in events) / 1e6, 1e-3)
     top, lane_h, gap, left = (40 if title else 12), 28, 6, 24 + 12 * max(map(len, labels.values()))
     if width - 24 - left < 100:

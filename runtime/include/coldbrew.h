@@ -100,12 +100,17 @@ typedef struct cb_session_options {
 typedef enum cb_phase {
   CB_PHASE_TRANSFORM = 1, CB_PHASE_EXECUTE = 2, CB_PHASE_READ = 3, CB_PHASE_VERIFY = 4, CB_PHASE_CODE_LOAD = 5,
   CB_PHASE_SESSION = 6,
-  /* GPU bundles: CODE_LOAD is the pipeline creation (pipelines on
-   * several threads, through the pipeline cache); UPLOAD copies the weights
-   * (read and checked by READ) to the device; GPU_EXECUTE runs the recorded
-   * command buffer (inputs in, every dispatch, outputs out). */
+  /* GPU bundles prepare at open, CPU threads ahead of the GPU: a reader
+   * thread reads and checks every step's weights (READ, on its core) while
+   * the opening thread makes the GPU context (GPU_CONTEXT); then worker
+   * threads make the pipelines (PIPELINE, one event per shader, through the
+   * pipeline cache) while the opening thread copies the weights to the
+   * device (UPLOAD) and then helps with the pipelines. GPU_EXECUTE runs the
+   * recorded command buffer (inputs in, every dispatch, outputs out); its
+   * event's cpu is -1: the GPU's own lane. */
   CB_PHASE_UPLOAD = 7, CB_PHASE_GPU_EXECUTE = 8,
-  CB_PHASE_GPU_CONTEXT = 9 /* GPU bundles at open: Vulkan loader, instance and device */
+  CB_PHASE_GPU_CONTEXT = 9, /* GPU bundles at open: Vulkan loader, instance and device */
+  CB_PHASE_PIPELINE = 10    /* GPU bundles at open: one shader's pipeline (`step` = shader index) */
 } cb_phase;
 #define CB_STEP_BUNDLE 0xFFFFFFFFu
 

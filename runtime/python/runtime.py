@@ -16,7 +16,9 @@ _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "T
            "KERNEL", "OUT_OF_MEMORY", "GPU"]
 SKIP_WEIGHT_CHECKSUMS = 1
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
-           7: "upload", 8: "gpu_execute", 9: "gpu_context"}  # cb_phase
+           7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline"}  # cb_phase
+_PHASE_PIPELINE = 10
+GPU_LANE = -1  # the cpu of events that ran on the GPU (gpu_execute)
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
 
@@ -207,14 +209,19 @@ class InferenceSession:
         verify, code_load and session (opening the bundle and creating the
         session; step -1, layer "bundle", reported by the first run), then per step read and transform (first
         run) and execute. `alternate` marks a step's warm variant in
-        continuous mode (its weights' read, its execution)."""
+        continuous mode (its weights' read, its execution). GPU bundles:
+        gpu_context, read per step (a reader thread, during the context),
+        upload, pipeline per shader (step -1, layer "shader <k>", on the
+        core that made it), gpu_execute on the GPU's lane (cpu -1)."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
         _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
         out = []
         for i in range(count.value):
             e = events[i]
             step, layer, variant = e.step, ctypes.c_char_p(b"bundle"), ctypes.c_char_p(b"")
-            if step == _STEP_BUNDLE:
+            if e.phase == _PHASE_PIPELINE:
+                step, layer = -1, ctypes.c_char_p(f"shader {e.step}".encode())
+            elif step == _STEP_BUNDLE:
                 step = -1
             else:
                 _check(_lib.cb_bundle_step_info(self._bundle, step, ctypes.byref(layer), ctypes.byref(variant)))

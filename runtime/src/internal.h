@@ -153,8 +153,14 @@ typedef struct cb_gpu cb_gpu;
 typedef struct cb_gpu_session cb_gpu_session;
 /* The loader, an instance and the device (the GPU context). */
 cb_status cb_gpu_open(cb_gpu** out);
-/* Pipelines (through the cache) and the weights buffer of a bundle. */
+/* The weights buffer of a bundle, and its pipelines started (through the
+ * cache) on `threads` - 1 worker threads. */
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);
+/* The caller helps make the remaining pipelines, then waits for all. */
+cb_status cb_gpu_pipelines_finish(cb_gpu* g);
+/* Per shader: when and on which core its pipeline was made (after finish). */
+const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g);
+int cb_gpu_weights_ready(const cb_gpu* g);
 void cb_gpu_release(cb_gpu* g);
 const char* cb_gpu_device_name(const cb_gpu* g);
 const char* cb_gpu_cache_path(const cb_gpu* g);

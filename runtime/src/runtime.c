@@ -72,8 +72,10 @@ struct cb_bundle {
   cb_kernel_fn* kernels;    /* per plan step */
   cb_kernel_fn* transforms; /* per plan step; NULL where the weights need none */
   cb_kernel_fn* alternates; /* per plan step: continuous mode's warm variant, or NULL */
-  cb_trace_event open_events[3]; /* verify, code load (GPU: pipelines), GPU context: reported by traced sessions */
-  int nopen_events;
+  cb_trace_event* open_events; /* verify, code load; GPU bundles: context, reads, upload, pipelines.
+                                  Reported by traced sessions */
+  int nopen_events, open_cap;
+  uint64_t read_sink;          /* bytes touched by a reader (kept so the reads stay) */
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
   _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
@@ -133,6 +135,7 @@ static uint64_t now_ns(void) {
 
 static void open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
   b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, now_ns()};
+  if (k >= b->nopen_events) b->nopen_events = k + 1;
 }
 
 static uint32_t rd32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -209,11 +212,60 @@ static cb_status resolve_kernels(cb_bundle* b) {
   return CB_OK;
 }
 
-/* A GPU bundle: its shaders checked (as code), then the device and the
- * pipelines made (the code-load phase); `key` names its pipeline cache. */
+/* The reader of a GPU bundle's open: every step's weights, in plan order,
+ * read from the file and checked against their checksums (or touched, for a
+ * bundle opened without weight checks), while the opening thread makes the
+ * GPU context. It reports nothing itself: a tensor it could not check stays
+ * unchecked, and the first run's read names it. */
+typedef struct gpu_reader {
+  cb_bundle* b;
+  cb_trace_event* events; /* per step */
+  uint64_t sink;
+} gpu_reader;
+
+static void* gpu_reader_main(void* arg) {
+  gpu_reader* r = arg;
+  cb_bundle* b = r->b;
+  const cb_model* m = &b->model;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    uint64_t t0 = now_ns();
+    const cb_step_desc* st = &m->steps[i];
+    for (uint32_t a = 0; a < st->nargs; a++) {
+      uint32_t t = st->args[a];
+      const cb_tensor_desc* d = &m->tensors[t];
+      if (d->kind != CB_KIND_WEIGHT) continue;
+      const uint8_t* data = b->base + m->segments[d->segment].offset + d->segment_offset;
+      if (!b->verified) {
+        for (uint64_t off = 0; off < d->nbytes; off += 4096) r->sink += data[off];
+      } else if (!atomic_load(&b->verified[t])) {
+        if (cb_checksum64(data, d->nbytes) != d->checksum) return NULL;
+        atomic_store(&b->verified[t], 1);
+      }
+    }
+    r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, now_ns()};
+  }
+  return NULL;
+}
+
+static int weights_checked(const cb_bundle* b) {
+  for (uint32_t t = 0; b->verified && t < b->model.ntensors; t++)
+    if (b->model.tensors[t].kind == CB_KIND_WEIGHT && !atomic_load(&b->verified[t])) return 0;
+  return 1;
+}
+
+static void add_open_event(cb_bundle* b, cb_trace_event e) {
+  if (e.end_ns && b->nopen_events < b->open_cap) b->open_events[b->nopen_events++] = e;
+}
+
+/* A GPU bundle's open, CPU threads preparing ahead of the GPU (see
+ * cb_phase): shaders checked (as code); weights read and checked by a reader
+ * thread while the GPU context is made; then the pipelines on worker threads
+ * while this thread uploads the weights and helps. `key` names the bundle's
+ * pipeline cache. */
 static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
-  for (uint32_t i = 0; i < b->model.nsegments; i++) {
-    const cb_segment_desc* seg = &b->model.segments[i];
+  const cb_model* m = &b->model;
+  for (uint32_t i = 0; i < m->nsegments; i++) {
+    const cb_segment_desc* seg = &m->segments[i];
     if (seg->kind == CB_SEG_SPIRV) {
       read_ahead(b, seg->offset + seg->size);
       if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
@@ -222,16 +274,37 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
       return cb_fail(CB_ERR_CORRUPT, "a GPU bundle carries CPU code");
     }
   }
-  open_event(b, 0, CB_PHASE_VERIFY, t0);
+  b->open_cap = 4 + (int)m->nsteps + (int)m->nshaders;
+  b->open_events = calloc((size_t)b->open_cap, sizeof *b->open_events);
+  gpu_reader reader = {b, calloc(m->nsteps ? m->nsteps : 1, sizeof(cb_trace_event)), 0};
+  if (!b->open_events || !reader.events) {
+    free(reader.events);
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, now_ns()});
+  pthread_t rt;
+  int reading = pthread_create(&rt, NULL, gpu_reader_main, &reader) == 0;
+  if (!reading) gpu_reader_main(&reader);
   uint64_t t1 = now_ns();
   cb_status s = cb_gpu_open(&b->gpu);
-  open_event(b, 2, CB_PHASE_GPU_CONTEXT, t1);
-  b->nopen_events = 3;
-  if (s) return s;
-  uint64_t t2 = now_ns();
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, now_ns()});
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  s = cb_gpu_prepare(b->gpu, b->base, &b->model, key, cores > 0 ? (uint32_t)cores : 1);
-  open_event(b, 1, CB_PHASE_CODE_LOAD, t2);
+  if (!s) s = cb_gpu_prepare(b->gpu, b->base, m, key, cores > 0 ? (uint32_t)cores : 1);
+  if (reading) pthread_join(rt, NULL);
+  b->read_sink += reader.sink;
+  for (uint32_t i = 0; i < m->nsteps; i++) add_open_event(b, reader.events[i]);
+  free(reader.events);
+  if (!s && weights_checked(b)) { /* else the first run's read names the tensor */
+    uint64_t t2 = now_ns();
+    s = cb_gpu_upload_weights(b->gpu, b->base, m);
+    add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, now_ns()});
+  }
+  if (b->gpu) {
+    cb_status p = cb_gpu_pipelines_finish(b->gpu);
+    if (!s) s = p;
+    const cb_trace_event* pe = cb_gpu_pipeline_events(b->gpu);
+    for (uint32_t i = 0; pe && i < m->nshaders; i++) add_open_event(b, pe[i]);
+  }
   return s;
 }
 
@@ -241,7 +314,16 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if (s) return s;
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
+  /* Weights with checksums of their own are checked by the run that first
+   * reads them (GPU bundles: by the open's reader), nothing waits here for
+   * bytes it does not need yet; an older bundle's weight segments are
+   * checked whole, here. */
+  if (b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) &&
+      !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   if (b->model.gpu_api[0]) return open_gpu(b, t0, rd64(b->base + 24));
+  b->open_cap = 2;
+  if (!(b->open_events = calloc(2, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   /* the execution pool's threads start now and come up while the code is
    * checked and loaded: as many as the plan's first run uses (a session
    * with other thread counts resizes the pool; a failure here is retried,
@@ -254,12 +336,6 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
       code = &b->model.segments[i];
     }
   if (code) read_ahead(b, code->offset + code->size); /* the code, and the first weights behind it */
-  /* Weights with checksums of their own are checked by the run that first
-   * reads them (nothing waits here for bytes it does not need yet); an older
-   * bundle's weight segments are checked whole, here. */
-  if (b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) &&
-      !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
-    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < b->model.nsegments; i++) {
     const cb_segment_desc* seg = &b->model.segments[i];
     if (!is_weight_segment(seg) && cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
@@ -272,7 +348,6 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if (code && (s = load_code(b, code))) return s;
   s = resolve_kernels(b);
   open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
-  b->nopen_events = 2;
   return s;
 }
 
@@ -330,6 +405,7 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
 void cb_bundle_release(cb_bundle* b) {
   if (!b) return;
   cb_gpu_release(b->gpu);
+  free(b->open_events);
   if (b->code) dlclose(b->code);
   if (b->code_fd > 0) close(b->code_fd);
   free(b->kernels);
@@ -532,7 +608,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   pthread_cond_init(&s->ready_cv, NULL);
   s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace_cap = 4 * (size_t)m->nsteps + 6;
+    s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events;
     s->trace = calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
@@ -886,8 +962,9 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   return CB_OK;
 }
 
-/* A GPU bundle's run. The first reads and checks every step's weights and
- * uploads them; every run submits the recorded command buffer and waits. */
+/* A GPU bundle's run: it submits the recorded command buffer and waits. The
+ * open read, checked and uploaded the weights; where it could not (a tensor
+ * failed its checksum), the first run reads them itself and names it. */
 static cb_status run_gpu(cb_session* s, int first) {
   cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
@@ -897,7 +974,7 @@ static cb_status run_gpu(cb_session* s, int first) {
     s->trace[s->ntrace++] = s->create_event;
   }
   cb_status st = CB_OK;
-  if (first) {
+  if (first && !cb_gpu_weights_ready(b->gpu)) { /* the open could not check them all */
     for (uint32_t i = 0; i < m->nsteps && !st; i++) {
       cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
       st = read_weights(s, i);
@@ -909,6 +986,7 @@ static cb_status run_gpu(cb_session* s, int first) {
   }
   if (!st) {
     cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE);
+    if (ev) ev->cpu = -1; /* the GPU's lane */
     st = cb_gpu_session_run(s->gpu);
     trace_end(ev);
   }

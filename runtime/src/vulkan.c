@@ -76,6 +76,7 @@ struct cb_gpu {
   uint32_t nshaders;
   VkShaderModule* modules;  /* per shader */
   VkPipeline* pipelines;    /* per shader */
+  struct pipeline_job* job; /* pipeline creation, from cb_gpu_prepare to cb_gpu_pipelines_finish */
   /* weights: every weight tensor at a 256-aligned offset of one device buffer */
   pthread_mutex_t weights_mu;
   int weights_ready;
@@ -308,6 +309,8 @@ static cb_status layouts_for(cb_gpu* g, uint32_t n) {
   return CB_OK;
 }
 
+/* Pipeline creation: worker threads take the shaders in order (the first
+ * dispatches' shaders first); the thread that finishes the job joins them. */
 typedef struct pipeline_job {
   cb_gpu* g;
   const uint8_t* base;
@@ -315,7 +318,17 @@ typedef struct pipeline_job {
   _Atomic uint32_t next;
   _Atomic int failed;
   VkResult result;
+  cb_trace_event* events; /* per shader: the thread that made its pipeline, when */
+  pthread_t tid[16];
+  uint32_t nworkers;
+  int cached; /* the cache file was accepted: nothing to write back */
 } pipeline_job;
+
+static uint64_t clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Worker: takes the next shader, makes its module and pipeline. */
 static void* pipeline_worker(void* arg) {
@@ -325,6 +338,7 @@ static void* pipeline_worker(void* arg) {
     uint32_t i = atomic_fetch_add(&job->next, 1);
     if (i >= job->m->nshaders || atomic_load(&job->failed)) return NULL;
     const cb_shader_desc* sh = &job->m->shaders[i];
+    uint64_t t0 = clock_ns();
     VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
                                     (const uint32_t*)(job->base + sh->offset)};
     VkResult r = g->vk.vkCreateShaderModule(g->device, &mci, NULL, &g->modules[i]);
@@ -335,6 +349,7 @@ static void* pipeline_worker(void* arg) {
                                          g->layouts[sh->bindings], VK_NULL_HANDLE, -1};
       r = g->vk.vkCreateComputePipelines(g->device, g->cache, 1, &pci, NULL, &g->pipelines[i]);
     }
+    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, clock_ns()};
     if (r != VK_SUCCESS) {
       job->result = r;
       atomic_store(&job->failed, 1);
@@ -342,12 +357,20 @@ static void* pipeline_worker(void* arg) {
   }
 }
 
-/* Every shader's pipeline, on up to `threads` CPU threads (the caller is one). */
-static cb_status create_pipelines(cb_gpu* g, const uint8_t* base, const cb_model* m, uint32_t threads) {
+/* Start making every shader's pipeline on `threads` - 1 worker threads (the
+ * caller joins in cb_gpu_pipelines_finish, after its own preparation work). */
+static cb_status pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint32_t threads) {
   g->nshaders = m->nshaders;
   g->modules = calloc(m->nshaders, sizeof *g->modules);
   g->pipelines = calloc(m->nshaders, sizeof *g->pipelines);
-  if (!g->modules || !g->pipelines) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  g->job = calloc(1, sizeof *g->job);
+  cb_trace_event* events = calloc(m->nshaders ? m->nshaders : 1, sizeof *events);
+  if (!g->modules || !g->pipelines || !g->job || !events) {
+    free(events);
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  pipeline_job* job = g->job;
+  job->g = g, job->base = base, job->m = m, job->events = events, job->result = VK_SUCCESS;
   for (uint32_t i = 0; i < m->nshaders; i++) {
     cb_status s = layouts_for(g, m->shaders[i].bindings);
     if (s) return s;
@@ -362,18 +385,26 @@ static cb_status create_pipelines(cb_gpu* g, const uint8_t* base, const cb_model
   }
   free(data);
   if (r != VK_SUCCESS) return vk_fail(r, "vkCreatePipelineCache");
-  pipeline_job job = {g, base, m, 0, 0, VK_SUCCESS};
-  pthread_t tid[16];
-  uint32_t n = 0;
+  job->cached = cached != 0;
   if (threads > 16) threads = 16;
   for (uint32_t k = 1; k < threads && k < m->nshaders; k++)
-    if (pthread_create(&tid[n], NULL, pipeline_worker, &job) == 0) n++;
-  pipeline_worker(&job);
-  for (uint32_t k = 0; k < n; k++) pthread_join(tid[k], NULL);
-  if (atomic_load(&job.failed)) return vk_fail(job.result, "creating a compute pipeline");
-  if (!cached) write_cache(g);
+    if (pthread_create(&job->tid[job->nworkers], NULL, pipeline_worker, job) == 0) job->nworkers++;
   return CB_OK;
 }
+
+cb_status cb_gpu_pipelines_finish(cb_gpu* g) {
+  pipeline_job* job = g->job;
+  if (!job) return cb_fail(CB_ERR_GPU, "pipelines were never started");
+  pipeline_worker(job);
+  for (uint32_t k = 0; k < job->nworkers; k++) pthread_join(job->tid[k], NULL);
+  job->nworkers = 0;
+  if (atomic_load(&job->failed)) return vk_fail(job->result, "creating a compute pipeline");
+  if (!job->cached) write_cache(g);
+  job->cached = 1;
+  return CB_OK;
+}
+
+const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g) { return g && g->job ? g->job->events : NULL; }
 
 /* --- memory --- */
 
@@ -460,6 +491,13 @@ static cb_status layout_weights(cb_gpu* g, const cb_model* m) {
     }
   g->weights_size = pos;
   return make_buffer(g, pos, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &g->weights, &g->weights_mem);
+}
+
+int cb_gpu_weights_ready(const cb_gpu* g) {
+  pthread_mutex_lock((pthread_mutex_t*)&g->weights_mu);
+  int r = g->weights_ready;
+  pthread_mutex_unlock((pthread_mutex_t*)&g->weights_mu);
+  return r;
 }
 
 cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* m) {
@@ -658,8 +696,8 @@ cb_status cb_gpu_open(cb_gpu** out) {
 
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads) {
   cache_path(g, bundle_key);
-  cb_status s = create_pipelines(g, base, m, threads);
-  return s ? s : layout_weights(g, m);
+  cb_status s = layout_weights(g, m);
+  return s ? s : pipelines_start(g, base, m, threads);
 }
 
 const char* cb_gpu_device_name(const cb_gpu* g) { return g ? g->props.deviceName : ""; }
@@ -668,6 +706,12 @@ const char* cb_gpu_cache_path(const cb_gpu* g) { return g ? g->cache_path : ""; 
 void cb_gpu_release(cb_gpu* g) {
   if (!g) return;
   cb_vk* vk = &g->vk;
+  if (g->job) {
+    atomic_store(&g->job->failed, 1); /* workers stop after the pipeline in hand */
+    for (uint32_t k = 0; k < g->job->nworkers; k++) pthread_join(g->job->tid[k], NULL);
+    free(g->job->events);
+    free(g->job);
+  }
   free(g->weight_offset);
   if (g->device) {
     vk->vkDeviceWaitIdle(g->device);

@@ -257,3 +257,43 @@ def test_gpu_conv_variants_match_onnxruntime_and_share_one_shader(tmp_path):
         _, ours = run_once(str(path), feeds)
         assert_close(ours[0], ort_run(model, feeds)[0])
     assert {v: len(s) for v, s in spirv_of.items()} == {"gpu.conv_gemm": 1, "gpu.conv_direct": 1}
+
+
+def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp_path):
+    """The traced first run reports the open's GPU mode: weights read per step
+    by a reader while the context is made, then the upload and one pipeline
+    event per shader (worker threads), and the command buffer on the GPU's
+    own lane; the trace exports name that lane."""
+    from coldbrew.compiler import trace_export
+
+    sess = coldbrew.load(small_gpu_bundle, trace=True)
+    sess.run(None, {"x": np.ones((1, 3, 16, 16), np.float32)})
+    ev = sess.trace()
+    by = {}
+    for e in ev:
+        by.setdefault(e["phase"], []).append(e)
+    b = read_bytes(open(small_gpu_bundle, "rb").read())[0]
+    (ctx,), (up,), (run,) = by["gpu_context"], by["upload"], by["gpu_execute"]
+    assert sorted(e["step"] for e in by["read"]) == list(range(len(b.plan.steps)))
+    assert sorted(e["layer"] for e in by["pipeline"]) == sorted(f"shader {k}" for k in range(len(b.shaders)))
+    assert up["start_ns"] >= max(ctx["end_ns"], max(e["end_ns"] for e in by["read"]))
+    assert min(e["start_ns"] for e in by["pipeline"]) >= ctx["end_ns"]
+    assert run["cpu"] == -1 and run["start_ns"] >= max(e["end_ns"] for e in by["pipeline"])
+    chrome = trace_export.to_chrome(ev)["traceEvents"]
+    assert {"name": "gpu"} in [x["args"] for x in chrome if x["name"] == "thread_name"]
+    geo = trace_export.png_layout(ev)
+    assert list(geo["labels"].values())[-1] == "gpu"  # the GPU's lane, below the cores
+    trace_export.to_png(ev, str(tmp_path / "t.png"))
+
+
+def test_corrupt_gpu_weights_are_named_by_the_first_run(small_gpu_bundle, tmp_path):
+    data = bytearray(open(small_gpu_bundle, "rb").read())
+    b = read_bytes(bytes(data))[0]
+    (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.weights_raw]
+    data[seg.offset + 5] ^= 0x40
+    path = tmp_path / "bad.brew"
+    path.write_bytes(bytes(data))
+    sess = coldbrew.load(str(path))  # the reader leaves the bad tensor unchecked, nothing is uploaded
+    with pytest.raises(coldbrew.BundleError) as e:
+        sess.run(None, {"x": np.ones((1, 3, 16, 16), np.float32)})
+    assert e.value.status == "CORRUPT" and "fails its checksum" in str(e.value)
