@@ -66,14 +66,16 @@ def _dump(dump_dir, index, name, ir):
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, plan="default", progress=None, tune=False,
+                  variants=None, weights=None, threads=2, plan="default", progress=None, tune=False,
                   queues=0, on_plan=None, continuous=False):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
     freezes inputs to values ({name: ndarray}), e.g. shape parameters.
     `variants` forces kernel variants ({"*": name, "c3": name, "conv2d": name});
-    `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}); `threads` is the
+    `weights` is "cached" or "raw" (or {"*": ..., "c3": ...}; default cached;
+    GPU targets also take and default to "auto": raw weights + the runtime's
+    CPU transform where it fits under pipeline creation); `threads` is the
     execution thread count the plan is made for; `queues` places each layer's
     first-run preparation (0: inline, q >= 1: preparation worker q; or
     {"*": q, "c3": q}). `plan` "warm", "cold-greedy" or "cold"
@@ -92,6 +94,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     Returns the bundle bytes, and writes them to `output` when given.
     """
     warm = None
+    if not weights:
+        weights = "auto" if _on_gpu(target) else "cached"
     if (plan != "default" or continuous or tune) and _on_gpu(target):
         raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
                            "(compile with the default plan)")
@@ -159,7 +163,7 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights="cached", threads=2, front=None, tuning=None, queues=0, warm=None):
+                  variants=None, weights=None, threads=2, front=None, tuning=None, queues=0, warm=None):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
@@ -176,8 +180,8 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         raise CompileError(str(e)) from None
     front = front or front_end(model, input_shapes, constants, dump_ir)
     if tgt.executes_on == "gpu":
-        return _compile_gpu(front, output, tgt, dump_ir)
-    graph = _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues)
+        return _compile_gpu(front, output, tgt, dump_ir, variants, weights)
+    graph = _lower(front, tgt, dump_ir, variants, weights or "cached", threads, tuning, queues)
     if warm:
         alt = _lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
         graph = add_warm_steps.run(graph, alt, warm[1])
@@ -201,7 +205,7 @@ def _on_gpu(target):
         return False  # compile_graph reports the bad name
 
 
-def _compile_gpu(front, output, tgt, dump_ir):
+def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
     """The GPU passes after import_relax (GPU_PASSES)."""
     from . import (codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu,
                    select_gpu_variants, write_bundle)
@@ -212,7 +216,7 @@ def _compile_gpu(front, output, tgt, dump_ir):
         _dump(dump_ir, next(step), p.NAME, ir)
         return ir
 
-    mod, anchors = select_gpu_variants.run(front.mod)
+    mod, anchors = select_gpu_variants.run(front.mod, variants)
     done(select_gpu_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
     mod = done(schedule_gpu, schedule_gpu.run(mod))
@@ -222,7 +226,10 @@ def _compile_gpu(front, output, tgt, dump_ir):
         if layer.variant == "generic":
             layer.variant = "gpu.dlight"
     graph.threads = 1
-    graph = done(plan_weights, plan_weights.run(graph, "raw", 0))
+    try:
+        graph = done(plan_weights, plan_weights.run_gpu(graph, anchors, weights or "auto"))
+    except ValueError as e:
+        raise CompileError(str(e)) from None
     graph = done(plan_memory, plan_memory.run(graph, plan_memory.GPU_ALIGN))
     spirv = codegen_spirv.run(graph, tgt, anchors)
     done(codegen_spirv, spirv[0])

@@ -91,8 +91,9 @@ def main():
 @click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
               help="force a kernel variant: globally (im2col_gemm), per op (conv2d=winograd_f4) "
                    "or per layer (c3=direct); see `coldbrew variants`")
-@click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached", default=["cached"],
-              show_default=True, help="ship raw weights + transform, or transformed weights; global or per layer")
+@click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached|auto",
+              help="ship raw weights + transform, or transformed weights; global or per layer "
+                   "[default: cached; GPU targets: auto, raw where the transform fits under pipeline creation]")
 @click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
 @click.option("--prep-queue", "queue_opts", multiple=True, metavar="[LAYER=]Q", default=["0"], show_default=True,
               help="who prepares a layer's weights on the first run: 0 the executing thread, Q >= 1 "

@@ -98,6 +98,8 @@ def _generic_dispatch(layer, anchor):
     bindings, push words). Layer args: input, weights, bias, [residual], output."""
     v = gpu_conv.get(anchor.variant.name)
     x, w, b, *res, out = layer.args
+    if layer.transform:  # raw weights: the shader reads what the runtime's transform prepares
+        w = layer.transform_args[1]
     return (v.name, v.source(), v.local_size, v.grid(anchor.conv), [x, w, b, res[0] if res else out, out],
             anchor.conv.push())
 

@@ -56,3 +56,48 @@ def scheduled_transform(variant, func):
     if not variant.schedule_transform(sch):
         generic(sch, variant.isa.lanes)
     return sch.mod["main"]
+
+
+# GPU bundles (compiler/kernels/gpu_conv.py): a variant with a runtime weight
+# transform (Winograd's U = G g G^T) either ships U (cached) or the raw
+# weights, transformed at load by the runtime on the opening CPU thread
+# while worker threads make the pipelines. "auto" gives raw weights to the
+# layers, in plan order, whose transforms fit under that window, and caches
+# the rest (modeled figures, see below).
+GPU_PIPELINE_WINDOW_S = 0.08   # modeled: a desktop driver compiles one pipeline in 80-107 ms (issue 11's facts)
+GPU_TRANSFORM_S_PER_PAIR = 30e-9  # modeled: one (out, in) channel pair's 3x3 -> 4x4 transform in C, ~30 ns
+
+
+def run_gpu(graph, anchors, form="auto"):
+    """Weight forms of a GPU graph's variant layers; `form` "auto", "raw",
+    "cached", or {"*": ..., "<anchor id>": ...}."""
+    from .kernels import gpu_conv
+
+    forms = form if isinstance(form, dict) else {"*": form}
+    budget = GPU_PIPELINE_WINDOW_S
+    by_id = {a.id: a for a in anchors}
+    for layer in graph.layers:
+        a = by_id.get(layer.name)
+        if a is None:
+            continue
+        v = gpu_conv.get(a.variant.name)
+        want = forms.get(a.id, forms.get("*", "auto")) or "auto"
+        if want not in ("auto", "raw", "cached"):
+            raise ValueError(f"weight form must be raw, cached or auto, not {want!r}")
+        if not v.transform:
+            layer.weight_form = "raw"  # read as they are: nothing to choose
+            continue
+        if want == "auto":
+            cost = a.conv.k * a.conv.c * GPU_TRANSFORM_S_PER_PAIR
+            want = "raw" if cost <= budget else "cached"
+            budget -= cost if want == "raw" else 0
+        w = layer.args[1]
+        raw = graph.tensors[w]
+        u = gpu_conv.winograd_weights(raw.data)
+        layer.weight_form = want
+        if want == "cached":
+            raw.data, raw.shape, raw.cached = u, u.shape, True
+            continue
+        prepared = graph.add_tensor(Tensor(f"{raw.name}.u", raw.dtype, u.shape, "prepared"))
+        layer.transform, layer.transform_args = v.transform, [w, prepared]
+    return graph

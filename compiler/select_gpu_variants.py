@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import CompileError
 from .kernels import gpu_conv
 
 NAME = "select_gpu_variants"
@@ -88,7 +89,7 @@ def _conv_of(call, op):
                             int(a.groups)), w
 
 
-def _chains(func, mod):
+def _chains(func, mod, choice):
     """Anchors for the conv chains of one Relax function, in graph order."""
     import tvm
     from tvm import relax
@@ -156,7 +157,12 @@ def _chains(func, mod):
             cur = nxt
             claimed.add(nxt.var)
         conv = gpu_conv.GpuConv(**{**conv.__dict__, "residual": res is not None, "lo": lo, "hi": hi})
-        v = gpu_conv.choose(conv)
+        anchor_id = f"c{len(anchors)}"
+        want = choice.get(anchor_id)
+        if want and want != "auto" and gpu_conv.full_name(want) not in gpu_conv.applicable(conv):
+            raise CompileError(f"GPU variant {want} does not apply to {anchor_id} "
+                               f"(it takes {', '.join(gpu_conv.applicable(conv))})")
+        v = gpu_conv.choose(conv, want or choice.get("conv2d") or choice.get("*"))
         anchors.append(GpuAnchor(f"c{len(anchors)}", len(anchors), conv, _Name(v.name), end=cur.value,
                                  x=b.value.args[0], weight=np.ascontiguousarray(w), bias=bias, res=res,
                                  ops="_".join(names + ([] if stage < 3 else
@@ -189,8 +195,12 @@ def _te(conv):
     return f
 
 
-def run(mod):
-    """Returns (mod, anchors)."""
+def run(mod, choice=None):
+    """`choice` forces variants as select_variants' does ({"*": v, "conv2d":
+    v, "c3": v}; "winograd" or "gpu.conv_winograd"); a global one that does
+    not apply to a layer falls back to the default for it, a per-layer one
+    is an error. Returns (mod, anchors)."""
+    choice = dict(choice or {})
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -198,7 +208,7 @@ def run(mod):
     anchors = []
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            anchors += _chains(func, mod)
+            anchors += _chains(func, mod, choice)
     for i, a in enumerate(anchors):
         a.id, a.index = f"c{i}", i
         a.const = relax.const(a.weight)

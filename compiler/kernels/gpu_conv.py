@@ -15,6 +15,14 @@ Variants:
   shared memory 16 at a time; the input window is gathered on the fly
   (pointwise convolutions read the input directly). Weights are read in
   their ONNX layout (OIHW: a row-major [K][C*R*S] matrix), so no transform.
+- `gpu.conv_winograd`: F(2x2, 3x3) for 3x3 stride-1 convolutions: 2.25x
+  fewer multiplications. A workgroup computes 32 output channels x 8 tiles;
+  each invocation one (channel, tile) pair's 16 transform-domain sums, the
+  input tiles transformed in shared memory 4 channels at a time. Its weights
+  are U = G g G^T in a [C][16][K] layout: either computed here and stored
+  in the bundle (weight form `cached`, 16/9 of the bytes) or computed at
+  load by the runtime's CPU threads from the raw OIHW weights (`raw`:
+  runtime transform `gpu.winograd_f23`, runtime/src/vulkan.c).
 - `gpu.conv_direct`: one output element per invocation (grouped and
   depthwise convolutions, where a GEMM has no reduction to share).
 
@@ -24,6 +32,8 @@ when there is none: never read then), 4 output.
 import math
 import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 PUSH_FIELDS = ("n", "c", "h", "w", "k", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "groups",
                "residual")
@@ -69,6 +79,7 @@ class GpuConv:
 
 class _Variant:
     name = ""
+    transform = ""  # the runtime's CPU weight transform, "" = the weights are read as they are
 
     def applies(self, conv):
         raise NotImplementedError
@@ -160,6 +171,94 @@ void main() {
 """
 
 
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
+WINOGRAD_MIN_CHANNELS = 16  # below this the transforms cost more than they save
+
+
+def winograd_weights(w):
+    """OIHW [K, C, 3, 3] -> U = G g G^T as [C][16][K] (what gpu.winograd_f23 computes at load)."""
+    u = np.einsum("ij,kcjl,ml->kcim", WINOGRAD_G, w.astype(np.float32), WINOGRAD_G)  # [K, C, 4, 4]
+    return np.ascontiguousarray(u.reshape(w.shape[0], w.shape[1], 16).transpose(1, 2, 0))
+
+
+class ConvWinograd(_Variant):
+    name = "gpu.conv_winograd"
+    local_size = (256, 1, 1)
+    transform = "gpu.winograd_f23"  # the runtime's CPU transform of the raw weights
+
+    def applies(self, conv):
+        return (conv.groups == 1 and (conv.kh, conv.kw) == (3, 3) and conv.stride == (1, 1)
+                and conv.dilation == (1, 1) and min(conv.c, conv.k) >= WINOGRAD_MIN_CHANNELS)
+
+    def grid(self, conv):
+        tiles = conv.n * ((conv.out_h + 1) // 2) * ((conv.out_w + 1) // 2)
+        return [-(-tiles // 8), -(-conv.k // 32), 1]
+
+    def transformed_shape(self, conv):
+        return (conv.c, 16, conv.k)
+
+    body = """
+layout(local_size_x = 256) in;
+shared float Vs[4][16][8];
+shared float Us[4][16][32];
+
+void main() {
+  int t = int(gl_LocalInvocationID.x), kk = t >> 3, tt = t & 7;
+  int k0 = int(gl_WorkGroupID.y) * 32, tile0 = int(gl_WorkGroupID.x) * 8;
+  int tw = (p.ow + 1) / 2, th = (p.oh + 1) / 2, per_img = tw * th, tiles = p.n * per_img;
+  float acc[16];
+  for (int e = 0; e < 16; e++) acc[e] = 0.0;
+  for (int c0 = 0; c0 < p.c; c0 += 4) {
+    if (t < 32) {  // one input tile of one channel: V = B^T d B
+      int ci = t >> 3, tj = t & 7, tile = tile0 + tj, c = c0 + ci;
+      float d[4][4];
+      bool ok = tile < tiles && c < p.c;
+      int img = ok ? tile / per_img : 0, r = tile - img * per_img;
+      int iy0 = (r / tw) * 2 - p.ph, ix0 = (r - (r / tw) * tw) * 2 - p.pw;
+      int base = (img * p.c + c) * p.h * p.w;
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+          int iy = iy0 + i, ix = ix0 + j;
+          d[i][j] = (ok && iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) ? X[base + iy * p.w + ix] : 0.0;
+        }
+      float q[4][4];
+      for (int j = 0; j < 4; j++) {
+        q[0][j] = d[0][j] - d[2][j]; q[1][j] = d[1][j] + d[2][j];
+        q[2][j] = d[2][j] - d[1][j]; q[3][j] = d[1][j] - d[3][j];
+      }
+      for (int i = 0; i < 4; i++) {
+        Vs[ci][i * 4 + 0][tj] = q[i][0] - q[i][2]; Vs[ci][i * 4 + 1][tj] = q[i][1] + q[i][2];
+        Vs[ci][i * 4 + 2][tj] = q[i][2] - q[i][1]; Vs[ci][i * 4 + 3][tj] = q[i][1] - q[i][3];
+      }
+    }
+    for (int q = 0; q < 8; q++) {  // U[c][e][k] for 4 channels x 16 x 32 output channels
+      int idx = t + 256 * q, kq = idx & 31, e = (idx >> 5) & 15, ci = idx >> 9, c = c0 + ci, k = k0 + kq;
+      Us[ci][e][kq] = (c < p.c && k < p.k) ? W[(c * 16 + e) * p.k + k] : 0.0;
+    }
+    barrier();
+    for (int ci = 0; ci < 4; ci++)
+      for (int e = 0; e < 16; e++) acc[e] += Us[ci][e][kk] * Vs[ci][e][tt];
+    barrier();
+  }
+  int k = k0 + kk, tile = tile0 + tt;
+  if (k >= p.k || tile >= tiles) return;
+  // Y = A^T M A
+  float s0[4], s1[4];
+  for (int j = 0; j < 4; j++) {
+    s0[j] = acc[j] + acc[4 + j] + acc[8 + j];
+    s1[j] = acc[4 + j] - acc[8 + j] - acc[12 + j];
+  }
+  float y[2][2];
+  y[0][0] = s0[0] + s0[1] + s0[2]; y[0][1] = s0[1] - s0[2] - s0[3];
+  y[1][0] = s1[0] + s1[1] + s1[2]; y[1][1] = s1[1] - s1[2] - s1[3];
+  int img = tile / per_img, r = tile - img * per_img, oy = (r / tw) * 2, ox = (r - (r / tw) * tw) * 2;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      if (oy + i < p.oh && ox + j < p.ow) store(((img * p.k + k) * p.oh + oy + i) * p.ow + ox + j, k, y[i][j]);
+}
+"""
+
+
 class ConvDirect(_Variant):
     name = "gpu.conv_direct"
     local_size = (DIRECT_GROUP, 1, 1)
@@ -217,13 +316,26 @@ void store(int o, int m, float v) {
 """
 
 BINDINGS = 5
-VARIANTS = [ConvGemm(), ConvDirect()]
+VARIANTS = [ConvWinograd(), ConvGemm(), ConvDirect()]
 
 
 def get(name):
     return next(v for v in VARIANTS if v.name == name)
 
 
-def choose(conv):
-    """The variant a convolution gets: the GEMM wherever it applies."""
-    return next(v for v in VARIANTS if v.applies(conv))
+def applicable(conv):
+    return [v.name for v in VARIANTS if v.applies(conv)]
+
+
+def choose(conv, choice=None):
+    """The variant a convolution gets: `choice` (a variant name) where it
+    applies, else the first that applies: winograd, then GEMM, then direct."""
+    names = applicable(conv)
+    if choice and choice != "auto" and full_name(choice) in names:
+        return get(full_name(choice))
+    return get(names[0])
+
+
+def full_name(choice):
+    """"winograd", "conv_winograd" or "gpu.conv_winograd" -> "gpu.conv_winograd"."""
+    return "gpu.conv_" + choice.removeprefix("gpu.").removeprefix("conv_")

@@ -41,6 +41,8 @@ typedef struct cb_dispatch_desc {
 } cb_dispatch_desc;
 
 #define CB_MAX_PUSH_WORDS 32 /* 128 bytes: every Vulkan device's minimum */
+/* The GPU weight transform the runtime runs on the CPU (vulkan.c). */
+#define CB_GPU_WINOGRAD_F23 "gpu.winograd_f23"
 
 typedef struct cb_shader_desc {
   const char* name;

@@ -44,6 +44,28 @@ cb_status read_shares(const flatbuffers::Vector<uint8_t>* v, uint32_t threads, c
   return CB_OK;
 }
 
+static bool prepared_by(const cb_step_desc* st, uint32_t t) {
+  return st->ntransform_args == 2 && st->transform_args[1] == t;
+}
+
+// A GPU step's weight transform is one the runtime runs on the CPU
+// (vulkan.c): gpu.winograd_f23, raw float32 [K][C][3][3] -> [C][16][K].
+static cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
+  const cb_step_desc* st = &m->steps[i];
+  if (!st->transform) return CB_OK;
+  if (strcmp(st->transform, CB_GPU_WINOGRAD_F23) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u names GPU weight transform '%s', which this runtime does not have", i,
+                   st->transform);
+  if (st->ntransform_args != 2) return cb_fail(CB_ERR_CORRUPT, "plan step %u: its transform takes 2 tensors", i);
+  const cb_tensor_desc* raw = &m->tensors[st->transform_args[0]];
+  const cb_tensor_desc* out = &m->tensors[st->transform_args[1]];
+  if (raw->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || raw->dtype != out->dtype ||
+      raw->ndim != 4 || raw->shape[2] != 3 || raw->shape[3] != 3 ||
+      out->nbytes != (uint64_t)raw->shape[0] * (uint64_t)raw->shape[1] * 16u * 4u || raw->nbytes * 16 != out->nbytes * 9)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: its Winograd transform's tensors have the wrong kinds or shapes", i);
+  return CB_OK;
+}
+
 // GPU bundles: shaders inside the one SPIR-V segment, and every step's
 // dispatches (shader index, grid, one tensor per binding of the shader).
 cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
@@ -86,6 +108,10 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
   }
   uint64_t total = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
+    if (gpu) {
+      cb_status ts = check_gpu_transform(m, i);
+      if (ts) return ts;
+    }
     auto ds = b->plan()->steps()->Get(i)->dispatches();
     uint32_t n = ds ? ds->size() : 0;
     if (gpu != (n > 0))
@@ -117,7 +143,7 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
       }
       for (uint32_t a = 0; a < binds->size(); a++) {
         uint32_t t = binds->Get(a);
-        if (t >= m->ntensors || m->tensors[t].kind == CB_KIND_PREPARED)
+        if (t >= m->ntensors || (m->tensors[t].kind == CB_KIND_PREPARED && !prepared_by(&m->steps[i], t)))
           return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
       }
       out->nbindings = binds->size();

@@ -606,7 +606,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->claimed = calloc(m->nsteps ? m->nsteps : 1, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->ready_cv, NULL);
-  s->prepared = aligned_alloc(64, (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
+  /* GPU bundles keep prepared tensors in the device's weights buffer */
+  s->prepared = aligned_alloc(64, gpu ? 64 : (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
     s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events;
     s->trace = calloc(s->trace_cap, sizeof *s->trace);
@@ -629,7 +630,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     if (d->kind == CB_KIND_WEIGHT)
       t->data = (void*)(b->base + m->segments[d->segment].offset + d->segment_offset);
     else if (d->kind == CB_KIND_PREPARED)
-      t->data = s->prepared + d->arena_offset;
+      t->data = gpu ? NULL : s->prepared + d->arena_offset;
     else
       t->data = s->arena + d->arena_offset;
     t->device_type = CB_DL_CPU;

@@ -83,6 +83,7 @@ struct cb_gpu {
   VkBuffer weights;
   VkDeviceMemory weights_mem;
   uint64_t* weight_offset; /* per tensor */
+  uint8_t* uploaded;       /* per tensor: held by the weights buffer */
   uint64_t weights_size;
 };
 
@@ -478,19 +479,56 @@ static void record_copy(cb_gpu* g, VkCommandBuffer cmd, void* arg) {
 
 /* --- weights --- */
 
-/* Every weight tensor's place in the weights buffer (256-aligned: any
- * device's storage-buffer offset alignment), and the buffer. */
+/* Every tensor the weights buffer holds, at a 256-aligned offset (any
+ * device's storage-buffer offset alignment): the weights some dispatch binds
+ * and the prepared tensors the CPU transforms write (raw weights that only
+ * a transform reads stay on the CPU). */
+static int bound_by_dispatch(const cb_model* m, uint32_t t) {
+  for (uint32_t i = 0; i < m->nsteps; i++)
+    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++)
+      for (uint32_t a = 0; a < m->steps[i].dispatches[j].nbindings; a++)
+        if (m->steps[i].dispatches[j].bindings[a] == t) return 1;
+  return 0;
+}
+
 static cb_status layout_weights(cb_gpu* g, const cb_model* m) {
   g->weight_offset = calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
-  if (!g->weight_offset) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  g->uploaded = calloc(m->ntensors ? m->ntensors : 1, 1);
+  if (!g->weight_offset || !g->uploaded) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   uint64_t pos = 0;
-  for (uint32_t i = 0; i < m->ntensors; i++)
-    if (m->tensors[i].kind == CB_KIND_WEIGHT) {
+  for (uint32_t i = 0; i < m->ntensors; i++) {
+    uint8_t kind = m->tensors[i].kind;
+    if ((kind == CB_KIND_WEIGHT || kind == CB_KIND_PREPARED) && bound_by_dispatch(m, i)) {
+      g->uploaded[i] = 1;
       g->weight_offset[i] = pos;
       pos = align_up(pos + m->tensors[i].nbytes, 256);
     }
+  }
   g->weights_size = pos;
   return make_buffer(g, pos, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &g->weights, &g->weights_mem);
+}
+
+/* gpu.winograd_f23: raw OIHW [K][C][3][3] -> U = G g G^T as [C][16][K], the
+ * layout gpu.conv_winograd reads (G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]). */
+static void winograd_f23(const float* w, float* u, uint64_t K, uint64_t C) {
+  for (uint64_t c = 0; c < C; c++)
+    for (uint64_t k = 0; k < K; k++) {
+      const float* g = w + (k * C + c) * 9;
+      float t[4][3]; /* G g */
+      for (int j = 0; j < 3; j++) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+      }
+      float* out = u + c * 16 * K + k;
+      for (int i = 0; i < 4; i++) { /* (G g) G^T */
+        out[(uint64_t)(i * 4 + 0) * K] = t[i][0];
+        out[(uint64_t)(i * 4 + 1) * K] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+        out[(uint64_t)(i * 4 + 2) * K] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+        out[(uint64_t)(i * 4 + 3) * K] = t[i][2];
+      }
+    }
 }
 
 int cb_gpu_weights_ready(const cb_gpu* g) {
@@ -513,9 +551,17 @@ cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* 
     if (!s) {
       for (uint32_t i = 0; i < m->ntensors; i++) {
         const cb_tensor_desc* d = &m->tensors[i];
-        if (d->kind == CB_KIND_WEIGHT)
+        if (d->kind == CB_KIND_WEIGHT && g->uploaded[i])
           memcpy((uint8_t*)map + g->weight_offset[i], base + m->segments[d->segment].offset + d->segment_offset,
                  d->nbytes);
+      }
+      for (uint32_t i = 0; i < m->nsteps; i++) { /* raw-weight steps: their transform, on this CPU thread */
+        const cb_step_desc* st = &m->steps[i];
+        if (!st->transform) continue;
+        const cb_tensor_desc* raw = &m->tensors[st->transform_args[0]];
+        const float* w = (const float*)(base + m->segments[raw->segment].offset + raw->segment_offset);
+        winograd_f23(w, (float*)((uint8_t*)map + g->weight_offset[st->transform_args[1]]), (uint64_t)raw->shape[0],
+                     (uint64_t)raw->shape[1]);
       }
       copy_arg c = {staging, g->weights, g->weights_size};
       s = submit_once(g, record_copy, &c);
@@ -600,7 +646,7 @@ static cb_status bind_sets(cb_gpu_session* gs, const cb_model* m, VkDescriptorSe
       VkWriteDescriptorSet w[CB_MAX_BINDINGS];
       for (uint32_t a = 0; a < d->nbindings; a++) {
         const cb_tensor_desc* t = &m->tensors[d->bindings[a]];
-        int weight = t->kind == CB_KIND_WEIGHT;
+        int weight = t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED; /* in the weights buffer */
         uint64_t off = weight ? g->weight_offset[d->bindings[a]] : t->arena_offset;
         if (align && off % align)
           return cb_fail(CB_ERR_GPU, "tensor '%s' lies at offset %llu, not a multiple of this device's storage "
@@ -713,6 +759,7 @@ void cb_gpu_release(cb_gpu* g) {
     free(g->job);
   }
   free(g->weight_offset);
+  free(g->uploaded);
   if (g->device) {
     vk->vkDeviceWaitIdle(g->device);
     for (uint32_t i = 0; i < g->nshaders; i++) {

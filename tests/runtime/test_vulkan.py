@@ -232,31 +232,64 @@ def conv_model(case):
 
 
 def test_gpu_conv_variants_match_onnxruntime_and_share_one_shader(tmp_path):
-    """Every conv variant over strides, pads, dilations, groups, batch,
-    channel counts that do not fill a tile, and each epilogue; the shapes
-    ride in push constants, so all the layers of one variant use one shader
-    (its SPIR-V is byte-identical across these bundles)."""
-    spirv_of = {}
+    """Every conv variant that applies, forced in turn, over strides, pads,
+    dilations, groups, batch, channel counts that do not fill a tile, and
+    each epilogue; Winograd with its weights cached (transformed here) and
+    raw (transformed by the runtime at load). The shapes ride in push
+    constants, so all the layers of one variant use one shader (its SPIR-V
+    is byte-identical across these bundles)."""
+    spirv_of, seen = {}, set()
     for case in CONV_CASES:
         model = conv_model(case)
-        data = compile_model(model, target="vulkan")
-        path = tmp_path / f"{case[0]}.brew"
-        path.write_bytes(data)
-        b = read_bytes(data)[0]
-        (step,) = b.plan.steps
-        variant = step.variant.decode()
-        assert variant == ("gpu.conv_gemm" if case[7] == 1 else "gpu.conv_direct"), case[0]
-        (d,) = step.dispatches
-        assert len(d.push) == 19 and len(b.shaders) == 1
-        (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
-        sh = b.shaders[0]
-        spirv_of.setdefault(variant, set()).add(data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size])
         rng = np.random.default_rng(7)
-        feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32)
-                 for i in coldbrew.load(str(path)).get_inputs()}
-        _, ours = run_once(str(path), feeds)
-        assert_close(ours[0], ort_run(model, feeds)[0])
-    assert {v: len(s) for v, s in spirv_of.items()} == {"gpu.conv_gemm": 1, "gpu.conv_direct": 1}
+        feeds = None
+        for choice, form in (("winograd", "raw"), ("winograd", "cached"), ("gemm", "auto"), ("direct", "auto")):
+            data = compile_model(model, target="vulkan", variants={"*": choice}, weights=form)
+            b = read_bytes(data)[0]
+            (step,) = b.plan.steps
+            variant = step.variant.decode()
+            if variant != f"gpu.conv_{choice}":  # a global choice that does not apply falls back
+                assert choice != "direct" and variant != "gpu.conv_winograd", (case[0], choice, variant)
+                continue
+            seen.add((variant, form))
+            (d,) = step.dispatches
+            assert len(d.push) == 19 and len(b.shaders) == 1
+            transformed = step.transform.decode() if step.transform else ""
+            assert transformed == ("gpu.winograd_f23" if form == "raw" and choice == "winograd" else "")
+            (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
+            sh = b.shaders[0]
+            spirv_of.setdefault(variant, set()).add(data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size])
+            path = tmp_path / f"{case[0]}_{choice}_{form}.brew"
+            path.write_bytes(data)
+            sess = coldbrew.load(str(path))
+            feeds = feeds or {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
+            assert_close(sess.run(None, feeds)[0], ort_run(model, feeds)[0])
+    assert {v: len(s) for v, s in spirv_of.items()} == {"gpu.conv_gemm": 1, "gpu.conv_direct": 1,
+                                                        "gpu.conv_winograd": 1}
+    assert {("gpu.conv_winograd", "raw"), ("gpu.conv_winograd", "cached")} <= seen
+
+
+def test_gpu_variant_choice_and_weight_forms_are_checked(tmp_path):
+    model = conv_model(CONV_CASES[7])  # depthwise: only the direct variant applies
+    with pytest.raises(CompileError, match="GPU variant winograd does not apply to c0"):
+        compile_model(model, target="vulkan", variants={"c0": "winograd"})
+    with pytest.raises(CompileError, match="weight form must be raw, cached or auto"):
+        compile_model(conv_model(CONV_CASES[0]), target="vulkan", weights="fp16")
+
+
+def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation():
+    """resnet50's Winograd layers: raw (runtime transform) in plan order while
+    the modeled transform time fits under one pipeline's creation, then cached."""
+    from coldbrew.compiler import plan_weights
+
+    data = compile_model(zoo.build("resnet50"), target="vulkan")
+    b = read_bytes(data)[0]
+    wino = [s for s in b.plan.steps if s.variant == b"gpu.conv_winograd"]
+    assert wino
+    forms = ["raw" if s.transform else "cached" for s in wino]
+    assert forms == sorted(forms, key=lambda f: f != "raw")  # raw ones first, in plan order
+    pairs = [int(np.prod([b.tensors[s.transformArgs[0]].shape[i] for i in (0, 1)])) for s in wino if s.transform]
+    assert sum(pairs) * plan_weights.GPU_TRANSFORM_S_PER_PAIR <= plan_weights.GPU_PIPELINE_WINDOW_S
 
 
 def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp_path):
