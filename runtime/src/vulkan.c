@@ -742,8 +742,8 @@ cb_status cb_gpu_open(cb_gpu** out) {
 
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads) {
   cache_path(g, bundle_key);
-  cb_status s = layout_weights(g, m);
-  return s ? s : pipelines_start(g, base, m, threads);
+  cb_status s = pipelines_start(g, base, m, threads); /* the workers start first: pipelines are the longest */
+  return s ? s : layout_weights(g, m);
 }
 
 const char* cb_gpu_device_name(const cb_gpu* g) { return g ? g->props.deviceName : ""; }

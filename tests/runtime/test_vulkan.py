@@ -277,13 +277,20 @@ def test_gpu_variant_choice_and_weight_forms_are_checked(tmp_path):
         compile_model(conv_model(CONV_CASES[0]), target="vulkan", weights="fp16")
 
 
-def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation():
+def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation(tmp_path):
     """resnet50's Winograd layers: raw (runtime transform) in plan order while
-    the modeled transform time fits under one pipeline's creation, then cached."""
+    the modeled transform time fits under one pipeline's creation, then
+    cached; the model still matches onnxruntime."""
     from coldbrew.compiler import plan_weights
 
-    data = compile_model(zoo.build("resnet50"), target="vulkan")
+    model = zoo.build("resnet50")
+    data = compile_model(model, target="vulkan", variants={"*": "winograd"})
+    (tmp_path / "r.brew").write_bytes(data)
+    x = {"input": np.random.default_rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    assert_close(coldbrew.load(str(tmp_path / "r.brew")).run(None, x)[0], ort_run(model, x)[0])
     b = read_bytes(data)[0]
+    assert not [s for s in read_bytes(compile_model(zoo.build("squeezenet"), target="vulkan"))[0].plan.steps
+                if s.variant == b"gpu.conv_winograd"]  # chosen, never by default
     wino = [s for s in b.plan.steps if s.variant == b"gpu.conv_winograd"]
     assert wino
     forms = ["raw" if s.transform else "cached" for s in wino]
