@@ -328,10 +328,12 @@ def applicable(conv):
 
 
 # Without a choice a convolution gets the GEMM, else the direct variant:
-# Winograd is faster warm but its shader is the slowest to compile, and a
-# first-ever launch waits for the slowest pipeline (H200, squeezenet:
-# pipelines 118 ms with Winograd vs 86 ms without; warm 0.80 vs 1.11 ms;
-# README), so it is chosen, not default.
+# Winograd adds a pipeline (one more shader to compile on the first-ever
+# launch, which costs most where a device has fewer CPU cores than
+# pipelines), so it is chosen, not default. On the H200 (16 cores) it ran
+# 1.3-1.5x faster warm (squeezenet 0.76-0.80 vs 1.06-1.11 ms, resnet50
+# 5.35 vs 7.91 ms) and its first-ever launch was within the run-to-run
+# noise of the GEMM's (README, "GPU bundles").
 DEFAULT = ("gpu.conv_gemm", "gpu.conv_direct")
 
 
