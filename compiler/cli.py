@@ -31,6 +31,24 @@ def _parse_binds(values):
     return constants
 
 
+def _gpu_phases(events):
+    """A GPU bundle's first run, phase by phase with the lanes they ran on
+    ("" for a CPU bundle)."""
+    if not any(e["phase"] == "gpu_context" for e in events):
+        return ""
+    parts = []
+    for phase in ("gpu_context", "read", "upload", "pipeline", "gpu_execute"):
+        evs = [e for e in events if e["phase"] == phase]
+        if not evs:
+            continue
+        wall = (max(e["end_ns"] for e in evs) - min(e["start_ns"] for e in evs)) / 1e6
+        lanes = sorted({e["cpu"] for e in evs})
+        where = ", ".join("gpu" if c < 0 else f"core {c}" for c in lanes)
+        count = f"{len(evs)} " if phase in ("read", "pipeline") else ""
+        parts.append(f"{count}{phase} {wall:.2f} ms ({where})")
+    return "gpu first run: " + "; ".join(parts)
+
+
 def _phases(summary):
     return ", ".join(f"{k} {v:.2f}" for k, v in summary["phase_ms"].items()) + " ms"
 
@@ -158,7 +176,7 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
         evict(bundle)
     t1 = time.perf_counter()
     try:
-        sess = coldbrew.load(bundle, threads=threads, mode=mode)
+        sess = coldbrew.load(bundle, threads=threads, mode=mode, trace=True)
     except coldbrew.BundleError as e:
         raise click.ClickException(str(e)) from None
     t_load = time.perf_counter() - t1
@@ -179,6 +197,7 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
     except (coldbrew.BundleError, ValueError, TypeError) as e:
         raise click.ClickException(str(e)) from None
     t_first = time.perf_counter() - t2
+    gpu_line = _gpu_phases(sess.trace())
     warm = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -194,6 +213,8 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
             np.save(os.path.join(output_dir, f"{meta.name}.npy"), out)
     click.echo(f"{'cold' if cold else 'warm-cache'} load {t_load * 1e3:.2f} ms + first run {t_first * 1e3:.2f} ms "
                f"= {(t_load + t_first) * 1e3:.2f} ms to first result")
+    if gpu_line:
+        click.echo(gpu_line)
     if warm:
         click.echo(f"warm run median {np.median(warm) * 1e3:.2f} ms over {repeat}")
     if mode == "continuous":

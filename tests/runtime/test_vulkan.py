@@ -337,3 +337,16 @@ def test_corrupt_gpu_weights_are_named_by_the_first_run(small_gpu_bundle, tmp_pa
     with pytest.raises(coldbrew.BundleError) as e:
         sess.run(None, {"x": np.ones((1, 3, 16, 16), np.float32)})
     assert e.value.status == "CORRUPT" and "fails its checksum" in str(e.value)
+
+
+def test_coldbrew_run_prints_the_gpu_phases_with_their_lanes(small_gpu_bundle):
+    from click.testing import CliRunner
+
+    from coldbrew.compiler.cli import main
+
+    r = CliRunner().invoke(main, ["run", small_gpu_bundle, "--repeat", "2"])
+    assert r.exit_code == 0, r.output
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("gpu first run:")]
+    for phase in ("gpu_context", "read", "upload", "pipeline", "gpu_execute"):
+        assert phase in line
+    assert "gpu_execute" in line and line.rstrip().endswith("(gpu)")
