@@ -1,0 +1,360 @@
+"""Cold start of coldbrew beside six other engines, outputs verified, in one
+run: a markdown table, PNG charts and a geomean line per engine.
+
+    python bench/peers.py [models...] [--onnx FILE --shape NAME=1x3x224x224 ...]
+                          [--out DIR] [--samples 3] [--warm 20] [--threads 2] [--engines a,b,...]
+
+Models: zoo names (default: all ten), and ONNX files given with --onnx
+(their input shapes with --shape when not fixed in the file). The engines
+(bench/peer_engines.py) come from the optional extra `pip install -e
+.[bench]` (`.ci/setup-bench.sh`); one that is missing, fails to convert,
+fails to run or gives an output that differs from onnxruntime's is shown
+as such in the table with its error, never dropped.
+
+coldbrew appears as its plans, the ablation of NNV12's Fig. 13:
+`[default]` (the default plan, raw weights transformed at load),
+`[select]` (cold-aware kernel selection: plan cold-greedy, weights raw),
+`[cache]` (+ cached transformed weights: cold-greedy's weight forms),
+`[pipeline]` (+ pipelined preparation: plan cold, coldbrew's best), and
+`[continuous]` (the cold plan with warm alternates; its later runs).
+
+Protocol (DESIGN.md), for every engine alike: conversion untimed; then
+per sample a fresh process (bench/peer_engines.py child) that imports the
+engine (import time apart), evicts the engine's files from the page cache,
+and times load + first result; samples rotate over engines and models in
+rounds; the first round also times --warm runs after the first (warm =
+their median). Read bandwidth is measured in the same run (a file written,
+evicted and read back); the floor per model = max(the fastest warm of any
+engine, the smallest artifact of an engine that passed its check ÷ that
+bandwidth).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, geomean, host_isa, zoo  # noqa: E402
+import peer_engines as pe  # noqa: E402
+
+COLDBREW = {  # label -> compile_model options (the ablation, in order)
+    "coldbrew [default]": {"weights": "raw"},
+    "coldbrew [select]": {"plan": "cold-greedy", "weights": "raw"},
+    "coldbrew [cache]": {"plan": "cold-greedy"},
+    "coldbrew [pipeline]": {"plan": "cold"},
+    "coldbrew [continuous]": {"plan": "cold", "continuous": True},
+}
+BEST = "coldbrew [pipeline]"
+PEERS = ["onnxruntime", "onnxruntime best", "ncnn fp16", "ncnn fp32", "MNN", "TVM", "IREE", "OpenVINO"]
+TOLERANCE = {"ncnn fp16": 3e-2}  # fp16 weight storage; every other engine 1e-3 (relative to the output scale)
+
+
+class Progress:
+    """tqdm when installed, else a line per step."""
+
+    def __init__(self, total, desc):
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, file=sys.stderr)
+        except ImportError:
+            self.bar, self.n, self.total, self.desc = None, 0, total, desc
+
+    def step(self, what):
+        if self.bar:
+            self.bar.set_postfix_str(what[:40])
+            self.bar.update(1)
+        else:
+            self.n += 1
+            print(f"{self.desc} {self.n}/{self.total} {what}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
+
+
+def read_bandwidth(work, size=128 << 20):
+    """Bytes per second of a cold sequential read on this machine now."""
+    path = os.path.join(work, "bandwidth.bin")
+    with open(path, "wb") as f:
+        f.write(np.random.default_rng(0).bytes(size))
+        f.flush()
+        os.fsync(f.fileno())
+    pe.evict(path)
+    t = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(8 << 20):
+            pass
+    dt = time.perf_counter() - t
+    os.remove(path)
+    return size / dt
+
+
+def _model_inputs(model, shapes):
+    import onnx
+
+    inits = {i.name for i in model.graph.initializer}
+    feeds, rng = {}, np.random.default_rng(0)
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        dims = shapes.get(i.name) or [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if not dims or any(d <= 0 for d in dims):
+            raise SystemExit(f"input '{i.name}' has no fixed shape: give --shape {i.name}=1x3x224x224")
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        feeds[i.name] = rng.standard_normal(dims).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
+    return feeds
+
+
+def prepare(models, engines, work, threads, progress):
+    """Per model: the ONNX file, inputs, onnxruntime's outputs, and per engine
+    its artifacts or its conversion error."""
+    import onnx
+    import onnxruntime as ort
+
+    from coldbrew.compiler import compile_model
+
+    out = {}
+    for name, (model, shapes) in models.items():
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        feeds = _model_inputs(model, shapes)
+        np.savez(os.path.join(d, "inputs.npz"), **feeds)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        arts = {}
+        for e in engines:
+            ed = os.path.join(d, e.replace(" ", "_").replace("[", "").replace("]", ""))
+            os.makedirs(ed, exist_ok=True)
+            try:
+                if e in COLDBREW:
+                    b = os.path.join(ed, "model.brew")
+                    compile_model(path, b, threads=threads, input_shapes=shapes or None, **COLDBREW[e])
+                    arts[e] = [b]
+                else:
+                    convert = pe.ENGINES[e][0]
+                    arts[e] = convert(path, ed, threads) if convert else [path]
+            except BaseException as ex:  # a peer's converter may raise anything, or exit
+                if isinstance(ex, KeyboardInterrupt):
+                    raise
+                arts[e] = RuntimeError(f"conversion failed: {type(ex).__name__}: {str(ex).strip()[:200]}")
+            progress.step(f"{name} {e}")
+        out[name] = {"dir": d, "ref": ref, "artifacts": arts}
+    return out
+
+
+def sample(engine, prep, threads, warm):
+    """One fresh-process sample; a dict, or {"error": ...}."""
+    arts = prep["artifacts"][engine]
+    if isinstance(arts, Exception):
+        return {"error": str(arts)}
+    outs = os.path.join(prep["dir"], "out.npz")
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "peer_engines.py"), "child", engine,
+           os.path.join(prep["dir"], "inputs.npz"), outs, str(warm), str(threads), *arts]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out (900 s)"}
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode or not lines:
+        tail = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return {"error": f"run failed: {tail[:200]}"}
+    res = json.loads(lines[-1])
+    with np.load(outs) as z:
+        res["outputs"] = [z[k] for k in z.files]
+    return res
+
+
+def check(engine, outs, ref):
+    """None when the outputs match onnxruntime's, else what differs."""
+    if len(outs) != len(ref):
+        return f"{len(outs)} outputs, onnxruntime gives {len(ref)}"
+    rel = TOLERANCE.get(engine, 1e-3)
+    for k, (o, r) in enumerate(zip(outs, ref)):
+        o = np.asarray(o)
+        if o.size != r.size:
+            return f"output {k} has {o.size} values, onnxruntime's {r.size}"
+        diff = float(np.max(np.abs(o.reshape(-1).astype(np.float64) - r.reshape(-1)))) if r.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(r))) if r.size else 1.0)
+        if not diff <= rel * scale:
+            return f"wrong output {k}: max |diff| {diff:.3g} (allowed {rel * scale:.3g})"
+    return None
+
+
+def measure(preps, engines, samples, warm, threads, progress):
+    res = {m: {e: [] for e in engines} for m in preps}
+    for r in range(samples):  # rounds: every model and engine once per round
+        for m, prep in preps.items():
+            for e in engines:
+                s = sample(e, prep, threads, warm if r == 0 else (2 if e == "coldbrew [continuous]" else 0))
+                if r == 0 and "outputs" in s:
+                    bad = check(e, s["outputs"], prep["ref"])
+                    if bad:
+                        s = {"error": bad}
+                s.pop("outputs", None)
+                res[m][e].append(s)
+                progress.step(f"round {r + 1} {m} {e}")
+    return res
+
+
+def summarize(res, preps, bandwidth):
+    """Per model and engine: medians, or the engine's error."""
+    rows = {}
+    for m, by_engine in res.items():
+        rows[m] = {}
+        for e, ss in by_engine.items():
+            err = next((s["error"] for s in ss if "error" in s), None)
+            if err:
+                rows[m][e] = {"error": err}
+                continue
+            warm = [w for s in ss for w in s["warm_ms"]]
+            arts = preps[m]["artifacts"][e]
+            row = {k: statistics.median(s[k] for s in ss) for k in
+                   ("cold_ms", "load_ms", "first_run_ms", "import_ms", "bytes_read", "peak_rss_kb")}
+            row["warm_ms"] = statistics.median(warm) if warm else float("nan")
+            row["artifact_bytes"] = pe.artifact_bytes(arts)
+            if e == "coldbrew [continuous]":  # continuous mode: its later runs are what it is for
+                row["warm_ms"] = statistics.median(s["warm_ms"][-1] for s in ss if s["warm_ms"]) if warm else row["warm_ms"]
+            rows[m][e] = row
+        ok = [r for r in rows[m].values() if "error" not in r]
+        rows[m]["floor"] = {"cold_ms": max(min((r["warm_ms"] for r in ok), default=0.0),
+                                          min((r["artifact_bytes"] for r in ok), default=0) / bandwidth * 1e3)}
+    return rows
+
+
+def table(rows, engines):
+    head = ("| model | engine | cold ms | warm ms | cold/warm | load ms | first run ms | import ms | artifact MB "
+            "| read MB | peak RSS MB | output |")
+    lines = [head, "|" + " --- |" * 12]
+    for m, by in rows.items():
+        for e in engines:
+            r = by[e]
+            if "error" in r:
+                lines.append(f"| {m} | {e} | failed | | | | | | | | | {r['error'].replace('|', '/')} |")
+                continue
+            lines.append(f"| {m} | {e} | {r['cold_ms']:.1f} | {r['warm_ms']:.2f} | {r['cold_ms'] / r['warm_ms']:.1f} "
+                         f"| {r['load_ms']:.1f} | {r['first_run_ms']:.1f} | {r['import_ms']:.0f} "
+                         f"| {r['artifact_bytes'] / 1e6:.1f} | {max(r['bytes_read'], 0) / 1e6:.1f} "
+                         f"| {r['peak_rss_kb'] / 1e3:.0f} | ok |")
+        lines.append(f"| {m} | floor | {by['floor']['cold_ms']:.1f} | | | | | | | | | |")
+    return lines
+
+
+def geomeans(rows, engines):
+    """Per engine: cold geomean over the models it passed, and coldbrew's best
+    against it on the same models."""
+    out = []
+    for e in engines + ["floor"]:
+        ms = [m for m in rows if "error" not in rows[m][e]]
+        if not ms:
+            out.append(f"{e}: failed on every model")
+            continue
+        g = geomean([rows[m][e]["cold_ms"] for m in ms])
+        line = f"{e}: cold geomean {g:.1f} ms over {len(ms)}/{len(rows)} models"
+        ours = [m for m in ms if "error" not in rows[m].get(BEST, {"error": 1})]
+        if e != BEST and ours:
+            ratio = geomean([rows[m][e]["cold_ms"] for m in ours]) / geomean([rows[m][BEST]["cold_ms"] for m in ours])
+            line += f"; {e} / {BEST} = {ratio:.2f}x on {len(ours)} models"
+        out.append(line)
+    return out
+
+
+def charts(rows, engines, out):
+    """cold.png (cold ms per model per engine, log scale), cold_warm.png."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no charts: matplotlib is not installed (pip install -e .[plot])"
+    models = list(rows)
+    for key, fname, ylabel in (("cold_ms", "cold.png", "cold start: load + first result (ms, log)"),
+                               ("ratio", "cold_warm.png", "cold / warm")):
+        fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(models) * len(engines) / 6), 4.8))
+        width = 0.8 / len(engines)
+        for k, e in enumerate(engines):
+            vals = []
+            for m in models:
+                r = rows[m][e]
+                v = float("nan") if "error" in r else (r["cold_ms"] if key == "cold_ms" else r["cold_ms"] / r["warm_ms"])
+                vals.append(v)
+            ax.bar(np.arange(len(models)) + k * width - 0.4 + width / 2, vals, width, label=e)
+        if key == "cold_ms":
+            ax.set_yscale("log")
+            ax.scatter(np.arange(len(models)), [rows[m]["floor"]["cold_ms"] for m in models], marker="_", s=400,
+                       color="black", label="floor", zorder=3)
+        ax.set_xticks(np.arange(len(models)), models, rotation=30, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"{host_isa()}: missing bar = failed (see table)", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, fname), dpi=110)
+        plt.close(fig)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--onnx", action="append", default=[], help="an ONNX file to add")
+    ap.add_argument("--shape", action="append", default=[], help="NAME=1x3x224x224 for --onnx inputs")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "peers"))
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--warm", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engines", help="comma-separated subset (default: every coldbrew plan and peer)")
+    args = ap.parse_args()
+    import onnx
+
+    z = zoo()
+    names = args.models or ([] if args.onnx else list(z.MODELS))
+    unknown = [n for n in names if n not in z.MODELS]
+    if unknown:
+        raise SystemExit(f"unknown zoo model(s) {unknown}; the zoo has {list(z.MODELS)}")
+    shapes = {k: [int(d) for d in v.split("x")] for k, v in (s.split("=", 1) for s in args.shape)}
+    models = {n: (z.build(n), {}) for n in names}
+    for f in args.onnx:
+        models[os.path.splitext(os.path.basename(f))[0]] = (onnx.load(f), shapes)
+    engines = args.engines.split(",") if args.engines else list(COLDBREW) + PEERS
+    bad = [e for e in engines if e not in COLDBREW and e not in pe.ENGINES]
+    if bad:
+        raise SystemExit(f"unknown engine(s) {bad}; engines: {list(COLDBREW) + PEERS}")
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="cb-peers-")
+    try:
+        bw = read_bandwidth(work)
+        progress = Progress(len(models) * len(engines) * (1 + args.samples), "peers")
+        preps = prepare(models, engines, work, args.threads, progress)
+        res = measure(preps, engines, args.samples, args.warm, args.threads, progress)
+        progress.close()
+        rows = summarize(res, preps, bw)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = [f"# coldbrew and peers, cold start ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
+             f"read bandwidth {bw / 1e9:.2f} GB/s; {args.samples} samples per figure, medians)", ""]
+    lines += table(rows, engines) + [""] + geomeans(rows, engines)
+    note = charts(rows, engines, args.out)
+    if note:
+        lines.append(note)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "peers.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(text)
+    print(f"wrote {args.out}/peers.md, peers.json, cold.png, cold_warm.png")
+
+
+if __name__ == "__main__":
+    main()
