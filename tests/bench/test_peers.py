@@ -1,0 +1,84 @@
+"""bench/peers.py's harness on a small model with onnxruntime and coldbrew
+(the other peers are optional): every engine is measured in fresh
+processes, and a peer that fails to convert, fails to run or gives a wrong
+output is reported in the table with its error, never dropped."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import peer_engines as pe  # noqa: E402
+import peers  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, small_model):
+    work = str(tmp_path_factory.mktemp("peers"))
+    engines = ["coldbrew [default]", "onnxruntime", "onnxruntime best", "converter that raises", "crashes",
+               "lies"]
+
+    def raises(model, work, threads):
+        raise ValueError("no such operator: Conv")
+
+    pe.ENGINES["converter that raises"] = (raises, pe.ort_load, pe.ort_run)
+    try:
+        progress = peers.Progress(1, "test")
+        preps = peers.prepare({"small": (small_model, {})}, engines[:4], work, 2, progress)
+    finally:
+        pe.ENGINES.pop("converter that raises")
+    prep = preps["small"]
+    # two peers that the child runs as onnxruntime: one whose artifact is gone
+    # (its run fails), one checked against a shifted reference (its output is wrong)
+    prep["artifacts"]["crashes"] = [os.path.join(work, "missing.onnx")]
+    prep["artifacts"]["lies"] = prep["artifacts"]["onnxruntime"]
+    res = {}
+    for e in engines:
+        child = "onnxruntime" if e in ("crashes", "lies") else e
+        p = dict(prep, artifacts={**prep["artifacts"], child: prep["artifacts"][e]})
+        s = peers.sample(child, p, 2, 3)
+        if "outputs" in s:
+            ref = [r + 1.0 for r in prep["ref"]] if e == "lies" else prep["ref"]
+            bad = peers.check(e, s.pop("outputs"), ref)
+            s = {"error": bad} if bad else s
+        res[e] = [s]
+    rows = peers.summarize({"small": res}, preps, bandwidth=1e9)
+    return engines, rows
+
+
+def test_engines_are_measured_and_failures_are_reported(measured):
+    engines, rows = measured
+    r = rows["small"]
+    for e in ("coldbrew [default]", "onnxruntime", "onnxruntime best"):
+        assert "error" not in r[e], r[e]
+        assert r[e]["cold_ms"] > 0 and r[e]["warm_ms"] > 0 and r[e]["import_ms"] > 0
+        assert r[e]["artifact_bytes"] > 0 and r[e]["peak_rss_kb"] > 0
+    assert r["converter that raises"]["error"].startswith("conversion failed: ValueError: no such operator")
+    assert r["crashes"]["error"].startswith("run failed")
+    assert r["lies"]["error"].startswith("wrong output 0")
+    table = "\n".join(peers.table(rows, engines))
+    for e in engines:  # every engine has its row, failed ones with their error
+        assert f"| small | {e} |" in table
+    assert "| small | lies | failed |" in table and "| small | floor |" in table
+    summary = "\n".join(peers.geomeans(rows, engines))
+    assert "lies: failed on every model" in summary
+    assert "onnxruntime best: cold geomean" in summary
+
+
+def test_check_compares_with_onnxruntime_within_the_engine_tolerance():
+    ref = [np.array([[1.0, -2.0, 10.0]], np.float32)]
+    assert peers.check("TVM", [ref[0] + 1e-3], ref) is None
+    assert "wrong output 0" in peers.check("TVM", [ref[0] + 0.1], ref)
+    assert peers.check("ncnn fp16", [ref[0] + 0.1], ref) is None  # fp16 storage: 3e-2 of the scale
+    assert "2 outputs" in peers.check("TVM", [ref[0], ref[0]], ref)
+
+
+def test_charts_are_drawn(measured, tmp_path):
+    pytest.importorskip("matplotlib")
+    engines, rows = measured
+    assert peers.charts(rows, engines, str(tmp_path)) is None
+    for f in ("cold.png", "cold_warm.png"):
+        assert (tmp_path / f).read_bytes()[:4] == b"\x89PNG"
