@@ -321,8 +321,8 @@ def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp
     assert run["cpu"] == -1 and run["start_ns"] >= max(e["end_ns"] for e in by["pipeline"])
     chrome = trace_export.to_chrome(ev)["traceEvents"]
     assert {"name": "gpu"} in [x["args"] for x in chrome if x["name"] == "thread_name"]
-    geo = trace_export.png_layout(ev)
-    assert list(geo["labels"].values())[-1] == "gpu"  # the GPU's lane, below the cores
+    lay = trace_export.lanes(ev)
+    assert lay["labels"][lay["lanes"][-1]] == "gpu"  # the GPU's lane, below the cores
     trace_export.to_png(ev, str(tmp_path / "t.png"))
 
 
