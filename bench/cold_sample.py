@@ -15,7 +15,7 @@ worker on the next core.
 
 --ort-best is onnxruntime's best cold configuration: a model optimized
 offline (ORT_ENABLE_ALL) and saved in ORT format (bench/cold_sample.py's
-save_ort_best), loaded memory-mapped with optimizations off, initializers
+common.save_ort_best), loaded memory-mapped with optimizations off, initializers
 used in place and weight prepacking off.
 """
 import json
@@ -49,15 +49,9 @@ def evict(path):
 def ort_sample(path, threads):
     evict(path)
     t0 = time.perf_counter()
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads or 2
-    so.inter_op_num_threads = 1
-    if ORT_BEST:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_directly",
-                    "session.use_ort_model_bytes_for_initializers", "session.disable_prepacking"):
-            so.add_session_config_entry(key, "1")
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    from common import ort_options  # bench/ is this script's folder
+
+    sess = ort.InferenceSession(path, ort_options(ort, threads or 2, ORT_BEST), providers=["CPUExecutionProvider"])
     t1 = time.perf_counter()
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
@@ -82,18 +76,6 @@ def _later_runs(out, run):
     if n:
         out["runs_ms"] = later
     return out
-
-
-def save_ort_best(onnx_path, ort_path, threads=2):
-    """Optimize a model offline (ORT_ENABLE_ALL) and save it in ORT format."""
-    import onnxruntime
-
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = ort_path
-    so.add_session_config_entry("session.save_model_format", "ORT")
-    onnxruntime.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
 
 
 def main():

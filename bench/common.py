@@ -53,3 +53,30 @@ def median_ms(fn, repeat=20, warmup=3):
 def geomean(xs):
     xs = [x for x in xs if x > 0]
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def save_ort_best(onnx_path, ort_path, threads=2):
+    """Optimize a model offline (ORT_ENABLE_ALL) and save it in ORT format."""
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = ort_path
+    so.add_session_config_entry("session.save_model_format", "ORT")
+    onnxruntime.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_options(ort, threads, best=False):
+    """onnxruntime session options: `threads` intra-op threads; `best` its
+    best cold configuration (an ORT-format model loaded memory-mapped, used
+    in place, optimizations and prepacking off)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    if best:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_directly",
+                    "session.use_ort_model_bytes_for_initializers", "session.disable_prepacking"):
+            so.add_session_config_entry(key, "1")
+    return so

@@ -24,15 +24,9 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+from coldbrew.compiler.measure import evict  # noqa: E402  (no TVM: the runtime side of the compiler package)
 
 
 def _peak_rss_kb():
@@ -83,30 +77,18 @@ def coldbrew_run(sess, feeds):
 
 def ort_convert_best(model, work, threads):
     """Optimized offline (ORT_ENABLE_ALL), saved in ORT format."""
-    import onnxruntime as ort
+    from common import save_ort_best
 
     out = os.path.join(work, "model.ort")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = out
-    so.add_session_config_entry("session.save_model_format", "ORT")
-    ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    save_ort_best(model, out, threads)
     return [out]
 
 
 def ort_load(paths, threads, best=False):
     import onnxruntime as ort
+    from common import ort_options
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    if best:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_directly",
-                    "session.use_ort_model_bytes_for_initializers", "session.disable_prepacking"):
-            so.add_session_config_entry(key, "1")
-    return ort.InferenceSession(paths[0], so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(paths[0], ort_options(ort, threads, best), providers=["CPUExecutionProvider"])
 
 
 def ort_run(sess, feeds):

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from cold_sample import save_ort_best
+from common import save_ort_best
 from common import ROOT, geomean, host_isa, zoo
 
 from coldbrew.compiler import compile_model
