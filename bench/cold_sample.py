@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 if ORT:
     import onnxruntime as ort
+    from common import ort_options  # bench/ is this script's folder
 else:
     import coldbrew
 t_import = time.perf_counter() - t_import
@@ -49,8 +50,6 @@ def evict(path):
 def ort_sample(path, threads):
     evict(path)
     t0 = time.perf_counter()
-    from common import ort_options  # bench/ is this script's folder
-
     sess = ort.InferenceSession(path, ort_options(ort, threads or 2, ORT_BEST), providers=["CPUExecutionProvider"])
     t1 = time.perf_counter()
     rng = np.random.default_rng(0)
