@@ -289,7 +289,8 @@ def charts(rows, engines, out):
                 r = rows[m][e]
                 v = float("nan") if "error" in r else (r["cold_ms"] if key == "cold_ms" else r["cold_ms"] / r["warm_ms"])
                 vals.append(v)
-            ax.bar(np.arange(len(models)) + k * width - 0.4 + width / 2, vals, width, label=e)
+            ax.bar(np.arange(len(models)) + k * width - 0.4 + width / 2, vals, width, label=e,
+                   color=plt.get_cmap("tab20")(k % 20))  # 13 engines: tab10 would repeat colors
         if key == "cold_ms":
             ax.set_yscale("log")
             ax.scatter(np.arange(len(models)), [rows[m]["floor"]["cold_ms"] for m in models], marker="_", s=400,
