@@ -18,6 +18,7 @@ fail their conversion and the table says so (`pip install -e .[bench]`).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,9 +118,9 @@ def ncnn_convert(model, work, threads, fp16=True):
     shapes = ",".join("[" + ",".join(str(d.dim_value) for d in i.type.tensor_type.shape.dim) + "]"
                       for i in m.graph.input if i.name not in {x.name for x in m.graph.initializer})
     os.makedirs(work, exist_ok=True)
-    local = os.path.join(work, "model.onnx")
+    local = os.path.join(work, "model.onnx")  # pnnx writes its outputs beside its input
     if not os.path.exists(local):
-        os.link(model, local) if os.stat(model).st_dev == os.stat(work).st_dev else __import__("shutil").copy(model, local)
+        shutil.copyfile(model, local)
     r = subprocess.run([exe, "model.onnx", f"inputshape={shapes}", f"fp16={int(fp16)}"], cwd=work,
                        capture_output=True, text=True, timeout=600)
     if r.returncode or not os.path.exists(os.path.join(work, "model.ncnn.bin")):

@@ -65,6 +65,17 @@ def _dump(dump_dir, index, name, ir):
         f.write(text)
 
 
+def _dumper(dump_ir, passes, first):
+    """done(pass module, ir) -> ir: dumps each pass's output (dump_ir) under
+    its number in `passes`, the passes run in order from `first`."""
+    step = iter(range(passes.index(first), len(passes)))
+
+    def done(p, ir):
+        _dump(dump_ir, next(step), p.NAME, ir)
+        return ir
+    return done
+
+
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights=None, threads=2, plan="default", progress=None, tune=False,
                   queues=0, on_plan=None, continuous=False):
@@ -146,11 +157,7 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
     from . import fold_batchnorm, fold_constants, import_relax, legalize_onnx, load_onnx
 
     proto, model_hash = load_onnx.read_model(model)
-    step = iter(range(len(PASSES)))
-
-    def done(p, ir):
-        _dump(dump_ir, next(step), p.NAME, ir)
-        return ir
+    done = _dumper(dump_ir, PASSES, load_onnx.NAME)
 
     proto = done(load_onnx, load_onnx.run(proto, input_shapes, constants))
     input_names = [i.name for i in load_onnx.graph_inputs(proto)]
@@ -210,11 +217,7 @@ def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
     from . import (codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu,
                    select_gpu_variants, write_bundle)
 
-    step = iter(range(GPU_PASSES.index(select_gpu_variants.NAME), len(GPU_PASSES)))
-
-    def done(p, ir):
-        _dump(dump_ir, next(step), p.NAME, ir)
-        return ir
+    done = _dumper(dump_ir, GPU_PASSES, select_gpu_variants.NAME)
 
     mod, anchors = select_gpu_variants.run(front.mod, variants)
     done(select_gpu_variants, mod)
@@ -244,11 +247,7 @@ def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues):
     """The passes from select_variants to plan_memory."""
     from . import extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
 
-    step = iter(range(PASSES.index(select_variants.NAME), len(PASSES)))
-
-    def done(p, ir):
-        _dump(dump_ir, next(step), p.NAME, ir)
-        return ir
+    done = _dumper(dump_ir, PASSES, select_variants.NAME)
 
     mod, anchors = select_variants.run(front.mod, tgt.vector, variants, tuning)
     done(select_variants, mod)

@@ -93,11 +93,11 @@ def run_gpu(graph, anchors, form="auto"):
             budget -= cost if want == "raw" else 0
         w = layer.args[1]
         raw = graph.tensors[w]
-        u = gpu_conv.winograd_weights(raw.data)
         layer.weight_form = want
         if want == "cached":
-            raw.data, raw.shape, raw.cached = u, u.shape, True
+            raw.data = gpu_conv.winograd_weights(raw.data)
+            raw.shape, raw.cached = raw.data.shape, True
             continue
-        prepared = graph.add_tensor(Tensor(f"{raw.name}.u", raw.dtype, u.shape, "prepared"))
+        prepared = graph.add_tensor(Tensor(f"{raw.name}.u", raw.dtype, v.transformed_shape(a.conv), "prepared"))
         layer.transform, layer.transform_args = v.transform, [w, prepared]
     return graph

@@ -25,17 +25,12 @@ OPAQUE = 8  # relax OpPatternKind kOpaque: never fused with its neighbours
 
 
 @dataclass
-class _Name:
-    name: str
-
-
-@dataclass
 class GpuAnchor:
     """What extract_layers reads from an anchor (as select_variants.Anchor)."""
     id: str
     index: int
     conv: gpu_conv.GpuConv
-    variant: _Name
+    variant: object          # the gpu_conv variant (its .name is what extract_layers reads)
     const: object = None
     params: dict = field(default_factory=dict)
     tuned: bool = False
@@ -89,7 +84,7 @@ def _conv_of(call, op):
                             int(a.groups)), w
 
 
-def _chains(func, mod, choice):
+def _chains(func, choice):
     """Anchors for the conv chains of one Relax function, in graph order."""
     import tvm
     from tvm import relax
@@ -163,7 +158,7 @@ def _chains(func, mod, choice):
             raise CompileError(f"GPU variant {want} does not apply to {anchor_id} "
                                f"(it takes {', '.join(gpu_conv.applicable(conv))})")
         v = gpu_conv.choose(conv, want or choice.get("conv2d") or choice.get("*"))
-        anchors.append(GpuAnchor(f"c{len(anchors)}", len(anchors), conv, _Name(v.name), end=cur.value,
+        anchors.append(GpuAnchor(f"c{len(anchors)}", len(anchors), conv, v, end=cur.value,
                                  x=b.value.args[0], weight=np.ascontiguousarray(w), bias=bias, res=res,
                                  ops="_".join(names + ([] if stage < 3 else
                                                        ["relu" if (lo, hi) == (0.0, math.inf) else "clip"]))))
@@ -208,7 +203,7 @@ def run(mod, choice=None):
     anchors = []
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            anchors += _chains(func, mod, choice)
+            anchors += _chains(func, choice)
     for i, a in enumerate(anchors):
         a.id, a.index = f"c{i}", i
         a.const = relax.const(a.weight)

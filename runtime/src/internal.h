@@ -106,6 +106,14 @@ typedef struct cb_model {
   cb_dispatch_desc* dispatches; /* every step's, back to back */
 } cb_model;
 
+/* Where weight tensor `t` lies in the mapped bundle at `base`. */
+static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model* m, uint32_t t) {
+  return base + m->segments[m->tensors[t].segment].offset + m->tensors[t].segment_offset;
+}
+
+/* CLOCK_MONOTONIC in nanoseconds: the trace's clock (runtime.c). */
+uint64_t cb_now_ns(void);
+
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
  * index, size and offset against the file. Fills `out` (arrays malloc'ed;
  * free with cb_model_free). Returns CB_ERR_CORRUPT / CB_ERR_VERSION. */
@@ -162,7 +170,7 @@ cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint
 cb_status cb_gpu_pipelines_finish(cb_gpu* g);
 /* Per shader: when and on which core its pipeline was made (after finish). */
 const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g);
-int cb_gpu_weights_ready(const cb_gpu* g);
+int cb_gpu_weights_ready(cb_gpu* g);
 void cb_gpu_release(cb_gpu* g);
 const char* cb_gpu_device_name(const cb_gpu* g);
 const char* cb_gpu_cache_path(const cb_gpu* g);

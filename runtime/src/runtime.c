@@ -127,14 +127,14 @@ static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, con
   return CB_OK;
 }
 
-static uint64_t now_ns(void) {
+uint64_t cb_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
-  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, now_ns()};
+  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, cb_now_ns()};
   if (k >= b->nopen_events) b->nopen_events = k + 1;
 }
 
@@ -228,21 +228,20 @@ static void* gpu_reader_main(void* arg) {
   cb_bundle* b = r->b;
   const cb_model* m = &b->model;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = cb_now_ns();
     const cb_step_desc* st = &m->steps[i];
     for (uint32_t a = 0; a < st->nargs; a++) {
       uint32_t t = st->args[a];
       const cb_tensor_desc* d = &m->tensors[t];
       if (d->kind != CB_KIND_WEIGHT) continue;
-      const uint8_t* data = b->base + m->segments[d->segment].offset + d->segment_offset;
-      if (!b->verified) {
+      const uint8_t* data = cb_weight_data(b->base, m, t);
+      if (b->verified) {
+        if (check_tensor(b, t, data, NULL)) return NULL; /* its error stays on this thread */
+      } else {
         for (uint64_t off = 0; off < d->nbytes; off += 4096) r->sink += data[off];
-      } else if (!atomic_load(&b->verified[t])) {
-        if (cb_checksum64(data, d->nbytes) != d->checksum) return NULL;
-        atomic_store(&b->verified[t], 1);
       }
     }
-    r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, now_ns()};
+    r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, cb_now_ns()};
   }
   return NULL;
 }
@@ -281,13 +280,13 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
     free(reader.events);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, now_ns()});
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, cb_now_ns()});
   pthread_t rt;
   int reading = pthread_create(&rt, NULL, gpu_reader_main, &reader) == 0;
   if (!reading) gpu_reader_main(&reader);
-  uint64_t t1 = now_ns();
+  uint64_t t1 = cb_now_ns();
   cb_status s = cb_gpu_open(&b->gpu);
-  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, now_ns()});
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, cb_now_ns()});
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (!s) s = cb_gpu_prepare(b->gpu, b->base, m, key, cores > 0 ? (uint32_t)cores : 1);
   if (reading) pthread_join(rt, NULL);
@@ -295,9 +294,9 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   for (uint32_t i = 0; i < m->nsteps; i++) add_open_event(b, reader.events[i]);
   free(reader.events);
   if (!s && weights_checked(b)) { /* else the first run's read names the tensor */
-    uint64_t t2 = now_ns();
+    uint64_t t2 = cb_now_ns();
     s = cb_gpu_upload_weights(b->gpu, b->base, m);
-    add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, now_ns()});
+    add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, cb_now_ns()});
   }
   if (b->gpu) {
     cb_status p = cb_gpu_pipelines_finish(b->gpu);
@@ -309,7 +308,7 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
 }
 
 static cb_status open_verified(cb_bundle* b, uint32_t flags) {
-  uint64_t t0 = now_ns(), hdr_off = 0, hdr_size = 0;
+  uint64_t t0 = cb_now_ns(), hdr_off = 0, hdr_size = 0;
   cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
   if (s) return s;
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
@@ -344,7 +343,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   if (!b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) && (s = check_weight_segments(b)))
     return s;
   open_event(b, 0, CB_PHASE_VERIFY, t0);
-  uint64_t t1 = now_ns();
+  uint64_t t1 = cb_now_ns();
   if (code && (s = load_code(b, code))) return s;
   s = resolve_kernels(b);
   open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
@@ -425,7 +424,7 @@ cb_status cb_bundle_verify_weights(cb_bundle* b) {
   for (uint32_t i = 0; i < m->ntensors; i++) {
     const cb_tensor_desc* d = &m->tensors[i];
     if (d->kind != CB_KIND_WEIGHT) continue;
-    cb_status s = check_tensor(b, i, b->base + m->segments[d->segment].offset + d->segment_offset, NULL);
+    cb_status s = check_tensor(b, i, cb_weight_data(b->base, m, i), NULL);
     if (s) return s;
   }
   return CB_OK;
@@ -557,7 +556,7 @@ static const uint8_t* split_for(const cb_model* m, int later_continuous, uint32_
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = cb_now_ns();
   const cb_model* m = &b->model;
   if (options && options->mode > CB_MODE_CONTINUOUS)
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "unknown session mode %u", options->mode);
@@ -628,7 +627,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     const cb_tensor_desc* d = &m->tensors[i];
     cb_dltensor* t = &s->tensors[i];
     if (d->kind == CB_KIND_WEIGHT)
-      t->data = (void*)(b->base + m->segments[d->segment].offset + d->segment_offset);
+      t->data = (void*)cb_weight_data(b->base, m, i);
     else if (d->kind == CB_KIND_PREPARED)
       t->data = gpu ? NULL : s->prepared + d->arena_offset;
     else
@@ -647,7 +646,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     ka += bind_args(s, sd->warm_args, sd->nwarm_args, &s->aargs[ka]);
   }
   s->arg_start[m->nsteps] = k, s->targ_start[m->nsteps] = kt, s->aarg_start[m->nsteps] = ka;
-  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, now_ns()};
+  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns()};
   *out = s;
   return CB_OK;
 }
@@ -729,7 +728,7 @@ static cb_trace_event* trace_event(cb_session* s, uint32_t step, uint32_t phase,
   size_t k = atomic_fetch_add(&s->ntrace, 1);
   if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
   cb_trace_event* ev = &s->trace[k];
-  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->start_ns = now_ns();
+  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->start_ns = cb_now_ns();
   return ev;
 }
 
@@ -738,7 +737,7 @@ static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase)
 }
 
 static void trace_end(cb_trace_event* ev) {
-  if (ev) ev->end_ns = now_ns();
+  if (ev) ev->end_ns = cb_now_ns();
 }
 
 /* Step `i`'s raw weights turned into its kernel's layout, once. */

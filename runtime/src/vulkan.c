@@ -325,12 +325,6 @@ typedef struct pipeline_job {
   int cached; /* the cache file was accepted: nothing to write back */
 } pipeline_job;
 
-static uint64_t clock_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Worker: takes the next shader, makes its module and pipeline. */
 static void* pipeline_worker(void* arg) {
   pipeline_job* job = arg;
@@ -339,7 +333,7 @@ static void* pipeline_worker(void* arg) {
     uint32_t i = atomic_fetch_add(&job->next, 1);
     if (i >= job->m->nshaders || atomic_load(&job->failed)) return NULL;
     const cb_shader_desc* sh = &job->m->shaders[i];
-    uint64_t t0 = clock_ns();
+    uint64_t t0 = cb_now_ns();
     VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
                                     (const uint32_t*)(job->base + sh->offset)};
     VkResult r = g->vk.vkCreateShaderModule(g->device, &mci, NULL, &g->modules[i]);
@@ -350,7 +344,7 @@ static void* pipeline_worker(void* arg) {
                                          g->layouts[sh->bindings], VK_NULL_HANDLE, -1};
       r = g->vk.vkCreateComputePipelines(g->device, g->cache, 1, &pci, NULL, &g->pipelines[i]);
     }
-    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, clock_ns()};
+    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, cb_now_ns()};
     if (r != VK_SUCCESS) {
       job->result = r;
       atomic_store(&job->failed, 1);
@@ -483,27 +477,22 @@ static void record_copy(cb_gpu* g, VkCommandBuffer cmd, void* arg) {
  * device's storage-buffer offset alignment): the weights some dispatch binds
  * and the prepared tensors the CPU transforms write (raw weights that only
  * a transform reads stay on the CPU). */
-static int bound_by_dispatch(const cb_model* m, uint32_t t) {
-  for (uint32_t i = 0; i < m->nsteps; i++)
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++)
-      for (uint32_t a = 0; a < m->steps[i].dispatches[j].nbindings; a++)
-        if (m->steps[i].dispatches[j].bindings[a] == t) return 1;
-  return 0;
-}
-
 static cb_status layout_weights(cb_gpu* g, const cb_model* m) {
   g->weight_offset = calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
   g->uploaded = calloc(m->ntensors ? m->ntensors : 1, 1);
   if (!g->weight_offset || !g->uploaded) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsteps; i++)
+    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++)
+      for (uint32_t a = 0; a < m->steps[i].dispatches[j].nbindings; a++) {
+        uint32_t t = m->steps[i].dispatches[j].bindings[a];
+        g->uploaded[t] = m->tensors[t].kind == CB_KIND_WEIGHT || m->tensors[t].kind == CB_KIND_PREPARED;
+      }
   uint64_t pos = 0;
-  for (uint32_t i = 0; i < m->ntensors; i++) {
-    uint8_t kind = m->tensors[i].kind;
-    if ((kind == CB_KIND_WEIGHT || kind == CB_KIND_PREPARED) && bound_by_dispatch(m, i)) {
-      g->uploaded[i] = 1;
+  for (uint32_t i = 0; i < m->ntensors; i++)
+    if (g->uploaded[i]) {
       g->weight_offset[i] = pos;
       pos = align_up(pos + m->tensors[i].nbytes, 256);
     }
-  }
   g->weights_size = pos;
   return make_buffer(g, pos, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &g->weights, &g->weights_mem);
 }
@@ -531,10 +520,10 @@ static void winograd_f23(const float* w, float* u, uint64_t K, uint64_t C) {
     }
 }
 
-int cb_gpu_weights_ready(const cb_gpu* g) {
-  pthread_mutex_lock((pthread_mutex_t*)&g->weights_mu);
+int cb_gpu_weights_ready(cb_gpu* g) {
+  pthread_mutex_lock(&g->weights_mu);
   int r = g->weights_ready;
-  pthread_mutex_unlock((pthread_mutex_t*)&g->weights_mu);
+  pthread_mutex_unlock(&g->weights_mu);
   return r;
 }
 
@@ -552,14 +541,13 @@ cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* 
       for (uint32_t i = 0; i < m->ntensors; i++) {
         const cb_tensor_desc* d = &m->tensors[i];
         if (d->kind == CB_KIND_WEIGHT && g->uploaded[i])
-          memcpy((uint8_t*)map + g->weight_offset[i], base + m->segments[d->segment].offset + d->segment_offset,
-                 d->nbytes);
+          memcpy((uint8_t*)map + g->weight_offset[i], cb_weight_data(base, m, i), d->nbytes);
       }
       for (uint32_t i = 0; i < m->nsteps; i++) { /* raw-weight steps: their transform, on this CPU thread */
         const cb_step_desc* st = &m->steps[i];
         if (!st->transform) continue;
         const cb_tensor_desc* raw = &m->tensors[st->transform_args[0]];
-        const float* w = (const float*)(base + m->segments[raw->segment].offset + raw->segment_offset);
+        const float* w = (const float*)cb_weight_data(base, m, st->transform_args[0]);
         winograd_f23(w, (float*)((uint8_t*)map + g->weight_offset[st->transform_args[1]]), (uint64_t)raw->shape[0],
                      (uint64_t)raw->shape[1]);
       }
