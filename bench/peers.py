@@ -97,6 +97,23 @@ def read_bandwidth(work, size=128 << 20):
     return size / dt
 
 
+def fix_shapes(model, shapes):
+    """The model with the given input shapes written into its graph inputs,
+    so that every engine converts the same fixed-shape model."""
+    inputs = {i.name: i for i in model.graph.input}
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise SystemExit(f"--shape names {unknown}, not inputs of the model (its inputs: {sorted(inputs)})")
+    for name, dims in shapes.items():
+        shape = inputs[name].type.tensor_type.shape
+        if shape.dim and len(shape.dim) != len(dims):
+            raise SystemExit(f"--shape {name}: {len(dims)} dimensions, the model's input has {len(shape.dim)}")
+        del shape.dim[:]
+        for d in dims:
+            shape.dim.add().dim_value = d
+    return model
+
+
 def _model_inputs(model, shapes):
     import onnx
 
@@ -126,7 +143,7 @@ def prepare(models, engines, work, threads, progress):
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "model.onnx")
-        onnx.save(model, path)
+        onnx.save(fix_shapes(model, shapes), path)
         feeds = _model_inputs(model, shapes)
         np.savez(os.path.join(d, "inputs.npz"), **feeds)
         so = ort.SessionOptions()
@@ -333,11 +350,14 @@ def main():
         raise SystemExit(f"unknown engine(s) {bad}; engines: {list(COLDBREW) + PEERS}")
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cb-peers-")
+    clock = {"start": time.perf_counter()}
     try:
         bw = read_bandwidth(work)
         progress = Progress(len(models) * len(engines) * (1 + args.samples), "peers")
         preps = prepare(models, engines, work, args.threads, progress)
+        clock["prepared"] = time.perf_counter()
         res = measure(preps, engines, args.samples, args.warm, args.threads, progress)
+        clock["measured"] = time.perf_counter()
         progress.close()
         rows = summarize(res, preps, bw)
     finally:
@@ -345,6 +365,8 @@ def main():
     lines = [f"# coldbrew and peers, cold start ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
              f"read bandwidth {bw / 1e9:.2f} GB/s; {args.samples} samples per figure, medians)", ""]
     lines += table(rows, engines) + [""] + geomeans(rows, engines)
+    lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
+                  f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})"]
     note = charts(rows, engines, args.out)
     if note:
         lines.append(note)

@@ -3,6 +3,7 @@
 processes, and a peer that fails to convert, fails to run or gives a wrong
 output is reported in the table with its error, never dropped."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -76,8 +77,44 @@ def test_check_compares_with_onnxruntime_within_the_engine_tolerance():
     assert "2 outputs" in peers.check("TVM", [ref[0], ref[0]], ref)
 
 
+def test_an_onnx_file_with_its_input_shape_runs_from_the_command_line(small_model, tmp_path):
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(small_model)
+    x = model.graph.input[0]
+    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    x.type.tensor_type.shape.dim[0].dim_param = "batch"  # a symbolic batch: --shape fixes it
+    path = tmp_path / "external_net.onnx"
+    onnx.save(model, str(path))
+    shape = "x".join(str(d) for d in dims)
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--onnx", str(path), "--shape", f"{x.name}={shape}",
+           "--engines", "coldbrew [default],onnxruntime best", "--samples", "2", "--warm", "3",
+           "--out", str(tmp_path / "out")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = (tmp_path / "out" / "peers.md").read_text()
+    assert "2 samples per figure" in table and "wall time:" in table
+    for e in ("coldbrew [default]", "onnxruntime best"):
+        row = next(ln for ln in table.splitlines() if ln.startswith(f"| external_net | {e} |"))
+        assert row.endswith("| ok |"), row
+    assert "| external_net | floor |" in table
+    bad = subprocess.run(cmd[:4] + ["--shape", "nope=1x3", "--out", str(tmp_path / "bad")],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "not inputs of the model" in bad.stderr
+
+
+def test_a_symbolic_input_without_a_shape_is_refused(small_model):
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(small_model)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(SystemExit, match="has no fixed shape: give --shape"):
+        peers._model_inputs(peers.fix_shapes(model, {}), {})
+
+
 def test_charts_are_drawn(measured, tmp_path):
-    pytest.importorskip("matplotlib")
     engines, rows = measured
     assert peers.charts(rows, engines, str(tmp_path)) is None
     for f in ("cold.png", "cold_warm.png"):
