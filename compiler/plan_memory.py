@@ -1,7 +1,7 @@
 """Pass `plan_memory`: give every non-weight tensor an arena offset.
 
-Lifetimes are step intervals (inputs live from the start, outputs to the
-end); tensors are placed largest first at the lowest 64-byte-aligned offset
+Lifetimes are step intervals (inputs live through the whole run, so a
+caller may set them once and run again; outputs live to the end); tensors are placed largest first at the lowest 64-byte-aligned offset
 that does not overlap any placed tensor whose lifetime intersects. GPU
 graphs align to 256 bytes, the largest storage-buffer offset alignment a
 Vulkan device may ask for (each tensor is bound at its offset).
@@ -25,10 +25,8 @@ def run(graph, align=ALIGN):
                 continue
             first.setdefault(a, step)
             last[a] = step
-    for i in graph.outputs:
+    for i in graph.outputs + graph.inputs:
         last[i] = n
-    for i in graph.inputs:
-        last.setdefault(i, -1)
     order = sorted(first, key=lambda i: (-graph.tensors[i].nbytes, i))
     placed = []  # (offset, size, first, last)
     arena = 0

@@ -19,7 +19,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-C_SOURCES = ["runtime.c", "backend.c", "target.c", "vulkan.c"]
+C_SOURCES = ["runtime.c", "alloc.c", "backend.c", "target.c", "vulkan.c"]
 CXX_SOURCES = ["model.cc"]
 LIB_NAME = "libcoldbrew.so"
 
@@ -57,14 +57,22 @@ def vulkan_include(tmp):
     raise RuntimeError("Vulkan headers (vulkan/vulkan.h) not found: install the Debian package libvulkan-dev")
 
 
-def build(out_dir, cc=None, cxx=None, triple=None):
+SANITIZERS = {  # name -> compile and link flags (clang)
+    "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"],
+    "tsan": ["-fsanitize=thread", "-fno-omit-frame-pointer", "-g"],
+}
+
+
+def build(out_dir, cc=None, cxx=None, triple=None, flags=()):
+    """libcoldbrew.so in `out_dir`; `flags` are added to every compile and
+    the link (e.g. SANITIZERS["asan"], with cc="clang", cxx="clang++")."""
     if triple:
         cc, cxx = cross_tools(triple)
     cc = cc or os.environ.get("CC", "cc")
     cxx = cxx or os.environ.get("CXX", "c++")
     includes = ["-I", os.path.join(HERE, "include"), "-I", os.path.join(HERE, "src"),
                 "-I", os.path.join(ROOT, "schemas", "generated"), "-I", flatbuffers_include()]
-    common = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
+    common = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", *flags]
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         includes += ["-I", vulkan_include(tmp)]
@@ -79,18 +87,24 @@ def build(out_dir, cc=None, cxx=None, triple=None):
             subprocess.run(cmd, check=True)
             objects.append(obj)
         out = os.path.join(out_dir, LIB_NAME)
-        subprocess.run([cxx, "-shared", "-o", out, *objects, "-ldl", "-lpthread", "-Wl,-O1"], check=True)
+        subprocess.run([cxx, "-shared", *flags, "-o", out, *objects, "-ldl", "-lpthread", "-Wl,-O1"], check=True)
+    return out
+
+
+def build_program(source, out_dir, cc=None, flags=()):
+    """A C program using the public header, linked against `out_dir`'s
+    libcoldbrew.so (found beside it at run time); its path."""
+    cc = cc or os.environ.get("CC", "cc")
+    out = os.path.join(out_dir, os.path.splitext(os.path.basename(source))[0])
+    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Werror", *flags, "-I", os.path.join(HERE, "include"), source,
+                    "-L", out_dir, "-lcoldbrew", "-lm", "-lpthread", "-Wl,-rpath,$ORIGIN", "-o", out], check=True)
     return out
 
 
 def build_example(out_dir, triple=None):
-    """examples/c/run_bundle.c linked against `out_dir`'s libcoldbrew.so (found beside it at run time)."""
-    cc = cross_tools(triple)[0] if triple else os.environ.get("CC", "cc")
-    out = os.path.join(out_dir, "run_bundle")
-    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Werror", "-I", os.path.join(HERE, "include"),
-                    os.path.join(ROOT, "examples", "c", "run_bundle.c"), "-L", out_dir, "-lcoldbrew",
-                    "-Wl,-rpath,$ORIGIN", "-o", out], check=True)
-    return out
+    """examples/c/run_bundle.c linked against `out_dir`'s libcoldbrew.so."""
+    cc = cross_tools(triple)[0] if triple else None
+    return build_program(os.path.join(ROOT, "examples", "c", "run_bundle.c"), out_dir, cc)
 
 
 if __name__ == "__main__":

@@ -149,7 +149,8 @@ cb_status cb_bundle_find_input(const cb_bundle* bundle, const char* name, size_t
 cb_status cb_session_create(cb_bundle* bundle, const cb_session_options* options,
                             cb_session** out_session);
 void cb_session_release(cb_session* session);
-/* Copy `nbytes` (must equal the input's nbytes) into input `index`. */
+/* Copy `nbytes` (must equal the input's nbytes) into input `index`. An
+ * input keeps its value until set again: runs never overwrite it. */
 cb_status cb_session_set_input(cb_session* session, size_t index, const void* data, size_t nbytes);
 cb_status cb_session_run(cb_session* session);
 /* Borrow output `index`; valid until the next run or release. */
@@ -166,6 +167,16 @@ cb_status cb_session_trace(const cb_session* session, const cb_trace_event** out
  * its warm alternate, or NULL (cb_bundle_step_alternate). */
 cb_status cb_bundle_step_info(const cb_bundle* bundle, size_t step, const char** out_layer, const char** out_variant);
 cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const char** out_variant);
+
+/* Testing hooks (for the runtime's own tests and fuzzers, not for apps).
+ * cb_debug_fail_allocation(n): the n-th heap allocation the runtime makes
+ * from now on fails as if memory ran out (n = 0: none fails); every call
+ * must then end in a clean status (CB_ERR_OUT_OF_MEMORY, or the error of
+ * the step that needed the memory) with nothing left allocated.
+ * cb_debug_allocations: allocations attempted since the last
+ * cb_debug_fail_allocation call, and the runtime's allocations live now. */
+void cb_debug_fail_allocation(uint64_t n);
+void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
 
 #ifdef __cplusplus
 }

@@ -36,8 +36,8 @@ CB_EXPORT void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** 
 /* Kernels allocate scratch tiles (a GEMM's packed column tile, a padded
  * plane) inside their parallel loops, once per iteration. Each thread keeps
  * the blocks it has freed and hands them out again (smallest that fits), so
- * warm runs do not call the allocator at all. A worker frees its blocks when
- * it ends; the caller's stay for the process (a few tiles). */
+ * warm runs do not call the allocator at all. Every thread's blocks are
+ * freed when it ends (a pthread key's destructor: callers' threads too). */
 #define CB_WS_SLOTS 16
 
 typedef struct {
@@ -48,6 +48,12 @@ typedef struct {
 
 static _Thread_local cb_ws_block t_ws[CB_WS_SLOTS];
 static _Thread_local int t_ws_count;
+
+static pthread_key_t g_ws_key;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+static void workspace_release_thread(void);
+static void workspace_at_exit(void* unused) { (void)unused, workspace_release_thread(); }
+static void workspace_key_init(void) { (void)pthread_key_create(&g_ws_key, workspace_at_exit); }
 
 static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, int dtype_code,
                              int dtype_bits) {
@@ -64,12 +70,16 @@ static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, in
     t_ws[best].used = 1;
     return t_ws[best].ptr;
   }
-  void* p = aligned_alloc(64, size);
+  void* p = cb_aligned_alloc(64, size);
   if (!p) return NULL;
   if (t_ws_count < CB_WS_SLOTS) {
+    if (t_ws_count == 0) { /* this thread's first cached block: free them all when it ends */
+      pthread_once(&g_ws_once, workspace_key_init);
+      pthread_setspecific(g_ws_key, (void*)1);
+    }
     t_ws[t_ws_count++] = (cb_ws_block){p, size, 1};
   } else if (spare >= 0) { /* every free block is too small: replace the smallest */
-    free(t_ws[spare].ptr);
+    cb_free(t_ws[spare].ptr);
     t_ws[spare] = (cb_ws_block){p, size, 1};
   } /* else every slot is in use: `p` stays uncached and workspace_free frees it */
   return p;
@@ -83,12 +93,12 @@ static int workspace_free(int device_type, int device_id, void* ptr) {
       return 0;
     }
   }
-  free(ptr); /* allocated while every slot was in use */
+  cb_free(ptr); /* allocated while every slot was in use */
   return 0;
 }
 
 static void workspace_release_thread(void) {
-  for (int i = 0; i < t_ws_count; i++) free(t_ws[i].ptr);
+  for (int i = 0; i < t_ws_count; i++) cb_free(t_ws[i].ptr);
   t_ws_count = 0;
 }
 
@@ -199,7 +209,7 @@ typedef struct {
 
 static void* worker_main(void* arg) {
   cb_worker_start start = *(cb_worker_start*)arg;
-  free(arg);
+  cb_free(arg);
   t_in_task = 1;
   uint64_t seen = start.generation;
   for (;;) {
@@ -221,7 +231,7 @@ static void pool_stop(void) {
   pthread_cond_broadcast(&g_pool.wake);
   pthread_mutex_unlock(&g_pool.mu);
   for (int i = 1; i < g_pool.size; i++) pthread_join(g_pool.threads[i], NULL);
-  free(g_pool.threads);
+  cb_free(g_pool.threads);
   g_pool.threads = NULL;
   g_pool.size = 1;
   atomic_store(&g_pool.stop, 0);
@@ -285,17 +295,17 @@ cb_status cb_backend_set_threads(int n) {
     pool_stop();
     g_pool.home = sched_getcpu();
     if (n > 1) {
-      g_pool.threads = calloc((size_t)n, sizeof(pthread_t));
+      g_pool.threads = cb_calloc((size_t)n, sizeof(pthread_t));
       if (!g_pool.threads) st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
       for (int i = 1; i < n && !st; i++) {
-        cb_worker_start* start = malloc(sizeof *start);
+        cb_worker_start* start = cb_malloc(sizeof *start);
         if (!start) {
           st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
           break;
         }
         start->id = i, start->generation = atomic_load(&g_pool.generation);
         if (pthread_create(&g_pool.threads[i], NULL, worker_main, start) != 0) {
-          free(start);
+          cb_free(start);
           st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
           break;
         }

@@ -111,6 +111,15 @@ static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model*
   return base + m->segments[m->tensors[t].segment].offset + m->tensors[t].segment_offset;
 }
 
+/* Heap allocations (alloc.c): every allocation of the runtime goes through
+ * these, so cb_debug_fail_allocation can make any one of them fail and
+ * cb_debug_allocations can count what is live. Zero sizes allocate one
+ * byte (one alignment unit); cb_aligned_alloc rounds the size up. */
+void* cb_malloc(size_t size);
+void* cb_calloc(size_t n, size_t size);
+void* cb_aligned_alloc(size_t alignment, size_t size);
+void cb_free(void* p);
+
 /* CLOCK_MONOTONIC in nanoseconds: the trace's clock (runtime.c). */
 uint64_t cb_now_ns(void);
 

@@ -28,7 +28,7 @@ uint64_t dtype_size(fbs::DType d) {
 }
 
 template <typename T>
-T* alloc_array(uint32_t n) { return static_cast<T*>(calloc(n ? n : 1, sizeof(T))); }
+T* alloc_array(uint32_t n) { return static_cast<T*>(cb_calloc(n ? n : 1, sizeof(T))); }
 
 // A plan's per-thread task shares: empty (even split), or one share of 1 to
 // 255 per execution thread. They point into the header.
@@ -181,12 +181,13 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   auto feats = b->target()->features();
   m->nfeatures = feats ? feats->size() : 0;
   m->features = alloc_array<const char*>(m->nfeatures);
+  if (!m->features) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nfeatures; i++) m->features[i] = feats->Get(i)->c_str();
 
   // Segments: every byte range inside the file.
   m->nsegments = b->segments()->size();
   m->segments = alloc_array<cb_segment_desc>(m->nsegments);
-  if (!m->features || !m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsegments; i++) {
     const fbs::Segment* s = b->segments()->Get(i);
     if (!in_bounds(s->offset(), s->size(), file_size))
@@ -331,11 +332,11 @@ extern "C" cb_status cb_model_parse(const uint8_t* header, uint64_t header_size,
 }
 
 extern "C" void cb_model_free(cb_model* m) {
-  free(m->features);
-  free(m->segments);
-  free(m->tensors);
-  free(m->steps);
-  free(m->shaders);
-  free(m->dispatches);
+  cb_free(m->features);
+  cb_free(m->segments);
+  cb_free(m->tensors);
+  cb_free(m->steps);
+  cb_free(m->shaders);
+  cb_free(m->dispatches);
   memset(m, 0, sizeof(*m));
 }

@@ -193,9 +193,9 @@ static cb_kernel_fn find_kernel(const cb_bundle* b, const char* name) {
 
 static cb_status resolve_kernels(cb_bundle* b) {
   const cb_model* m = &b->model;
-  b->kernels = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
-  b->transforms = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->transforms);
-  b->alternates = calloc(m->nsteps ? m->nsteps : 1, sizeof *b->alternates);
+  b->kernels = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
+  b->transforms = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->transforms);
+  b->alternates = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->alternates);
   if (!b->kernels || !b->transforms || !b->alternates) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsteps; i++) {
     const cb_step_desc* st = &m->steps[i];
@@ -274,10 +274,10 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
     }
   }
   b->open_cap = 4 + (int)m->nsteps + (int)m->nshaders;
-  b->open_events = calloc((size_t)b->open_cap, sizeof *b->open_events);
-  gpu_reader reader = {b, calloc(m->nsteps ? m->nsteps : 1, sizeof(cb_trace_event)), 0};
+  b->open_events = cb_calloc((size_t)b->open_cap, sizeof *b->open_events);
+  gpu_reader reader = {b, cb_calloc(m->nsteps ? m->nsteps : 1, sizeof(cb_trace_event)), 0};
   if (!b->open_events || !reader.events) {
-    free(reader.events);
+    cb_free(reader.events);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, cb_now_ns()});
@@ -292,7 +292,7 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   if (reading) pthread_join(rt, NULL);
   b->read_sink += reader.sink;
   for (uint32_t i = 0; i < m->nsteps; i++) add_open_event(b, reader.events[i]);
-  free(reader.events);
+  cb_free(reader.events);
   if (!s && weights_checked(b)) { /* else the first run's read names the tensor */
     uint64_t t2 = cb_now_ns();
     s = cb_gpu_upload_weights(b->gpu, b->base, m);
@@ -318,11 +318,11 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
    * bytes it does not need yet; an older bundle's weight segments are
    * checked whole, here. */
   if (b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) &&
-      !(b->verified = calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
+      !(b->verified = cb_calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   if (b->model.gpu_api[0]) return open_gpu(b, t0, rd64(b->base + 24));
   b->open_cap = 2;
-  if (!(b->open_events = calloc(2, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!(b->open_events = cb_calloc(2, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   /* the execution pool's threads start now and come up while the code is
    * checked and loaded: as many as the plan's first run uses (a session
    * with other thread counts resizes the pool; a failure here is retried,
@@ -374,7 +374,7 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
   close(fd);
   if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
   /* read-ahead follows the order of need (read_ahead), not the whole file at once */
-  cb_bundle* b = calloc(1, sizeof *b);
+  cb_bundle* b = cb_calloc(1, sizeof *b);
   if (!b) {
     munmap(map, (size_t)st.st_size);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -386,13 +386,13 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
 cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, cb_bundle** out_bundle) {
   if (!data || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "data and out_bundle are required");
   *out_bundle = NULL;
-  cb_bundle* b = calloc(1, sizeof *b);
+  cb_bundle* b = cb_calloc(1, sizeof *b);
   if (!b) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   b->base = data, b->size = size;
   if ((uintptr_t)data % 64 != 0) { /* weights are used in place and must be aligned */
-    b->owned_copy = aligned_alloc(64, (size + 63) & ~(size_t)63);
+    b->owned_copy = cb_aligned_alloc(64, (size + 63) & ~(size_t)63);
     if (!b->owned_copy) {
-      free(b);
+      cb_free(b);
       return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     memcpy(b->owned_copy, data, size);
@@ -404,17 +404,17 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
 void cb_bundle_release(cb_bundle* b) {
   if (!b) return;
   cb_gpu_release(b->gpu);
-  free(b->open_events);
+  cb_free(b->open_events);
   if (b->code) dlclose(b->code);
   if (b->code_fd > 0) close(b->code_fd);
-  free(b->kernels);
-  free(b->transforms);
-  free(b->alternates);
-  free((void*)b->verified);
+  cb_free(b->kernels);
+  cb_free(b->transforms);
+  cb_free(b->alternates);
+  cb_free((void*)b->verified);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
-  free(b->owned_copy);
-  free(b);
+  cb_free(b->owned_copy);
+  cb_free(b);
 }
 
 cb_status cb_bundle_verify_weights(cb_bundle* b) {
@@ -574,7 +574,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   uint64_t total_args = 0, total_targs = 0, total_aargs = 0;
   for (uint32_t i = 0; i < m->nsteps; i++)
     total_args += m->steps[i].nargs, total_targs += m->steps[i].ntransform_args, total_aargs += m->steps[i].nwarm_args;
-  cb_session* s = calloc(1, sizeof *s);
+  cb_session* s = cb_calloc(1, sizeof *s);
   if (!s) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   s->bundle = b;
   s->threads = threads, s->later_threads = later, s->continuous = continuous;
@@ -589,27 +589,27 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     }
     s->arena = view;
   } else {
-    s->arena = aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+    s->arena = cb_aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
   }
-  s->tensors = calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
-  s->args = calloc(total_args ? total_args : 1, sizeof *s->args);
-  s->arg_start = calloc(m->nsteps + 1, sizeof *s->arg_start);
-  s->targs = calloc(total_targs ? total_targs : 1, sizeof *s->targs);
-  s->targ_start = calloc(m->nsteps + 1, sizeof *s->targ_start);
-  s->aargs = calloc(total_aargs ? total_aargs : 1, sizeof *s->aargs);
-  s->aarg_start = calloc(m->nsteps + 1, sizeof *s->aarg_start);
-  s->alt_ready = calloc(m->nsteps ? m->nsteps : 1, 1);
-  s->alt_claimed = calloc(m->nsteps ? m->nsteps : 1, 1);
-  s->is_prepared = calloc(m->nsteps ? m->nsteps : 1, 1);
-  s->ready = calloc(m->nsteps ? m->nsteps : 1, 1);
-  s->claimed = calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->tensors = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
+  s->args = cb_calloc(total_args ? total_args : 1, sizeof *s->args);
+  s->arg_start = cb_calloc(m->nsteps + 1, sizeof *s->arg_start);
+  s->targs = cb_calloc(total_targs ? total_targs : 1, sizeof *s->targs);
+  s->targ_start = cb_calloc(m->nsteps + 1, sizeof *s->targ_start);
+  s->aargs = cb_calloc(total_aargs ? total_aargs : 1, sizeof *s->aargs);
+  s->aarg_start = cb_calloc(m->nsteps + 1, sizeof *s->aarg_start);
+  s->alt_ready = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->alt_claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->is_prepared = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->ready = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->ready_cv, NULL);
   /* GPU bundles keep prepared tensors in the device's weights buffer */
-  s->prepared = aligned_alloc(64, gpu ? 64 : (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
+  s->prepared = cb_aligned_alloc(64, gpu ? 64 : (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
     s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events;
-    s->trace = calloc(s->trace_cap, sizeof *s->trace);
+    s->trace = cb_calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) {
       cb_session_release(s);
       return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -656,25 +656,25 @@ static void stop_warmer(cb_session* s);
 void cb_session_release(cb_session* s) {
   if (!s) return;
   stop_warmer(s);
-  free(s->aargs);
-  free(s->aarg_start);
-  free((void*)s->alt_ready);
-  free((void*)s->alt_claimed);
+  cb_free(s->aargs);
+  cb_free(s->aarg_start);
+  cb_free((void*)s->alt_ready);
+  cb_free((void*)s->alt_claimed);
   if (s->gpu) cb_gpu_session_release(s->gpu);
-  else free(s->arena);
-  free(s->trace);
-  free(s->prepared);
-  free(s->is_prepared);
-  free((void*)s->ready);
-  free((void*)s->claimed);
+  else cb_free(s->arena);
+  cb_free(s->trace);
+  cb_free(s->prepared);
+  cb_free(s->is_prepared);
+  cb_free((void*)s->ready);
+  cb_free((void*)s->claimed);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->ready_cv);
-  free(s->targs);
-  free(s->targ_start);
-  free(s->tensors);
-  free(s->args);
-  free(s->arg_start);
-  free(s);
+  cb_free(s->targs);
+  cb_free(s->targ_start);
+  cb_free(s->tensors);
+  cb_free(s->args);
+  cb_free(s->arg_start);
+  cb_free(s);
 }
 
 cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, size_t nbytes) {

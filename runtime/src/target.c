@@ -12,16 +12,46 @@
 #define CB_HOST_ARCH "unknown"
 #endif
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* x86 features from CPUID (and XGETBV: the OS must save the AVX and
+ * AVX-512 registers), one table for every compiler. */
+typedef struct { const char* name; unsigned leaf, sub, reg, bit, xsave; } cb_x86_feature;
+enum { EAX, EBX, ECX, EDX };
+enum { XS_NONE, XS_AVX, XS_AVX512 };
+static const cb_x86_feature k_x86[] = {
+    {"sse4.2", 1, 0, ECX, 20, XS_NONE},     {"fma", 1, 0, ECX, 12, XS_AVX},
+    {"avx", 1, 0, ECX, 28, XS_AVX},         {"f16c", 1, 0, ECX, 29, XS_AVX},
+    {"avx2", 7, 0, EBX, 5, XS_AVX},         {"bmi", 7, 0, EBX, 3, XS_NONE},
+    {"bmi2", 7, 0, EBX, 8, XS_NONE},        {"avx512f", 7, 0, EBX, 16, XS_AVX512},
+    {"avx512dq", 7, 0, EBX, 17, XS_AVX512}, {"avx512cd", 7, 0, EBX, 28, XS_AVX512},
+    {"avx512bw", 7, 0, EBX, 30, XS_AVX512}, {"avx512vl", 7, 0, EBX, 31, XS_AVX512},
+    {"avx512vnni", 7, 0, ECX, 11, XS_AVX512}, {"avx512fp16", 7, 0, EDX, 23, XS_AVX512},
+    {"avx512bf16", 7, 1, EAX, 5, XS_AVX512},
+};
+
+static int os_saves(unsigned xsave) {
+  unsigned a, b, c, d;
+  if (xsave == XS_NONE) return 1;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  unsigned need = xsave == XS_AVX ? 0x6u : 0xE6u; /* SSE|AVX state; + opmask, ZMM_Hi256, Hi16_ZMM */
+  return (lo & need) == need;
+}
+#endif
+
 /* 1 = present, 0 = absent, -1 = a feature this runtime cannot check. */
 static int host_has(const char* f) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-#define CB_X86(name) if (strcmp(f, name) == 0) return __builtin_cpu_supports(name) ? 1 : 0;
-  CB_X86("sse4.2") CB_X86("avx") CB_X86("avx2") CB_X86("fma") CB_X86("f16c")
-  CB_X86("avx512f") CB_X86("avx512bw") CB_X86("avx512dq") CB_X86("avx512vl")
-  CB_X86("avx512cd") CB_X86("avx512vnni") CB_X86("avx512bf16") CB_X86("avx512fp16")
-  CB_X86("bmi") CB_X86("bmi2")
-#undef CB_X86
+  for (size_t i = 0; i < sizeof k_x86 / sizeof k_x86[0]; i++) {
+    const cb_x86_feature* x = &k_x86[i];
+    if (strcmp(f, x->name) != 0) continue;
+    unsigned r[4] = {0, 0, 0, 0};
+    if (!__get_cpuid_count(x->leaf, x->sub, &r[EAX], &r[EBX], &r[ECX], &r[EDX])) return 0;
+    return (r[x->reg] >> x->bit & 1u) && os_saves(x->xsave);
+  }
 #elif defined(__aarch64__)
   if (strcmp(f, "neon") == 0) return 1;
 #endif

@@ -247,11 +247,11 @@ static void* read_cache(const cb_gpu* g, size_t* size) {
   void* data = NULL;
   if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, want.magic, 8) == 0 && h.vendor == want.vendor &&
       h.device == want.device && h.driver == want.driver && memcmp(h.uuid, want.uuid, VK_UUID_SIZE) == 0 &&
-      h.size > 0 && h.size < (1ull << 31) && (data = malloc(h.size)) && fread(data, h.size, 1, f) == 1 &&
+      h.size > 0 && h.size < (1ull << 31) && (data = cb_malloc(h.size)) && fread(data, h.size, 1, f) == 1 &&
       cb_checksum64(data, h.size) == h.checksum) {
     *size = h.size;
   } else {
-    free(data);
+    cb_free(data);
     data = NULL;
   }
   fclose(f);
@@ -272,7 +272,7 @@ static void write_cache(cb_gpu* g) {
   if (!g->cache_path[0]) return;
   size_t size = 0;
   if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, NULL) != VK_SUCCESS || !size) return;
-  void* data = malloc(size);
+  void* data = cb_malloc(size);
   if (!data) return;
   if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, data) == VK_SUCCESS) {
     cache_header h = expected_header(g);
@@ -287,7 +287,7 @@ static void write_cache(cb_gpu* g) {
       if (!ok || rename(tmp, g->cache_path) != 0) unlink(tmp);
     }
   }
-  free(data);
+  cb_free(data);
 }
 
 /* --- pipelines --- */
@@ -356,12 +356,12 @@ static void* pipeline_worker(void* arg) {
  * caller joins in cb_gpu_pipelines_finish, after its own preparation work). */
 static cb_status pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint32_t threads) {
   g->nshaders = m->nshaders;
-  g->modules = calloc(m->nshaders, sizeof *g->modules);
-  g->pipelines = calloc(m->nshaders, sizeof *g->pipelines);
-  g->job = calloc(1, sizeof *g->job);
-  cb_trace_event* events = calloc(m->nshaders ? m->nshaders : 1, sizeof *events);
+  g->modules = cb_calloc(m->nshaders, sizeof *g->modules);
+  g->pipelines = cb_calloc(m->nshaders, sizeof *g->pipelines);
+  g->job = cb_calloc(1, sizeof *g->job);
+  cb_trace_event* events = cb_calloc(m->nshaders ? m->nshaders : 1, sizeof *events);
   if (!g->modules || !g->pipelines || !g->job || !events) {
-    free(events);
+    cb_free(events);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   pipeline_job* job = g->job;
@@ -378,7 +378,7 @@ static cb_status pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model*
     cci.initialDataSize = 0, cci.pInitialData = NULL, cached = 0;
     r = g->vk.vkCreatePipelineCache(g->device, &cci, NULL, &g->cache);
   }
-  free(data);
+  cb_free(data);
   if (r != VK_SUCCESS) return vk_fail(r, "vkCreatePipelineCache");
   job->cached = cached != 0;
   if (threads > 16) threads = 16;
@@ -478,8 +478,8 @@ static void record_copy(cb_gpu* g, VkCommandBuffer cmd, void* arg) {
  * and the prepared tensors the CPU transforms write (raw weights that only
  * a transform reads stay on the CPU). */
 static cb_status layout_weights(cb_gpu* g, const cb_model* m) {
-  g->weight_offset = calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
-  g->uploaded = calloc(m->ntensors ? m->ntensors : 1, 1);
+  g->weight_offset = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
+  g->uploaded = cb_calloc(m->ntensors ? m->ntensors : 1, 1);
   if (!g->weight_offset || !g->uploaded) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsteps; i++)
     for (uint32_t j = 0; j < m->steps[i].ndispatches; j++)
@@ -651,13 +651,13 @@ static cb_status bind_sets(cb_gpu_session* gs, const cb_model* m, VkDescriptorSe
 
 cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** out, void** host_view) {
   *out = NULL, *host_view = NULL;
-  cb_gpu_session* gs = calloc(1, sizeof *gs);
+  cb_gpu_session* gs = cb_calloc(1, sizeof *gs);
   if (!gs) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   gs->gpu = g;
   uint32_t nsets = 0, nbindings = 0;
   for (uint32_t i = 0; i < m->nsteps; i++)
     for (uint32_t j = 0; j < m->steps[i].ndispatches; j++) nsets++, nbindings += m->steps[i].dispatches[j].nbindings;
-  VkDescriptorSet* sets = calloc(nsets ? nsets : 1, sizeof *sets);
+  VkDescriptorSet* sets = cb_calloc(nsets ? nsets : 1, sizeof *sets);
   cb_status s = sets ? CB_OK : cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   if (!s) s = make_buffer(g, m->arena_size, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &gs->arena,
                           &gs->arena_mem);
@@ -676,7 +676,7 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
     if (r == VK_SUCCESS) r = g->vk.vkCreateFence(g->device, &fci, NULL, &gs->fence);
     s = r == VK_SUCCESS ? record(gs, m, sets) : vk_fail(r, "creating the session's command buffer");
   }
-  free(sets);
+  cb_free(sets);
   if (s) {
     cb_gpu_session_release(gs);
     return s;
@@ -708,14 +708,14 @@ void cb_gpu_session_release(cb_gpu_session* gs) {
   if (gs->staging_mem) vk->vkFreeMemory(g->device, gs->staging_mem, NULL);
   if (gs->arena) vk->vkDestroyBuffer(g->device, gs->arena, NULL);
   if (gs->arena_mem) vk->vkFreeMemory(g->device, gs->arena_mem, NULL);
-  free(gs);
+  cb_free(gs);
 }
 
 /* --- the bundle's GPU --- */
 
 cb_status cb_gpu_open(cb_gpu** out) {
   *out = NULL;
-  cb_gpu* g = calloc(1, sizeof *g);
+  cb_gpu* g = cb_calloc(1, sizeof *g);
   if (!g) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   pthread_mutex_init(&g->weights_mu, NULL);
   cb_status s = load_loader(&g->vk);
@@ -743,11 +743,11 @@ void cb_gpu_release(cb_gpu* g) {
   if (g->job) {
     atomic_store(&g->job->failed, 1); /* workers stop after the pipeline in hand */
     for (uint32_t k = 0; k < g->job->nworkers; k++) pthread_join(g->job->tid[k], NULL);
-    free(g->job->events);
-    free(g->job);
+    cb_free(g->job->events);
+    cb_free(g->job);
   }
-  free(g->weight_offset);
-  free(g->uploaded);
+  cb_free(g->weight_offset);
+  cb_free(g->uploaded);
   if (g->device) {
     vk->vkDeviceWaitIdle(g->device);
     for (uint32_t i = 0; i < g->nshaders; i++) {
@@ -763,10 +763,10 @@ void cb_gpu_release(cb_gpu* g) {
     }
     vk->vkDestroyDevice(g->device, NULL);
   }
-  free(g->modules);
-  free(g->pipelines);
+  cb_free(g->modules);
+  cb_free(g->pipelines);
   if (g->instance) vk->vkDestroyInstance(g->instance, NULL);
   if (vk->lib) dlclose(vk->lib);
   pthread_mutex_destroy(&g->weights_mu);
-  free(g);
+  cb_free(g);
 }
