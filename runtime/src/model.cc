@@ -218,6 +218,9 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
     d->shape = t->shape() ? t->shape()->data() : kScalarShape;
     if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+    // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
+    if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0)
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape", i);
     for (int32_t k = 0; k < d->ndim; k++) {
       if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
         return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);

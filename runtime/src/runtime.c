@@ -155,6 +155,8 @@ static cb_status check_preamble(const uint8_t* p, uint64_t size, uint64_t* hdr_o
   *hdr_size = rd64(p + 16);
   if (*hdr_off < CB_PREAMBLE_SIZE || *hdr_off > size || *hdr_size > size - *hdr_off)
     return cb_fail(CB_ERR_CORRUPT, "bundle header lies outside the file");
+  if (*hdr_off % 8 != 0) /* its 64-bit fields (shapes, sizes) are read in place */
+    return cb_fail(CB_ERR_CORRUPT, "bundle header at offset %llu is not 8-byte aligned", (unsigned long long)*hdr_off);
   if (cb_checksum64(p + *hdr_off, *hdr_size) != rd64(p + 24))
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
   return CB_OK;

@@ -1,0 +1,177 @@
+"""Fuzz the C runtime with libFuzzer (ASan + UBSan; Debian clang and
+libfuzzer-14-dev, installed by .ci/setup.sh).
+
+    python tests/fuzz/fuzz.py [--runs 1000000 | --seconds S] [--targets open,run,open_structured,run_structured]
+    python tests/fuzz/fuzz.py --make-corpus      # rebuild tests/fuzz/corpus from small models
+
+Targets (tests/fuzz/fuzz_bundle.c): `open` opens a bundle from memory and
+reads its description and weights; `run` also creates sessions (cold and
+continuous) and runs them. The `_structured` builds add
+tests/fuzz/structured.cc, which mutates FlatBuffer fields, offsets,
+counts, indices, strings, segment tables and weight bytes and then
+recomputes every checksum, so mutations reach the plan checks, the session
+and the run instead of stopping at the door.
+
+Each target starts from the committed seed corpus (tiny bundles compiled
+for x86_64-avx2, so every x86-64 machine that runs the tests can load
+them). Prints per target: executions, seconds, the crashes found (saved as
+files to add to tests/fuzz/regressions/) and the coverage of the runtime's
+functions. Exit status 1 when any target crashed.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, "corpus")
+REGRESSIONS = os.path.join(HERE, "regressions")
+TARGETS = ("open", "run", "open_structured", "run_structured")
+FLAGS = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
+         "-g", "-O1"]
+ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its header is what is fuzzed
+    "ASAN_OPTIONS": "detect_leaks=1:allocator_may_return_null=1",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    "VK_DRIVER_FILES": "/nonexistent/coldbrew-fuzz.json",
+    "VK_ICD_FILENAMES": "/nonexistent/coldbrew-fuzz.json",
+}
+# Functions whose coverage the summary names: the header's checks, the plan's, the session's and the run's.
+KEY_FUNCTIONS = ("check_preamble", "parse", "parse_gpu", "cb_target_check", "open_verified", "resolve_kernels",
+                 "cb_session_create", "cb_session_run", "read_tensors", "check_tensor", "cb_session_release")
+
+sys.path.insert(0, os.path.join(ROOT, "runtime"))
+import build  # noqa: E402  (runtime/build.py)
+
+
+def build_target(name, out_dir):
+    """The libFuzzer binary for target `name`; its path."""
+    run, structured = name.startswith("run"), name.endswith("_structured")
+    os.makedirs(out_dir, exist_ok=True)
+    src = os.path.join(ROOT, "runtime", "src")
+    with tempfile.TemporaryDirectory() as tmp:
+        inc = ["-I", os.path.join(ROOT, "runtime", "include"), "-I", src, "-I",
+               os.path.join(ROOT, "schemas", "generated"), "-I", build.flatbuffers_include(), "-I",
+               build.vulkan_include(tmp)]
+        defines = ["-DCB_FUZZ_RUN"] if run else []
+        objects = []
+        sources = [os.path.join(src, s) for s in build.C_SOURCES + build.CXX_SOURCES]
+        sources.append(os.path.join(HERE, "fuzz_bundle.c"))
+        if structured:
+            sources.append(os.path.join(HERE, "structured.cc"))
+        for s in sources:
+            is_c = s.endswith(".c")
+            obj = os.path.join(tmp, os.path.basename(s) + ".o")
+            cmd = ["clang" if is_c else "clang++", "-std=c11" if is_c else "-std=c++17", *FLAGS, *defines, *inc,
+                   "-c", s, "-o", obj]
+            if not is_c:
+                cmd += ["-fno-exceptions", "-fno-rtti"]
+            subprocess.run(cmd, check=True)
+            objects.append(obj)
+        out = os.path.join(out_dir, f"fuzz_{name}")
+        # -rdynamic: the kernels resolve the runtime's error hook from the executable
+        subprocess.run(["clang++", *FLAGS, *objects, "-rdynamic", "-ldl", "-lpthread", "-o", out], check=True)
+    return out
+
+
+def make_corpus(out=CORPUS):
+    """Seed bundles: tiny models compiled for x86_64-avx2, CPU plans of every
+    shape the runtime reads (cached and raw weights, a preparation worker,
+    warm alternates) and one GPU bundle."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_graph, compile_model
+
+    os.makedirs(out, exist_ok=True)
+    m, t = small_cnn(), "x86_64-avx2"
+    compile_model(m, os.path.join(out, "cached.brew"), target=t)
+    compile_model(m, os.path.join(out, "raw_worker.brew"), target=t, weights="raw", queues={"*": 1})
+    compile_graph(m, os.path.join(out, "continuous.brew"), target=t, variants={"conv2d": "conv2d.im2col_gemm"},
+                  weights="raw", queues=1, warm=({"conv2d": "conv2d.winograd_f2"}, 2))
+    compile_model(m, os.path.join(out, "gpu.brew"), target="vulkan")
+    return sorted(os.listdir(out))
+
+
+def covered(output):
+    """{function: (edges covered, edges)} of the runtime's sources, from
+    libFuzzer's -print_coverage=1 (names without namespace or arguments)."""
+    cov = {}
+    for m in re.finditer(r"^(UN)?COVERED_FUNC: hits: \d+ edges: (\d+)/(\d+) (.+) (\S+):\d+$", output, re.M):
+        if "/runtime/src/" not in m.group(5):
+            continue
+        name = re.sub(r"\(anonymous namespace\)::", "", m.group(4)).split("(")[0]
+        hit, edges = cov.get(name, (0, 0))
+        cov[name] = (max(hit, int(m.group(2))), max(edges, int(m.group(3))))
+    return cov
+
+
+def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
+    """Run one target over a fresh copy of the corpus; a dict of results."""
+    work = work or tempfile.mkdtemp(prefix="cb-fuzz-")
+    corpus = os.path.join(work, "corpus")
+    shutil.copytree(CORPUS, corpus, dirs_exist_ok=True)
+    artifacts = os.path.join(work, "artifacts") + "/"
+    os.makedirs(artifacts, exist_ok=True)
+    cmd = [binary, corpus, f"-artifact_prefix={artifacts}", "-print_final_stats=1", "-print_coverage=1",
+           "-max_len=262144", "-rss_limit_mb=4096", "-malloc_limit_mb=4096", "-timeout=20", "-seed=1", *extra]
+    cmd.append(f"-runs={runs}" if runs else f"-max_total_time={seconds}")
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENV})
+    dt = time.perf_counter() - t
+    out = r.stdout + r.stderr
+    done = re.search(r"stat::number_of_executed_units:\s*(\d+)", out)
+    crashes = sorted(os.path.join(artifacts, f) for f in os.listdir(artifacts))
+    return {"binary": os.path.basename(binary), "executions": int(done.group(1)) if done else 0, "seconds": dt,
+            "crashes": crashes, "exit": r.returncode, "coverage": covered(out), "log": out}
+
+
+def replay(binary, files):
+    """Run a target once over each file (regression cases); its result."""
+    return subprocess.run([binary, *files], capture_output=True, text=True, env={**os.environ, **ENV}, timeout=600)
+
+
+def summary(res):
+    cov = res["coverage"]
+    hit = sum(1 for c in cov.values() if c[0])
+    lines = [f"{res['binary']}: {res['executions']:,} executions in {res['seconds']:.0f} s, "
+             f"{len(res['crashes'])} crashes (exit {res['exit']}); runtime functions covered {hit}/{len(cov)}"]
+    key = [f"{f} {cov[f][0]}/{cov[f][1]}" for f in KEY_FUNCTIONS if f in cov]
+    lines.append("  edges covered: " + ", ".join(key))
+    for c in res["crashes"]:
+        lines.append(f"  crash: {c}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1_000_000)
+    ap.add_argument("--seconds", type=int, help="run each target this long instead of --runs executions")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "fuzz"))
+    ap.add_argument("--make-corpus", action="store_true")
+    args = ap.parse_args()
+    if args.make_corpus:
+        print("\n".join(make_corpus()))
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    failed = False
+    for name in args.targets.split(","):
+        if name not in TARGETS:
+            raise SystemExit(f"unknown target {name}; targets: {', '.join(TARGETS)}")
+        binary = build_target(name, args.out)
+        res = fuzz(binary, None if args.seconds else args.runs, args.seconds,
+                   work=tempfile.mkdtemp(prefix=f"cb-fuzz-{name}-", dir=args.out))
+        print(summary(res), flush=True)
+        if res["crashes"] or res["exit"]:
+            failed = True
+            print(res["log"][-3000:])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
