@@ -78,7 +78,7 @@ def _dumper(dump_ir, passes, first):
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights=None, threads=2, plan="default", progress=None, tune=False,
-                  queues=0, on_plan=None, continuous=False):
+                  queues=0, on_plan=None, continuous=False, sign=None):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
@@ -101,6 +101,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     `continuous` also stores each layer's warm-fastest variant (the "warm"
     plan from the same cost table; weights cached, after the plan's) for
     runs after the first in continuous mode (compiler/add_warm_steps.py).
+    `sign` (a secret key file from `coldbrew keygen`) appends an Ed25519
+    signature over every byte (compiler/sign_bundle.py).
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
@@ -134,8 +136,15 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
 
         front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner and the compile
         tuning = measure_tuning(model, target, threads, front=front, progress=progress)
-    data, _ = compile_graph(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads,
-                            front=front, tuning=tuning, queues=queues, warm=warm)
+    data, _ = compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
+                            weights, threads, front=front, tuning=tuning, queues=queues, warm=warm)
+    if sign:
+        from .sign_bundle import sign as sign_with
+
+        data = sign_with(data, sign)
+        if output:
+            with open(output, "wb") as f:
+                f.write(data)
     return data
 
 

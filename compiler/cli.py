@@ -130,8 +130,10 @@ def main():
                    "the first run follows the plan, later runs switch to those variants once their weights "
                    "are ready (coldbrew.load(..., mode='continuous'))")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
+@click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY",
+              help="sign the bundle with this secret key (coldbrew keygen)")
 def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
-                continuous, dump_ir):
+                continuous, dump_ir, sign_key):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
@@ -143,7 +145,7 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
                                  tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts),
-                                 on_plan=planned.append, continuous=continuous)
+                                 on_plan=planned.append, continuous=continuous, sign=sign_key)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     for p in planned:
@@ -151,7 +153,22 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
         click.echo(f"plan {plan}: made in {p['plan_ms']:.0f} ms; {p['threads']} execution thread(s), "
                    f"preparation {'on worker(s) ' + ','.join(map(str, workers)) if workers else 'inline'}; "
                    f"predicted cold {p['predicted_ms']:.1f} ms")
-    click.echo(f"wrote {output} ({len(data):,} bytes) in {time.perf_counter() - t0:.1f} s")
+    click.echo(f"wrote {output} ({len(data):,} bytes{', signed' if sign_key else ''}) in "
+               f"{time.perf_counter() - t0:.1f} s")
+
+
+@main.command("keygen")
+@click.argument("key", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="replace an existing key")
+def keygen_cmd(key, force):
+    """Make an Ed25519 key pair for signing bundles: KEY (secret, keep it
+    private) and KEY.pub (give it to apps: coldbrew.load(..., public_key=...))."""
+    from .sign_bundle import keygen
+
+    if os.path.exists(key) and not force:
+        raise click.ClickException(f"{key} exists (use --force to replace it)")
+    public = keygen(key)
+    click.echo(f"wrote {key} (secret) and {key}.pub (public key {public})")
 
 
 @main.command("run")
@@ -364,7 +381,8 @@ def targets_cmd():
 @main.command("inspect")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
 @click.option("--verify", is_flag=True, help="also open it with the runtime (full verification)")
-def inspect_cmd(bundle, verify):
+@click.option("--public-key", metavar="KEY.pub|HEX", help="with --verify: require a signature by this key")
+def inspect_cmd(bundle, verify, public_key):
     """Show everything in BUNDLE: target, layers and variants, segments, totals."""
     from .inspect_bundle import InspectError, describe
 
@@ -377,12 +395,13 @@ def inspect_cmd(bundle, verify):
         import coldbrew
 
         try:
-            sess = coldbrew.load(bundle)
+            sess = coldbrew.load(bundle, public_key=public_key)
             sess.verify_weights()
             sess.close()
-        except coldbrew.BundleError as e:
+        except (coldbrew.BundleError, ValueError) as e:
             raise click.ClickException(f"verification failed: {e}") from None
-        click.echo("verify     ok (runtime accepted the bundle and every weight checksum on this machine)")
+        click.echo("verify     ok (runtime accepted the bundle and every weight checksum on this machine"
+                   + (", and its signature by the given key)" if public_key else ")"))
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def _schedule(step):
 
 def describe(path):
     """Return the human-readable description as a list of lines."""
-    b, size, version = read(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    b, size, version = read_bytes(data, path)
     t = b.target
     lines = [
         f"bundle     {path} ({size:,} bytes, schema v{version})",
@@ -101,7 +103,19 @@ def describe(path):
         kinds[_KIND.get(x.kind, "?")][0] += 1
         kinds[_KIND.get(x.kind, "?")][1] += x.nbytes
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
+    lines.append(signature_line(data))
     return lines
+
+
+def signature_line(data):
+    """Who signed the bundle, and whether the signature holds for its bytes."""
+    from .sign_bundle import signer
+
+    s = signer(data)
+    if s is None:
+        return "signature  none (unsigned: opens without a key; coldbrew compile --sign KEY signs)"
+    key, ok = s
+    return f"signature  Ed25519 by {key}: " + ("valid for every byte" if ok else "INVALID (altered after signing)")
 
 
 def _dispatches(step):

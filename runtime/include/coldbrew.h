@@ -37,6 +37,8 @@ typedef enum cb_status {
   CB_ERR_KERNEL = 8,           /* a kernel reported an error while running */
   CB_ERR_OUT_OF_MEMORY = 9,
   CB_ERR_GPU = 10,             /* a GPU bundle found no usable Vulkan loader, driver or device */
+  CB_ERR_SIGNATURE = 11,       /* a signature was required: the bundle is unsigned, signed by another
+                                  key or altered since it was signed (or libsodium is missing) */
 } cb_status;
 
 /* Element types, numbered as coldbrew.schema.DType. */
@@ -50,6 +52,21 @@ typedef enum cb_dtype {
  * the first run, when it is read (a mismatch fails that run with
  * CB_ERR_CORRUPT). This flag skips the weight checks. */
 #define CB_OPEN_SKIP_WEIGHT_CHECKSUMS 1u
+
+/* Signed bundles (`coldbrew compile --sign KEY`) end in a signature block:
+ * an Ed25519 signature, by the key whose public half it names, over the
+ * BLAKE2b-256 hash of every byte before it (preamble, header, every
+ * segment). With a `public_key`, opening reads and hashes the whole bundle
+ * and checks the signature first, before parsing the header or mapping any
+ * code executable, and refuses (CB_ERR_SIGNATURE) a bundle that is
+ * unsigned, signed by another key, or altered in any byte. The check uses
+ * libsodium (libsodium.so.23), loaded then. Without a key a signature is
+ * not required (nor checked). */
+#define CB_PUBLIC_KEY_BYTES 32u
+typedef struct cb_open_options {
+  uint32_t flags;               /* CB_OPEN_* */
+  const uint8_t* public_key;    /* CB_PUBLIC_KEY_BYTES bytes, or NULL: no signature required */
+} cb_open_options;
 
 typedef struct cb_bundle cb_bundle;
 typedef struct cb_session cb_session;
@@ -133,6 +150,10 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
  * unchanged until the bundle is released. */
 cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags,
                                 cb_bundle** out_bundle);
+/* The same, with options (NULL: defaults). */
+cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* options, cb_bundle** out_bundle);
+cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_open_options* options,
+                                     cb_bundle** out_bundle);
 void cb_bundle_release(cb_bundle* bundle);
 /* Check every weight tensor now rather than when a run first reads it (for
  * tools, or apps that prefer to pay the whole read at open). CB_ERR_CORRUPT

@@ -13,7 +13,7 @@ import numpy as np
 _DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
            np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
-           "KERNEL", "OUT_OF_MEMORY", "GPU"]
+           "KERNEL", "OUT_OF_MEMORY", "GPU", "SIGNATURE"]
 SKIP_WEIGHT_CHECKSUMS = 1
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
            7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline"}  # cb_phase
@@ -41,6 +41,10 @@ class _Options(ctypes.Structure):
                 ("exec_share_count", ctypes.c_uint32), ("exec_shares", ctypes.POINTER(ctypes.c_uint8))]
 
 
+class _OpenOptions(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint32), ("public_key", ctypes.c_char_p)]
+
+
 class _TraceEvent(ctypes.Structure):
     _fields_ = [("step", ctypes.c_uint32), ("phase", ctypes.c_uint32), ("cpu", ctypes.c_int32),
                 ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64)]
@@ -58,6 +62,8 @@ def _load_library():
         "cb_last_error": ([], ctypes.c_char_p),
         "cb_bundle_open_file": ([ctypes.c_char_p, u32, ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory": ([vp, sz, u32, ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_bundle_open_file_with": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_release": ([vp], None),
         "cb_bundle_verify_weights": ([vp], ctypes.c_int),
         "cb_bundle_input_count": ([vp], sz),
@@ -89,6 +95,24 @@ def _check(status):
         raise BundleError(status, _lib.cb_last_error().decode("utf-8", "replace"))
 
 
+def read_public_key(value):
+    """32 Ed25519 public key bytes from bytes, 64 hex digits, or a .pub file
+    (coldbrew keygen) holding them."""
+    if isinstance(value, (bytes, bytearray)) and len(value) == 32:
+        return bytes(value)
+    text = os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)
+    if os.path.isfile(text):
+        with open(text) as f:
+            text = f.read().strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise ValueError("public_key must be 32 bytes, 64 hex digits or a .pub file from coldbrew keygen")
+    return key
+
+
 class NodeArg:
     """Input/output metadata, as onnxruntime's NodeArg."""
 
@@ -114,19 +138,27 @@ class InferenceSession:
     exec_shares (one whole number 1..255 per execution thread) replaces the
     plan's split of parallel loops: thread k takes exec_shares[k] of every
     sum(exec_shares) tasks, e.g. [2, 1] when the second thread's core runs
-    at half speed."""
+    at half speed.
 
-    def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None):
+    public_key (32 bytes, hex, or a .pub file from `coldbrew keygen`)
+    requires the bundle to be signed by that key: an unsigned bundle, one
+    signed by another key, or one altered in any byte since it was signed is
+    refused (BundleError, status SIGNATURE) before its code is loaded."""
+
+    def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None,
+                 public_key=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        flags = 0 if verify_weights else SKIP_WEIGHT_CHECKSUMS
+        self._key = read_public_key(public_key) if public_key is not None else None
+        opts = _OpenOptions(0 if verify_weights else SKIP_WEIGHT_CHECKSUMS, self._key)
         self._bundle = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
         if isinstance(source, (bytes, bytearray, memoryview)):
             self._buffer = ctypes.create_string_buffer(bytes(source), len(source))
-            _check(_lib.cb_bundle_open_memory(self._buffer, len(source), flags, ctypes.byref(self._bundle)))
+            _check(_lib.cb_bundle_open_memory_with(self._buffer, len(source), ctypes.byref(opts),
+                                                   ctypes.byref(self._bundle)))
         else:
-            _check(_lib.cb_bundle_open_file(os.fsencode(source), flags, ctypes.byref(self._bundle)))
+            _check(_lib.cb_bundle_open_file_with(os.fsencode(source), ctypes.byref(opts), ctypes.byref(self._bundle)))
         self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
         opts = _Options(threads, 1 if trace else 0, MODES.index(mode))
@@ -254,8 +286,8 @@ class InferenceSession:
         self.close()
 
 
-def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None):
+def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None):
     """Open a bundle (path or bytes) and return an InferenceSession
-    (mode: "cold" or "continuous"; exec_shares: see InferenceSession)."""
+    (mode: "cold" or "continuous"; exec_shares, public_key: see InferenceSession)."""
     return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode,
-                            exec_shares=exec_shares)
+                            exec_shares=exec_shares, public_key=public_key)

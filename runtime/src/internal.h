@@ -11,6 +11,16 @@ extern "C" {
 /* Container preamble (schemas/README.md): the FlatBuffer header follows it. */
 #define CB_MAGIC "COLDBREW"
 #define CB_PREAMBLE_SIZE 64u
+/* Signature block (signed bundles, at the end of the file; its offset at
+ * preamble byte 40): magic, the signer's public key, the Ed25519 signature
+ * of CB_SIG_CONTEXT followed by the BLAKE2b-256 hash of the bytes before it. */
+#define CB_SIG_MAGIC "CBSIGNv1"
+#define CB_SIG_BLOCK_SIZE 104u
+#define CB_SIG_CONTEXT "coldbrew signed bundle v1"
+
+/* Check the signature of the bundle `data` (size bytes) by `public_key`
+ * (signature.c): CB_OK or CB_ERR_SIGNATURE with its reason. */
+cb_status cb_signature_check(const uint8_t* data, uint64_t size, const uint8_t* public_key);
 
 enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4 };
 enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3 };

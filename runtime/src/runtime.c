@@ -33,7 +33,7 @@ cb_status cb_fail(cb_status status, const char* fmt, ...) {
 
 const char* cb_status_name(cb_status s) {
   static const char* names[] = {"OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION",
-                                "CORRUPT", "TARGET", "LOAD", "KERNEL", "OUT_OF_MEMORY", "GPU"};
+                                "CORRUPT", "TARGET", "LOAD", "KERNEL", "OUT_OF_MEMORY", "GPU", "SIGNATURE"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "UNKNOWN";
 }
 
@@ -151,14 +151,15 @@ static cb_status check_preamble(const uint8_t* p, uint64_t size, uint64_t* hdr_o
   if (declared != size)
     return cb_fail(CB_ERR_CORRUPT, "bundle is %llu bytes but its header says %llu (truncated?)",
                    (unsigned long long)size, (unsigned long long)declared);
+  uint64_t sig = rd64(p + 40);
+  if (sig && (sig < CB_PREAMBLE_SIZE || sig > size || size - sig != CB_SIG_BLOCK_SIZE))
+    return cb_fail(CB_ERR_CORRUPT, "bundle's signature block lies outside the file");
   *hdr_off = rd32(p + 12);
   *hdr_size = rd64(p + 16);
   if (*hdr_off < CB_PREAMBLE_SIZE || *hdr_off > size || *hdr_size > size - *hdr_off)
     return cb_fail(CB_ERR_CORRUPT, "bundle header lies outside the file");
   if (*hdr_off % 8 != 0) /* its 64-bit fields (shapes, sizes) are read in place */
     return cb_fail(CB_ERR_CORRUPT, "bundle header at offset %llu is not 8-byte aligned", (unsigned long long)*hdr_off);
-  if (cb_checksum64(p + *hdr_off, *hdr_size) != rd64(p + 24))
-    return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
   return CB_OK;
 }
 
@@ -309,10 +310,17 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   return s;
 }
 
-static cb_status open_verified(cb_bundle* b, uint32_t flags) {
+static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* public_key) {
   uint64_t t0 = cb_now_ns(), hdr_off = 0, hdr_size = 0;
   cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
   if (s) return s;
+  /* a required signature is checked before anything else reads the header */
+  if (public_key) {
+    if ((s = cb_signature_check(b->base, b->size, public_key))) return s;
+    flags |= CB_OPEN_SKIP_WEIGHT_CHECKSUMS; /* every byte is authenticated: the weights' checksums add nothing */
+  }
+  if (cb_checksum64(b->base + hdr_off, hdr_size) != rd64(b->base + 24))
+    return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
   if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
   if ((s = cb_target_check(&b->model))) return s;
   /* Weights with checksums of their own are checked by the run that first
@@ -352,8 +360,8 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags) {
   return s;
 }
 
-static cb_status finish_open(cb_bundle* b, uint32_t flags, cb_bundle** out) {
-  cb_status s = open_verified(b, flags);
+static cb_status finish_open(cb_bundle* b, const cb_open_options* o, cb_bundle** out) {
+  cb_status s = open_verified(b, o ? o->flags : 0, o ? o->public_key : NULL);
   if (s) {
     cb_bundle_release(b);
     return s;
@@ -363,6 +371,16 @@ static cb_status finish_open(cb_bundle* b, uint32_t flags, cb_bundle** out) {
 }
 
 cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_bundle) {
+  cb_open_options o = {flags, NULL};
+  return cb_bundle_open_file_with(path, &o, out_bundle);
+}
+
+cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, cb_bundle** out_bundle) {
+  cb_open_options o = {flags, NULL};
+  return cb_bundle_open_memory_with(data, size, &o, out_bundle);
+}
+
+cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* options, cb_bundle** out_bundle) {
   if (!path || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "path and out_bundle are required");
   *out_bundle = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -382,10 +400,11 @@ cb_status cb_bundle_open_file(const char* path, uint32_t flags, cb_bundle** out_
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   b->base = map, b->size = (uint64_t)st.st_size, b->mapping = map;
-  return finish_open(b, flags, out_bundle);
+  return finish_open(b, options, out_bundle);
 }
 
-cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, cb_bundle** out_bundle) {
+cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_open_options* options,
+                                     cb_bundle** out_bundle) {
   if (!data || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "data and out_bundle are required");
   *out_bundle = NULL;
   cb_bundle* b = cb_calloc(1, sizeof *b);
@@ -400,7 +419,7 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
     memcpy(b->owned_copy, data, size);
     b->base = b->owned_copy;
   }
-  return finish_open(b, flags, out_bundle);
+  return finish_open(b, options, out_bundle);
 }
 
 void cb_bundle_release(cb_bundle* b) {
