@@ -149,8 +149,9 @@ def prepare(models, engines, work, threads, progress):
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-        arts = {}
+        arts, took = {}, {}
         for e in engines:
+            t0 = time.perf_counter()
             ed = os.path.join(d, e.replace(" ", "_").replace("[", "").replace("]", ""))
             os.makedirs(ed, exist_ok=True)
             try:
@@ -165,8 +166,9 @@ def prepare(models, engines, work, threads, progress):
                 if isinstance(ex, KeyboardInterrupt):
                     raise
                 arts[e] = RuntimeError(f"conversion failed: {type(ex).__name__}: {str(ex).strip()[:200]}")
+            took[e] = time.perf_counter() - t0
             progress.step(f"{name} {e}")
-        out[name] = {"dir": d, "ref": ref, "artifacts": arts}
+        out[name] = {"dir": d, "ref": ref, "artifacts": arts, "convert_s": took}
     return out
 
 
@@ -366,7 +368,9 @@ def main():
              f"read bandwidth {bw / 1e9:.2f} GB/s; {args.samples} samples per figure, medians)", ""]
     lines += table(rows, engines) + [""] + geomeans(rows, engines)
     lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
-                  f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})"]
+                  f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})",
+              "conversion seconds per engine (all models): " + ", ".join(
+                  f"{e} {sum(p['convert_s'][e] for p in preps.values()):.0f}" for e in engines)]
     note = charts(rows, engines, args.out)
     if note:
         lines.append(note)
