@@ -288,6 +288,32 @@ def geomeans(rows, engines):
     return out
 
 
+def scheduler_goals(rows, bandwidth):
+    """The cold-path issue's goals, measured on this run's rows: coldbrew's
+    best plan against its floor (max(the faster warm latency of coldbrew and
+    onnxruntime, the bundle's bytes / read bandwidth)), onnxruntime's best
+    cold configuration and default, and ncnn; geomeans over the models where
+    all of them passed."""
+    need = [BEST, "onnxruntime", "onnxruntime best"]
+    ms = [m for m in rows if all(e in rows[m] and "error" not in rows[m][e] for e in need)]
+    if not ms:
+        return ["scheduler goals: not measured (coldbrew's best plan or onnxruntime missing or failed)"]
+    ours = [rows[m][BEST]["cold_ms"] for m in ms]
+    floor = [max(min(rows[m][e]["warm_ms"] for e in need), rows[m][BEST]["artifact_bytes"] / bandwidth * 1e3)
+             for m in ms]
+    lines = [f"scheduler goals ({len(ms)} models, geomeans):",
+             f"  {BEST} / its floor = {geomean(ours) / geomean(floor):.2f}x (goal <= 1.3x)"]
+    for e, goal in (("onnxruntime best", 1.5), ("onnxruntime", 4.0), ("ncnn fp32", None), ("ncnn fp16", None)):
+        both = [m for m in ms if e in rows[m] and "error" not in rows[m][e]]
+        if not both:
+            lines.append(f"  {e}: failed or not run")
+            continue
+        r = geomean([rows[m][e]["cold_ms"] for m in both]) / geomean([rows[m][BEST]["cold_ms"] for m in both])
+        lines.append(f"  {e} / {BEST} = {r:.2f}x faster" + (f" (goal >= {goal}x)" if goal else "")
+                     + (f" on {len(both)} models" if len(both) != len(ms) else ""))
+    return lines
+
+
 def charts(rows, engines, out):
     """cold.png (cold ms per model per engine, log scale), cold_warm.png."""
     try:
@@ -366,7 +392,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     lines = [f"# coldbrew and peers, cold start ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
              f"read bandwidth {bw / 1e9:.2f} GB/s; {args.samples} samples per figure, medians)", ""]
-    lines += table(rows, engines) + [""] + geomeans(rows, engines)
+    lines += table(rows, engines) + [""] + geomeans(rows, engines) + [""] + scheduler_goals(rows, bw)
     lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
                   f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})",
               "conversion seconds per engine (all models): " + ", ".join(

@@ -56,8 +56,10 @@ typedef enum cb_dtype {
 /* Signed bundles (`coldbrew compile --sign KEY`) end in a signature block:
  * an Ed25519 signature, by the key whose public half it names, over the
  * BLAKE2b-256 hash of every byte before it (preamble, header, every
- * segment). With a `public_key`, opening reads and hashes the whole bundle
- * and checks the signature first, before parsing the header or mapping any
+ * segment). With a `public_key`, opening reads the whole bundle (a file
+ * into memory of the bundle's own, not a mapping: what was verified is what
+ * runs, whatever happens to the file later), hashes it and checks the
+ * signature first, before parsing the header or mapping any
  * code executable, and refuses (CB_ERR_SIGNATURE) a bundle that is
  * unsigned, signed by another key, or altered in any byte. The check uses
  * libsodium (libsodium.so.23), loaded then. Without a key a signature is

@@ -380,6 +380,31 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
   return cb_bundle_open_memory_with(data, size, &o, out_bundle);
 }
 
+/* A signed open reads the file into memory of its own: what was verified is
+ * what runs, even if the file changes afterwards (a mapping would see it). */
+static cb_status open_file_copy(int fd, uint64_t size, const char* path, const cb_open_options* options,
+                                cb_bundle** out) {
+  cb_bundle* b = cb_calloc(1, sizeof *b);
+  void* copy = cb_aligned_alloc(64, (size_t)size);
+  if (!b || !copy) {
+    close(fd);
+    cb_free(b), cb_free(copy);
+    return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (%llu-byte bundle)", (unsigned long long)size);
+  }
+  for (uint64_t done = 0; done < size;) {
+    ssize_t n = pread(fd, (uint8_t*)copy + done, (size_t)(size - done), (off_t)done);
+    if (n <= 0) {
+      close(fd);
+      cb_free(b), cb_free(copy);
+      return cb_fail(CB_ERR_IO, "cannot read '%s': %s", path, n < 0 ? strerror(errno) : "file shrank");
+    }
+    done += (uint64_t)n;
+  }
+  close(fd);
+  b->base = copy, b->size = size, b->owned_copy = copy;
+  return finish_open(b, options, out);
+}
+
 cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* options, cb_bundle** out_bundle) {
   if (!path || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "path and out_bundle are required");
   *out_bundle = NULL;
@@ -390,6 +415,7 @@ cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* opti
     close(fd);
     return cb_fail(CB_ERR_BAD_MAGIC, "'%s' is empty or unreadable, not a coldbrew bundle", path);
   }
+  if (options && options->public_key) return open_file_copy(fd, (uint64_t)st.st_size, path, options, out_bundle);
   void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));

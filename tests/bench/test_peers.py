@@ -119,3 +119,18 @@ def test_charts_are_drawn(measured, tmp_path):
     assert peers.charts(rows, engines, str(tmp_path)) is None
     for f in ("cold.png", "cold_warm.png"):
         assert (tmp_path / f).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scheduler_goals_use_the_cold_path_issues_floor():
+    def row(cold, warm, nbytes=2_000_000):
+        return {"cold_ms": cold, "warm_ms": warm, "artifact_bytes": nbytes}
+
+    rows = {"a": {peers.BEST: row(10.0, 4.0), "onnxruntime": row(40.0, 3.0), "onnxruntime best": row(15.0, 3.5),
+                  "ncnn fp32": {"error": "wrong output 0"}, "ncnn fp16": row(20.0, 5.0)}}
+    lines = peers.scheduler_goals(rows, bandwidth=1e9)  # floor = max(3.0 ms warm, 2 MB / 1 GB/s = 2 ms) = 3 ms
+    assert f"{peers.BEST} / its floor = 3.33x (goal <= 1.3x)" in lines[1]
+    assert any(f"onnxruntime best / {peers.BEST} = 1.50x faster (goal >= 1.5x)" in ln for ln in lines)
+    assert any(f"onnxruntime / {peers.BEST} = 4.00x faster (goal >= 4.0x)" in ln for ln in lines)
+    assert any("ncnn fp32: failed or not run" in ln for ln in lines)
+    del rows["a"]["onnxruntime"]
+    assert "not measured" in peers.scheduler_goals(rows, 1e9)[0]

@@ -41,37 +41,43 @@ ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its 
     "VK_ICD_FILENAMES": "/nonexistent/coldbrew-fuzz.json",
 }
 # Functions whose coverage the summary names: the header's checks, the plan's, the session's and the run's.
-KEY_FUNCTIONS = ("check_preamble", "parse", "parse_gpu", "cb_target_check", "open_verified", "resolve_kernels",
+KEY_FUNCTIONS = ("cb_bundle_open_memory_with", "parse", "parse_gpu", "cb_target_check", "open_verified", "resolve_kernels",
                  "cb_session_create", "cb_session_run", "read_tensors", "check_tensor", "cb_session_release")
 
 sys.path.insert(0, os.path.join(ROOT, "runtime"))
 import build  # noqa: E402  (runtime/build.py)
 
 
+def _compile(source, obj, inc, defines=()):
+    is_c = source.endswith(".c")
+    cmd = ["clang" if is_c else "clang++", "-std=c11" if is_c else "-std=c++17", *FLAGS, *defines, *inc,
+           "-c", source, "-o", obj]
+    if not is_c:
+        cmd += ["-fno-exceptions", "-fno-rtti"]
+    subprocess.run(cmd, check=True)
+    return obj
+
+
 def build_target(name, out_dir):
-    """The libFuzzer binary for target `name`; its path."""
+    """The libFuzzer binary for target `name`; its path. The runtime's
+    objects are compiled once per `out_dir` and shared by the targets."""
     run, structured = name.startswith("run"), name.endswith("_structured")
-    os.makedirs(out_dir, exist_ok=True)
     src = os.path.join(ROOT, "runtime", "src")
+    objdir = os.path.join(out_dir, "obj")
+    os.makedirs(objdir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         inc = ["-I", os.path.join(ROOT, "runtime", "include"), "-I", src, "-I",
                os.path.join(ROOT, "schemas", "generated"), "-I", build.flatbuffers_include(), "-I",
                build.vulkan_include(tmp)]
-        defines = ["-DCB_FUZZ_RUN"] if run else []
         objects = []
-        sources = [os.path.join(src, s) for s in build.C_SOURCES + build.CXX_SOURCES]
-        sources.append(os.path.join(HERE, "fuzz_bundle.c"))
+        for s in build.C_SOURCES + build.CXX_SOURCES:
+            obj = os.path.join(objdir, s + ".o")
+            objects.append(obj if os.path.exists(obj) else _compile(os.path.join(src, s), obj, inc))
+        objects.append(_compile(os.path.join(HERE, "fuzz_bundle.c"), os.path.join(tmp, "fuzz_bundle.o"), inc,
+                                ["-DCB_FUZZ_RUN"] if run else []))
         if structured:
-            sources.append(os.path.join(HERE, "structured.cc"))
-        for s in sources:
-            is_c = s.endswith(".c")
-            obj = os.path.join(tmp, os.path.basename(s) + ".o")
-            cmd = ["clang" if is_c else "clang++", "-std=c11" if is_c else "-std=c++17", *FLAGS, *defines, *inc,
-                   "-c", s, "-o", obj]
-            if not is_c:
-                cmd += ["-fno-exceptions", "-fno-rtti"]
-            subprocess.run(cmd, check=True)
-            objects.append(obj)
+            obj = os.path.join(objdir, "structured.o")
+            objects.append(obj if os.path.exists(obj) else _compile(os.path.join(HERE, "structured.cc"), obj, inc))
         out = os.path.join(out_dir, f"fuzz_{name}")
         # -rdynamic: the kernels resolve the runtime's error hook from the executable
         subprocess.run(["clang++", *FLAGS, *objects, "-rdynamic", "-ldl", "-lpthread", "-o", out], check=True)
@@ -159,6 +165,7 @@ def main():
         print("\n".join(make_corpus()))
         return 0
     os.makedirs(args.out, exist_ok=True)
+    shutil.rmtree(os.path.join(args.out, "obj"), ignore_errors=True)  # the runtime's objects, rebuilt from its sources
     failed = False
     for name in args.targets.split(","):
         if name not in TARGETS:
