@@ -2,8 +2,9 @@
 
 Checks, each with a clear CompileError: the bytes parse as ONNX, the ONNX
 checker accepts the graph, the default-domain opset is in range, every
-operator is supported (all unsupported ones are named in one message), and
-every input dimension is fixed (from the model or from `input_shapes`).
+operator is supported (all unsupported ones are named in one message), the
+graph has outputs, every input dimension is fixed (from the model or from
+`input_shapes`), and ONNX's strict type and shape inference accepts it.
 """
 import hashlib
 import os
@@ -60,9 +61,23 @@ def run(model, input_shapes=None, constants=None):
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
+    if not model.graph.output:
+        raise CompileError("the model has no graph outputs: nothing to compute")
     bind_constants(model, constants or {})
     fix_input_shapes(model, input_shapes or {})
+    check_types(model)
     return model
+
+
+def check_types(model):
+    """ONNX's strict type and shape inference over the whole graph: an input
+    of a type an operator does not take, or shapes that cannot meet, is named
+    here rather than deep inside the import."""
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as e:  # InferenceError and its relatives
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CompileError(f"the model's types or shapes do not check: {first}") from None
 
 
 def bind_constants(model, constants):
