@@ -69,15 +69,28 @@ def run(model, input_shapes=None, constants=None):
     return model
 
 
+MAX_ELEMENTS = 2**31 - 1  # kernels index tensors with 32-bit integers
+
+
 def check_types(model):
     """ONNX's strict type and shape inference over the whole graph: an input
     of a type an operator does not take, or shapes that cannot meet, is named
-    here rather than deep inside the import."""
+    here rather than deep inside the import; so is a tensor too large for
+    32-bit indexing."""
     try:
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:  # InferenceError and its relatives
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CompileError(f"the model's types or shapes do not check: {first}") from None
+    g = inferred.graph
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        n = 1
+        for d in dims:
+            n *= d
+        if n > MAX_ELEMENTS:
+            raise CompileError(f"tensor '{v.name}' would hold {n:,} elements (shape {dims}); coldbrew's kernels "
+                               f"index at most {MAX_ELEMENTS:,}")
 
 
 def bind_constants(model, constants):
