@@ -201,6 +201,11 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   // Tensors: byte size recomputed with checked arithmetic; storage in bounds.
   m->arena_size = b->plan()->arena_size();
   m->prepared_size = b->plan()->prepared_size();
+  // sessions allocate these (rounded up): sizes near 2^64 would wrap to a tiny block
+  const uint64_t kMaxArea = 1ull << 48;
+  if (m->arena_size > kMaxArea || m->prepared_size > kMaxArea)
+    return cb_fail(CB_ERR_CORRUPT, "plan asks for a %llu-byte arena and %llu prepared bytes",
+                   (unsigned long long)m->arena_size, (unsigned long long)m->prepared_size);
   m->threads = b->plan()->threads();
   m->weight_checksums = b->weight_checksums();
   m->ntensors = b->tensors()->size();

@@ -141,6 +141,14 @@ def replay(binary, files):
     return subprocess.run([binary, *files], capture_output=True, text=True, env={**os.environ, **ENV}, timeout=600)
 
 
+def crash_report(log):
+    """The sanitizer's or libFuzzer's report in a run's output (not its coverage lines)."""
+    lines = [ln for ln in log.splitlines() if "COVERED_FUNC" not in ln]
+    start = next((k for k, ln in enumerate(lines) if "==ERROR" in ln or "runtime error" in ln
+                  or "deadly signal" in ln or "ERROR: libFuzzer" in ln), max(0, len(lines) - 60))
+    return "\n".join(lines[start:start + 80])
+
+
 def summary(res):
     cov = res["coverage"]
     hit = sum(1 for c in cov.values() if c[0])
@@ -176,7 +184,7 @@ def main():
         print(summary(res), flush=True)
         if res["crashes"] or res["exit"]:
             failed = True
-            print(res["log"][-3000:])
+            print(crash_report(res["log"]))
     return 1 if failed else 0
 
 
