@@ -12,7 +12,9 @@ counts, indices, strings, segment tables and weight bytes and then
 recomputes every checksum, so mutations reach the plan checks, the session
 and the run instead of stopping at the door.
 
-Each target starts from the committed seed corpus (tiny bundles compiled
+The code segment is never fuzzed as code: an input whose code passes its
+(linear) checksum but differs from every seed's code is skipped
+(tests/fuzz/fuzz_bundle.c says why). Each target starts from the committed seed corpus (tiny bundles compiled
 for x86_64-avx2, so every x86-64 machine that runs the tests can load
 them). Prints per target: executions, seconds, the crashes found (saved as
 files to add to tests/fuzz/regressions/) and the coverage of the runtime's
@@ -127,7 +129,7 @@ def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
            "-max_len=262144", "-rss_limit_mb=4096", "-malloc_limit_mb=4096", "-timeout=20", "-seed=1", *extra]
     cmd.append(f"-runs={runs}" if runs else f"-max_total_time={seconds}")
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENV})
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENV, "CB_FUZZ_CORPUS": CORPUS})
     dt = time.perf_counter() - t
     out = r.stdout + r.stderr
     done = re.search(r"stat::number_of_executed_units:\s*(\d+)", out)
@@ -138,7 +140,8 @@ def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
 
 def replay(binary, files):
     """Run a target once over each file (regression cases); its result."""
-    return subprocess.run([binary, *files], capture_output=True, text=True, env={**os.environ, **ENV}, timeout=600)
+    return subprocess.run([binary, *files], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **ENV, "CB_FUZZ_CORPUS": CORPUS})
 
 
 def crash_report(log):
