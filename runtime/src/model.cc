@@ -164,7 +164,9 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   opts.max_depth = 16;
   opts.max_tables = 10000000;
   flatbuffers::Verifier verifier(header, header_size, opts);
-  if (!fbs::BundleBufferHasIdentifier(header))
+  // the identifier sits at bytes 4..7: a shorter header has none (and is not read past its end)
+  if (header_size < sizeof(flatbuffers::uoffset_t) + flatbuffers::kFileIdentifierLength ||
+      !fbs::BundleBufferHasIdentifier(header))
     return cb_fail(CB_ERR_BAD_MAGIC, "header has no coldbrew file identifier");
   if (!fbs::VerifyBundleBuffer(verifier))
     return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
