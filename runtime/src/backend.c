@@ -97,6 +97,12 @@ static int workspace_free(int device_type, int device_id, void* ptr) {
   return 0;
 }
 
+/* A kernel that fails can return without freeing its blocks: every block of
+ * this thread is free again once the failed call is over. */
+void cb_backend_kernel_failed(void) {
+  for (int i = 0; i < t_ws_count; i++) t_ws[i].used = 0;
+}
+
 static void workspace_release_thread(void) {
   for (int i = 0; i < t_ws_count; i++) cb_free(t_ws[i].ptr);
   t_ws_count = 0;
@@ -194,11 +200,14 @@ static int run_tasks(int id) {
   int total = g_pool.launch_total;
   if (!total) {
     cb_parallel_env env = {&g_pool, g_pool.ntask};
-    return g_pool.fn(id, &env, g_pool.cdata);
+    int rc = g_pool.fn(id, &env, g_pool.cdata);
+    if (rc) cb_backend_kernel_failed();
+    return rc;
   }
   cb_parallel_env env = {&g_pool, total};
   int rc = 0;
   for (int t = g_pool.first[id], end = t + g_pool.count[id]; t < end && !rc; t++) rc = g_pool.fn(t, &env, g_pool.cdata);
+  if (rc) cb_backend_kernel_failed();
   return rc;
 }
 

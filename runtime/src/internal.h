@@ -154,6 +154,8 @@ cb_status cb_fail(cb_status status, const char* fmt, ...)
 void cb_backend_install(void* dl_handle);
 const char* cb_backend_kernel_error(void);
 void cb_backend_clear_kernel_error(void);
+/* After a kernel call failed on this thread: its workspace blocks are free again. */
+void cb_backend_kernel_failed(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);

@@ -797,9 +797,11 @@ static cb_status prepare_transform(cb_session* s, uint32_t i) {
     cb_backend_clear_kernel_error();
     ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
     uint32_t t = s->targ_start[i];
-    if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0)
+    if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0) {
+      cb_backend_kernel_failed();
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
                      m->steps[i].transform, cb_backend_kernel_error());
+    }
     s->is_prepared[i] = 1;
     trace_end(ev);
   }
@@ -1001,9 +1003,11 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_trace_event* ev = trace_event(s, i, CB_PHASE_EXECUTE, (uint32_t)alt);
     const uint32_t* start = alt ? s->aarg_start : s->arg_start;
     uint32_t a = start[i];
-    if ((alt ? b->alternates : b->kernels)[i](NULL, &(alt ? s->aargs : s->args)[a], (int32_t)(start[i + 1] - a), &ret))
+    if ((alt ? b->alternates : b->kernels)[i](NULL, &(alt ? s->aargs : s->args)[a], (int32_t)(start[i + 1] - a), &ret)) {
+      cb_backend_kernel_failed();
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
                      alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
+    }
     trace_end(ev);
   }
   return CB_OK;
