@@ -197,7 +197,8 @@ cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const c
  * must then end in a clean status (CB_ERR_OUT_OF_MEMORY, or the error of
  * the step that needed the memory) with nothing left allocated.
  * cb_debug_allocations: allocations attempted since the last
- * cb_debug_fail_allocation call, and the runtime's allocations live now. */
+ * cb_debug_fail_allocation call with n > 0 (counted only while one is
+ * armed), and the runtime's allocations live now. */
 void cb_debug_fail_allocation(uint64_t n);
 void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
 

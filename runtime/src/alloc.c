@@ -6,12 +6,13 @@
 #include "internal.h"
 
 static _Atomic uint64_t g_fail_at; /* the allocation (1-based, since the hook was set) that fails; 0: none */
-static _Atomic uint64_t g_made;    /* allocations attempted since the hook was set */
+static _Atomic uint64_t g_made;    /* allocations attempted since the hook was armed */
 static _Atomic int64_t g_live;     /* allocations not yet freed */
 
+/* Counted only while a failure is armed: apps' allocations touch no shared counter. */
 static int injected_failure(void) {
-  uint64_t n = atomic_fetch_add(&g_made, 1) + 1;
-  return n == atomic_load(&g_fail_at);
+  uint64_t at = atomic_load_explicit(&g_fail_at, memory_order_relaxed);
+  return at && atomic_fetch_add(&g_made, 1) + 1 == at;
 }
 
 static void* counted(void* p) {
