@@ -11,7 +11,8 @@ The whole pipeline, in order (one pass per module):
     fuse_layers      legalize to TIR, fuse into layers (anchors take their epilogue)
     schedule_kernels the variants' explicit schedules; a generic one elsewhere
     extract_layers   Relax -> coldbrew Graph (tensors, layers, kernels)
-    plan_weights     per layer: raw weights + transform kernel, or cached transformed ones
+    plan_weights     per layer: raw weights + transform kernel, or cached transformed ones;
+                     fp32, or narrow (fp16, int8) widened by the transform
     plan_memory      static arena offsets for intermediate and prepared tensors
     add_warm_steps   continuous mode only: each layer's warm-fastest variant as an alternate
     codegen          kernels -> one CPU shared object (TVM LLVM)
@@ -28,6 +29,8 @@ import os
 from dataclasses import dataclass
 
 from .errors import CompileError, UnsupportedOperatorError
+
+PRECISIONS = ("fp32", "fp16", "int8")  # stored weight precisions (kernels/build.py maps them to dtypes)
 
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
@@ -78,7 +81,8 @@ def _dumper(dump_ir, passes, first):
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights=None, threads=2, plan="default", progress=None, tune=False,
-                  queues=0, on_plan=None, continuous=False, sign=None):
+                  queues=0, on_plan=None, continuous=False, sign=None, precision="fp32", max_error=None,
+                  calibration=None):
     """Compile an ONNX model (path, bytes or ModelProto) into a bundle.
 
     `input_shapes` fixes input dimensions ({name: [dims]}); `constants`
@@ -103,10 +107,23 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     runs after the first in continuous mode (compiler/add_warm_steps.py).
     `sign` (a secret key file from `coldbrew keygen`) appends an Ed25519
     signature over every byte (compiler/sign_bundle.py).
+    `precision` ("fp32", "fp16" or "int8") stores the variant layers'
+    weights narrow, widened by their transforms on the first run
+    (compiler/plan_weights.py); the effect on the outputs is measured on
+    sample inputs (`calibration`: a .npz of arrays per input, else
+    generated) and stored in the bundle, and `max_error` keeps the fewest
+    layers fp32 that hold the outputs' relative error under it
+    (compiler/measure_error.py).
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
     warm = None
+    if precision not in PRECISIONS:
+        raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision != "fp32" and _on_gpu(target):
+        raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
+    if max_error is not None and precision == "fp32":
+        raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
     if not weights:
         weights = "auto" if _on_gpu(target) else "cached"
     if (plan != "default" or continuous or tune) and _on_gpu(target):
@@ -130,14 +147,25 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         given_queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
         queues = {**planned["queues"], **given_queues}
         threads = planned["threads"]
-    tuning = front = None
+    tuning = front = accuracy = None
+    if tune or precision != "fp32":
+        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner, the probe and the compile
     if tune:
         from .tune import tune as measure_tuning
 
-        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner and the compile
         tuning = measure_tuning(model, target, threads, front=front, progress=progress)
+    if precision != "fp32":
+        from . import measure_error
+
+        if progress:
+            progress(0, 1, f"measure the {precision} weights' error")
+        chosen, solo, accuracy = measure_error.choose(front, precision, variants, threads, tuning, max_error,
+                                                      calibration)
+        accuracy["layers"] = solo
+        precision = {"*": "fp32", **chosen}
     data, _ = compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
-                            weights, threads, front=front, tuning=tuning, queues=queues, warm=warm)
+                            weights, threads, front=front, tuning=tuning, queues=queues, warm=warm,
+                            precision=precision, accuracy=accuracy)
     if sign:
         from .sign_bundle import sign as sign_with
 
@@ -179,13 +207,16 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights=None, threads=2, front=None, tuning=None, queues=0, warm=None):
+                  variants=None, weights=None, threads=2, front=None, tuning=None, queues=0, warm=None,
+                  precision="fp32", accuracy=None):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
     (compiler/tune.py) supplies measured variants and parameters; `warm`
     ((variants, threads) of the warm plan) adds continuous mode's warm
-    alternates."""
+    alternates; `precision` (a precision or {"*": p, "<layer>": p}) the
+    stored weights' (compiler/plan_weights.py); `accuracy` (measure_error's)
+    is stored in the bundle."""
     from coldbrew.targets import resolve
 
     from . import add_warm_steps, codegen, write_bundle
@@ -197,7 +228,11 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     front = front or front_end(model, input_shapes, constants, dump_ir)
     if tgt.executes_on == "gpu":
         return _compile_gpu(front, output, tgt, dump_ir, variants, weights)
-    graph = _lower(front, tgt, dump_ir, variants, weights or "cached", threads, tuning, queues)
+    graph = _lower(front, tgt, dump_ir, variants, weights or "cached", threads, tuning, queues, precision)
+    if accuracy:
+        graph.accuracy = {k: v for k, v in accuracy.items() if k != "layers"}
+        for layer in graph.layers:
+            layer.output_error = accuracy.get("layers", {}).get(layer.name, 0.0) if layer.weight_precision != "fp32" else 0.0
     if warm:
         alt = _lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
         graph = add_warm_steps.run(graph, alt, warm[1])
@@ -252,7 +287,7 @@ def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
     return data, graph
 
 
-def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues):
+def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
     """The passes from select_variants to plan_memory."""
     from . import extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
 
@@ -268,7 +303,7 @@ def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues):
     graph.threads = threads
     graph = done(extract_layers, graph)
     try:
-        graph = done(plan_weights, plan_weights.run(graph, weights, queues))
+        graph = done(plan_weights, plan_weights.run(graph, weights, queues, precision))
     except ValueError as e:
         raise CompileError(str(e)) from None
     return done(plan_memory, plan_memory.run(graph))

@@ -40,6 +40,9 @@ class Layer:
     transform: str = ""  # symbol of the weight transform kernel ("" = none at run time)
     transform_args: list = field(default_factory=list)  # raw tensor(s), then prepared tensor(s)
     weight_form: str = "raw"
+    weight_precision: str = "fp32"  # the stored weights' precision (compiler/plan_weights.py)
+    weight_error: float = 0.0       # their max |w' - w| / max |w|
+    output_error: float = 0.0       # the model's output error with only this layer narrowed (measure_error.py)
     params: dict = field(default_factory=dict)  # the variant's schedule parameters
     tuned: bool = False  # params measured on the device, not derived from the target's model
     prep_queue: int = 0
@@ -60,6 +63,7 @@ class Graph:
     threads: int = 1
     warm_threads: int = 0  # continuous mode: execution threads after the first run (0: threads)
     notes: list = field(default_factory=list)
+    accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure_error.py)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)
@@ -75,7 +79,8 @@ class Graph:
             args = ", ".join(f"%{a}" for a in layer.args)
             prep = f" <- {layer.transform}({', '.join(f'%{a}' for a in layer.transform_args)})" if layer.transform else ""
             warm = f" / warm {layer.warm['variant']}" if layer.warm else ""
-            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{warm}] ({args}){prep}")
+            prec = f" {layer.weight_precision} err {layer.weight_error:.2g}" if layer.weight_precision != "fp32" else ""
+            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{prec}{warm}] ({args}){prep}")
         for i in self.outputs:
             t = self.tensors[i]
             lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")

@@ -13,6 +13,7 @@ from .graph import DTYPES
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
+_PRECISION = {0: "fp32", 1: "fp16", 3: "int8"}  # DType of the stored weights
 
 
 class InspectError(Exception):
@@ -74,24 +75,30 @@ def describe(path):
             lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
                  + _split(b.plan.execShares))
-    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<7} {'q':>3} {'bytes':>12}  schedule")
+    lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
-        wbytes = sum(b.tensors[a].nbytes for a in layer.args if b.tensors[a].kind == fb.TensorKind.weight)
+        used = dict.fromkeys(list(layer.args) + list(s.transformArgs if s.transformArgs is not None else []))
+        wbytes = sum(b.tensors[a].nbytes for a in used if b.tensors[a].kind == fb.TensorKind.weight)
+        weights = f"{form.get(s.weightForm, '?')} {_PRECISION.get(s.weightPrecision, '?')}"
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
-                     f"{form.get(s.weightForm, '?'):<7} {s.prepQueue:>3} {wbytes:>12,}  "
+                     f"{weights:<12} {s.prepQueue:>3} {wbytes:>12,}  "
                      f"{_dispatches(s) or _schedule(s)}".rstrip())
+        if s.weightPrecision != 0:
+            lines.append(f"  {'':>3} {'':<6} {'  narrowed: weight error':<34} {s.weightError:.3g} (max |w' - w| / max |w|),"
+                         f" model output error with this layer alone narrowed {s.outputError:.3g}")
         if _s(s.warmKernel):
             alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
             abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
             params = ",".join(f"{k}={v}" for k, v in json.loads(_s(s.warmParams) or "{}").items())
-            lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached':<7} "
+            lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached fp32':<12} "
                          f"{'':>3} {abytes:>12,}  {params}".rstrip())
     alternates = [s for s in b.plan.steps if _s(s.warmKernel)]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
                      f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)" + _split(b.plan.warmExecShares))
+    lines.append(accuracy_line(b))
     if b.shaders:
         lines.append(gpu_summary(b))
     lines.append("segments")
@@ -105,6 +112,18 @@ def describe(path):
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
     return lines
+
+
+def accuracy_line(b):
+    """What narrow weights did to the outputs (compiler/measure_error.py)."""
+    narrowed = [s for s in b.plan.steps if s.weightPrecision != 0]
+    if b.accuracy is None:
+        return "accuracy   every weight fp32 (no narrowing to measure)"
+    a = b.accuracy
+    bound = f", bound {a.maxError:.3g} (--max-error)" if a.maxError else ""
+    return (f"accuracy   {len(narrowed)}/{len(b.plan.steps)} layers narrowed; model output error {a.outputError:.3g} "
+            f"(max |y' - y| / max |y| against fp32){bound}; first output's argmax unchanged on "
+            f"{a.top1Agree:.0%} of {a.samples} samples: {_s(a.inputs)}")
 
 
 def signature_line(data):

@@ -1,26 +1,42 @@
 """Pass `plan_weights`: per layer, ship raw weights plus the variant's
-transform kernel, or the already-transformed (cached) weights.
+transform kernel, or the already-transformed (cached) weights, and in
+which precision.
 
 form: "cached" | "raw", or {"*": form, "<anchor id>": form}. A raw layer's
 transformed weights become a `prepared` tensor that the runtime fills once
 with the transform kernel; a cached layer reads them straight from the
 bundle. Variants whose transform is the identity always read raw weights.
 
+precision: "fp32" | "fp16" | "int8", or {"*": p, "<anchor id>": p}: the
+precision a variant layer's weights are stored in (weight-only: activations
+and arithmetic stay fp32). Narrow weights are stored raw (fp16, or int8 with
+one fp32 scale per output channel, max |w| / 127) and the layer's transform
+widens them into its kernel's fp32 layout once, on the first run (for a
+variant without a transform, the widening is the whole transform). Each
+narrowed layer records the relative error of its stored weights
+(max |w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| >
+65504) stays fp32, with a note.
+
 queues: which worker prepares (reads, checks, transforms) each layer's
 weights on the first run: 0 the executing thread, right before the layer;
 q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 {"*": q, "<layer>": q}.
 """
+import numpy as np
+
 from .graph import Tensor
+from .kernels.build import PRECISIONS
 
 NAME = "plan_weights"
 
 
 MAX_QUEUES = 8  # the runtime's preparation workers
+FP16_MAX = 65504.0
 
 
-def run(graph, form="cached", queues=0):
+def run(graph, form="cached", queues=0, precision="fp32"):
     forms = form if isinstance(form, dict) else {"*": form}
+    precisions = precision if isinstance(precision, dict) else {"*": precision}
     queues = queues if isinstance(queues, dict) else {"*": queues}
     for layer in graph.layers:
         q = queues.get(layer.name, queues.get("*", 0))
@@ -28,13 +44,20 @@ def run(graph, form="cached", queues=0):
             raise ValueError(f"preparation queue must be an integer 0..{MAX_QUEUES}, not {q!r}")
         layer.prep_queue = q
     for layer in graph.layers:
-        weights = [i for i in layer.args if graph.tensors[i].kind == "weight" and graph.tensors[i].cached]
+        weights = [i for i in layer.args if graph.tensors[i].kind == "weight" and graph.tensors[i].anchor is not None]
         for idx in weights:
             t = graph.tensors[idx]
             a = t.anchor
             want = forms.get(a.id, forms.get("*", "cached"))
             if want not in ("raw", "cached"):
                 raise ValueError(f"weight form must be raw or cached, not {want!r}")
+            p = precisions.get(a.id, precisions.get("*", "fp32"))
+            if p not in PRECISIONS:
+                raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
+            if p != "fp32" and _narrow(graph, layer, idx, p):
+                continue
+            if not t.cached:
+                continue  # identity transform: the kernel reads the raw weights
             layer.weight_form = want
             if want == "cached":
                 continue
@@ -46,13 +69,67 @@ def run(graph, form="cached", queues=0):
     return graph
 
 
+def narrow_weights(raw, precision, axis):
+    """(stored arrays, widened fp32 weights) of `raw` in `precision`: [fp16
+    values] or [int8 values, fp32 scale per entry of `axis`]. The widened
+    weights are what the transform kernel computes from the stored ones."""
+    raw = np.asarray(raw, np.float32)
+    if precision == "fp16":
+        q = raw.astype(np.float16)
+        return [q], q.astype(np.float32)
+    other = tuple(d for d in range(raw.ndim) if d != axis)
+    peak = np.max(np.abs(raw), axis=other) if raw.size else np.zeros(raw.shape[axis], np.float32)
+    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    shape = [1] * raw.ndim
+    shape[axis] = -1
+    s = scale.reshape(shape)
+    q = np.clip(np.rint(raw / s), -127, 127).astype(np.int8)
+    return [q, scale], q.astype(np.float32) * s
+
+
+def weight_error(raw, wide):
+    """max |w' - w| / max |w| (0 for all-zero weights)."""
+    peak = float(np.max(np.abs(raw))) if raw.size else 0.0
+    return float(np.max(np.abs(wide - raw))) / peak if peak > 0 else 0.0
+
+
+def _narrow(graph, layer, idx, precision):
+    """Store weight tensor `idx` of `layer` in `precision`, widened by the
+    layer's transform into the fp32 tensor its kernel reads; False when the
+    weights do not fit (they stay fp32)."""
+    from .kernels.build import output_axis, transform_func
+
+    t = graph.tensors[idx]
+    a = t.anchor
+    raw = np.asarray(a.raw, np.float32)
+    if precision == "fp16" and raw.size and float(np.max(np.abs(raw))) > FP16_MAX:
+        graph.notes.append(f"{a.id}: weights exceed the fp16 range (max |w| {float(np.max(np.abs(raw))):.3g}); kept fp32")
+        return False
+    stored, wide = narrow_weights(raw, precision, output_axis(a.spec))
+    names = [f"{t.name}.{precision}", f"{t.name}.scale"]
+    ids = [graph.add_tensor(Tensor(n, str(d.dtype), tuple(d.shape), "weight", d)) for n, d in zip(names, stored)]
+    t.kind, t.data, t.cached = "prepared", None, False
+    sym = f"cb_transform_{a.index}"
+    graph.kernels[sym] = scheduled_transform(a.variant, transform_func(a.variant, a.spec, a.params, precision))
+    layer.transform, layer.transform_args = sym, [*ids, idx]
+    layer.weight_form, layer.weight_precision = "raw", precision
+    layer.weight_error = weight_error(raw, wide)
+    return True
+
+
 def scheduled_transform(variant, func):
-    """The variant's own transform schedule, else the generic one."""
+    """The variant's own transform schedule, else the generic one. A narrow
+    transform's widening is inlined into the variant's transform first."""
     from tvm import s_tir
 
+    from .kernels.build import WIDEN
     from .kernels.schedule_util import generic
 
     sch = s_tir.Schedule(func)
+    try:
+        sch.compute_inline(sch.get_sblock(WIDEN))  # feeds the variant's transform
+    except s_tir.ScheduleError:
+        pass  # none (fp32), or it is the whole transform (writes the output)
     if not variant.schedule_transform(sch):
         generic(sch, variant.isa.lanes)
     return sch.mod["main"]

@@ -23,6 +23,7 @@ from coldbrew.targets import task_shares
 
 from .checksum import checksum64
 from .graph import DTYPES
+from .kernels.build import PRECISIONS
 
 NAME = "write_bundle"
 SCHEMA_VERSION = 1
@@ -113,6 +114,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         s.transformArgs = list(layer.transform_args)
         s.params = _params(layer.params)
         s.tuned = layer.tuned
+        s.weightPrecision = DTYPES.index(PRECISIONS[layer.weight_precision])
+        s.weightError, s.outputError = layer.weight_error, layer.output_error
         if layer.warm:
             s.warmVariant, s.warmKernel = layer.warm["variant"], layer.warm["kernel"]
             s.warmArgs, s.warmParams = list(layer.warm["args"]), _params(layer.warm["params"])
@@ -130,6 +133,12 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     p.warmExecShares = _shares(target, graph.warm_threads) if graph.warm_threads else []
     b.plan = p
     b.weightChecksums = True
+    if graph.accuracy:
+        acc = graph.accuracy
+        b.accuracy = fb.AccuracyT()
+        b.accuracy.outputError, b.accuracy.samples = acc["output_error"], acc["samples"]
+        b.accuracy.inputs, b.accuracy.maxError = acc["inputs"], acc.get("max_error") or 0.0
+        b.accuracy.top1Agree = acc.get("top1_agree", 1.0)
     b.shaders = []
     for sh in shaders:
         x = fb.ShaderT()

@@ -13,13 +13,41 @@ def input_shape(spec):
     return (spec.m, spec.k)
 
 
-def transform_func(variant, spec, params):
-    """PrimFunc(raw, transformed), or None for the identity."""
+# Weight precisions a bundle can store (compiler/plan_weights.py): the dtype
+# of the stored weights. Narrow weights are widened to fp32 by the transform.
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+WIDEN = "cb_widen"  # the widening block of a narrow transform
+
+
+def output_axis(spec):
+    """The axis of a layer's raw weights that indexes its output channels
+    (int8 scales are per entry of it): OIHW convolutions 0, [K, N] dense 1."""
+    return 1 if spec.__class__.__name__ == "DenseSpec" else 0
+
+
+def transform_func(variant, spec, params, precision="fp32"):
+    """PrimFunc(raw, transformed), or None for the identity. With a narrow
+    `precision` the raw weights are stored narrow and widened first:
+    PrimFunc(raw fp16, transformed) or PrimFunc(raw int8, scales, transformed)
+    (int8 value times its output channel's fp32 scale); never None."""
     fn = variant.transform(spec, params)
-    if fn is None:
-        return None
-    w = te.placeholder(spec.weight_shape, spec.dtype, name="raw")
-    return te.create_prim_func([w, fn(w)])
+    if precision == "fp32":
+        if fn is None:
+            return None
+        w = te.placeholder(spec.weight_shape, spec.dtype, name="raw")
+        return te.create_prim_func([w, fn(w)])
+    if precision not in PRECISIONS:
+        raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    shape, axis = spec.weight_shape, output_axis(spec)
+    w = te.placeholder(shape, PRECISIONS[precision], name="raw")
+    args = [w]
+    if precision == "int8":
+        scale = te.placeholder((shape[axis],), "float32", name="scale")
+        args.append(scale)
+        wide = te.compute(shape, lambda *i: w(*i).astype("float32") * scale[i[axis]], name=WIDEN)
+    else:
+        wide = te.compute(shape, lambda *i: w(*i).astype("float32"), name=WIDEN)
+    return te.create_prim_func([*args, fn(wide) if fn is not None else wide])
 
 
 def execute_te(variant, spec, params):

@@ -40,6 +40,9 @@ struct StepBuilder;
 struct Plan;
 struct PlanBuilder;
 
+struct Accuracy;
+struct AccuracyBuilder;
+
 struct Segment;
 struct SegmentBuilder;
 
@@ -855,7 +858,10 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_WARM_KERNEL = 26,
     VT_WARM_ARGS = 28,
     VT_WARM_PARAMS = 30,
-    VT_DISPATCHES = 32
+    VT_DISPATCHES = 32,
+    VT_WEIGHT_PRECISION = 34,
+    VT_WEIGHT_ERROR = 36,
+    VT_OUTPUT_ERROR = 38
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -902,6 +908,15 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_DISPATCHES);
   }
+  coldbrew::schema::DType weight_precision() const {
+    return static_cast<coldbrew::schema::DType>(GetField<uint8_t>(VT_WEIGHT_PRECISION, 0));
+  }
+  float weight_error() const {
+    return GetField<float>(VT_WEIGHT_ERROR, 0.0f);
+  }
+  float output_error() const {
+    return GetField<float>(VT_OUTPUT_ERROR, 0.0f);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -931,6 +946,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_DISPATCHES) &&
            verifier.VerifyVector(dispatches()) &&
            verifier.VerifyVectorOfTables(dispatches()) &&
+           VerifyField<uint8_t>(verifier, VT_WEIGHT_PRECISION, 1) &&
+           VerifyField<float>(verifier, VT_WEIGHT_ERROR, 4) &&
+           VerifyField<float>(verifier, VT_OUTPUT_ERROR, 4) &&
            verifier.EndTable();
   }
 };
@@ -984,6 +1002,15 @@ struct StepBuilder {
   void add_dispatches(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches) {
     fbb_.AddOffset(Step::VT_DISPATCHES, dispatches);
   }
+  void add_weight_precision(coldbrew::schema::DType weight_precision) {
+    fbb_.AddElement<uint8_t>(Step::VT_WEIGHT_PRECISION, static_cast<uint8_t>(weight_precision), 0);
+  }
+  void add_weight_error(float weight_error) {
+    fbb_.AddElement<float>(Step::VT_WEIGHT_ERROR, weight_error, 0.0f);
+  }
+  void add_output_error(float output_error) {
+    fbb_.AddElement<float>(Step::VT_OUTPUT_ERROR, output_error, 0.0f);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1011,8 +1038,13 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     ::flatbuffers::Offset<::flatbuffers::String> warm_kernel = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args = 0,
     ::flatbuffers::Offset<::flatbuffers::String> warm_params = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0,
+    coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
+    float weight_error = 0.0f,
+    float output_error = 0.0f) {
   StepBuilder builder_(_fbb);
+  builder_.add_output_error(output_error);
+  builder_.add_weight_error(weight_error);
   builder_.add_dispatches(dispatches);
   builder_.add_warm_params(warm_params);
   builder_.add_warm_args(warm_args);
@@ -1024,6 +1056,7 @@ inline ::flatbuffers::Offset<Step> CreateStep(
   builder_.add_kernel(kernel);
   builder_.add_variant(variant);
   builder_.add_layer(layer);
+  builder_.add_weight_precision(weight_precision);
   builder_.add_tuned(tuned);
   builder_.add_exec_queue(exec_queue);
   builder_.add_prep_queue(prep_queue);
@@ -1047,7 +1080,10 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     const char *warm_kernel = nullptr,
     const std::vector<uint32_t> *warm_args = nullptr,
     const char *warm_params = nullptr,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr) {
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr,
+    coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
+    float weight_error = 0.0f,
+    float output_error = 0.0f) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
@@ -1074,7 +1110,10 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       warm_kernel__,
       warm_args__,
       warm_params__,
-      dispatches__);
+      dispatches__,
+      weight_precision,
+      weight_error,
+      output_error);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -1206,6 +1245,106 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
       warm_exec_shares__);
 }
 
+struct Accuracy FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef AccuracyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OUTPUT_ERROR = 4,
+    VT_SAMPLES = 6,
+    VT_INPUTS = 8,
+    VT_MAX_ERROR = 10,
+    VT_TOP1_AGREE = 12
+  };
+  float output_error() const {
+    return GetField<float>(VT_OUTPUT_ERROR, 0.0f);
+  }
+  uint32_t samples() const {
+    return GetField<uint32_t>(VT_SAMPLES, 0);
+  }
+  const ::flatbuffers::String *inputs() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_INPUTS);
+  }
+  float max_error() const {
+    return GetField<float>(VT_MAX_ERROR, 0.0f);
+  }
+  float top1_agree() const {
+    return GetField<float>(VT_TOP1_AGREE, 0.0f);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<float>(verifier, VT_OUTPUT_ERROR, 4) &&
+           VerifyField<uint32_t>(verifier, VT_SAMPLES, 4) &&
+           VerifyOffset(verifier, VT_INPUTS) &&
+           verifier.VerifyString(inputs()) &&
+           VerifyField<float>(verifier, VT_MAX_ERROR, 4) &&
+           VerifyField<float>(verifier, VT_TOP1_AGREE, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct AccuracyBuilder {
+  typedef Accuracy Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_output_error(float output_error) {
+    fbb_.AddElement<float>(Accuracy::VT_OUTPUT_ERROR, output_error, 0.0f);
+  }
+  void add_samples(uint32_t samples) {
+    fbb_.AddElement<uint32_t>(Accuracy::VT_SAMPLES, samples, 0);
+  }
+  void add_inputs(::flatbuffers::Offset<::flatbuffers::String> inputs) {
+    fbb_.AddOffset(Accuracy::VT_INPUTS, inputs);
+  }
+  void add_max_error(float max_error) {
+    fbb_.AddElement<float>(Accuracy::VT_MAX_ERROR, max_error, 0.0f);
+  }
+  void add_top1_agree(float top1_agree) {
+    fbb_.AddElement<float>(Accuracy::VT_TOP1_AGREE, top1_agree, 0.0f);
+  }
+  explicit AccuracyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Accuracy> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Accuracy>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Accuracy> CreateAccuracy(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    float output_error = 0.0f,
+    uint32_t samples = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> inputs = 0,
+    float max_error = 0.0f,
+    float top1_agree = 0.0f) {
+  AccuracyBuilder builder_(_fbb);
+  builder_.add_top1_agree(top1_agree);
+  builder_.add_max_error(max_error);
+  builder_.add_inputs(inputs);
+  builder_.add_samples(samples);
+  builder_.add_output_error(output_error);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Accuracy> CreateAccuracyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    float output_error = 0.0f,
+    uint32_t samples = 0,
+    const char *inputs = nullptr,
+    float max_error = 0.0f,
+    float top1_agree = 0.0f) {
+  auto inputs__ = inputs ? _fbb.CreateString(inputs) : 0;
+  return coldbrew::schema::CreateAccuracy(
+      _fbb,
+      output_error,
+      samples,
+      inputs__,
+      max_error,
+      top1_agree);
+}
+
 struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef SegmentBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -1303,7 +1442,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_PLAN = 22,
     VT_SEGMENTS = 24,
     VT_WEIGHT_CHECKSUMS = 26,
-    VT_SHADERS = 28
+    VT_SHADERS = 28,
+    VT_ACCURACY = 30
   };
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
@@ -1344,6 +1484,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *>(VT_SHADERS);
   }
+  const coldbrew::schema::Accuracy *accuracy() const {
+    return GetPointer<const coldbrew::schema::Accuracy *>(VT_ACCURACY);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1375,6 +1518,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_SHADERS) &&
            verifier.VerifyVector(shaders()) &&
            verifier.VerifyVectorOfTables(shaders()) &&
+           VerifyOffset(verifier, VT_ACCURACY) &&
+           verifier.VerifyTable(accuracy()) &&
            verifier.EndTable();
   }
 };
@@ -1422,6 +1567,9 @@ struct BundleBuilder {
   void add_shaders(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders) {
     fbb_.AddOffset(Bundle::VT_SHADERS, shaders);
   }
+  void add_accuracy(::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy) {
+    fbb_.AddOffset(Bundle::VT_ACCURACY, accuracy);
+  }
   explicit BundleBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1447,8 +1595,10 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments = 0,
     bool weight_checksums = false,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0) {
   BundleBuilder builder_(_fbb);
+  builder_.add_accuracy(accuracy);
   builder_.add_shaders(shaders);
   builder_.add_segments(segments);
   builder_.add_plan(plan);
@@ -1479,7 +1629,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
     ::flatbuffers::Offset<coldbrew::schema::Plan> plan = 0,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments = nullptr,
     bool weight_checksums = false,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders = nullptr) {
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders = nullptr,
+    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0) {
   auto producer__ = producer ? _fbb.CreateString(producer) : 0;
   auto model_hash__ = model_hash ? _fbb.CreateString(model_hash) : 0;
   auto model_name__ = model_name ? _fbb.CreateString(model_name) : 0;
@@ -1503,7 +1654,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       plan,
       segments__,
       weight_checksums,
-      shaders__);
+      shaders__,
+      accuracy);
 }
 
 inline const coldbrew::schema::Bundle *GetBundle(const void *buf) {

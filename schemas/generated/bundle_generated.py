@@ -1408,8 +1408,29 @@ class Step(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         return o == 0
 
+    # Step
+    def WeightPrecision(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # Step
+    def WeightError(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+    # Step
+    def OutputError(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
 def StepStart(builder):
-    builder.StartObject(15)
+    builder.StartObject(18)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -1465,6 +1486,15 @@ def StepAddDispatches(builder, dispatches):
 def StepStartDispatchesVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def StepAddWeightPrecision(builder, weightPrecision):
+    builder.PrependUint8Slot(15, weightPrecision, 0)
+
+def StepAddWeightError(builder, weightError):
+    builder.PrependFloat32Slot(16, weightError, 0.0)
+
+def StepAddOutputError(builder, outputError):
+    builder.PrependFloat32Slot(17, outputError, 0.0)
+
 def StepEnd(builder):
     return builder.EndObject()
 
@@ -1494,6 +1524,9 @@ class StepT(object):
         warmArgs = None,
         warmParams = None,
         dispatches = None,
+        weightPrecision = 0,
+        weightError = 0.0,
+        outputError = 0.0,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -1510,6 +1543,9 @@ class StepT(object):
         self.warmArgs = warmArgs  # type: Optional[List[int]]
         self.warmParams = warmParams  # type: Optional[str]
         self.dispatches = dispatches  # type: Optional[List[DispatchT]]
+        self.weightPrecision = weightPrecision  # type: int
+        self.weightError = weightError  # type: float
+        self.outputError = outputError  # type: float
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1566,6 +1602,9 @@ class StepT(object):
                 else:
                     dispatch_ = DispatchT.InitFromObj(step.Dispatches(i))
                     self.dispatches.append(dispatch_)
+        self.weightPrecision = step.WeightPrecision()
+        self.weightError = step.WeightError()
+        self.outputError = step.OutputError()
 
     # StepT
     def Pack(self, builder):
@@ -1633,6 +1672,9 @@ class StepT(object):
             StepAddWarmParams(builder, warmParams)
         if self.dispatches is not None:
             StepAddDispatches(builder, dispatches)
+        StepAddWeightPrecision(builder, self.weightPrecision)
+        StepAddWeightError(builder, self.weightError)
+        StepAddOutputError(builder, self.outputError)
         step = StepEnd(builder)
         return step
 
@@ -1915,6 +1957,145 @@ class PlanT(object):
             PlanAddWarmExecShares(builder, warmExecShares)
         plan = PlanEnd(builder)
         return plan
+
+
+class Accuracy(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Accuracy()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsAccuracy(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def AccuracyBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Accuracy
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Accuracy
+    def OutputError(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+    # Accuracy
+    def Samples(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Accuracy
+    def Inputs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Accuracy
+    def MaxError(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+    # Accuracy
+    def Top1Agree(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+def AccuracyStart(builder):
+    builder.StartObject(5)
+
+def AccuracyAddOutputError(builder, outputError):
+    builder.PrependFloat32Slot(0, outputError, 0.0)
+
+def AccuracyAddSamples(builder, samples):
+    builder.PrependUint32Slot(1, samples, 0)
+
+def AccuracyAddInputs(builder, inputs):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
+
+def AccuracyAddMaxError(builder, maxError):
+    builder.PrependFloat32Slot(3, maxError, 0.0)
+
+def AccuracyAddTop1Agree(builder, top1Agree):
+    builder.PrependFloat32Slot(4, top1Agree, 0.0)
+
+def AccuracyEnd(builder):
+    return builder.EndObject()
+
+
+
+class AccuracyT(object):
+
+    # AccuracyT
+    def __init__(
+        self,
+        outputError = 0.0,
+        samples = 0,
+        inputs = None,
+        maxError = 0.0,
+        top1Agree = 0.0,
+    ):
+        self.outputError = outputError  # type: float
+        self.samples = samples  # type: int
+        self.inputs = inputs  # type: Optional[str]
+        self.maxError = maxError  # type: float
+        self.top1Agree = top1Agree  # type: float
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        accuracy = Accuracy()
+        accuracy.Init(buf, pos)
+        return cls.InitFromObj(accuracy)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, accuracy):
+        x = AccuracyT()
+        x._UnPack(accuracy)
+        return x
+
+    # AccuracyT
+    def _UnPack(self, accuracy):
+        if accuracy is None:
+            return
+        self.outputError = accuracy.OutputError()
+        self.samples = accuracy.Samples()
+        self.inputs = accuracy.Inputs()
+        self.maxError = accuracy.MaxError()
+        self.top1Agree = accuracy.Top1Agree()
+
+    # AccuracyT
+    def Pack(self, builder):
+        if self.inputs is not None:
+            inputs = builder.CreateString(self.inputs)
+        AccuracyStart(builder)
+        AccuracyAddOutputError(builder, self.outputError)
+        AccuracyAddSamples(builder, self.samples)
+        if self.inputs is not None:
+            AccuracyAddInputs(builder, inputs)
+        AccuracyAddMaxError(builder, self.maxError)
+        AccuracyAddTop1Agree(builder, self.top1Agree)
+        accuracy = AccuracyEnd(builder)
+        return accuracy
 
 
 class Segment(object):
@@ -2280,8 +2461,18 @@ class Bundle(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         return o == 0
 
+    # Bundle
+    def Accuracy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Accuracy()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def BundleStart(builder):
-    builder.StartObject(13)
+    builder.StartObject(14)
 
 def BundleAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -2340,6 +2531,9 @@ def BundleAddShaders(builder, shaders):
 def BundleStartShadersVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def BundleAddAccuracy(builder, accuracy):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(accuracy), 0)
+
 def BundleEnd(builder):
     return builder.EndObject()
 
@@ -2367,6 +2561,7 @@ class BundleT(object):
         segments = None,
         weightChecksums = False,
         shaders = None,
+        accuracy = None,
     ):
         self.schemaVersion = schemaVersion  # type: int
         self.producer = producer  # type: Optional[str]
@@ -2381,6 +2576,7 @@ class BundleT(object):
         self.segments = segments  # type: Optional[List[SegmentT]]
         self.weightChecksums = weightChecksums  # type: bool
         self.shaders = shaders  # type: Optional[List[ShaderT]]
+        self.accuracy = accuracy  # type: Optional[AccuracyT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2458,6 +2654,8 @@ class BundleT(object):
                 else:
                     shader_ = ShaderT.InitFromObj(bundle.Shaders(i))
                     self.shaders.append(shader_)
+        if bundle.Accuracy() is not None:
+            self.accuracy = AccuracyT.InitFromObj(bundle.Accuracy())
 
     # BundleT
     def Pack(self, builder):
@@ -2519,6 +2717,8 @@ class BundleT(object):
             for i in reversed(range(len(self.shaders))):
                 builder.PrependUOffsetTRelative(shaderslist[i])
             shaders = builder.EndVector()
+        if self.accuracy is not None:
+            accuracy = self.accuracy.Pack(builder)
         BundleStart(builder)
         BundleAddSchemaVersion(builder, self.schemaVersion)
         if self.producer is not None:
@@ -2544,6 +2744,8 @@ class BundleT(object):
         BundleAddWeightChecksums(builder, self.weightChecksums)
         if self.shaders is not None:
             BundleAddShaders(builder, shaders)
+        if self.accuracy is not None:
+            BundleAddAccuracy(builder, accuracy)
         bundle = BundleEnd(builder)
         return bundle
 
