@@ -117,7 +117,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
-    warm = None
+    warm, narrow_only = None, None  # narrow_only: the layers a plan chose narrow (None: every variant layer)
     if precision not in PRECISIONS:
         raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision != "fp32" and _on_gpu(target):
@@ -138,7 +138,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
             best = choose(table, "warm")
             warm = (best["variants"], best["threads"])
     if plan != "default":
-        planned = choose(table, plan)
+        planned = choose(table, plan, precision)
         if on_plan:
             on_plan(planned)
         given = weights if isinstance(weights, dict) else {"*": weights}
@@ -147,20 +147,20 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         given_queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
         queues = {**planned["queues"], **given_queues}
         threads = planned["threads"]
+        narrow_only = {name for name, p in planned["precisions"].items() if p != "fp32"}
     tuning = front = accuracy = None
-    if tune or precision != "fp32":
+    if tune or (precision != "fp32" and narrow_only != set()):
         front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner, the probe and the compile
     if tune:
         from .tune import tune as measure_tuning
 
         tuning = measure_tuning(model, target, threads, front=front, progress=progress)
-    if precision != "fp32":
+    if precision != "fp32" and narrow_only != set():
         from . import measure_error
 
         if progress:
             progress(0, 1, f"measure the {precision} weights' error")
-        chosen, solo, accuracy = measure_error.choose(front, precision, variants, threads, tuning, max_error,
-                                                      calibration)
+        chosen, solo, accuracy = measure_error.choose(front, precision, max_error, calibration, narrow_only)
         accuracy["layers"] = solo
         precision = {"*": "fp32", **chosen}
     data, _ = compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,

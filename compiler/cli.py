@@ -132,8 +132,18 @@ def main():
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="write the IR after each pass here")
 @click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY",
               help="sign the bundle with this secret key (coldbrew keygen)")
+@click.option("--weights-precision", "precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32",
+              show_default=True,
+              help="store the conv/dense layers' weights in this precision (int8: one scale per output channel); "
+                   "widened to fp32 on the first run; the effect on the outputs is measured and stored")
+@click.option("--max-error", type=float, metavar="E",
+              help="with a narrow precision: keep the fewest layers fp32 that hold the outputs' relative error "
+                   "(max |y' - y| / max |y| against fp32) under E")
+@click.option("--calibration-data", "calibration", type=click.Path(exists=True, dir_okay=False), metavar="FILE.npz",
+              help="sample inputs for measuring the error: one array per input name, shaped like it or "
+                   "[samples, ...] (default: generated)")
 def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
-                continuous, dump_ir, sign_key):
+                continuous, dump_ir, sign_key, precision, max_error, calibration):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError, compile_model
 
@@ -145,7 +155,8 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
                                  tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts),
-                                 on_plan=planned.append, continuous=continuous, sign=sign_key)
+                                 on_plan=planned.append, continuous=continuous, sign=sign_key, precision=precision,
+                                 max_error=max_error, calibration=calibration)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     for p in planned:
@@ -153,6 +164,10 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
         click.echo(f"plan {plan}: made in {p['plan_ms']:.0f} ms; {p['threads']} execution thread(s), "
                    f"preparation {'on worker(s) ' + ','.join(map(str, workers)) if workers else 'inline'}; "
                    f"predicted cold {p['predicted_ms']:.1f} ms")
+    if precision != "fp32":
+        from coldbrew.compiler.inspect_bundle import accuracy_line, read_bytes
+
+        click.echo(accuracy_line(read_bytes(data)[0]))
     click.echo(f"wrote {output} ({len(data):,} bytes{', signed' if sign_key else ''}) in "
                f"{time.perf_counter() - t0:.1f} s")
 

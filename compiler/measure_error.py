@@ -2,8 +2,10 @@
 which layers keep fp32 under a bound (`coldbrew compile --weights-precision
 P --max-error E`).
 
-The yardstick is a *probe*: the model compiled once for this machine with
-fp32 raw weights. Its reference outputs use the original weights; a probe of
+The yardstick is a *probe*: the model compiled once for this machine (its
+default variants, whatever the bundle's target and plan: weights narrowed
+the same way give the same widened values everywhere) with fp32 raw
+weights. Its reference outputs use the original weights; a probe of
 a precision assignment writes the same graph and code with each narrowed
 layer's raw weights replaced by exactly what the bundle's transform will
 compute from the narrow ones (compiler/plan_weights.narrow_weights), and runs
@@ -91,13 +93,13 @@ class Probe:
     """The model compiled for this machine with fp32 raw weights; runs it
     with the weights of any precision assignment."""
 
-    def __init__(self, front, variants, threads, tuning=None):
+    def __init__(self, front):
         from coldbrew.targets import resolve
 
         from . import _lower, _version, codegen
 
         self.target = resolve("host")
-        self.graph = _lower(front, self.target, None, variants, "raw", threads, tuning, 0)
+        self.graph = _lower(front, self.target, None, None, "raw", 1, None, 0)
         self.code = codegen.run(self.graph, self.target)
         self.producer, self.model_hash = f"coldbrew {_version()}", front.model_hash
         # anchor id -> (raw weight tensor, its fp32 data, output-channel axis)
@@ -141,18 +143,19 @@ class Probe:
                 t.data = raw
 
 
-def choose(front, precision, variants=None, threads=1, tuning=None, max_error=None, calibration=None):
+def choose(front, precision, max_error=None, calibration=None, only=None):
     """({anchor id: precision}, {anchor id: solo output error}, accuracy dict)
-    for narrowing every variant layer's weights to `precision` ("fp16",
-    "int8"), or the fewest kept fp32 under `max_error`. Layers whose weights
-    exceed the fp16 range stay fp32 (compiler/plan_weights.py)."""
+    for narrowing every variant layer's weights (or those in `only`) to
+    `precision` ("fp16", "int8"), or the fewest kept fp32 under
+    `max_error`. Layers whose weights exceed the fp16 range stay fp32
+    (compiler/plan_weights.py)."""
     from .plan_weights import FP16_MAX
 
-    probe = Probe(front, variants, threads, tuning)
+    probe = Probe(front)
     feeds, described = sample_inputs(probe.infos(), calibration)
     reference = probe.run(feeds, {})
-    ids = [aid for aid, (_, raw, _) in probe.layers.items()
-           if precision != "fp16" or not raw.size or float(np.max(np.abs(raw))) <= FP16_MAX]
+    ids = [aid for aid, (_, raw, _) in probe.layers.items() if (only is None or aid in only)
+           and (precision != "fp16" or not raw.size or float(np.max(np.abs(raw))) <= FP16_MAX)]
     solo = {aid: output_error(reference, probe.run(feeds, {aid: precision}))[0] for aid in ids}
 
     def measured(keep):

@@ -34,31 +34,37 @@ the smallest one wins.
 """
 import time
 
-from .simulate import median_ms, simulate
+from .simulate import NARROW, median_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 
 
-def choose(table, objective):
+def choose(table, objective, precision="fp32"):
     """{"variants": {layer: variant}, "forms": {layer: "raw" | "cached"},
-    "queues": {layer: q}, "threads": T, "predicted_ms": ms, "plan_ms": ms}."""
+    "precisions": {layer: "fp32" | precision}, "queues": {layer: q},
+    "threads": T, "predicted_ms": ms, "plan_ms": ms}. A narrow `precision`
+    ("fp16", "int8") adds, for every variant layer, its weights stored that
+    way (raw, widened by the transform) to the pairs the plan chooses from;
+    the "warm" objective keeps fp32 (cached weights)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"plan objective must be one of {OBJECTIVES}, not {objective!r}")
     t0 = time.perf_counter()
     if objective == "cold":
-        out = _schedule(table)
+        out = _schedule(table, precision)
     else:
         threads = table["threads"]
-        sel = [_greedy(layer, table, threads, objective) for layer in table["layers"]]
+        sel = [_greedy(layer, table, threads, objective, precision) for layer in table["layers"]]
         out = _result(table, sel, [0] * len(sel), threads)
     out["plan_ms"] = (time.perf_counter() - t0) * 1e3
     return out
 
 
-def layer_pairs(layer, table, threads, prep_threads):
+def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     """[(variant, form, prep_ms, exec_ms)] of a layer (also the exact
     yardstick's, compiler/plan_exact.py): every candidate
-    cached, and raw where it has a transform."""
+    cached, raw where it has a transform, and with a narrow `precision` its
+    weights stored narrow (form "fp16" or "int8") where the table measured
+    them."""
     cls = table["classes"][0]["name"]
     out = []
     for c in layer["candidates"]:
@@ -67,6 +73,10 @@ def layer_pairs(layer, table, threads, prep_threads):
         if c["has_transform"]:
             prep = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, prep_threads)
             out.append((c["variant"], "raw", prep, first))
+        if precision != "fp32" and precision in c["read_ms"]:
+            widen = (median_ms(c["transform_ms"], cls, prep_threads) if c["has_transform"]
+                     else c["transformed_bytes"] * table.get("widen_ms_per_byte", 0.0))
+            out.append((c["variant"], precision, c["read_ms"][precision]["median"] + widen, first))
     return out
 
 
@@ -78,8 +88,8 @@ def _undominated(pairs):
     return [p for p in pairs if not beaten(p)] or pairs[:1]
 
 
-def _greedy(layer, table, threads, objective):
-    pairs = layer_pairs(layer, table, threads, threads)
+def _greedy(layer, table, threads, objective, precision="fp32"):
+    pairs = layer_pairs(layer, table, threads, threads, precision)
     if objective == "warm":
         cls = table["classes"][0]["name"]
         best = min(layer["candidates"], key=lambda c: median_ms(c["execute_ms"], cls, threads))
@@ -96,8 +106,14 @@ def simulated_plan(table, chosen):
     """choose()'s result as the simulator's plan (every layer a step)."""
     return {"threads": chosen["threads"], "steps": [
         {"layer": layer["name"], "variant": chosen["variants"].get(layer["name"], layer["candidates"][0]["variant"]),
-         "form": chosen["forms"].get(layer["name"], "cached"), "prep_queue": chosen["queues"][layer["name"]],
+         "form": _form(chosen, layer["name"]), "prep_queue": chosen["queues"][layer["name"]],
          "exec_queue": 0} for layer in table["layers"]]}
+
+
+def _form(chosen, name):
+    """A chosen layer's simulator form: its narrow precision, else its form."""
+    p = chosen.get("precisions", {}).get(name, "fp32")
+    return p if p in NARROW else chosen["forms"].get(name, "cached")
 
 
 def _predict(table, sel, queues, threads):
@@ -107,8 +123,10 @@ def _predict(table, sel, queues, threads):
 def _result(table, sel, queues, threads):
     # layers with one candidate and no transform have nothing to choose
     chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
-              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"])]
-    return {"variants": {name: p[0] for name, p in chosen}, "forms": {name: p[1] for name, p in chosen},
+              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"]) or p[1] in NARROW]
+    return {"variants": {name: p[0] for name, p in chosen},
+            "forms": {name: "raw" if p[1] in NARROW else p[1] for name, p in chosen},
+            "precisions": {name: p[1] if p[1] in NARROW else "fp32" for name, p in chosen},
             "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
             "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
 
@@ -122,19 +140,19 @@ def configurations(table):
     return configs
 
 
-def _schedule(table):
+def _schedule(table, precision="fp32"):
     best = None
     for threads, worker in configurations(table):
-        plan = schedule_config(table, threads, worker)
+        plan = schedule_config(table, threads, worker, precision)
         if best is None or plan["predicted_ms"] < best["predicted_ms"]:
             best = plan
     return best
 
 
-def schedule_config(table, threads, worker):
+def schedule_config(table, threads, worker, precision="fp32"):
     layers = table["layers"]
     # preparation on a worker runs on one thread; inline, on the execution threads
-    options = [_undominated(layer_pairs(layer, table, threads, 1 if worker else threads)) for layer in layers]
+    options = [_undominated(layer_pairs(layer, table, threads, 1 if worker else threads, precision)) for layer in layers]
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
     queues = [0] + [1 if worker else 0] * (len(layers) - 1)
     cost = _predict(table, sel, queues, threads)

@@ -36,7 +36,8 @@ import time
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
-VERSION = 1
+VERSION = 2  # 2: read times of the narrow weight forms (fp16, int8)
+NARROW = ("fp16", "int8")  # weight precisions besides fp32 (compiler/plan_weights.py)
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
 
@@ -132,6 +133,23 @@ def _layer_bytes(graph, layer):
     cached_b = b"".join((t.anchor.transformed if t.kind == "prepared" else t.data).tobytes()
                         for t in (graph.tensors[i] for i in layer.args) if t.kind in ("weight", "prepared"))
     return len(raw_b), len(cached_b), raw_b, cached_b
+
+
+def _narrow_bytes(graph, layer):
+    """{precision: stored bytes} of a variant layer's weights narrowed
+    (compiler/plan_weights.py: the anchor's raw weights fp16, or int8 +
+    scales; the layer's other weights stay fp32); {} for other layers."""
+    from .kernels.build import output_axis
+    from .plan_weights import narrow_weights
+
+    ids = list(dict.fromkeys(list(layer.args) + list(layer.transform_args)))
+    anchor = next((graph.tensors[i].anchor for i in ids if graph.tensors[i].anchor is not None), None)
+    if anchor is None:
+        return {}
+    raw = layer.transform_args[0] if layer.transform else next(i for i in ids if graph.tensors[i].anchor is anchor)
+    rest = b"".join(graph.tensors[i].data.tobytes() for i in ids if graph.tensors[i].kind == "weight" and i != raw)
+    return {p: b"".join(a.tobytes() for a in narrow_weights(graph.tensors[raw].data, p, output_axis(anchor.spec))[0])
+            + rest for p in NARROW}
 
 
 def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
@@ -239,7 +257,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
     progress(total, total, "done")
-    return {
+    return {"widen_ms_per_byte": widen_rate(layers.values(), classes[0][0]),
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
         "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
         "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes], "storage": storage, "load": load,
@@ -257,8 +275,10 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
         if any(c["variant"] == layer.variant for c in entry["candidates"]):
             continue  # measured in an earlier column
         raw_b, cached_b, raw, cached = _layer_bytes(graph, layer)
+        narrow = _narrow_bytes(graph, layer)
         cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
-                "has_transform": bool(layer.transform), "default": column == 0}
+                "has_transform": bool(layer.transform), "default": column == 0,
+                **{f"{p}_bytes": len(b) for p, b in narrow.items()}}
         for key, source in (("transform", runs), ("execute_first", runs), ("execute", runs),
                             ("execute_first_cached", {k: {"execute_first_cached": v["execute_first"]}
                                                       for k, v in cached_runs.items()})):
@@ -269,10 +289,27 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
                     per.setdefault(cls, {})[str(n)] = stat(samples)
             cand[f"{key}_ms"] = per
         entry["candidates"].append(cand)
-        new.append((cand, raw, cached))
-    reads = _read_times([r for _, r, _ in new] + [c for _, _, c in new], tmp, reads)
-    for k, (cand, _, _) in enumerate(new):
-        cand["read_ms"] = {"raw": reads[k], "cached": reads[len(new) + k]}
+        new.append((cand, raw, cached, narrow))
+    regions = [r for _, r, _, _ in new] + [c for _, _, c, _ in new]
+    narrow_at = {}
+    for k, (_, _, _, narrow) in enumerate(new):
+        for p, b in narrow.items():
+            narrow_at[(k, p)] = len(regions)
+            regions.append(b)
+    times = _read_times(regions, tmp, reads)
+    for k, (cand, _, _, narrow) in enumerate(new):
+        cand["read_ms"] = {"raw": times[k], "cached": times[len(new) + k],
+                           **{p: times[narrow_at[(k, p)]] for p in narrow}}
+
+
+def widen_rate(layers, cls):
+    """ms per fp32 byte written of a one-thread widening pass (narrow weights
+    of a variant without a transform), modeled: the median rate of the
+    measured transforms, which read and write every weight once as well."""
+    rates = [c["transform_ms"][cls]["1"]["median"] / c["transformed_bytes"] for layer in layers
+             for c in layer["candidates"] if c["has_transform"] and c["transformed_bytes"]
+             and "1" in c.get("transform_ms", {}).get(cls, {})]
+    return statistics.median(rates) if rates else 0.0
 
 
 def modeled_table(host, target):
@@ -302,6 +339,7 @@ def modeled_table(host, target):
                 base = cand.get(key, {}).get(host_cls, {})
                 cand[key] = {c.name: {n: scaled(s, c.scale[phase]) for n, s in base.items()}
                              for c in target.core_classes}
+    t["widen_ms_per_byte"] = host.get("widen_ms_per_byte", 0.0) * first["transform"]
     cpu_bound = ("session", "run_overhead")  # the rest of opening is reading the file
     t["load"] = {k: (scaled(v, first["execute" if k in cpu_bound else "read"]) if isinstance(v, dict) else v)
                  for k, v in t["load"].items()}

@@ -45,9 +45,13 @@ def plan_of_bundle(data):
     for s in bundle.plan.steps:
         layer = bundle.layers[s.layer]
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
-                      "form": "raw" if s.weightForm == 0 else "cached", "prep_queue": s.prepQueue,
+                      "form": _FORM_OF_PRECISION.get(s.weightPrecision) or ("raw" if s.weightForm == 0 else "cached"),
+                      "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1}
+
+
+_FORM_OF_PRECISION = {1: "fp16", 3: "int8"}  # Step.weight_precision (DType) -> form
 
 
 def _s(v):
@@ -74,12 +78,27 @@ def median_ms(per_class, cls, threads):
     return runs[key]["median"]
 
 
+NARROW = ("fp16", "int8")  # forms of narrow raw weights, widened by the transform (compiler/plan_weights.py)
+
+
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
-    """(read, transform, execute) ms of one plan step."""
+    """(read, transform, execute) ms of one plan step. Forms: "cached",
+    "raw", or a narrow precision ("fp16", "int8": raw weights stored narrow;
+    the variant's transform widens them as it reads them, and a variant
+    without one runs a widening pass, modeled at the table's
+    `widen_ms_per_byte` of fp32 output)."""
     c = candidate(table, step["layer"], step["variant"])
-    raw = step["form"] == "raw"
-    read = c["read_ms"]["raw" if raw else "cached"]["median"]
-    transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1) if raw and c["has_transform"] else 0.0
+    form = step["form"]
+    raw = form != "cached"
+    if form not in c["read_ms"]:
+        raise PlanError(f"cost table has no {form} weights for {step['variant']} of layer {step['layer']}")
+    read = c["read_ms"][form]["median"]
+    if raw and c["has_transform"]:
+        transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1)
+    elif form in NARROW:
+        transform = c["transformed_bytes"] * table.get("widen_ms_per_byte", 0.0)
+    else:
+        transform = 0.0
     first = c["execute_first_ms"]
     if not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
         first = c["execute_first_cached_ms"]  # measured with weights read from the bundle
