@@ -34,7 +34,7 @@ the smallest one wins.
 """
 import time
 
-from .simulate import NARROW, median_ms, simulate
+from .simulate import NARROW, median_ms, narrow_transform_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 
@@ -74,8 +74,7 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
             prep = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, prep_threads)
             out.append((c["variant"], "raw", prep, first))
         if precision != "fp32" and precision in c["read_ms"]:
-            widen = (median_ms(c["transform_ms"], cls, prep_threads) if c["has_transform"]
-                     else c["transformed_bytes"] * table.get("widen_ms_per_byte", 0.0))
+            widen = narrow_transform_ms(table, c, precision, cls, prep_threads)
             out.append((c["variant"], precision, c["read_ms"][precision]["median"] + widen, first))
     return out
 
@@ -125,7 +124,8 @@ def _result(table, sel, queues, threads):
     chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
               if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"]) or p[1] in NARROW]
     return {"variants": {name: p[0] for name, p in chosen},
-            "forms": {name: "raw" if p[1] in NARROW else p[1] for name, p in chosen},
+            # fp16 in the kernel's layout where the variant allows it (compiler/plan_weights.py)
+            "forms": {name: {"fp16": "cached", "int8": "raw"}.get(p[1], p[1]) for name, p in chosen},
             "precisions": {name: p[1] if p[1] in NARROW else "fp32" for name, p in chosen},
             "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
             "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}

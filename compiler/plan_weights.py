@@ -9,13 +9,22 @@ bundle. Variants whose transform is the identity always read raw weights.
 
 precision: "fp32" | "fp16" | "int8", or {"*": p, "<anchor id>": p}: the
 precision a variant layer's weights are stored in (weight-only: activations
-and arithmetic stay fp32). Narrow weights are stored raw (fp16, or int8 with
-one fp32 scale per output channel, max |w| / 127) and the layer's transform
-widens them into its kernel's fp32 layout once, on the first run (for a
-variant without a transform, the widening is the whole transform). Each
-narrowed layer records the relative error of its stored weights
-(max |w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| >
-65504) stays fp32, with a note.
+and arithmetic stay fp32), widened to fp32 once, on the first run, into the
+prepared tensor the kernel reads:
+
+    fp16, cached   the kernel's layout in fp16, widened by the runtime's own
+                   transform (cb.widen_f16: F16C / NEON; no code in the
+                   bundle). For variants whose transform only rearranges
+                   values (packing; and variants without a transform); a
+                   Winograd layer's fp16 weights are stored raw.
+    fp16, raw      raw fp16, widened inside the variant's transform kernel
+    int8           raw int8 with one fp32 scale per output channel
+                   (max |w| / 127), widened (value x scale) inside the
+                   variant's transform kernel, or by a widening kernel
+
+Each narrowed layer records the relative error of its stored weights (max
+|w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| > 65504)
+stays fp32, with a note.
 
 queues: which worker prepares (reads, checks, transforms) each layer's
 weights on the first run: 0 the executing thread, right before the layer;
@@ -54,7 +63,7 @@ def run(graph, form="cached", queues=0, precision="fp32"):
             p = precisions.get(a.id, precisions.get("*", "fp32"))
             if p not in PRECISIONS:
                 raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
-            if p != "fp32" and _narrow(graph, layer, idx, p):
+            if p != "fp32" and _narrow(graph, layer, idx, p, want):
                 continue
             if not t.cached:
                 continue  # identity transform: the kernel reads the raw weights
@@ -93,10 +102,13 @@ def weight_error(raw, wide):
     return float(np.max(np.abs(wide - raw))) / peak if peak > 0 else 0.0
 
 
-def _narrow(graph, layer, idx, precision):
-    """Store weight tensor `idx` of `layer` in `precision`, widened by the
-    layer's transform into the fp32 tensor its kernel reads; False when the
-    weights do not fit (they stay fp32)."""
+WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/widen.c)
+
+
+def _narrow(graph, layer, idx, precision, form):
+    """Store weight tensor `idx` of `layer` in `precision` (see the module's
+    table), widened on the first run into the fp32 tensor its kernel reads;
+    False when the weights do not fit (they stay fp32)."""
     from .kernels.build import output_axis, transform_func
 
     t = graph.tensors[idx]
@@ -106,14 +118,20 @@ def _narrow(graph, layer, idx, precision):
         graph.notes.append(f"{a.id}: weights exceed the fp16 range (max |w| {float(np.max(np.abs(raw))):.3g}); kept fp32")
         return False
     stored, wide = narrow_weights(raw, precision, output_axis(a.spec))
+    layer.weight_precision, layer.weight_error = precision, weight_error(raw, wide)
+    in_layout = precision == "fp16" and a.variant.transform_rearranges and (form == "cached" or not t.cached)
+    if in_layout:  # the kernel's own layout, fp16: rearranged values round exactly as the raw ones do
+        data = np.asarray(a.transformed if t.cached else raw, np.float32).astype(np.float16)
+        n = graph.add_tensor(Tensor(f"{t.name}.fp16", "float16", tuple(data.shape), "weight", data))
+        t.kind, t.data, t.cached = "prepared", None, False
+        layer.transform, layer.transform_args, layer.weight_form = WIDEN_F16, [n, idx], "cached"
+        return True
     names = [f"{t.name}.{precision}", f"{t.name}.scale"]
     ids = [graph.add_tensor(Tensor(n, str(d.dtype), tuple(d.shape), "weight", d)) for n, d in zip(names, stored)]
     t.kind, t.data, t.cached = "prepared", None, False
     sym = f"cb_transform_{a.index}"
     graph.kernels[sym] = scheduled_transform(a.variant, transform_func(a.variant, a.spec, a.params, precision))
-    layer.transform, layer.transform_args = sym, [*ids, idx]
-    layer.weight_form, layer.weight_precision = "raw", precision
-    layer.weight_error = weight_error(raw, wide)
+    layer.transform, layer.transform_args, layer.weight_form = sym, [*ids, idx], "raw"
     return True
 
 

@@ -276,8 +276,10 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
             continue  # measured in an earlier column
         raw_b, cached_b, raw, cached = _layer_bytes(graph, layer)
         narrow = _narrow_bytes(graph, layer)
+        anchor = next((graph.tensors[i].anchor for i in layer.args if graph.tensors[i].anchor is not None), None)
         cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
                 "has_transform": bool(layer.transform), "default": column == 0,
+                "transform_rearranges": anchor.variant.transform_rearranges if anchor else True,
                 **{f"{p}_bytes": len(b) for p, b in narrow.items()}}
         for key, source in (("transform", runs), ("execute_first", runs), ("execute", runs),
                             ("execute_first_cached", {k: {"execute_first_cached": v["execute_first"]}

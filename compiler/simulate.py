@@ -81,6 +81,18 @@ def median_ms(per_class, cls, threads):
 NARROW = ("fp16", "int8")  # forms of narrow raw weights, widened by the transform (compiler/plan_weights.py)
 
 
+def narrow_transform_ms(table, c, precision, cls, threads):
+    """First-run widening of a candidate's narrow weights: fp16 in the
+    kernel's layout is widened by the runtime (modeled: the table's
+    `widen_ms_per_byte` of fp32 output); raw narrow weights go through the
+    variant's transform kernel (measured for fp32), or a widening kernel
+    for a variant without one (modeled as above)."""
+    widen = c["transformed_bytes"] * table.get("widen_ms_per_byte", 0.0)
+    if precision == "fp16" and c.get("transform_rearranges", True):
+        return widen
+    return median_ms(c["transform_ms"], cls, threads) if c["has_transform"] else widen
+
+
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step. Forms: "cached",
     "raw", or a narrow precision ("fp16", "int8": raw weights stored narrow;
@@ -93,10 +105,10 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     if form not in c["read_ms"]:
         raise PlanError(f"cost table has no {form} weights for {step['variant']} of layer {step['layer']}")
     read = c["read_ms"][form]["median"]
-    if raw and c["has_transform"]:
+    if form in NARROW:
+        transform = narrow_transform_ms(table, c, form, prep_cls, threads if inline else 1)
+    elif raw and c["has_transform"]:
         transform = median_ms(c["transform_ms"], prep_cls, threads if inline else 1)
-    elif form in NARROW:
-        transform = c["transformed_bytes"] * table.get("widen_ms_per_byte", 0.0)
     else:
         transform = 0.0
     first = c["execute_first_ms"]

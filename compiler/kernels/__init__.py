@@ -90,6 +90,9 @@ class Variant:
 
     name = ""
     op = ""
+    # the transform only moves values (packs, pads with zeros): narrow
+    # weights can be stored in the transformed layout and merely widened
+    transform_rearranges = True
 
     def __init__(self, isa):
         self.isa = isa

@@ -515,6 +515,8 @@ class Winograd(Variant):
     scatter to NCHW (not an affine map of the tiles) and the fused epilogue
     are one last parallel pass over the output."""
 
+    transform_rearranges = False  # U = G g G^T computes new values
+
     op = "conv2d"
 
     def __init__(self, isa, m):

@@ -51,6 +51,11 @@ typedef struct cb_dispatch_desc {
 } cb_dispatch_desc;
 
 #define CB_MAX_PUSH_WORDS 32 /* 128 bytes: every Vulkan device's minimum */
+/* The runtime's own CPU weight transform (widen.c): fp16 weights -> the
+ * fp32 tensor the kernel reads, same shape. */
+#define CB_WIDEN_F16 "cb.widen_f16"
+void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
+
 /* The GPU weight transform the runtime runs on the CPU (vulkan.c). */
 #define CB_GPU_WINOGRAD_F23 "gpu.winograd_f23"
 

@@ -48,6 +48,22 @@ static bool prepared_by(const cb_step_desc* st, uint32_t t) {
   return st->ntransform_args == 2 && st->transform_args[1] == t;
 }
 
+// A CPU step that names the runtime's own transform (widen.c): fp16 weights
+// in, a prepared fp32 tensor of the same shape out.
+static cb_status check_widen(const cb_model* m, uint32_t i) {
+  const cb_step_desc* st = &m->steps[i];
+  if (!st->transform || strcmp(st->transform, CB_WIDEN_F16) != 0) return CB_OK;
+  if (st->ntransform_args != 2) return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes 2 tensors", i, CB_WIDEN_F16);
+  const cb_tensor_desc* in = &m->tensors[st->transform_args[0]];
+  const cb_tensor_desc* out = &m->tensors[st->transform_args[1]];
+  bool same = in->ndim == out->ndim && in->nbytes * 2 == out->nbytes;
+  for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+  if (in->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || in->dtype != CB_F16 || out->dtype != CB_F32 || !same)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs fp16 weights and a prepared fp32 tensor of their shape", i,
+                   CB_WIDEN_F16);
+  return CB_OK;
+}
+
 // A GPU step's weight transform is one the runtime runs on the CPU
 // (vulkan.c): gpu.winograd_f23, raw float32 [K][C][3][3] -> [C][16][K].
 static cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
@@ -108,10 +124,8 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
   }
   uint64_t total = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    if (gpu) {
-      cb_status ts = check_gpu_transform(m, i);
-      if (ts) return ts;
-    }
+    cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i);
+    if (ts) return ts;
     auto ds = b->plan()->steps()->Get(i)->dispatches();
     uint32_t n = ds ? ds->size() : 0;
     if (gpu != (n > 0))

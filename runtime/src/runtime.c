@@ -188,7 +188,10 @@ static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
   return CB_OK;
 }
 
+static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result);
+
 static cb_kernel_fn find_kernel(const cb_bundle* b, const char* name) {
+  if (strcmp(name, CB_WIDEN_F16) == 0) return widen_f16_kernel; /* shapes checked at open (model.cc) */
   char sym[512];
   snprintf(sym, sizeof sym, "__tvm_ffi_%s", name);
   return b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
@@ -533,6 +536,19 @@ typedef struct {
 } cb_ffi_any;
 
 enum { CB_FFI_NONE = 0, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
+
+/* The runtime's own transform, called like a kernel: (fp16 weights, fp32 prepared). */
+static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result) {
+  (void)self, (void)result;
+  const cb_ffi_any* a = args;
+  if (nargs != 2) return -1;
+  const cb_dltensor* in = a[0].v_ptr;
+  const cb_dltensor* out = a[1].v_ptr;
+  uint64_t n = 1;
+  for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
+  cb_widen_f16(in->data, out->data, n);
+  return 0;
+}
 
 struct cb_session {
   cb_bundle* bundle;

@@ -9,6 +9,7 @@ from tvm import te, topi
 
 from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
+from coldbrew.compiler.plan_weights import narrow_weights, scheduled_transform
 from coldbrew.targets import resolve
 
 # every kernel is built and run for the host's vector unit and, on x86, for
@@ -63,11 +64,14 @@ def _cases():
                 yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}")
 
 
-def _run(target, variant, spec, params=None, epilogue=False):
+def _run(target, variant, spec, params=None, epilogue=False, precision="fp32"):
     rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
     dev = tvm.cpu()
     x = rng.standard_normal(kb.input_shape(spec)).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    stored = [w]
+    if precision != "fp32":  # the reference uses what the narrow weights stand for
+        stored, w = narrow_weights(w, precision, kb.output_axis(spec))
     if isinstance(spec, ConvSpec):
         ref = ref_conv(x, w, spec)
     else:
@@ -82,14 +86,14 @@ def _run(target, variant, spec, params=None, epilogue=False):
     funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params), variant, spec,
                                 params)}
     params = params if params is not None else variant.space(spec)[0]
-    tf = kb.transform_func(variant, spec, params)
-    if tf is not None:
-        funcs["tr"] = tf
+    tf = kb.transform_func(variant, spec, params, precision)
+    if tf is not None:  # scheduled as the compiler schedules it
+        funcs["tr"] = scheduled_transform(variant, tf) if precision != "fp32" else tf
     lib = kb.build(funcs, target)
     wt = tvm.runtime.tensor(w, dev)
     if tf is not None:
         out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32), dev)
-        lib["tr"](wt, out_w)
+        lib["tr"](*[tvm.runtime.tensor(a, dev) for a in stored], out_w)
         wt = out_w
     out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32), dev)
     args = [tvm.runtime.tensor(x, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
@@ -106,6 +110,30 @@ def _run(target, variant, spec, params=None, epilogue=False):
 @pytest.mark.parametrize("target,variant,spec", list(_cases()))
 def test_variant_matches_reference(target, variant, spec):
     _run(target, variant, spec)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+@pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)],
+                         ids=lambda p: getattr(p, "name", ""))
+def test_variant_with_narrow_weights_matches_reference(target, variant, precision):
+    # the narrow weights widened by the variant's transform (or by the
+    # widening pass alone, for a variant without one) give the kernel
+    # exactly what the narrow weights stand for
+    spec = next(s for s in CONV_SPECS + DENSE_SPECS
+                if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense") and variant.applies(s))
+    _run(target, variant, spec, precision=precision)
+
+
+def test_narrow_weights_round_trip():
+    w = np.random.default_rng(0).standard_normal((6, 3, 3, 3)).astype(np.float32) * np.arange(1, 7).reshape(6, 1, 1, 1)
+    (h,), wide = narrow_weights(w, "fp16", 0)
+    assert h.dtype == np.float16 and np.array_equal(wide, h.astype(np.float32))
+    (q, scale), wide = narrow_weights(w, "int8", 0)
+    assert q.dtype == np.int8 and scale.shape == (6,) and np.abs(q).max() == 127
+    assert np.allclose(scale, np.abs(w).reshape(6, -1).max(axis=1) / 127)  # per output channel
+    assert np.abs(wide - w).max() <= scale.max() / 2 + 1e-7  # rounding to the nearest step
+    (q, scale), _ = narrow_weights(np.zeros((4, 5), np.float32), "int8", 1)  # dense [K, N]: per column
+    assert scale.shape == (5,) and not q.any() and np.all(scale == 1)
 
 
 @pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)],
