@@ -75,14 +75,14 @@ def run(runner, bundle, inputs, work_dir, timeout=600):
     return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(shape) for k, (_, dtype, shape) in enumerate(outs)]
 
 
-def compile_and_run(runner, model, target, work_dir, seed=11):
+def compile_and_run(runner, model, target, work_dir, seed=11, precision="fp32"):
     """Compile `model` for `target`, run it under qemu and in onnxruntime on the same random
     inputs; [(ours, onnxruntime's)] per output."""
     from coldbrew.compiler import compile_model
     from conftest import ort_run
 
     path = os.path.join(work_dir, f"model-{target}.brew")
-    compile_model(model, path, target=target)
+    compile_model(model, path, target=target, precision=precision)
     ins, _ = tensors(path)
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape).astype(dtype) for name, dtype, shape in ins}
