@@ -303,7 +303,7 @@ def child(engine, inputs, out, warm, threads, paths, mode="cold"):
     import numpy as np  # every engine's feeds: not part of any engine's import
 
     t0 = time.perf_counter()
-    base = engine.split(" [")[0]  # "coldbrew [cache]" -> coldbrew
+    base = "coldbrew" if engine.startswith("coldbrew") else engine.split(" [")[0]  # "coldbrew fp16 [cache]" -> coldbrew
     _, load, run = ENGINES[base]
     # the engine's own modules, imported before the clock starts on the load
     __import__(MODULES[base.split()[0]])

@@ -51,9 +51,14 @@ COLDBREW = {  # label -> compile_model options (the ablation, in order)
     "coldbrew [pipeline]": {"plan": "cold"},
     "coldbrew [continuous]": {"plan": "cold", "continuous": True},
 }
+NARROW = {  # the cold plan with narrow weights (bench/precision.py); not run by default
+    "coldbrew fp16 [pipeline]": {"plan": "cold", "precision": "fp16"},
+    "coldbrew int8 [pipeline]": {"plan": "cold", "precision": "int8"},
+}
 BEST = "coldbrew [pipeline]"
 PEERS = ["onnxruntime", "onnxruntime best", "ncnn fp16", "ncnn fp32", "MNN", "TVM", "IREE", "OpenVINO"]
-TOLERANCE = {"ncnn fp16": 3e-2}  # fp16 weight storage; every other engine 1e-3 (relative to the output scale)
+# narrow weight storage; every other engine 1e-3 (relative to the output scale)
+TOLERANCE = {"ncnn fp16": 3e-2, "coldbrew fp16 [pipeline]": 1e-2, "coldbrew int8 [pipeline]": 6e-2}
 
 
 class Progress:
@@ -155,9 +160,10 @@ def prepare(models, engines, work, threads, progress):
             ed = os.path.join(d, e.replace(" ", "_").replace("[", "").replace("]", ""))
             os.makedirs(ed, exist_ok=True)
             try:
-                if e in COLDBREW:
+                if e in COLDBREW or e in NARROW:
                     b = os.path.join(ed, "model.brew")
-                    compile_model(path, b, threads=threads, input_shapes=shapes or None, **COLDBREW[e])
+                    compile_model(path, b, threads=threads, input_shapes=shapes or None,
+                                  **{**COLDBREW, **NARROW}[e])
                     arts[e] = [b]
                 else:
                     convert = pe.ENGINES[e][0]
@@ -373,7 +379,7 @@ def main():
     for f in args.onnx:
         models[os.path.splitext(os.path.basename(f))[0]] = (onnx.load(f), shapes)
     engines = args.engines.split(",") if args.engines else list(COLDBREW) + PEERS
-    bad = [e for e in engines if e not in COLDBREW and e not in pe.ENGINES]
+    bad = [e for e in engines if e not in COLDBREW and e not in NARROW and e not in pe.ENGINES]
     if bad:
         raise SystemExit(f"unknown engine(s) {bad}; engines: {list(COLDBREW) + PEERS}")
     os.makedirs(args.out, exist_ok=True)

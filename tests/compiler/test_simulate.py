@@ -214,3 +214,39 @@ def test_loops_split_by_core_speed():
     assert by_speed["latency_ms"] < even["latency_ms"]
     # the worker takes the first core the execution threads leave free
     assert next(e["cpu"] for e in by_speed["events"] if e["phase"] == "read") == 5
+
+
+def _narrow_table(fp16_read):
+    """c0's gemm also measured with fp16 weights (read `fp16_read` ms);
+    widening modeled at 1e-3 ms per fp32 byte (2000 bytes: 2 ms)."""
+    table = _table()
+    table["widen_ms_per_byte"] = 1e-3
+    for c in table["layers"][0]["candidates"]:
+        c["read_ms"]["fp16"] = _stat(fp16_read)
+    return table
+
+
+def test_fp16_form_reads_narrow_bytes_and_widens():
+    # gemm packs (rearranges): fp16 in its layout, widened by the runtime: read 0.2 + widen 2 + execute 5
+    plan = _plan(form="fp16", variant="conv2d.im2col_gemm")
+    r = simulate(plan, _narrow_table(0.2))
+    assert r["latency_ms"] == pytest.approx(5.5 + 0.2 + 2 + 5 + 1)
+    # Winograd computes its weights: its fp16 weights go through its transform (8 on 1 thread, 4 on 2)
+    table = _narrow_table(0.2)
+    table["layers"][0]["candidates"][0]["transform_rearranges"] = False
+    r = simulate(_plan(form="fp16"), table)
+    assert r["latency_ms"] == pytest.approx(5.5 + 0.2 + 4 + 2 + 1)
+    with pytest.raises(PlanError, match="no int8 weights"):
+        simulate(_plan(form="int8"), table)
+
+
+def test_plan_takes_fp16_only_when_asked_and_when_it_pays():
+    cheap = _narrow_table(0.01)
+    cheap["layers"][0]["candidates"][1]["read_ms"]["cached"] = _stat(9.0)  # gemm's fp32 read is slow
+    cheap["layers"][0]["candidates"][0]["read_ms"]["cached"] = _stat(9.0)
+    cheap["layers"][0]["candidates"][0]["read_ms"]["raw"] = _stat(9.0)
+    assert choose(cheap, "cold-greedy")["precisions"] == {"c0": "fp32"}  # fp32 unless a precision is given
+    p = choose(cheap, "cold-greedy", "fp16")
+    assert p["precisions"] == {"c0": "fp16"} and p["forms"] == {"c0": "cached"}
+    dear = _narrow_table(50.0)  # reading the fp16 weights is slower than anything fp32
+    assert choose(dear, "cold", "fp16")["precisions"] == {"c0": "fp32"}
