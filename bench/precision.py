@@ -2,7 +2,7 @@
 latency and output error, with onnxruntime's best cold configuration in the
 same run (the peer benchmark's protocol and code, bench/peers.py).
 
-    python bench/precision.py [models...] [--samples 3] [--warm 20] [--threads 2] [--out DIR]
+    python bench/precision.py [models...] [--samples 3] [--warm 20] [--threads 2] [--out DIR] [--bytes-only]
 
 Every coldbrew bundle is the scheduler's (`--plan cold`): fp32, and with
 `--weights-precision fp16` / `int8` (the scheduler picks per layer among
@@ -15,7 +15,9 @@ then the issue's criteria:
 - bytes: fp16 / fp32 and int8 / fp32 per model and geomean;
 - read-floor models (fp32 weights / read bandwidth >= fp32 warm latency):
   fp16 cold speed-up over fp32 (geomean) and fp16 warm / fp32 warm;
-- onnxruntime best cold / coldbrew fp16 cold over all models (geomean).
+- onnxruntime best cold / coldbrew fp16 cold over all models (geomean);
+- after the timed part, the default plan's bundle bytes (every conv/dense
+  layer narrowed) per precision (`--bytes-only`: just these).
 """
 import argparse
 import os
@@ -93,6 +95,33 @@ def report(rows, preps, bw):
     return lines + out
 
 
+def default_bytes(models, threads):
+    """Bundle bytes of the default plan (every conv/dense layer narrowed) per
+    model and precision, and the ratios to fp32; printed lines."""
+    from coldbrew.compiler import compile_model
+
+    lines = ["", "default plan (every conv/dense layer narrowed): bundle bytes", "",
+             "| model | fp32 MB | fp16 MB | fp16 / fp32 | int8 MB | int8 / fp32 | fp16 error stored | int8 error stored |",
+             "|" + " --- |" * 9]
+    from coldbrew.compiler.inspect_bundle import read_bytes
+
+    ratios = {"fp16": [], "int8": []}
+    for name, (model, shapes) in models.items():
+        size, err = {}, {}
+        for p in ("fp32", "fp16", "int8"):
+            data = compile_model(model, threads=threads, input_shapes=shapes or None, precision=p)
+            size[p] = len(data)
+            acc = read_bytes(data)[0].accuracy
+            err[p] = acc.outputError if acc else 0.0
+        for p in ratios:
+            ratios[p].append(size[p] / size["fp32"])
+        lines.append(f"| {name} | {size['fp32'] / 1e6:.2f} | {size['fp16'] / 1e6:.2f} | {size['fp16'] / size['fp32']:.3f} "
+                     f"| {size['int8'] / 1e6:.2f} | {size['int8'] / size['fp32']:.3f} | {err['fp16']:.2g} | {err['int8']:.2g} |")
+    for p, goal in (("fp16", 0.52), ("int8", 0.27)):
+        lines.append(f"  {p} / fp32 bytes: geomean {geomean(ratios[p]):.3f}, worst {max(ratios[p]):.3f} (goal <= {goal})")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*")
@@ -100,11 +129,15 @@ def main():
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bytes-only", action="store_true", help="only the default plan's bundle bytes (no timing)")
     args = ap.parse_args()
     z = zoo()
     names = args.models or list(z.MODELS)
     models = {n: (z.build(n), {}) for n in names}
     os.makedirs(args.out, exist_ok=True)
+    if args.bytes_only:
+        print("\n".join(default_bytes(models, args.threads)))
+        return
     work = tempfile.mkdtemp(prefix="cb-precision-")
     t0 = time.perf_counter()
     try:
@@ -119,7 +152,8 @@ def main():
                  f"interleaved over models and engines)", ""] + report(rows, preps, bw)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lines.append(f"\nwall time {(time.perf_counter() - t0) / 60:.1f} min")
+    lines.append(f"\nwall time {(time.perf_counter() - t0) / 60:.1f} min (timed part)")
+    lines += default_bytes(models, args.threads)  # after every timed sample
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "precision.md"), "w") as f:
         f.write(text)
