@@ -101,22 +101,24 @@ def default_bytes(models, threads):
     from coldbrew.compiler import compile_model
 
     lines = ["", "default plan (every conv/dense layer narrowed): bundle bytes", "",
-             "| model | fp32 MB | fp16 MB | fp16 / fp32 | int8 MB | int8 / fp32 | fp16 error stored | int8 error stored |",
-             "|" + " --- |" * 9]
+             "| model | fp32 MB | fp16 MB | fp16 / fp32 | int8 MB | int8 / fp32 | fp16 error stored | int8 error stored "
+             "| top-1 held (fp16, int8) |",
+             "|" + " --- |" * 10]
     from coldbrew.compiler.inspect_bundle import read_bytes
 
     ratios = {"fp16": [], "int8": []}
     for name, (model, shapes) in models.items():
-        size, err = {}, {}
+        size, err, top1 = {}, {}, {}
         for p in ("fp32", "fp16", "int8"):
             data = compile_model(model, threads=threads, input_shapes=shapes or None, precision=p)
             size[p] = len(data)
             acc = read_bytes(data)[0].accuracy
-            err[p] = acc.outputError if acc else 0.0
+            err[p], top1[p] = (acc.outputError, acc.top1Agree) if acc else (0.0, 1.0)
         for p in ratios:
             ratios[p].append(size[p] / size["fp32"])
         lines.append(f"| {name} | {size['fp32'] / 1e6:.2f} | {size['fp16'] / 1e6:.2f} | {size['fp16'] / size['fp32']:.3f} "
-                     f"| {size['int8'] / 1e6:.2f} | {size['int8'] / size['fp32']:.3f} | {err['fp16']:.2g} | {err['int8']:.2g} |")
+                     f"| {size['int8'] / 1e6:.2f} | {size['int8'] / size['fp32']:.3f} | {err['fp16']:.2g} | {err['int8']:.2g} "
+                     f"| {top1['fp16']:.0%}, {top1['int8']:.0%} |")
     for p, goal in (("fp16", 0.52), ("int8", 0.27)):
         lines.append(f"  {p} / fp32 bytes: geomean {geomean(ratios[p]):.3f}, worst {max(ratios[p]):.3f} (goal <= {goal})")
     return lines

@@ -222,9 +222,16 @@ static void* worker_main(void* arg) {
   t_in_task = 1;
   uint64_t seen = start.generation;
   for (;;) {
-    seen = wait_for_launch(seen);
+    wait_for_launch(seen);
     if (atomic_load(&g_pool.stop)) break;
-    if (start.id >= g_pool.ntask) continue;
+    /* the launch it runs and its generation, read together: a worker that
+     * sat out one launch may wake only after the next one is published,
+     * and must then run that one once, not once per generation it missed */
+    pthread_mutex_lock(&g_pool.mu);
+    seen = atomic_load(&g_pool.generation);
+    int mine = start.id < g_pool.ntask;
+    pthread_mutex_unlock(&g_pool.mu);
+    if (!mine) continue;
     int rc = run_tasks(start.id);
     if (rc) atomic_store(&g_pool.failed, rc);
     if (atomic_fetch_sub(&g_pool.pending, 1) == 1 && atomic_load(&g_pool.caller_sleeps)) futex_wake(&g_pool.pending);
@@ -360,13 +367,13 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
     pthread_mutex_unlock(&g_pool.launch_mu);
     return run_inline(fn, cdata);
   }
-  g_pool.fn = fn, g_pool.cdata = cdata, g_pool.ntask = n;
-  /* a kernel that asks for a task count of its own gets it, evenly */
-  g_pool.launch_total = n == active && n == g_pool.split_n && num_task <= 0 ? g_pool.total : 0;
   atomic_store(&g_pool.failed, 0);
   atomic_store(&g_pool.barrier_count, 0);
   atomic_store(&g_pool.pending, n - 1);
-  pthread_mutex_lock(&g_pool.mu);
+  pthread_mutex_lock(&g_pool.mu); /* a launch and its generation change together (worker_main) */
+  g_pool.fn = fn, g_pool.cdata = cdata, g_pool.ntask = n;
+  /* a kernel that asks for a task count of its own gets it, evenly */
+  g_pool.launch_total = n == active && n == g_pool.split_n && num_task <= 0 ? g_pool.total : 0;
   atomic_fetch_add(&g_pool.generation, 1);
   pthread_cond_broadcast(&g_pool.wake);
   pthread_mutex_unlock(&g_pool.mu);

@@ -206,6 +206,10 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
 cb_status cb_gpu_session_run(cb_gpu_session* gs);
 void cb_gpu_session_release(cb_gpu_session* gs);
 
+/* Whether this CPU has an ISA feature by its LLVM name (target.c: CPUID and
+ * the OS's saved register state): 1 yes, 0 no, -1 cannot tell. */
+int cb_host_has(const char* feature);
+
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);
 

@@ -43,7 +43,7 @@ static int os_saves(unsigned xsave) {
 #endif
 
 /* 1 = present, 0 = absent, -1 = a feature this runtime cannot check. */
-static int host_has(const char* f) {
+int cb_host_has(const char* f) {
 #if defined(__x86_64__)
   for (size_t i = 0; i < sizeof k_x86 / sizeof k_x86[0]; i++) {
     const cb_x86_feature* x = &k_x86[i];
@@ -64,7 +64,7 @@ cb_status cb_target_check(const cb_model* m) {
     return cb_fail(CB_ERR_TARGET, "bundle is built for %s (cpu %s); this machine is %s", m->triple,
                    m->cpu, CB_HOST_ARCH);
   for (uint32_t i = 0; i < m->nfeatures; i++) {
-    int has = host_has(m->features[i]);
+    int has = cb_host_has(m->features[i]);
     if (has == 0)
       return cb_fail(CB_ERR_TARGET, "bundle is built for cpu %s and needs '%s', which this CPU lacks",
                      m->cpu, m->features[i]);

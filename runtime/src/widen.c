@@ -52,7 +52,9 @@ __attribute__((target("avx,f16c"))) static void widen_f16c(const uint16_t* in, f
 
 void cb_widen_f16(const uint16_t* in, float* out, uint64_t n) {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+  static _Atomic int f16c = -2; /* -2: not asked yet */
+  if (f16c == -2) f16c = cb_host_has("f16c") == 1 && cb_host_has("avx") == 1;
+  if (f16c) {
     widen_f16c(in, out, n);
     return;
   }
