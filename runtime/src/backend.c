@@ -108,6 +108,8 @@ static void workspace_release_thread(void) {
   t_ws_count = 0;
 }
 
+void cb_backend_leave_thread(void) { workspace_release_thread(); }
+
 /* TVMParallelGroupEnv and FTVMParallelLambda, restated. */
 typedef struct {
   void* sync_handle;

@@ -180,6 +180,9 @@ void cb_backend_restore_caller(const void* saved_cpu_set);
  * enough) and run its parallel launches inline, so its transforms never take
  * the execution cores' pool. */
 void cb_backend_enter_prep_worker(uint32_t queue);
+/* A runtime thread about to end (a preparation worker): its cached
+ * workspace blocks freed now, not left to its exit's key destructor. */
+void cb_backend_leave_thread(void);
 
 /* GPU executor (vulkan.c). A bundle's device, pipelines (made on up to
  * `threads` CPU threads, through the pipeline cache keyed by `bundle_key`)

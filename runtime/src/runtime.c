@@ -894,6 +894,7 @@ static void* prep_main(void* arg) {
     publish(s, (uint32_t)i, st);
     if (st) break;
   }
+  cb_backend_leave_thread();
   return NULL;
 }
 
