@@ -97,6 +97,7 @@ class Probe:
         from coldbrew.targets import resolve
 
         from . import _lower, _version, codegen
+        from .plan_weights import generic_narrowable
 
         self.target = resolve("host")
         self.graph = _lower(front, self.target, None, None, "raw", 1, None, 0)
@@ -105,7 +106,7 @@ class Probe:
         # anchor id -> (raw weight tensor, its fp32 data, output-channel axis)
         from .kernels.build import output_axis
 
-        self.layers = {}
+        self.layers = {}  # key (anchor id, or a generic layer's name) -> [(tensor, fp32 data, axis)]
         for layer in self.graph.layers:
             a = next((self.graph.tensors[i].anchor for i in layer.args if self.graph.tensors[i].anchor), None)
             if a is None:
@@ -113,7 +114,10 @@ class Probe:
             raw = layer.transform_args[0] if layer.transform else next(
                 i for i in layer.args if self.graph.tensors[i].anchor is a)
             t = self.graph.tensors[raw]
-            self.layers[a.id] = (t, np.array(t.data, np.float32), output_axis(a.spec))
+            self.layers[a.id] = [(t, np.array(t.data, np.float32), output_axis(a.spec))]
+        # weights of layers without a variant (fp16 only, compiler/plan_weights.py)
+        self.generic = {name: [(self.graph.tensors[i], np.array(self.graph.tensors[i].data, np.float32), 0)
+                               for i in ids] for name, ids in generic_narrowable(self.graph).items()}
 
     def infos(self):
         with self._session() as s:
@@ -132,15 +136,18 @@ class Probe:
         precision}) narrowed."""
         from .plan_weights import narrow_weights
 
-        for aid, (t, raw, axis) in self.layers.items():
-            p = precisions.get(aid, "fp32")
-            t.data = raw if p == "fp32" else narrow_weights(raw, p, axis)[1]
+        every = list(self.layers.items()) + list(self.generic.items())
+        for key, entries in every:
+            p = precisions.get(key, "fp32")
+            for t, raw, axis in entries:
+                t.data = raw if p == "fp32" else narrow_weights(raw, p, axis)[1]
         try:
             with self._session() as s:
                 return [s.run(None, f) for f in feeds]
         finally:
-            for t, raw, _ in self.layers.values():
-                t.data = raw
+            for _, entries in every:
+                for t, raw, _ in entries:
+                    t.data = raw
 
 
 def choose(front, precision, max_error=None, calibration=None, only=None):
@@ -154,8 +161,10 @@ def choose(front, precision, max_error=None, calibration=None, only=None):
     probe = Probe(front)
     feeds, described = sample_inputs(probe.infos(), calibration)
     reference = probe.run(feeds, {})
-    ids = [aid for aid, (_, raw, _) in probe.layers.items() if (only is None or aid in only)
+    ids = [aid for aid, [(_, raw, _)] in probe.layers.items() if (only is None or aid in only)
            and (precision != "fp16" or not raw.size or float(np.max(np.abs(raw))) <= FP16_MAX)]
+    if precision == "fp16" and only is None:  # a plan narrows only the variant layers it chose
+        ids += list(probe.generic)
     solo = {aid: output_error(reference, probe.run(feeds, {aid: precision}))[0] for aid in ids}
 
     def measured(keep):

@@ -24,7 +24,11 @@ prepared tensor the kernel reads:
 
 Each narrowed layer records the relative error of its stored weights (max
 |w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| > 65504)
-stays fp32, with a note.
+stays fp32, with a note. With fp16, the weights of layers without a variant
+(recurrent and attention layers run on generic kernels: each fp32 weight of
+at least GENERIC_MIN values that only that layer uses) are stored fp16 as
+well and widened by cb.widen_f16, which takes (fp16, prepared) pairs; a
+variant layer's other weights (biases) stay fp32.
 
 queues: which worker prepares (reads, checks, transforms) each layer's
 weights on the first run: 0 the executing thread, right before the layer;
@@ -75,7 +79,52 @@ def run(graph, form="cached", queues=0, precision="fp32"):
             sym = f"cb_transform_{a.index}"
             graph.kernels[sym] = scheduled_transform(a.variant, a.transform_func)
             layer.transform, layer.transform_args = sym, [raw, idx]
+    for name, ids in generic_narrowable(graph).items():
+        layer = next(x for x in graph.layers if x.name == name)
+        if precisions.get(name, precisions.get("*", "fp32")) == "fp16":
+            _narrow_generic(graph, layer, ids)
     return graph
+
+
+GENERIC_MIN = 1024  # values: smaller constants are not worth a widening
+
+
+def generic_narrowable(graph):
+    """{layer name: [weight tensor ids]} that fp16 may narrow in layers
+    without a variant: fp32 weights of at least GENERIC_MIN values within
+    the fp16 range, used by that layer alone."""
+    uses = {}
+    for layer in graph.layers:
+        for i in set(layer.args) | set(layer.transform_args):
+            uses[i] = uses.get(i, 0) + 1
+    out = {}
+    for layer in graph.layers:
+        if layer.transform or any(graph.tensors[i].anchor is not None for i in layer.args):
+            continue
+        ids = [i for i in dict.fromkeys(layer.args) if _narrowable(graph.tensors[i]) and uses[i] == 1]
+        if ids:
+            out[layer.name] = ids
+    return out
+
+
+def _narrowable(t):
+    if t.kind != "weight" or t.dtype != "float32" or t.anchor is not None or t.data is None:
+        return False
+    return t.data.size >= GENERIC_MIN and float(np.max(np.abs(t.data))) <= FP16_MAX
+
+
+def _narrow_generic(graph, layer, ids):
+    pairs, err = [], 0.0
+    for idx in ids:
+        t = graph.tensors[idx]
+        raw = np.asarray(t.data, np.float32)
+        half = raw.astype(np.float16)
+        n = graph.add_tensor(Tensor(f"{t.name}.fp16", "float16", tuple(half.shape), "weight", half))
+        t.kind, t.data, t.cached = "prepared", None, False
+        pairs += [n, idx]
+        err = max(err, weight_error(raw, half.astype(np.float32)))
+    layer.transform, layer.transform_args = WIDEN_F16, pairs
+    layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "fp16", err
 
 
 def narrow_weights(raw, precision, axis):

@@ -48,19 +48,23 @@ static bool prepared_by(const cb_step_desc* st, uint32_t t) {
   return st->ntransform_args == 2 && st->transform_args[1] == t;
 }
 
-// A CPU step that names the runtime's own transform (widen.c): fp16 weights
-// in, a prepared fp32 tensor of the same shape out.
+// A CPU step that names the runtime's own transform (widen.c): pairs of
+// fp16 weights in, a prepared fp32 tensor of the same shape out.
 static cb_status check_widen(const cb_model* m, uint32_t i) {
   const cb_step_desc* st = &m->steps[i];
   if (!st->transform || strcmp(st->transform, CB_WIDEN_F16) != 0) return CB_OK;
-  if (st->ntransform_args != 2) return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes 2 tensors", i, CB_WIDEN_F16);
-  const cb_tensor_desc* in = &m->tensors[st->transform_args[0]];
-  const cb_tensor_desc* out = &m->tensors[st->transform_args[1]];
-  bool same = in->ndim == out->ndim && in->nbytes * 2 == out->nbytes;
-  for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
-  if (in->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || in->dtype != CB_F16 || out->dtype != CB_F32 || !same)
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs fp16 weights and a prepared fp32 tensor of their shape", i,
-                   CB_WIDEN_F16);
+  if (st->ntransform_args < 2 || st->ntransform_args % 2)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes pairs of tensors", i, CB_WIDEN_F16);
+  for (uint32_t k = 0; k < st->ntransform_args; k += 2) {
+    const cb_tensor_desc* in = &m->tensors[st->transform_args[k]];
+    const cb_tensor_desc* out = &m->tensors[st->transform_args[k + 1]];
+    bool same = in->ndim == out->ndim && in->nbytes * 2 == out->nbytes;
+    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+    if (in->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || in->dtype != CB_F16 || out->dtype != CB_F32 ||
+        !same)
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs fp16 weights and a prepared fp32 tensor of their shape",
+                     i, CB_WIDEN_F16);
+  }
   return CB_OK;
 }
 

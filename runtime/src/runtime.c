@@ -537,16 +537,19 @@ typedef struct {
 
 enum { CB_FFI_NONE = 0, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
 
-/* The runtime's own transform, called like a kernel: (fp16 weights, fp32 prepared). */
+/* The runtime's own transform, called like a kernel: pairs of (fp16
+ * weights, fp32 prepared tensor of their shape). */
 static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result) {
   (void)self, (void)result;
   const cb_ffi_any* a = args;
-  if (nargs != 2) return -1;
-  const cb_dltensor* in = a[0].v_ptr;
-  const cb_dltensor* out = a[1].v_ptr;
-  uint64_t n = 1;
-  for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
-  cb_widen_f16(in->data, out->data, n);
+  if (nargs < 2 || nargs % 2) return -1;
+  for (int32_t k = 0; k < nargs; k += 2) {
+    const cb_dltensor* in = a[k].v_ptr;
+    const cb_dltensor* out = a[k + 1].v_ptr;
+    uint64_t n = 1;
+    for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
+    cb_widen_f16(in->data, out->data, n);
+  }
   return 0;
 }
 

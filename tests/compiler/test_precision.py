@@ -67,7 +67,7 @@ def describe_bytes(data):
         return describe(f.name)
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "mobilenet_v2"])
+@pytest.mark.parametrize("name", ["squeezenet", "mobilenet_v2", "crnn"])
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_zoo_model_with_narrow_weights_matches_onnxruntime(name, precision):
     model = zoo.build(name)
@@ -171,7 +171,11 @@ def test_runtime_refuses_a_widening_whose_tensors_do_not_fit(small_model, tmp_pa
     def wrong_count(bt):
         bt.plan.steps[k].transformArgs = bt.plan.steps[k].transformArgs[:1]
 
-    for mutate in (wrong_dtype, wrong_count):
+    def odd_pair(bt):  # a second pair whose output is not a prepared fp32 tensor of the input's shape
+        args = list(bt.plan.steps[k].transformArgs)
+        bt.plan.steps[k].transformArgs = args + [args[0], bt.inputs[0]]
+
+    for mutate in (wrong_dtype, wrong_count, odd_pair):
         expect(repack(data, mutate), "CORRUPT", tmp_path, match="cb.widen_f16")
     assert struct.unpack_from("<8s", data, 0)[0] == b"COLDBREW"
 
@@ -184,3 +188,45 @@ def test_narrow_weights_on_aarch64_under_qemu(qemu_runner, small_model, precisio
     for ours, ref in pairs:
         err, _ = output_error([[ref]], [[ours]])
         assert err <= TOL[precision], err
+
+
+def test_fp16_also_narrows_the_weights_of_layers_without_a_variant():
+    # crnn's recurrent and attention weights run on generic kernels: fp16
+    # stores them narrow too, widened by the runtime in (fp16, prepared) pairs
+    model = zoo.build("crnn")
+    full, half = compile_model(model), compile_model(model, precision="fp16")
+    b, steps = _steps(half)
+    generic = [s for s in steps if s.variant.decode() == "generic" and s.weightPrecision]
+    assert generic and all(s.transform.decode() == "cb.widen_f16" for s in generic)
+    for s in generic:
+        for k in range(0, len(s.transformArgs), 2):
+            stored, prepared = b.tensors[s.transformArgs[k]], b.tensors[s.transformArgs[k + 1]]
+            assert stored.dtype == fb.DType.f16 and stored.nbytes * 2 == prepared.nbytes
+    assert len(half) <= 0.52 * len(full)
+    err, top1 = _error_against_onnxruntime(model, half)
+    assert err <= TOL["fp16"] and top1 == 1.0
+    # int8 is for the variant layers only: the generic weights stay fp32
+    b8, steps8 = _steps(compile_model(model, precision="int8"))
+    assert not [s for s in steps8 if s.variant.decode() == "generic" and s.weightPrecision]
+
+
+def test_one_widening_takes_several_weights_of_a_layer():
+    # y = x * a + b: one fused elementwise layer with two large weights
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal((1, 4, 32, 32)).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "a"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])], "axpb",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32, 32])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    data = compile_model(model, precision="fp16")
+    steps = [s for s in _steps(data)[1] if s.weightPrecision]
+    assert len(steps) == 1 and len(steps[0].transformArgs) == 4, [list(s.transformArgs) for s in steps]
+    x = rng.standard_normal((1, 4, 32, 32)).astype(np.float32)
+    want = x * a.astype(np.float16).astype(np.float32) + b.astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
+    del onnx
