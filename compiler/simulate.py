@@ -44,8 +44,11 @@ def plan_of_bundle(data):
     steps = []
     for s in bundle.plan.steps:
         layer = bundle.layers[s.layer]
+        # the cost table knows narrow forms of variant layers only: a generic
+        # layer's fp16 weights are costed as its fp32 ones
+        narrow = _FORM_OF_PRECISION.get(s.weightPrecision) if _s(s.variant) != "generic" else None
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
-                      "form": _FORM_OF_PRECISION.get(s.weightPrecision) or ("raw" if s.weightForm == 0 else "cached"),
+                      "form": narrow or ("raw" if s.weightForm == 0 else "cached"),
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1}

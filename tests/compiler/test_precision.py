@@ -230,3 +230,10 @@ def test_one_widening_takes_several_weights_of_a_layer():
     want = x * a.astype(np.float16).astype(np.float32) + b.astype(np.float16).astype(np.float32)
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
     del onnx
+
+
+def test_simulator_reads_the_narrow_forms_of_a_bundle(small_model):
+    from coldbrew.compiler.simulate import plan_of_bundle
+
+    plan = plan_of_bundle(compile_model(small_model, precision="int8"))
+    assert {s["layer"]: s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"c0": "int8", "d0": "int8"}
