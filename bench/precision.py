@@ -103,7 +103,7 @@ def default_bytes(models, threads):
     lines = ["", "default plan (every conv/dense layer narrowed): bundle bytes", "",
              "| model | fp32 MB | fp16 MB | fp16 / fp32 | int8 MB | int8 / fp32 | fp16 error stored | int8 error stored "
              "| top-1 held (fp16, int8) |",
-             "|" + " --- |" * 10]
+             "|" + " --- |" * 9]
     from coldbrew.compiler.inspect_bundle import read_bytes
 
     ratios = {"fp16": [], "int8": []}
