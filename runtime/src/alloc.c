@@ -45,5 +45,5 @@ void cb_debug_fail_allocation(uint64_t n) {
 
 void cb_debug_allocations(uint64_t* out_made, int64_t* out_live) {
   if (out_made) *out_made = atomic_load(&g_made);
-  if (out_live) *out_live = atomic_load(&g_live);
+  if (out_live) *out_live = atomic_load(&g_live) - cb_backend_cached_blocks();
 }

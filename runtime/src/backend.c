@@ -49,6 +49,7 @@ typedef struct {
 static _Thread_local cb_ws_block t_ws[CB_WS_SLOTS];
 static _Thread_local int t_ws_count;
 
+static _Atomic int64_t g_ws_cached; /* blocks held in the threads' caches, all threads */
 static pthread_key_t g_ws_key;
 static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
 static void workspace_release_thread(void);
@@ -78,6 +79,7 @@ static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, in
       pthread_setspecific(g_ws_key, (void*)1);
     }
     t_ws[t_ws_count++] = (cb_ws_block){p, size, 1};
+    atomic_fetch_add(&g_ws_cached, 1);
   } else if (spare >= 0) { /* every free block is too small: replace the smallest */
     cb_free(t_ws[spare].ptr);
     t_ws[spare] = (cb_ws_block){p, size, 1};
@@ -105,8 +107,11 @@ void cb_backend_kernel_failed(void) {
 
 static void workspace_release_thread(void) {
   for (int i = 0; i < t_ws_count; i++) cb_free(t_ws[i].ptr);
+  atomic_fetch_sub(&g_ws_cached, t_ws_count);
   t_ws_count = 0;
 }
+
+int64_t cb_backend_cached_blocks(void) { return atomic_load(&g_ws_cached); }
 
 void cb_backend_leave_thread(void) { workspace_release_thread(); }
 
