@@ -29,8 +29,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import CompileError, UnsupportedOperatorError
-
-PRECISIONS = ("fp32", "fp16", "int8")  # stored weight precisions (kernels/build.py maps them to dtypes)
+from .graph import PRECISIONS  # stored weight precisions
 
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 

@@ -12,6 +12,12 @@ import numpy as np
 DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]  # index = schema DType
 
+# Weight precisions a bundle can store (compiler/plan_weights.py) and their
+# dtypes; the narrow ones are widened to fp32 on the first run.
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+NARROW = ("fp16", "int8")
+PRECISION_OF_DTYPE = {DTYPES.index(d): p for p, d in PRECISIONS.items()}  # schema DType -> precision
+
 
 @dataclass
 class Tensor:

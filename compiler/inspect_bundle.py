@@ -9,11 +9,10 @@ import struct
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
-from .graph import DTYPES
+from .graph import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
-_PRECISION = {0: "fp32", 1: "fp16", 3: "int8"}  # DType of the stored weights
 
 
 class InspectError(Exception):
@@ -81,7 +80,7 @@ def describe(path):
         layer = b.layers[s.layer]
         used = dict.fromkeys(list(layer.args) + list(s.transformArgs if s.transformArgs is not None else []))
         wbytes = sum(b.tensors[a].nbytes for a in used if b.tensors[a].kind == fb.TensorKind.weight)
-        weights = f"{form.get(s.weightForm, '?')} {_PRECISION.get(s.weightPrecision, '?')}"
+        weights = f"{form.get(s.weightForm, '?')} {PRECISION_OF_DTYPE.get(s.weightPrecision, '?')}"
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
                      f"{weights:<12} {s.prepQueue:>3} {wbytes:>12,}  "
                      f"{_dispatches(s) or _schedule(s)}".rstrip())

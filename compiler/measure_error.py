@@ -24,6 +24,7 @@ first, the fewest that bring the whole model under the bound (a binary
 search over that order, each step measured).
 """
 import os
+from collections import namedtuple
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from .errors import CompileError
 
 SAMPLES = 4  # generated sample inputs
 SEED = 0
+Input = namedtuple("Input", "name dtype shape")
 
 
 def sample_inputs(infos, calibration=None, samples=SAMPLES, seed=SEED):
@@ -97,15 +99,13 @@ class Probe:
         from coldbrew.targets import resolve
 
         from . import _lower, _version, codegen
+        from .kernels.build import output_axis
         from .plan_weights import generic_narrowable
 
         self.target = resolve("host")
         self.graph = _lower(front, self.target, None, None, "raw", 1, None, 0)
         self.code = codegen.run(self.graph, self.target)
         self.producer, self.model_hash = f"coldbrew {_version()}", front.model_hash
-        # anchor id -> (raw weight tensor, its fp32 data, output-channel axis)
-        from .kernels.build import output_axis
-
         self.layers = {}  # key (anchor id, or a generic layer's name) -> [(tensor, fp32 data, axis)]
         for layer in self.graph.layers:
             a = next((self.graph.tensors[i].anchor for i in layer.args if self.graph.tensors[i].anchor), None)
@@ -120,8 +120,8 @@ class Probe:
                                for i in ids] for name, ids in generic_narrowable(self.graph).items()}
 
     def infos(self):
-        with self._session() as s:
-            return s.get_inputs()
+        """The model's inputs: name, dtype, shape (as the runtime reports them)."""
+        return [Input(t.name, np.dtype(t.dtype), list(t.shape)) for t in (self.graph.tensors[i] for i in self.graph.inputs)]
 
     def _session(self):
         from coldbrew.runtime import load
@@ -156,13 +156,13 @@ def choose(front, precision, max_error=None, calibration=None, only=None):
     `precision` ("fp16", "int8"), or the fewest kept fp32 under
     `max_error`. Layers whose weights exceed the fp16 range stay fp32
     (compiler/plan_weights.py)."""
-    from .plan_weights import FP16_MAX
+    from .plan_weights import fits_fp16
 
     probe = Probe(front)
     feeds, described = sample_inputs(probe.infos(), calibration)
     reference = probe.run(feeds, {})
     ids = [aid for aid, [(_, raw, _)] in probe.layers.items() if (only is None or aid in only)
-           and (precision != "fp16" or not raw.size or float(np.max(np.abs(raw))) <= FP16_MAX)]
+           and (precision != "fp16" or fits_fp16(raw))]
     if precision == "fp16" and only is None:  # a plan narrows only the variant layers it chose
         ids += list(probe.generic)
     solo = {aid: output_error(reference, probe.run(feeds, {aid: precision}))[0] for aid in ids}

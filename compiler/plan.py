@@ -34,7 +34,8 @@ the smallest one wins.
 """
 import time
 
-from .simulate import NARROW, median_ms, narrow_transform_ms, simulate
+from .graph import NARROW
+from .simulate import median_ms, narrow_transform_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 

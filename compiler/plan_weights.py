@@ -38,7 +38,7 @@ q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 import numpy as np
 
 from .graph import Tensor
-from .kernels.build import PRECISIONS
+from .graph import PRECISIONS
 
 NAME = "plan_weights"
 
@@ -107,22 +107,33 @@ def generic_narrowable(graph):
     return out
 
 
+def fits_fp16(w):
+    """Every value of `w` within the fp16 range."""
+    return not w.size or float(np.max(np.abs(w))) <= FP16_MAX
+
+
 def _narrowable(t):
     if t.kind != "weight" or t.dtype != "float32" or t.anchor is not None or t.data is None:
         return False
-    return t.data.size >= GENERIC_MIN and float(np.max(np.abs(t.data))) <= FP16_MAX
+    return t.data.size >= GENERIC_MIN and fits_fp16(t.data)
+
+
+def _widened_by_runtime(graph, idx, data):
+    """Weight tensor `idx` becomes the prepared fp32 tensor that cb.widen_f16
+    fills from `data` stored fp16 in its layout; the fp16 tensor's id."""
+    t = graph.tensors[idx]
+    half = np.asarray(data, np.float32).astype(np.float16)
+    n = graph.add_tensor(Tensor(f"{t.name}.fp16", "float16", tuple(half.shape), "weight", half))
+    t.kind, t.data, t.cached = "prepared", None, False
+    return n
 
 
 def _narrow_generic(graph, layer, ids):
     pairs, err = [], 0.0
     for idx in ids:
-        t = graph.tensors[idx]
-        raw = np.asarray(t.data, np.float32)
-        half = raw.astype(np.float16)
-        n = graph.add_tensor(Tensor(f"{t.name}.fp16", "float16", tuple(half.shape), "weight", half))
-        t.kind, t.data, t.cached = "prepared", None, False
-        pairs += [n, idx]
-        err = max(err, weight_error(raw, half.astype(np.float32)))
+        raw = np.asarray(graph.tensors[idx].data, np.float32)
+        err = max(err, weight_error(raw, narrow_weights(raw, "fp16", 0)[1]))
+        pairs += [_widened_by_runtime(graph, idx, raw), idx]
     layer.transform, layer.transform_args = WIDEN_F16, pairs
     layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "fp16", err
 
@@ -163,16 +174,14 @@ def _narrow(graph, layer, idx, precision, form):
     t = graph.tensors[idx]
     a = t.anchor
     raw = np.asarray(a.raw, np.float32)
-    if precision == "fp16" and raw.size and float(np.max(np.abs(raw))) > FP16_MAX:
+    if precision == "fp16" and not fits_fp16(raw):
         graph.notes.append(f"{a.id}: weights exceed the fp16 range (max |w| {float(np.max(np.abs(raw))):.3g}); kept fp32")
         return False
     stored, wide = narrow_weights(raw, precision, output_axis(a.spec))
     layer.weight_precision, layer.weight_error = precision, weight_error(raw, wide)
     in_layout = precision == "fp16" and a.variant.transform_rearranges and (form == "cached" or not t.cached)
     if in_layout:  # the kernel's own layout, fp16: rearranged values round exactly as the raw ones do
-        data = np.asarray(a.transformed if t.cached else raw, np.float32).astype(np.float16)
-        n = graph.add_tensor(Tensor(f"{t.name}.fp16", "float16", tuple(data.shape), "weight", data))
-        t.kind, t.data, t.cached = "prepared", None, False
+        n = _widened_by_runtime(graph, idx, a.transformed if t.cached else raw)
         layer.transform, layer.transform_args, layer.weight_form = WIDEN_F16, [n, idx], "cached"
         return True
     names = [f"{t.name}.{precision}", f"{t.name}.scale"]

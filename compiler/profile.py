@@ -33,11 +33,11 @@ import statistics
 import tempfile
 import time
 
+from .graph import NARROW
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
 VERSION = 2  # 2: read times of the narrow weight forms (fp16, int8)
-NARROW = ("fp16", "int8")  # weight precisions besides fp32 (compiler/plan_weights.py)
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
 

@@ -31,6 +31,8 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 
 from coldbrew.targets import split_factor, task_shares
 
+from .graph import NARROW, PRECISION_OF_DTYPE
+
 
 class PlanError(ValueError):
     pass
@@ -46,15 +48,13 @@ def plan_of_bundle(data):
         layer = bundle.layers[s.layer]
         # the cost table knows narrow forms of variant layers only: a generic
         # layer's fp16 weights are costed as its fp32 ones
-        narrow = _FORM_OF_PRECISION.get(s.weightPrecision) if _s(s.variant) != "generic" else None
+        p = PRECISION_OF_DTYPE.get(s.weightPrecision, "fp32")
+        narrow = p if p in NARROW and _s(s.variant) != "generic" else None
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
                       "form": narrow or ("raw" if s.weightForm == 0 else "cached"),
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1}
-
-
-_FORM_OF_PRECISION = {1: "fp16", 3: "int8"}  # Step.weight_precision (DType) -> form
 
 
 def _s(v):
@@ -81,7 +81,6 @@ def median_ms(per_class, cls, threads):
     return runs[key]["median"]
 
 
-NARROW = ("fp16", "int8")  # forms of narrow raw weights, widened by the transform (compiler/plan_weights.py)
 
 
 def narrow_transform_ms(table, c, precision, cls, threads):

@@ -22,8 +22,7 @@ from coldbrew.schemas.generated import bundle_generated as fb
 from coldbrew.targets import task_shares
 
 from .checksum import checksum64
-from .graph import DTYPES
-from .kernels.build import PRECISIONS
+from .graph import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
 SCHEMA_VERSION = 1

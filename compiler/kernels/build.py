@@ -4,6 +4,7 @@ kernel benchmark."""
 import tvm
 from tvm import s_tir, te
 
+from ..graph import PRECISIONS
 from . import ANCHOR
 
 
@@ -13,9 +14,6 @@ def input_shape(spec):
     return (spec.m, spec.k)
 
 
-# Weight precisions a bundle can store (compiler/plan_weights.py): the dtype
-# of the stored weights. Narrow weights are widened to fp32 by the transform.
-PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 WIDEN = "cb_widen"  # the widening block of a narrow transform
 
 
