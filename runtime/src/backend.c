@@ -204,16 +204,10 @@ static uint64_t wait_for_launch(uint64_t seen) {
 /* Thread `id`'s tasks of the current launch: its share of a split launch,
  * else task `id` of ntask. */
 static int run_tasks(int id) {
-  int total = g_pool.launch_total;
-  if (!total) {
-    cb_parallel_env env = {&g_pool, g_pool.ntask};
-    int rc = g_pool.fn(id, &env, g_pool.cdata);
-    if (rc) cb_backend_kernel_failed();
-    return rc;
-  }
-  cb_parallel_env env = {&g_pool, total};
-  int rc = 0;
-  for (int t = g_pool.first[id], end = t + g_pool.count[id]; t < end && !rc; t++) rc = g_pool.fn(t, &env, g_pool.cdata);
+  int total = g_pool.launch_total, rc = 0;
+  cb_parallel_env env = {&g_pool, total ? total : g_pool.ntask};
+  int first = total ? g_pool.first[id] : id, end = total ? first + g_pool.count[id] : id + 1;
+  for (int t = first; t < end && !rc; t++) rc = g_pool.fn(t, &env, g_pool.cdata);
   if (rc) cb_backend_kernel_failed();
   return rc;
 }

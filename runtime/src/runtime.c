@@ -806,18 +806,26 @@ static void trace_end(cb_trace_event* ev) {
   if (ev) ev->end_ns = cb_now_ns();
 }
 
+/* One kernel or transform call: its error message cleared before, its
+ * thread's workspace blocks freed for reuse after a failure (a failing
+ * kernel may return without freeing them). Nonzero on failure. */
+static int call_kernel(cb_kernel_fn fn, cb_ffi_any* args, uint32_t nargs) {
+  cb_ffi_any ret = {0};
+  cb_backend_clear_kernel_error();
+  int rc = fn(NULL, args, (int32_t)nargs, &ret);
+  if (rc) cb_backend_kernel_failed();
+  return rc;
+}
+
 /* Step `i`'s raw weights turned into its kernel's layout, once. */
 static cb_status prepare_transform(cb_session* s, uint32_t i) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   cb_trace_event* ev;
   if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
-    cb_ffi_any ret = {0};
-    cb_backend_clear_kernel_error();
     ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
     uint32_t t = s->targ_start[i];
-    if (b->transforms[i](NULL, &s->targs[t], (int32_t)(s->targ_start[i + 1] - t), &ret) != 0) {
-      cb_backend_kernel_failed();
+    if (call_kernel(b->transforms[i], &s->targs[t], s->targ_start[i + 1] - t)) {
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
                      m->steps[i].transform, cb_backend_kernel_error());
     }
@@ -1010,8 +1018,6 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues
                        ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
-    cb_ffi_any ret = {0};
-    cb_backend_clear_kernel_error();
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
     /* an alternate nobody has taken (a plain load first: the warmer's or a
      * finished one costs no syscall), with its bytes resident: ready it here */
@@ -1023,8 +1029,7 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_trace_event* ev = trace_event(s, i, CB_PHASE_EXECUTE, (uint32_t)alt);
     const uint32_t* start = alt ? s->aarg_start : s->arg_start;
     uint32_t a = start[i];
-    if ((alt ? b->alternates : b->kernels)[i](NULL, &(alt ? s->aargs : s->args)[a], (int32_t)(start[i + 1] - a), &ret)) {
-      cb_backend_kernel_failed();
+    if (call_kernel((alt ? b->alternates : b->kernels)[i], &(alt ? s->aargs : s->args)[a], start[i + 1] - a)) {
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
                      alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
     }
