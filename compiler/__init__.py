@@ -292,7 +292,8 @@ def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, prec
 
     done = _dumper(dump_ir, PASSES, select_variants.NAME)
 
-    mod, anchors = select_variants.run(front.mod, tgt.vector, variants, tuning)
+    direct = plan_weights.direct_layers(weights, precision)
+    mod, anchors = select_variants.run(front.mod, tgt.vector, variants, tuning, direct)
     done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
     mod, notes = schedule_kernels.run(mod, anchors, tgt.vector)

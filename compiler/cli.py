@@ -109,8 +109,10 @@ def main():
 @click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
               help="force a kernel variant: globally (im2col_gemm), per op (conv2d=winograd_f4) "
                    "or per layer (c3=direct); see `coldbrew variants`")
-@click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached|auto",
-              help="ship raw weights + transform, or transformed weights; global or per layer "
+@click.option("--weights", "weight_opts", multiple=True, metavar="[LAYER=]raw|cached|direct|auto",
+              help="ship raw weights + transform, or transformed weights; with fp16 weights, direct: the "
+                   "kernel reads them fp16 in place, widening in registers (no first-run widening); "
+                   "global or per layer "
                    "[default: cached; GPU targets: auto, raw where the transform fits under pipeline creation]")
 @click.option("--threads", default=2, show_default=True, help="execution threads the plan is made for")
 @click.option("--prep-queue", "queue_opts", multiple=True, metavar="[LAYER=]Q", default=["0"], show_default=True,
@@ -135,7 +137,8 @@ def main():
 @click.option("--weights-precision", "precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32",
               show_default=True,
               help="store the conv/dense layers' weights in this precision (int8: one scale per output channel); "
-                   "widened to fp32 on the first run; the effect on the outputs is measured and stored")
+                   "widened to fp32 on the first run (or in registers: --weights direct); the effect on the "
+                   "outputs is measured and stored")
 @click.option("--max-error", type=float, metavar="E",
               help="with a narrow precision: keep the fewest layers fp32 that hold the outputs' relative error "
                    "(max |y' - y| / max |y| against fp32) under E")

@@ -75,7 +75,7 @@ def describe(path):
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
                  + _split(b.plan.execShares))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
-    form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached"}
+    form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
         used = dict.fromkeys(list(layer.args) + list(s.transformArgs if s.transformArgs is not None else []))

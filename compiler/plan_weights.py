@@ -2,16 +2,23 @@
 transform kernel, or the already-transformed (cached) weights, and in
 which precision.
 
-form: "cached" | "raw", or {"*": form, "<anchor id>": form}. A raw layer's
-transformed weights become a `prepared` tensor that the runtime fills once
-with the transform kernel; a cached layer reads them straight from the
-bundle. Variants whose transform is the identity always read raw weights.
+form: "cached" | "raw" | "direct", or {"*": form, "<anchor id>": form}. A
+raw layer's transformed weights become a `prepared` tensor that the runtime
+fills once with the transform kernel; a cached layer reads them straight
+from the bundle. Variants whose transform is the identity always read raw
+weights. "direct" goes with fp16: the transformed weights are stored fp16
+and the execute kernel reads them in place, widening each value in
+registers as it loads it (select_variants makes that kernel); nothing is
+prepared on the first run, at the price of a conversion per weight load in
+every run. It applies where the variant's transform only rearranges values
+(not Winograd) and the weights fit fp16; elsewhere "direct" means "cached".
 
 precision: "fp32" | "fp16" | "int8", or {"*": p, "<anchor id>": p}: the
 precision a variant layer's weights are stored in (weight-only: activations
 and arithmetic stay fp32), widened to fp32 once, on the first run, into the
 prepared tensor the kernel reads:
 
+    fp16, direct   the kernel's layout in fp16, read in place by the kernel
     fp16, cached   the kernel's layout in fp16, widened by the runtime's own
                    transform (cb.widen_f16: F16C / NEON; no code in the
                    bundle). For variants whose transform only rearranges
@@ -45,6 +52,19 @@ NAME = "plan_weights"
 
 MAX_QUEUES = 8  # the runtime's preparation workers
 FP16_MAX = 65504.0
+FORMS = ("raw", "cached", "direct")
+
+
+def _choice(table, name, default):
+    return table.get(name, table.get("*", default))
+
+
+def direct_layers(form, precision):
+    """anchor id -> whether `form` and `precision` (as run() takes them) ask
+    for the direct form: select_variants makes those kernels."""
+    forms = form if isinstance(form, dict) else {"*": form}
+    precisions = precision if isinstance(precision, dict) else {"*": precision}
+    return lambda aid: _choice(forms, aid, "cached") == "direct" and _choice(precisions, aid, "fp32") == "fp16"
 
 
 def run(graph, form="cached", queues=0, precision="fp32"):
@@ -52,7 +72,7 @@ def run(graph, form="cached", queues=0, precision="fp32"):
     precisions = precision if isinstance(precision, dict) else {"*": precision}
     queues = queues if isinstance(queues, dict) else {"*": queues}
     for layer in graph.layers:
-        q = queues.get(layer.name, queues.get("*", 0))
+        q = _choice(queues, layer.name, 0)
         if not isinstance(q, int) or not 0 <= q <= MAX_QUEUES:
             raise ValueError(f"preparation queue must be an integer 0..{MAX_QUEUES}, not {q!r}")
         layer.prep_queue = q
@@ -61,12 +81,18 @@ def run(graph, form="cached", queues=0, precision="fp32"):
         for idx in weights:
             t = graph.tensors[idx]
             a = t.anchor
-            want = forms.get(a.id, forms.get("*", "cached"))
-            if want not in ("raw", "cached"):
-                raise ValueError(f"weight form must be raw or cached, not {want!r}")
-            p = precisions.get(a.id, precisions.get("*", "fp32"))
+            want = _choice(forms, a.id, "cached")
+            if want not in FORMS:
+                raise ValueError(f"weight form must be one of {', '.join(FORMS)}, not {want!r}")
+            p = _choice(precisions, a.id, "fp32")
             if p not in PRECISIONS:
                 raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
+            if a.direct:  # stored fp16 by select_variants; the kernel reads them
+                raw = np.asarray(a.raw, np.float32)
+                layer.weight_form, layer.weight_precision = "direct", "fp16"
+                layer.weight_error = weight_error(raw, narrow_weights(raw, "fp16", 0)[1])
+                continue
+            want = "cached" if want == "direct" else want
             if p != "fp32" and _narrow(graph, layer, idx, p, want):
                 continue
             if not t.cached:
@@ -81,7 +107,7 @@ def run(graph, form="cached", queues=0, precision="fp32"):
             layer.transform, layer.transform_args = sym, [raw, idx]
     for name, ids in generic_narrowable(graph).items():
         layer = next(x for x in graph.layers if x.name == name)
-        if precisions.get(name, precisions.get("*", "fp32")) == "fp16":
+        if _choice(precisions, name, "fp32") == "fp16":
             _narrow_generic(graph, layer, ids)
     return graph
 

@@ -22,6 +22,7 @@ from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
 from .kernels.conv import channel_vectors
+from .plan_weights import fits_fp16
 
 NAME = "select_variants"
 ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
@@ -40,6 +41,7 @@ class Anchor:
     transform_func: object = None
     alternatives: list = field(default_factory=list)
     tuned: bool = False  # params measured on this machine (compiler/tune.py)
+    direct: bool = False  # transformed weights stored fp16, read in place by the execute kernel
 
 
 def auto_variant(spec, isa):
@@ -113,9 +115,14 @@ def _spec_of(call, op_name, const_value):
     return DenseSpec(xs[0], xs[1], int(w.shape[1]), dtype), w
 
 
-def run(mod, isa, choice=None, tuning=None):
+def run(mod, isa, choice=None, tuning=None, direct=None):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/tune.py's result, or None) supplies measured choices.
+    `direct(anchor_id)` says which anchors get the direct fp16 weight form
+    (compiler/plan_weights.py): their execute kernel reads the transformed
+    weights stored fp16 and widens them in registers. It applies where the
+    variant's transform only rearranges values and the weights fit fp16;
+    elsewhere the layer keeps fp32 transformed weights.
     Returns (mod, anchors)."""
     import tvm
     from tvm import relax
@@ -182,7 +189,8 @@ def run(mod, isa, choice=None, tuning=None):
     Rewriter(mod, "collect", anchors).transform()
     _transform_weights(anchors)
     for a in anchors:
-        a.const = relax.const(a.transformed)
+        a.direct = bool(direct and direct(a.id)) and a.variant.transform_rearranges and fits_fp16(a.raw)
+        a.const = relax.const(a.transformed.astype(np.float16) if a.direct else a.transformed)
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
     # anchors fuse with their elementwise epilogue (OutEWiseFusable)
     for gv, func in list(new_mod.functions.items()):

@@ -108,7 +108,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         b.layers.append(x)
         s = fb.StepT()
         s.layer, s.variant, s.kernel, s.transform = k, layer.variant, layer.kernel, layer.transform
-        s.weightForm = fb.WeightForm.raw if layer.weight_form == "raw" else fb.WeightForm.cached
+        s.weightForm = getattr(fb.WeightForm, layer.weight_form)
         s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
         s.transformArgs = list(layer.transform_args)
         s.params = _params(layer.params)

@@ -48,18 +48,37 @@ def transform_func(variant, spec, params, precision="fp32"):
     return te.create_prim_func([*args, fn(wide) if fn is not None else wide])
 
 
+class Widened:
+    """Narrow transformed weights as the execute kernel's computation sees
+    them: every element read is widened to fp32 where it is used, so the
+    kernel loads the narrow values and converts them in registers (F16C
+    vcvtph2ps, NEON fcvtl) and no fp32 copy is ever made."""
+
+    def __init__(self, wt):
+        self.wt = wt
+
+    def __getitem__(self, index):
+        return self.wt[index].astype("float32")
+
+    @property
+    def shape(self):
+        return self.wt.shape
+
+
 def execute_te(variant, spec, params):
-    """A TE function (x, wt) -> out, for BlockBuilder.emit_te."""
-    return lambda x, wt: variant.compute(spec, x, wt, params)
+    """A TE function (x, wt) -> out, for BlockBuilder.emit_te. Weights of a
+    narrow dtype (the direct form) are widened where the kernel reads them."""
+    return lambda x, wt: variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
 
 
-def execute_func(variant, spec, epilogue=None, params=None):
+def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
     """Standalone PrimFunc(x, wt, [extra...], out): the execute kernel with an
-    optional epilogue (a function of (out, *extra placeholders))."""
+    optional epilogue (a function of (out, *extra placeholders)); a narrow
+    `precision` makes the kernel read its transformed weights in it."""
     params = params if params is not None else variant.space(spec)[0]
     x = te.placeholder(input_shape(spec), spec.dtype, name="x")
-    wt = te.placeholder(variant.transformed_shape(spec, params), spec.dtype, name="wt")
-    out = variant.compute(spec, x, wt, params)
+    wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
+    out = variant.compute(spec, x, wt if precision == "fp32" else Widened(wt), params)
     extra = []
     if epilogue is not None:
         out, extra = epilogue(out)

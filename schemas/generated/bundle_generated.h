@@ -187,29 +187,32 @@ inline const char *EnumNameSegmentKind(SegmentKind e) {
 enum class WeightForm : uint8_t {
   raw = 0,
   cached = 1,
+  direct = 2,
   MIN = raw,
-  MAX = cached
+  MAX = direct
 };
 
-inline const WeightForm (&EnumValuesWeightForm())[2] {
+inline const WeightForm (&EnumValuesWeightForm())[3] {
   static const WeightForm values[] = {
     WeightForm::raw,
-    WeightForm::cached
+    WeightForm::cached,
+    WeightForm::direct
   };
   return values;
 }
 
 inline const char * const *EnumNamesWeightForm() {
-  static const char * const names[3] = {
+  static const char * const names[4] = {
     "raw",
     "cached",
+    "direct",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameWeightForm(WeightForm e) {
-  if (::flatbuffers::IsOutRange(e, WeightForm::raw, WeightForm::cached)) return "";
+  if (::flatbuffers::IsOutRange(e, WeightForm::raw, WeightForm::direct)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesWeightForm()[index];
 }

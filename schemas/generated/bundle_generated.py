@@ -39,6 +39,7 @@ class SegmentKind(object):
 class WeightForm(object):
     raw = 0
     cached = 1
+    direct = 2
 
 
 class Target(object):
