@@ -107,8 +107,10 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     `sign` (a secret key file from `coldbrew keygen`) appends an Ed25519
     signature over every byte (compiler/sign_bundle.py).
     `precision` ("fp32", "fp16" or "int8") stores the variant layers'
-    weights narrow, widened by their transforms on the first run
-    (compiler/plan_weights.py); the effect on the outputs is measured on
+    weights narrow (compiler/plan_weights.py): fp16 by default in the
+    direct form (`weights` "direct": the kernels read fp16 and widen in
+    registers), else widened on the first run by the runtime or the
+    layer's transform; the effect on the outputs is measured on
     sample inputs (`calibration`: a .npz of arrays per input, else
     generated) and stored in the bundle, and `max_error` keeps the fewest
     layers fp32 that hold the outputs' relative error under it
@@ -123,8 +125,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
     if max_error is not None and precision == "fp32":
         raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
-    if not weights:
-        weights = "auto" if _on_gpu(target) else "cached"
+    if not weights:  # fp16 defaults to the direct form: the fewest bytes and nothing to widen
+        weights = "auto" if _on_gpu(target) else "direct" if precision == "fp16" and plan == "default" else "cached"
     if (plan != "default" or continuous or tune) and _on_gpu(target):
         raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
                            "(compile with the default plan)")

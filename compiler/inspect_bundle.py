@@ -11,6 +11,8 @@ from coldbrew.schemas.generated import bundle_generated as fb
 
 from .graph import DTYPES, PRECISION_OF_DTYPE
 
+WEIGHT_FORMS = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
+
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
 
@@ -75,12 +77,11 @@ def describe(path):
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
                  + _split(b.plan.execShares))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
-    form = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
         used = dict.fromkeys(list(layer.args) + list(s.transformArgs if s.transformArgs is not None else []))
         wbytes = sum(b.tensors[a].nbytes for a in used if b.tensors[a].kind == fb.TensorKind.weight)
-        weights = f"{form.get(s.weightForm, '?')} {PRECISION_OF_DTYPE.get(s.weightPrecision, '?')}"
+        weights = f"{WEIGHT_FORMS.get(s.weightForm, '?')} {PRECISION_OF_DTYPE.get(s.weightPrecision, '?')}"
         lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
                      f"{weights:<12} {s.prepQueue:>3} {wbytes:>12,}  "
                      f"{_dispatches(s) or _schedule(s)}".rstrip())

@@ -64,8 +64,9 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     """[(variant, form, prep_ms, exec_ms)] of a layer (also the exact
     yardstick's, compiler/plan_exact.py): every candidate
     cached, raw where it has a transform, and with a narrow `precision` its
-    weights stored narrow (form "fp16" or "int8") where the table measured
-    them."""
+    weights stored narrow (form "fp16" or "int8", widened on the first run)
+    where the table measured them; with fp16 also the direct form (fp16
+    read in place by the kernel: no widening, its own execution times)."""
     cls = table["classes"][0]["name"]
     out = []
     for c in layer["candidates"]:
@@ -77,6 +78,9 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
         if precision != "fp32" and precision in c["read_ms"]:
             widen = narrow_transform_ms(table, c, precision, cls, prep_threads)
             out.append((c["variant"], precision, c["read_ms"][precision]["median"] + widen, first))
+        if precision == "fp16" and "direct" in c["read_ms"]:
+            out.append((c["variant"], "direct", c["read_ms"]["direct"]["median"],
+                        median_ms(c["execute_first_direct_ms"], cls, threads)))
     return out
 
 
@@ -111,9 +115,13 @@ def simulated_plan(table, chosen):
 
 
 def _form(chosen, name):
-    """A chosen layer's simulator form: its narrow precision, else its form."""
-    p = chosen.get("precisions", {}).get(name, "fp32")
-    return p if p in NARROW else chosen["forms"].get(name, "cached")
+    """A chosen layer's simulator form: direct, its narrow precision, else its form."""
+    form, p = chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32")
+    return p if p in NARROW and form != "direct" else form
+
+
+# a pair's form -> (weight form, precision) of the plan
+PAIR_FORMS = {"fp16": ("cached", "fp16"), "int8": ("raw", "int8"), "direct": ("direct", "fp16")}
 
 
 def _predict(table, sel, queues, threads):
@@ -123,11 +131,12 @@ def _predict(table, sel, queues, threads):
 def _result(table, sel, queues, threads):
     # layers with one candidate and no transform have nothing to choose
     chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
-              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"]) or p[1] in NARROW]
+              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"])
+              or p[1] in PAIR_FORMS]
     return {"variants": {name: p[0] for name, p in chosen},
             # fp16 in the kernel's layout where the variant allows it (compiler/plan_weights.py)
-            "forms": {name: {"fp16": "cached", "int8": "raw"}.get(p[1], p[1]) for name, p in chosen},
-            "precisions": {name: p[1] if p[1] in NARROW else "fp32" for name, p in chosen},
+            "forms": {name: PAIR_FORMS.get(p[1], (p[1],))[0] for name, p in chosen},
+            "precisions": {name: PAIR_FORMS.get(p[1], (None, "fp32"))[1] for name, p in chosen},
             "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
             "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
 

@@ -18,7 +18,10 @@ bundle, again and again), so that a drift of the machine during the profile
 spreads over all medians rather than skewing some layers' variants.
 Layers without variants (pooling, elementwise ...) are measured in the
 first column, and so are the open costs (verification of the header and
-code, code load, session creation).
+code, code load, session creation). Each column is also compiled with the
+direct fp16 weight form (compiler/plan_weights.py: its kernels read fp16
+weights in place), sampled with the plan's execution threads in the same
+rounds: the direct candidates' first and warm execution and their read.
 
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
 of model hash, input bindings, target fingerprint, threads and coldbrew
@@ -37,7 +40,7 @@ from .graph import NARROW
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
-VERSION = 2  # 2: read times of the narrow weight forms (fp16, int8)
+VERSION = 3  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
 
@@ -217,7 +220,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
             configs.append((name, threads, wide))
     rounds = max(1, repeat["cold"])
-    total = len(columns) + 2 + rounds * (len(columns) * len(configs) + 1) + 1
+    total = 2 * len(columns) + 2 + rounds * (len(columns) * (len(configs) + 1) + 1) + 1
     done = 0
     layers, graphs, bundles = {}, [], []
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
@@ -230,6 +233,14 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             graphs.append(compile_graph(proto, bundles[-1], tgt, input_shapes, constants, variants=choice,
                                         weights="raw", threads=threads, front=front)[1])
             done += 1
+        direct_bundles, direct_graphs = [], []
+        for c, choice in enumerate(columns):
+            progress(done, total, f"compile column {c + 1}/{len(columns)}, direct fp16 weights")
+            direct_bundles.append(os.path.join(tmp, f"column{c}.direct.brew"))
+            direct_graphs.append(compile_graph(proto, direct_bundles[-1], tgt, input_shapes, constants,
+                                               variants=choice, weights="direct", threads=threads, front=front,
+                                               precision="fp16")[1])
+            done += 1
         # the default plan as shipped (cached weights): its open costs and first executions
         progress(done, total, "compile the default bundle")
         default = os.path.join(tmp, "default.brew")
@@ -240,12 +251,17 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         # profile rather than one stretch of it (shared machines drift)
         runs = [{cfg[:2]: {} for cfg in configs} for _ in columns]
         default_cfg, default_runs, default_left = configs[-1], {}, repeat["default"]
+        direct_runs = [{} for _ in columns]
         for k in range(rounds):
             for c, bundle in enumerate(bundles):
                 for cls, n, cores in configs:
                     progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)} on {cls} x{n}")
                     sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
                     done += 1
+                progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct fp16")
+                sample(direct_bundles[c], default_cfg[2], default_cfg[1], repeat["warm"] if k == rounds - 1 else 0,
+                       direct_runs[c])
+                done += 1
             progress(done, total, f"round {k + 1}/{rounds}: default bundle")
             for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
                 sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
@@ -256,6 +272,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         for c, graph in enumerate(graphs):
             cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
+        for graph, runs_c in zip(direct_graphs, direct_runs):
+            _add_direct(layers, graph, {default_cfg[:2]: runs_c}, tmp, repeat["reads"])
     progress(total, total, "done")
     return {"widen_ms_per_byte": widen_rate(),
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
@@ -302,6 +320,34 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
     for k, (cand, _, _, narrow) in enumerate(new):
         cand["read_ms"] = {"raw": times[k], "cached": times[len(new) + k],
                            **{p: times[narrow_at[(k, p)]] for p in narrow}}
+
+
+def _add_direct(layers, graph, runs, tmp, reads):
+    """Merge a direct column's measurements into the candidates of the
+    same variant: `direct_bytes`, read_ms["direct"] (the fp16 transformed
+    weights and the layer's other weights, as the bundle stores them),
+    `execute_first_direct_ms` and `execute_direct_ms`."""
+    new = []
+    for layer in graph.layers:
+        if layer.weight_form != "direct":
+            continue
+        cand = next(c for c in layers[layer.name]["candidates"] if c["variant"] == layer.variant)
+        if "execute_direct_ms" in cand:
+            continue  # measured in an earlier column
+        stored = b"".join(graph.tensors[i].data.tobytes() for i in dict.fromkeys(layer.args)
+                          if graph.tensors[i].kind == "weight")
+        cand["direct_bytes"] = len(stored)
+        for key in ("execute_first", "execute"):
+            per = {}
+            for (cls, n), res in runs.items():
+                samples = res.get(key, {}).get(layer.name)
+                if samples:
+                    per.setdefault(cls, {})[str(n)] = stat(samples)
+            cand[f"{key}_direct_ms"] = per
+        new.append((cand, stored))
+    times = _read_times([b for _, b in new], tmp, reads)
+    for (cand, _), t in zip(new, times):
+        cand["read_ms"]["direct"] = t
 
 
 def widen_rate(nbytes=16 << 20, repeat=5):

@@ -40,7 +40,7 @@ class PlanError(ValueError):
 
 def plan_of_bundle(data):
     """The plan a bundle carries (its bytes or path)."""
-    from .inspect_bundle import read, read_bytes
+    from .inspect_bundle import WEIGHT_FORMS, read, read_bytes
 
     bundle, _, _ = read_bytes(data) if isinstance(data, (bytes, bytearray)) else read(data)
     steps = []
@@ -50,8 +50,9 @@ def plan_of_bundle(data):
         # layer's fp16 weights are costed as its fp32 ones
         p = PRECISION_OF_DTYPE.get(s.weightPrecision, "fp32")
         narrow = p if p in NARROW and _s(s.variant) != "generic" else None
+        form = WEIGHT_FORMS.get(s.weightForm, "cached")
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
-                      "form": narrow or ("raw" if s.weightForm == 0 else "cached"),
+                      "form": form if form == "direct" else narrow or form,
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1}
@@ -97,13 +98,14 @@ def narrow_transform_ms(table, c, precision, cls, threads):
 
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step. Forms: "cached",
-    "raw", or a narrow precision ("fp16", "int8": raw weights stored narrow;
+    "raw", "direct" (fp16 weights read in place by their own kernel, no
+    transform), or a narrow precision ("fp16", "int8": raw weights stored narrow;
     the variant's transform widens them as it reads them, and a variant
     without one runs a widening pass, modeled at the table's
     `widen_ms_per_byte` of fp32 output)."""
     c = candidate(table, step["layer"], step["variant"])
     form = step["form"]
-    raw = form != "cached"
+    raw = form not in ("cached", "direct")
     if form not in c["read_ms"]:
         raise PlanError(f"cost table has no {form} weights for {step['variant']} of layer {step['layer']}")
     read = c["read_ms"][form]["median"]
@@ -114,7 +116,9 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     else:
         transform = 0.0
     first = c["execute_first_ms"]
-    if not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
+    if form == "direct":
+        first = c["execute_first_direct_ms"]  # the kernel that reads fp16 in place
+    elif not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
         first = c["execute_first_cached_ms"]  # measured with weights read from the bundle
     return read, transform, median_ms(first, exec_cls, threads)
 

@@ -64,7 +64,9 @@ def _cases():
                 yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}")
 
 
-def _run(target, variant, spec, params=None, epilogue=False, precision="fp32"):
+def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", direct=False):
+    """`direct`: the execute kernel reads its transformed weights in
+    `precision` (fp16) and widens them itself (the direct weight form)."""
     rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
     dev = tvm.cpu()
     x = rng.standard_normal(kb.input_shape(spec)).astype(np.float32)
@@ -83,18 +85,22 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32"):
         shape = [1, ref.shape[1]] + [1] * (len(ref.shape) - 2)
         return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
 
-    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params), variant, spec,
-                                params)}
+    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params,
+                                                precision if direct else "fp32"), variant, spec, params)}
     params = params if params is not None else variant.space(spec)[0]
-    tf = kb.transform_func(variant, spec, params, precision)
+    if direct:  # the compiler transforms the fp16-rounded weights, then stores them fp16
+        stored = [w.astype(np.float32)]
+    tf = kb.transform_func(variant, spec, params, "fp32" if direct else precision)
     if tf is not None:  # scheduled as the compiler schedules it
-        funcs["tr"] = scheduled_transform(variant, tf) if precision != "fp32" else tf
+        funcs["tr"] = scheduled_transform(variant, tf) if precision != "fp32" and not direct else tf
     lib = kb.build(funcs, target)
     wt = tvm.runtime.tensor(w, dev)
     if tf is not None:
         out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32), dev)
         lib["tr"](*[tvm.runtime.tensor(a, dev) for a in stored], out_w)
         wt = out_w
+    if direct:
+        wt = tvm.runtime.tensor(wt.numpy().astype(np.float16), dev)
     out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32), dev)
     args = [tvm.runtime.tensor(x, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
     lib["exe"](*args)
@@ -122,6 +128,18 @@ def test_variant_with_narrow_weights_matches_reference(target, variant, precisio
     spec = next(s for s in CONV_SPECS + DENSE_SPECS
                 if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense") and variant.applies(s))
     _run(target, variant, spec, precision=precision)
+
+
+@pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)
+                                            if v.transform_rearranges], ids=lambda p: getattr(p, "name", ""))
+def test_variant_reading_fp16_weights_directly_matches_reference(target, variant):
+    # the direct form: the execute kernel loads fp16 weights in its own
+    # layout and widens them in registers; every spec the variant applies to
+    specs = [s for s in CONV_SPECS + DENSE_SPECS
+             if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense") and variant.applies(s)]
+    assert specs
+    for spec in specs:
+        _run(target, variant, spec, precision="fp16", direct=True)
 
 
 def test_narrow_weights_round_trip():

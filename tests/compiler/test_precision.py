@@ -12,6 +12,7 @@ import pytest
 import coldbrew
 from conftest import ROOT, ort_run
 from coldbrew.compiler import CompileError, compile_model
+from coldbrew.compiler.graph import DTYPES
 from coldbrew.compiler.inspect_bundle import describe, read_bytes
 from coldbrew.compiler.measure_error import output_error, sample_inputs
 from coldbrew.schemas.generated import bundle_generated as fb
@@ -54,7 +55,7 @@ def test_small_model_matches_onnxruntime_and_stores_what_it_measured(small_model
     direct, _ = output_error(ref, ours)
     assert abs(direct - b.accuracy.outputError) <= 0.05 * direct + 1e-6, (direct, b.accuracy.outputError)
     text = "\n".join(describe_bytes(data))
-    assert f"raw {precision}" in text or f"cached {precision}" in text
+    assert f"raw {precision}" in text or f"{'direct' if precision == 'fp16' else 'cached'} {precision}" in text
     assert "model output error" in text and "narrowed: weight error" in text
 
 
@@ -83,7 +84,7 @@ def test_zoo_model_with_narrow_weights_matches_onnxruntime(name, precision):
 
 def test_fp16_stores_half_the_weight_bytes():
     model = zoo.build("squeezenet")
-    full, half = compile_model(model), compile_model(model, precision="fp16")
+    full, half = compile_model(model), compile_model(model, precision="fp16", weights="cached")
     weight = lambda data: sum(t.nbytes for t in read_bytes(data)[0].tensors if t.kind == fb.TensorKind.weight)  # noqa: E731
     assert weight(half) <= 0.502 * weight(full)  # biases stay fp32
     b = read_bytes(half)[0]
@@ -146,7 +147,7 @@ def test_fp16_widened_by_the_runtime_is_exact(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
                               [onnx.numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    data = compile_model(model, variants={"*": "direct"}, precision="fp16")
+    data = compile_model(model, variants={"*": "direct"}, precision="fp16", weights="cached")
     steps = _steps(data)[1]
     assert [s.transform.decode() for s in steps] == ["cb.widen_f16"]
     x = np.random.default_rng(4).standard_normal((1, 2, 6, 6)).astype(np.float32)
@@ -161,7 +162,7 @@ def test_runtime_refuses_a_widening_whose_tensors_do_not_fit(small_model, tmp_pa
     sys.path.insert(0, os.path.join(ROOT, "tests", "runtime"))
     from test_hostile import expect, repack
 
-    data = bytearray(compile_model(small_model, precision="fp16"))
+    data = bytearray(compile_model(small_model, precision="fp16", weights="cached"))
     b, steps = _steps(bytes(data))
     k = next(i for i, s in enumerate(steps) if s.transform.decode() == "cb.widen_f16")
 
@@ -237,3 +238,29 @@ def test_simulator_reads_the_narrow_forms_of_a_bundle(small_model):
 
     plan = plan_of_bundle(compile_model(small_model, precision="int8"))
     assert {s["layer"]: s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"c0": "int8", "d0": "int8"}
+
+
+def test_fp16_direct_form_reads_fp16_weights_in_place(small_model):
+    """fp16's default form: no transform and no prepared copy; the kernels
+    read the fp16 weights from the bundle, and compute what the widened
+    form computes."""
+    data = compile_model(small_model, precision="fp16")
+    b, steps = _steps(data)
+    direct = [s for s in steps if s.weightForm == fb.WeightForm.direct]
+    assert len(direct) == 2  # the conv and the dense layer
+    for s in direct:
+        assert s.weightPrecision == DTYPES.index("float16") and not s.transform.decode() and s.weightError > 0
+        layer = b.layers[s.layer]
+        assert any(b.tensors[a].dtype == fb.DType.f16 and b.tensors[a].kind == fb.TensorKind.weight for a in layer.args)
+    assert not [t for t in b.tensors if t.kind == fb.TensorKind.prepared]
+    assert "direct fp16" in "\n".join(describe_bytes(data))
+    widened = compile_model(small_model, precision="fp16", weights="cached")
+    shape = [d.dim_value for d in small_model.graph.input[0].type.tensor_type.shape.dim]
+    x = {"x": np.random.default_rng(5).standard_normal(shape).astype(np.float32)}
+    np.testing.assert_allclose(coldbrew.load(data).run(None, x)[0], coldbrew.load(widened).run(None, x)[0],
+                               rtol=1e-5, atol=1e-5)
+    err, top1 = _error_against_onnxruntime(small_model, data)
+    assert err <= TOL["fp16"] and top1 == 1.0
+    from coldbrew.compiler.simulate import plan_of_bundle
+
+    assert {s["form"] for s in plan_of_bundle(data)["steps"] if s["variant"] != "generic"} == {"direct"}

@@ -42,6 +42,11 @@ def test_table_covers_every_layer_and_candidate(table_and_bundle):
         if "winograd" in c["variant"]:
             assert c["has_transform"] and c["transformed_bytes"] > c["raw_bytes"]
             assert c["transform_ms"][cls]["1"]["median"] > 0
+            assert "direct" not in c["read_ms"]  # its transform computes values: no direct form
+        else:  # the direct fp16 form: half the weight bytes (the bias stays fp32), its own kernel's times
+            assert c["direct_bytes"] == c["transformed_bytes"] - (c["transformed_bytes"] - 8 * 4) // 2
+            assert c["read_ms"]["direct"]["n"] == 2 and c["execute_first_direct_ms"][cls]["2"]["n"] == 2
+            assert c["execute_direct_ms"][cls]["2"]["n"] == 2
     assert table["load"]["verify"]["n"] == 2 and table["storage"]["read_mb_s"] > 0
     assert table["load"]["run_overhead"]["n"] == 2 and table["load"]["run_overhead"]["median"] >= 0
     assert simulate(plan, table)["latency_ms"] > table["load"]["verify"]["median"]

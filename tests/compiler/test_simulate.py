@@ -250,3 +250,38 @@ def test_plan_takes_fp16_only_when_asked_and_when_it_pays():
     assert p["precisions"] == {"c0": "fp16"} and p["forms"] == {"c0": "cached"}
     dear = _narrow_table(50.0)  # reading the fp16 weights is slower than anything fp32
     assert choose(dear, "cold", "fp16")["precisions"] == {"c0": "fp32"}
+
+
+def _direct_table(read, execute):
+    """_narrow_table(0.2) with c0's gemm also measured in the direct form:
+    fp16 read in place (`read` ms), its own kernel's first execution."""
+    table = _narrow_table(0.2)
+    gemm = table["layers"][0]["candidates"][1]
+    gemm["read_ms"]["direct"] = _stat(read)
+    gemm["execute_first_direct_ms"] = {"core": {"2": _stat(execute)}}
+    gemm["execute_direct_ms"] = {"core": {"2": _stat(execute)}}
+    return table
+
+
+def test_direct_form_reads_fp16_and_runs_its_own_kernel_without_a_transform():
+    r = simulate(_plan(form="direct", variant="conv2d.im2col_gemm"), _direct_table(0.2, 5.5))
+    assert r["latency_ms"] == pytest.approx(5.5 + 0.2 + 5.5 + 1)  # no widening
+    assert not [e for e in r["events"] if e["phase"] == "transform" and e["layer"] == "c0"]
+    with pytest.raises(PlanError, match="no direct weights"):  # Winograd has no direct form
+        simulate(_plan(form="direct"), _direct_table(0.2, 5.5))
+
+
+def test_plan_weighs_the_direct_form_against_widening():
+    # gemm direct: read 0.2 + execute 3.5 beats gemm fp16 widened (0.2 + 2 + 5), gemm fp32 (1 + 5),
+    # Winograd fp32 cached (3 + 2) and Winograd fp16 (0.2 + 2 + 2)
+    p = choose(_direct_table(0.2, 3.5), "cold-greedy", "fp16")
+    assert p["forms"] == {"c0": "direct"} and p["precisions"] == {"c0": "fp16"}
+    assert p["variants"] == {"c0": "conv2d.im2col_gemm"}
+    # a direct kernel much slower than the fp32 one loses to it
+    slow = choose(_direct_table(0.2, 9.0), "cold-greedy", "fp16")
+    assert slow["forms"]["c0"] != "direct"
+    assert choose(_direct_table(0.2, 3.5), "cold-greedy")["forms"]["c0"] != "direct"  # fp32 unless asked
+    assert choose(_direct_table(0.2, 3.5), "cold", "fp16")["forms"] == {"c0": "direct"}
+    from coldbrew.compiler.plan import simulated_plan
+
+    assert simulated_plan(_direct_table(0.2, 3.5), p)["steps"][0]["form"] == "direct"
