@@ -155,11 +155,12 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lines.append(f"\nwall time {(time.perf_counter() - t0) / 60:.1f} min (timed part)")
-    lines += default_bytes(models, args.threads)  # after every timed sample
-    text = "\n".join(lines) + "\n"
+    print("\n".join(lines), flush=True)  # the timed part, before the long default-plan compiles
+    more = default_bytes(models, args.threads)  # after every timed sample
+    print("\n".join(more), flush=True)
+    lines += more
     with open(os.path.join(args.out, "precision.md"), "w") as f:
-        f.write(text)
-    print(text)
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
