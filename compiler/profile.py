@@ -283,6 +283,17 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     }
 
 
+def _per_config(runs, key, layer):
+    """{core class: {threads: stat}} of one layer's `key` samples in `runs`
+    ({(class, threads): sample results})."""
+    per = {}
+    for (cls, n), res in runs.items():
+        samples = res.get(key, {}).get(layer)
+        if samples:
+            per.setdefault(cls, {})[str(n)] = stat(samples)
+    return per
+
+
 def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
     """Merge one column's measurements into `layers` (name -> layer entry).
     `cached_runs` (column 0): first executions with weights read from the
@@ -302,12 +313,7 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
         for key, source in (("transform", runs), ("execute_first", runs), ("execute", runs),
                             ("execute_first_cached", {k: {"execute_first_cached": v["execute_first"]}
                                                       for k, v in cached_runs.items()})):
-            per = {}
-            for (cls, n), res in source.items():
-                samples = res.get(key, {}).get(layer.name)
-                if samples:
-                    per.setdefault(cls, {})[str(n)] = stat(samples)
-            cand[f"{key}_ms"] = per
+            cand[f"{key}_ms"] = _per_config(source, key, layer.name)
         entry["candidates"].append(cand)
         new.append((cand, raw, cached, narrow))
     regions = [r for _, r, _, _ in new] + [c for _, _, c, _ in new]
@@ -338,12 +344,7 @@ def _add_direct(layers, graph, runs, tmp, reads):
                           if graph.tensors[i].kind == "weight")
         cand["direct_bytes"] = len(stored)
         for key in ("execute_first", "execute"):
-            per = {}
-            for (cls, n), res in runs.items():
-                samples = res.get(key, {}).get(layer.name)
-                if samples:
-                    per.setdefault(cls, {})[str(n)] = stat(samples)
-            cand[f"{key}_direct_ms"] = per
+            cand[f"{key}_direct_ms"] = _per_config(runs, key, layer.name)
         new.append((cand, stored))
     times = _read_times([b for _, b in new], tmp, reads)
     for (cand, _), t in zip(new, times):
