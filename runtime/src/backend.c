@@ -37,7 +37,12 @@ CB_EXPORT void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** 
  * plane) inside their parallel loops, once per iteration. Each thread keeps
  * the blocks it has freed and hands them out again (smallest that fits), so
  * warm runs do not call the allocator at all. Every thread's blocks are
- * freed when it ends (a pthread key's destructor: callers' threads too). */
+ * freed when it ends (a pthread key's destructor: callers' threads too).
+ * A thread's cache lives on the heap, linked into one global list, so the
+ * blocks are reachable from a global root: a leak checker sees them even
+ * when it cannot read a thread's TLS (LeakSanitizer looks threads up by
+ * kernel thread id; under thread-id reuse it can skip a live thread's TLS
+ * and report the blocks it caches as leaked). */
 #define CB_WS_SLOTS 16
 
 typedef struct {
@@ -46,69 +51,97 @@ typedef struct {
   int used;
 } cb_ws_block;
 
-static _Thread_local cb_ws_block t_ws[CB_WS_SLOTS];
-static _Thread_local int t_ws_count;
+typedef struct cb_ws_cache {
+  struct cb_ws_cache *prev, *next; /* the list of every thread's cache */
+  int count;
+  cb_ws_block block[CB_WS_SLOTS];
+} cb_ws_cache;
 
-static _Atomic int64_t g_ws_cached; /* blocks held in the threads' caches, all threads */
+static _Thread_local cb_ws_cache* t_cache;
+static cb_ws_cache g_caches = {&g_caches, &g_caches, 0, {{0}}};
+static pthread_mutex_t g_caches_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static _Atomic int64_t g_ws_cached; /* the threads' caches and the blocks they hold, all threads */
 static pthread_key_t g_ws_key;
 static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
 static void workspace_release_thread(void);
 static void workspace_at_exit(void* unused) { (void)unused, workspace_release_thread(); }
 static void workspace_key_init(void) { (void)pthread_key_create(&g_ws_key, workspace_at_exit); }
 
+/* This thread's cache, made and listed on first use; NULL when out of memory
+ * (blocks are then allocated and freed one by one). */
+static cb_ws_cache* thread_cache(void) {
+  if (t_cache) return t_cache;
+  cb_ws_cache* c = cb_calloc(1, sizeof *c);
+  if (!c) return NULL;
+  pthread_once(&g_ws_once, workspace_key_init);
+  pthread_setspecific(g_ws_key, (void*)1);
+  pthread_mutex_lock(&g_caches_mu);
+  c->prev = &g_caches, c->next = g_caches.next;
+  g_caches.next->prev = c, g_caches.next = c;
+  pthread_mutex_unlock(&g_caches_mu);
+  atomic_fetch_add(&g_ws_cached, 1);
+  return t_cache = c;
+}
+
 static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, int dtype_code,
                              int dtype_bits) {
   (void)device_type, (void)device_id, (void)dtype_code, (void)dtype_bits;
   size_t size = (size_t)((nbytes + 63) & ~(uint64_t)63);
   if (!size) size = 64;
+  cb_ws_cache* c = thread_cache();
   int best = -1, spare = -1;
-  for (int i = 0; i < t_ws_count; i++) {
-    if (t_ws[i].used) continue;
-    if (t_ws[i].size >= size && (best < 0 || t_ws[i].size < t_ws[best].size)) best = i;
-    if (spare < 0 || t_ws[i].size < t_ws[spare].size) spare = i;
+  for (int i = 0; c && i < c->count; i++) {
+    if (c->block[i].used) continue;
+    if (c->block[i].size >= size && (best < 0 || c->block[i].size < c->block[best].size)) best = i;
+    if (spare < 0 || c->block[i].size < c->block[spare].size) spare = i;
   }
   if (best >= 0) {
-    t_ws[best].used = 1;
-    return t_ws[best].ptr;
+    c->block[best].used = 1;
+    return c->block[best].ptr;
   }
   void* p = cb_aligned_alloc(64, size);
-  if (!p) return NULL;
-  if (t_ws_count < CB_WS_SLOTS) {
-    if (t_ws_count == 0) { /* this thread's first cached block: free them all when it ends */
-      pthread_once(&g_ws_once, workspace_key_init);
-      pthread_setspecific(g_ws_key, (void*)1);
-    }
-    t_ws[t_ws_count++] = (cb_ws_block){p, size, 1};
+  if (!p || !c) return p;
+  if (c->count < CB_WS_SLOTS) {
+    c->block[c->count++] = (cb_ws_block){p, size, 1};
     atomic_fetch_add(&g_ws_cached, 1);
   } else if (spare >= 0) { /* every free block is too small: replace the smallest */
-    cb_free(t_ws[spare].ptr);
-    t_ws[spare] = (cb_ws_block){p, size, 1};
+    cb_free(c->block[spare].ptr);
+    c->block[spare] = (cb_ws_block){p, size, 1};
   } /* else every slot is in use: `p` stays uncached and workspace_free frees it */
   return p;
 }
 
 static int workspace_free(int device_type, int device_id, void* ptr) {
   (void)device_type, (void)device_id;
-  for (int i = 0; i < t_ws_count; i++) {
-    if (t_ws[i].ptr == ptr) {
-      t_ws[i].used = 0;
+  cb_ws_cache* c = t_cache;
+  for (int i = 0; c && i < c->count; i++) {
+    if (c->block[i].ptr == ptr) {
+      c->block[i].used = 0;
       return 0;
     }
   }
-  cb_free(ptr); /* allocated while every slot was in use */
+  cb_free(ptr); /* allocated uncached */
   return 0;
 }
 
 /* A kernel that fails can return without freeing its blocks: every block of
  * this thread is free again once the failed call is over. */
 void cb_backend_kernel_failed(void) {
-  for (int i = 0; i < t_ws_count; i++) t_ws[i].used = 0;
+  cb_ws_cache* c = t_cache;
+  for (int i = 0; c && i < c->count; i++) c->block[i].used = 0;
 }
 
 static void workspace_release_thread(void) {
-  for (int i = 0; i < t_ws_count; i++) cb_free(t_ws[i].ptr);
-  atomic_fetch_sub(&g_ws_cached, t_ws_count);
-  t_ws_count = 0;
+  cb_ws_cache* c = t_cache;
+  if (!c) return;
+  t_cache = NULL;
+  pthread_mutex_lock(&g_caches_mu);
+  c->prev->next = c->next, c->next->prev = c->prev;
+  pthread_mutex_unlock(&g_caches_mu);
+  for (int i = 0; i < c->count; i++) cb_free(c->block[i].ptr);
+  atomic_fetch_sub(&g_ws_cached, c->count + 1);
+  cb_free(c);
 }
 
 int64_t cb_backend_cached_blocks(void) { return atomic_load(&g_ws_cached); }
