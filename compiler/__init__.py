@@ -13,6 +13,7 @@ The whole pipeline, in order (one pass per module):
     extract_layers   Relax -> coldbrew Graph (tensors, layers, kernels)
     plan_weights     per layer: raw weights + transform kernel, or cached transformed ones;
                      fp32, or narrow (fp16, int8) widened by the transform
+    elide_copies     concatenations and reshapes that only move bytes become aliases
     plan_memory      static arena offsets for intermediate and prepared tensors
     add_warm_steps   continuous mode only: each layer's warm-fastest variant as an alternate
     codegen          kernels -> one CPU shared object (TVM LLVM)
@@ -34,7 +35,7 @@ from .graph import PRECISIONS  # stored weight precisions
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
 PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
-          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "plan_memory", "add_warm_steps", "codegen",
+          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "elide_copies", "plan_memory", "add_warm_steps", "codegen",
           "write_bundle"]
 GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax",
               "select_gpu_variants", "fuse_layers", "schedule_gpu", "extract_layers", "plan_weights", "plan_memory", "codegen_spirv", "write_bundle"]
@@ -290,7 +291,7 @@ def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
 
 def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
     """The passes from select_variants to plan_memory."""
-    from . import extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
+    from . import elide_copies, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
 
     done = _dumper(dump_ir, PASSES, select_variants.NAME)
 
@@ -308,4 +309,5 @@ def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, prec
         graph = done(plan_weights, plan_weights.run(graph, weights, queues, precision))
     except ValueError as e:
         raise CompileError(str(e)) from None
+    graph = done(elide_copies, elide_copies.run(graph))
     return done(plan_memory, plan_memory.run(graph))

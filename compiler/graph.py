@@ -70,6 +70,7 @@ class Graph:
     warm_threads: int = 0  # continuous mode: execution threads after the first run (0: threads)
     notes: list = field(default_factory=list)
     accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure_error.py)
+    aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)
@@ -87,6 +88,8 @@ class Graph:
             warm = f" / warm {layer.warm['variant']}" if layer.warm else ""
             prec = f" {layer.weight_precision} err {layer.weight_error:.2g}" if layer.weight_precision != "fp32" else ""
             lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{prec}{warm}] ({args}){prep}")
+        for i, (r, offset) in sorted(self.aliases.items()):
+            lines.append(f"  alias  %{i} = bytes {offset}.. of %{r}")
         for i in self.outputs:
             t = self.tensors[i]
             lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")

@@ -5,7 +5,12 @@ caller may set them once and run again; outputs live to the end); tensors are pl
 that does not overlap any placed tensor whose lifetime intersects. GPU
 graphs align to 256 bytes, the largest storage-buffer offset alignment a
 Vulkan device may ask for (each tensor is bound at its offset).
+A tensor that aliases part of another (compiler/elide_copies.py) takes no
+place of its own: its root's region lives from the first step that touches
+any of its parts to the last, and the part lies at its byte offset in it.
 """
+from .elide_copies import resolve
+
 NAME = "plan_memory"
 ALIGN = 64
 GPU_ALIGN = 256
@@ -17,16 +22,19 @@ def run(graph, align=ALIGN):
 
     n = len(graph.layers)
     first, last = {}, {}
+    def root(i):
+        return resolve(graph, i)[0]
+
     for i in graph.inputs:
-        first[i] = -1
+        first[root(i)] = -1
     for step, layer in enumerate(graph.layers):
         for a in layer.args:
             if graph.tensors[a].kind in ("weight", "prepared"):
                 continue
-            first.setdefault(a, step)
-            last[a] = step
+            first.setdefault(root(a), step)
+            last[root(a)] = step
     for i in graph.outputs + graph.inputs:
-        last[i] = n
+        last[root(i)] = n
     order = sorted(first, key=lambda i: (-graph.tensors[i].nbytes, i))
     placed = []  # (offset, size, first, last)
     arena = 0
@@ -42,6 +50,9 @@ def run(graph, align=ALIGN):
         placed.append((offset, size, first[i], last[i]))
         arena = max(arena, offset + size)
     graph.arena_size = arena
+    for i in graph.aliases:
+        r, offset = resolve(graph, i)
+        graph.tensors[i].arena_offset = graph.tensors[r].arena_offset + offset
     # prepared weights live as long as the session: one slot each
     pos = 0
     for t in graph.tensors:
