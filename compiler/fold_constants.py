@@ -6,6 +6,13 @@ ConstantOfShape, Cast, ...) is constant. This pass replaces `Shape`/`Size` of
 statically shaped tensors by constants and evaluates every node whose inputs
 are all constants with ONNX's reference implementation, until nothing
 changes. Constant nodes become initializers; dead nodes are removed.
+
+Folding can materialize a broadcast (Expand, ConstantOfShape, `x * zeros`)
+into a full-size constant that an elementwise op then broadcasts against an
+activation. Such a constant is stored at its smallest broadcast shape: an
+axis along which every value is the same shrinks to 1 wherever the other
+operand already gives the output that extent, so the bundle does not carry
+(and every run does not read) the repeated values.
 """
 import numpy as np
 import onnx
@@ -86,7 +93,51 @@ def run(model):
             changed = True
         nodes = kept
         _rewrite(model, nodes, consts, graph_outputs)
+    if _compact_broadcasts(list(model.graph.node), consts, _static_shapes(model)):
+        _rewrite(model, list(model.graph.node), consts, graph_outputs)
     return model
+
+
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Equal", "Less", "Greater", "Where"}
+
+
+def _compact(value, other_shape, out_shape):
+    """`value` shrunk to 1 along every axis where it repeats one value and
+    the other operand (right-aligned) already has the output's extent."""
+    rank = len(out_shape)
+    other = [1] * (rank - len(other_shape)) + list(other_shape)
+    offset = rank - value.ndim
+    for axis in range(value.ndim):
+        if value.shape[axis] == 1 or other[axis + offset] != out_shape[axis + offset]:
+            continue
+        first = np.take(value, [0], axis=axis)
+        if np.array_equal(value, np.broadcast_to(first, value.shape)):
+            value = first
+    return value
+
+
+def _compact_broadcasts(nodes, consts, shapes):
+    """Point each broadcasting node's constant operands at compacted copies; True if any changed."""
+    changed = False
+    for node in nodes:
+        if node.op_type not in _BROADCASTING or node.domain not in ("", "ai.onnx") or not node.output:
+            continue
+        out_shape = shapes.get(node.output[0])
+        if out_shape is None:
+            continue
+        for k, name in enumerate(node.input):
+            value = consts.get(name)
+            others = [shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
+            if value is None or value.size <= 1 or value.ndim > len(out_shape) or any(o is None for o in others):
+                continue
+            other = np.broadcast_shapes(*[tuple(o) for o in others]) if others else ()
+            small = _compact(value, other, out_shape)
+            if small.size < value.size:
+                compact = f"{name}.compact{'x'.join(map(str, small.shape))}"
+                consts[compact] = np.ascontiguousarray(small)
+                node.input[k] = compact
+                changed = True
+    return changed
 
 
 def _rewrite(model, nodes, consts, graph_outputs):

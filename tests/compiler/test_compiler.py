@@ -106,7 +106,22 @@ def test_expand_range_constantofshape_fold():
     m = _model(nodes, [x], [y], [i("k3", 3), i("zero", 0), i("one", 1)])
     folded = fold_constants.run(load_onnx.run(onnx.load_from_string(m.SerializeToString())))
     assert [n.op_type for n in folded.graph.node] == ["Add"]
+    # the folded positions repeat along channels and rows: stored at their broadcast shape
+    assert [list(t.dims) for t in folded.graph.initializer] == [[1, 1, 1, 5]]
     a = np.random.default_rng(0).standard_normal((1, 2, 3, 5)).astype(np.float32)
+    assert_close(coldbrew.load(compile_model(m)).run(None, {"x": a})[0], ort_run(m, {"x": a})[0])
+
+
+def test_folded_constant_keeps_its_extent_where_the_activation_broadcasts():
+    """A constant is compacted only along axes the other operand already
+    spans: one that also widens the output keeps its full extent."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 5])
+    c = numpy_helper.from_array(np.full((1, 2, 3, 5), 0.5, np.float32), "c")
+    m = _model([helper.make_node("Mul", ["x", "c"], ["y"])], [x], [y], [c])
+    folded = fold_constants.run(load_onnx.run(onnx.load_from_string(m.SerializeToString())))
+    assert [list(t.dims) for t in folded.graph.initializer] == [[1, 2, 1, 1]]
+    a = np.random.default_rng(1).standard_normal((1, 1, 3, 5)).astype(np.float32)
     assert_close(coldbrew.load(compile_model(m)).run(None, {"x": a})[0], ort_run(m, {"x": a})[0])
 
 
