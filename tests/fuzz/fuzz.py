@@ -1,7 +1,7 @@
 """Fuzz the C runtime with libFuzzer (ASan + UBSan; Debian clang and
 libfuzzer-14-dev, installed by .ci/setup.sh).
 
-    python tests/fuzz/fuzz.py [--runs 1000000 | --seconds S] [--targets open,run,open_structured,run_structured]
+    python tests/fuzz/fuzz.py [--runs 1000000 | --seconds S] [--targets open,run,open_structured,run_structured] [--jobs N]
     python tests/fuzz/fuzz.py --make-corpus      # rebuild tests/fuzz/corpus from small models
 
 Targets (tests/fuzz/fuzz_bundle.c): `open` opens a bundle from memory and
@@ -144,6 +144,28 @@ def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
             "crashes": crashes, "slow": slow, "exit": r.returncode, "coverage": covered(out), "log": out}
 
 
+def fuzz_parallel(binary, jobs, runs=None, seconds=None, work=None):
+    """`jobs` processes of one target at once (seeds 1..jobs, a corpus copy
+    each), `runs` split between them; their results merged: executions
+    summed, the longest wall time, every crash, the widest coverage."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = work or tempfile.mkdtemp(prefix="cb-fuzz-")
+    share = None if runs is None else -(-runs // jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        parts = list(pool.map(lambda k: fuzz(binary, share, seconds, os.path.join(work, f"job{k}"),
+                                             [f"-seed={k}"]), range(1, jobs + 1)))
+    cov = {}
+    for p in parts:
+        for f, (hit, edges) in p["coverage"].items():
+            old = cov.get(f, (0, 0))
+            cov[f] = (max(old[0], hit), max(old[1], edges))
+    return {"binary": parts[0]["binary"], "executions": sum(p["executions"] for p in parts),
+            "seconds": max(p["seconds"] for p in parts), "crashes": [c for p in parts for c in p["crashes"]],
+            "slow": [c for p in parts for c in p["slow"]], "exit": max((p["exit"] for p in parts), key=abs),
+            "coverage": cov, "log": "\n".join(p["log"] for p in parts), "jobs": jobs}
+
+
 def replay(binary, files):
     """Run a target once over each file (regression cases); its result."""
     return subprocess.run([binary, *files], capture_output=True, text=True, timeout=600,
@@ -161,7 +183,8 @@ def crash_report(log):
 def summary(res):
     cov = res["coverage"]
     hit = sum(1 for c in cov.values() if c[0])
-    lines = [f"{res['binary']}: {res['executions']:,} executions in {res['seconds']:.0f} s, "
+    jobs = f" ({res['jobs']} processes at once)" if res.get("jobs", 1) > 1 else ""
+    lines = [f"{res['binary']}: {res['executions']:,} executions in {res['seconds']:.0f} s{jobs}, "
              f"{len(res['crashes'])} crashes (exit {res['exit']}); runtime functions covered {hit}/{len(cov)}"]
     key = [f"{f} {cov[f][0]}/{cov[f][1]}" for f in KEY_FUNCTIONS if f in cov]
     lines.append("  edges covered: " + ", ".join(key))
@@ -177,6 +200,7 @@ def main():
     ap.add_argument("--runs", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=int, help="run each target this long instead of --runs executions")
     ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--jobs", type=int, default=1, help="processes per target at once (seeds 1..N), --runs split between them")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "fuzz"))
     ap.add_argument("--make-corpus", action="store_true")
     args = ap.parse_args()
@@ -190,8 +214,8 @@ def main():
         if name not in TARGETS:
             raise SystemExit(f"unknown target {name}; targets: {', '.join(TARGETS)}")
         binary = build_target(name, args.out)
-        res = fuzz(binary, None if args.seconds else args.runs, args.seconds,
-                   work=tempfile.mkdtemp(prefix=f"cb-fuzz-{name}-", dir=args.out))
+        res = fuzz_parallel(binary, max(1, args.jobs), None if args.seconds else args.runs, args.seconds,
+                            work=tempfile.mkdtemp(prefix=f"cb-fuzz-{name}-", dir=args.out))
         print(summary(res), flush=True)
         if res["crashes"] or res["exit"]:
             failed = True
