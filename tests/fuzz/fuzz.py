@@ -23,6 +23,7 @@ functions. Exit status 1 when any target crashed.
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -127,8 +128,13 @@ def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
     shutil.copytree(CORPUS, corpus, dirs_exist_ok=True)
     artifacts = os.path.join(work, "artifacts") + "/"
     os.makedirs(artifacts, exist_ok=True)
+    # Linux carries the peak RSS of the process that spawns the fuzzer into
+    # the fuzzer's own (ru_maxrss survives fork + exec): a test process that
+    # has compiled models would trip a fixed limit at once. The budget is 4 GiB
+    # over that inherited peak.
+    inherited = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     cmd = [binary, corpus, f"-artifact_prefix={artifacts}", "-print_final_stats=1", "-print_coverage=1",
-           "-max_len=262144", "-rss_limit_mb=4096", "-malloc_limit_mb=4096", "-timeout=20", "-seed=1", *extra]
+           "-max_len=262144", f"-rss_limit_mb={4096 + inherited}", "-malloc_limit_mb=4096", "-timeout=20", "-seed=1", *extra]
     cmd.append(f"-runs={runs}" if runs else f"-max_total_time={seconds}")
     t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENV, "CB_FUZZ_CORPUS": CORPUS})
