@@ -67,23 +67,22 @@ def _parts(graph, layer):
     return parts
 
 
+def _aliasable(graph, parts, out, aliases):
+    """Every part an intermediate of the output's dtype, once, in no other alias."""
+    ins = [i for i, _ in parts]
+    return len(set(ins)) == len(ins) and all(
+        graph.tensors[i].kind == "intermediate" and i not in aliases
+        and graph.tensors[i].dtype == graph.tensors[out].dtype for i in ins)
+
+
 def run(graph):
-    aliases = {}
-    kept = []
+    aliases, kept = {}, []
     for layer in graph.layers:
-        parts = _parts(graph, layer)
-        out = layer.args[-1]
-        ok = parts is not None and layer.warm is None and not layer.transform
-        if ok:
-            ins = [i for i, _ in parts]
-            ok = len(set(ins)) == len(ins) and all(
-                graph.tensors[i].kind == "intermediate" and i not in aliases and i != out
-                and graph.tensors[i].dtype == graph.tensors[out].dtype for i in ins)
-        if not ok:
+        parts, out = _parts(graph, layer), layer.args[-1]
+        if parts is None or not _aliasable(graph, parts, out, aliases):
             kept.append(layer)
             continue
-        for i, offset in parts:
-            aliases[i] = (out, offset)
+        aliases.update((i, (out, offset)) for i, offset in parts)
     graph.layers = kept
     used = {layer.kernel for layer in kept} | {layer.transform for layer in kept if layer.transform}
     graph.kernels = {sym: f for sym, f in graph.kernels.items() if sym in used}

@@ -93,7 +93,8 @@ def run(model):
             changed = True
         nodes = kept
         _rewrite(model, nodes, consts, graph_outputs)
-    if _compact_broadcasts(list(model.graph.node), consts, _static_shapes(model)):
+    # the last round changed nothing, so its shapes are the folded model's
+    if _compact_broadcasts(list(model.graph.node), consts, shapes):
         _rewrite(model, list(model.graph.node), consts, graph_outputs)
     return model
 

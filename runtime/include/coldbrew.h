@@ -199,8 +199,9 @@ cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const c
  * cb_debug_allocations: allocations attempted since the last
  * cb_debug_fail_allocation call with n > 0 (counted only while one is
  * armed), and the runtime's allocations live now, apart from the kernel
- * workspace blocks its threads keep for reuse (a thread may keep a block of
- * a new size at any run: a cache, freed when the thread ends). */
+ * workspace blocks its threads keep for reuse and the per-thread caches
+ * holding them (a thread may keep a block of a new size at any run: a
+ * cache, freed when the thread ends). */
 void cb_debug_fail_allocation(uint64_t n);
 void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
 

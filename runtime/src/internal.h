@@ -183,8 +183,9 @@ void cb_backend_enter_prep_worker(uint32_t queue);
 /* A runtime thread about to end (a preparation worker): its cached
  * workspace blocks freed now, not left to its exit's key destructor. */
 void cb_backend_leave_thread(void);
-/* Workspace blocks the threads keep for reuse, all threads together: live
- * allocations that are caches, not leaks (cb_debug_allocations). */
+/* Workspace blocks the threads keep for reuse, and the threads' caches
+ * that hold them, all threads together: live allocations that are caches,
+ * not leaks (cb_debug_allocations). */
 int64_t cb_backend_cached_blocks(void);
 
 /* GPU executor (vulkan.c). A bundle's device, pipelines (made on up to
