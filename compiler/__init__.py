@@ -7,6 +7,7 @@ The whole pipeline, in order (one pass per module):
     legalize_onnx    rewrite forms the importer lacks; require static shape inputs
     fold_batchnorm   fold BatchNormalization into the preceding Conv
     import_relax     ONNX -> TVM Relax
+    block_layout     activations between convolutions in the vector's blocked layout (NCHW{lanes}c)
     select_variants  a kernel variant per conv / dense layer; its transformed weights
     fuse_layers      legalize to TIR, fuse into layers (anchors take their epilogue)
     schedule_kernels the variants' explicit schedules; a generic one elsewhere
@@ -34,7 +35,7 @@ from .graph import PRECISIONS  # stored weight precisions
 
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
-PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "select_variants",
+PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "block_layout", "select_variants",
           "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "elide_copies", "plan_memory", "add_warm_steps", "codegen",
           "write_bundle"]
 GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax",
@@ -290,13 +291,15 @@ def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
 
 
 def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
-    """The passes from select_variants to plan_memory."""
-    from . import elide_copies, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels, select_variants
+    """The passes from block_layout to plan_memory."""
+    from . import (block_layout, elide_copies, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels,
+                   select_variants)
 
-    done = _dumper(dump_ir, PASSES, select_variants.NAME)
+    done = _dumper(dump_ir, PASSES, block_layout.NAME)
 
     direct = plan_weights.direct_layers(weights, precision)
-    mod, anchors = select_variants.run(front.mod, tgt.vector, variants, tuning, direct)
+    mod = done(block_layout, block_layout.run(front.mod, tgt.vector.lanes))
+    mod, anchors = select_variants.run(mod, tgt.vector, variants, tuning, direct)
     done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))
     mod, notes = schedule_kernels.run(mod, anchors, tgt.vector)

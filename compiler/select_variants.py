@@ -49,6 +49,8 @@ def auto_variant(spec, isa):
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
         return "dense.packed_gemm"
+    if spec.out_block:  # blocked activations (compiler/block_layout.py)
+        return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
     if spec.depthwise:
         return "conv2d.depthwise_direct"
     # narrow outputs (under two vectors wide) waste width-vector lanes: put
@@ -92,13 +94,20 @@ def _params(variant, spec, tuning):
     return (measured, True) if measured is not None else (variant.space(spec)[0], False)
 
 
+def _block(layout):
+    """0 for NCHW, b for the blocked NCHW{b}c (compiler/block_layout.py), None otherwise."""
+    m = re.fullmatch(r"NCHW(?:(\d+)c)?", str(layout))
+    return None if m is None else int(m.group(1) or 0)
+
+
 def _spec_of(call, op_name, const_value):
     x_ty = call.args[0].ty
     xs = [int(d) for d in x_ty.shape.values]
     dtype = str(x_ty.dtype)
     if op_name == "conv2d":
         a = call.attrs
-        if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(xs) != 4
+        ib, ob = _block(a.data_layout), _block(a.out_layout)
+        if (ib is None or ob is None or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
             return None
         w = const_value(call.args[1])
@@ -106,9 +115,9 @@ def _spec_of(call, op_name, const_value):
             return None
         pad = [int(p) for p in a.padding]
         pad = pad * 2 if len(pad) == 2 else pad
-        return ConvSpec(xs[0], xs[1], xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
+        return ConvSpec(xs[0], xs[1] * (ib or 1), xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
                         tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
-                        int(a.groups), dtype), w
+                        int(a.groups), dtype, ib, ob), w
     w = const_value(call.args[1])
     if w is None or w.ndim != 2 or len(xs) != 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None

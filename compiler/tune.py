@@ -53,9 +53,10 @@ def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
     """The anchors (conv / dense layers with their specs) of an ONNX model
     (or of its `front`, compiler.front_end's result), with the variants made
     for the vector unit `isa`."""
-    from . import front_end, select_variants
+    from . import block_layout, front_end, select_variants
 
-    _, anchors = select_variants.run((front or front_end(model, input_shapes, constants)).mod, isa)
+    mod = block_layout.run((front or front_end(model, input_shapes, constants)).mod, isa.lanes)
+    _, anchors = select_variants.run(mod, isa)
     return anchors
 
 

@@ -24,8 +24,10 @@ one place:
                                      from the register file; its first entry is the default
                                      (the register/cache model's pick)
 
-Specs describe a layer's anchor operator: ConvSpec for conv2d (NCHW input,
-OIHW weights), DenseSpec for x[M,K] @ w[K,N].
+Specs describe a layer's anchor operator: ConvSpec for conv2d (NCHW or
+blocked NCHW{b}c activations, OIHW raw weights), DenseSpec for x[M,K] @ w[K,N].
+A variant runs one activation layout: `variant.blocked` variants read and
+write the blocked ones (compiler/kernels/conv_blocked.py), the others NCHW.
 """
 import functools
 from dataclasses import dataclass
@@ -47,6 +49,22 @@ class ConvSpec:
     dilation: tuple = (1, 1)
     groups: int = 1
     dtype: str = "float32"
+    # activation layouts (compiler/block_layout.py): 0 is NCHW, b is the
+    # blocked NCHW{b}c ([N, C / b, H, W, b], channel c at [c // b, ..., c % b])
+    in_block: int = 0
+    out_block: int = 0
+
+    @property
+    def input_shape(self):
+        if self.in_block:
+            return (self.n, self.c // self.in_block, self.h, self.w, self.in_block)
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def output_shape(self):
+        if self.out_block:
+            return (self.n, self.k // self.out_block, self.out_h, self.out_w, self.out_block)
+        return (self.n, self.k, self.out_h, self.out_w)
 
     @property
     def out_h(self):
@@ -93,6 +111,7 @@ class Variant:
     # the transform only moves values (packs, pads with zeros): narrow
     # weights can be stored in the transformed layout and merely widened
     transform_rearranges = True
+    blocked = False  # writes the blocked activation layout (ConvSpec.out_block)
 
     def __init__(self, isa):
         self.isa = isa
@@ -130,7 +149,7 @@ def register(name, make):
 
 @functools.lru_cache(maxsize=None)
 def _made(isa):
-    from . import conv, dense  # noqa: F401  (registration)
+    from . import conv, conv_blocked, dense  # noqa: F401  (registration)
 
     return {name: make(isa) for name, make in _MAKERS.items()}
 
@@ -148,4 +167,5 @@ def get(name, isa):
 
 
 def applicable(spec, op, isa):
-    return [v for v in variants(isa, op) if v.applies(spec)]
+    blocked = bool(getattr(spec, "out_block", 0))
+    return [v for v in variants(isa, op) if v.blocked == blocked and v.applies(spec)]

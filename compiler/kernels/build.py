@@ -10,7 +10,7 @@ from . import ANCHOR
 
 def input_shape(spec):
     if spec.__class__.__name__ == "ConvSpec":
-        return (spec.n, spec.c, spec.h, spec.w)
+        return spec.input_shape
     return (spec.m, spec.k)
 
 
