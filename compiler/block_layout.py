@@ -8,15 +8,19 @@ input plane per channel (as many memory streams as channels). Blocked, its
 tiles broadcast input values and load output-channel vectors, and every
 load is contiguous. The pass rewrites the Relax graph:
 
-- a conv2d whose output channels are a multiple of b writes them blocked
-  (depthwise: when its channels are); it reads its input blocked when the
-  input's channels are a multiple of b, else NCHW (a first layer's RGB);
+- a conv2d writes its output blocked, and reads its input blocked, where
+  the channels fill the blocks well enough (`conv_blocks`: channel counts
+  that are not a multiple of b are padded with zero channels, when that
+  adds at most a third: 24 channels become 32 on AVX-512, but a first
+  layer's 3 RGB channels stay NCHW). Padding is exact: the padded filters
+  and biases are zero, and the padded input channels meet zero weights;
 - an operator that works per channel lane runs on the blocked form of its
   inputs when they all have one: the elementwise ones (with tensors of the
   same channels or per-channel / scalar constants, re-laid out here), the
   halves of an ONNX Clip, pooling, global averages, channel concatenation;
 - every other use of a value reads an NCHW copy, made once per value
-  (free where H = W = 1: both layouts then hold the same bytes).
+  (free where H = W = 1 and no channel is padded: both layouts then hold
+  the same bytes).
 
 The decision for a convolution depends on its own shape only
 (`conv_blocks`), so a layer measured alone (compiler/tune.py, profile.py)
@@ -29,21 +33,32 @@ import numpy as np
 NAME = "block_layout"
 
 _UNARY = ("nn.relu", "sigmoid", "tanh", "exp", "negative", "sqrt", "nn.silu", "clip", "abs")
-_BINARY = ("add", "multiply", "subtract", "divide", "maximum", "minimum")
+_BINARY = ("add", "multiply", "subtract", "maximum", "minimum")  # no divide: padded lanes may hold zeros
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d")
+_FOLDED = ("reshape", "permute_dims", "isnan", "where")  # what constants go through before their use
+
+
+def padded(c, lanes):
+    """c rounded up to whole blocks."""
+    return -(-c // lanes) * lanes
+
+
+def _fills(c, lanes):
+    return padded(c, lanes) * 3 <= c * 4  # padding adds at most a third
 
 
 def conv_blocks(c, k, groups, lanes):
-    """(input block, output block) of a convolution, 0 meaning NCHW."""
-    if groups == 1 and k % lanes == 0:
-        return (lanes if c % lanes == 0 else 0), lanes
-    if groups == c == k and c % lanes == 0:
+    """(input block, output block) of a convolution with c input and k
+    output channels, 0 meaning NCHW."""
+    if groups == 1 and _fills(k, lanes):
+        return (lanes if _fills(c, lanes) else 0), lanes
+    if groups == c == k and _fills(c, lanes):
         return lanes, lanes
     return 0, 0
 
 
 def to_blocked(a, b):
-    """numpy NCHW -> NCHW{b}c (tests and tools)."""
+    """numpy NCHW -> NCHW{b}c, the channels a multiple of b (tests and tools)."""
     n, c, h, w = a.shape
     return np.ascontiguousarray(a.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
 
@@ -63,18 +78,36 @@ def _vars(call):
             yield from (f for f in a.fields if isinstance(f, relax.Var))
 
 
+def _block_te(x, c, lanes):
+    """TE: NCHW x -> blocked, channels past c zero."""
+    from tvm import te, tirx
+
+    n, _, h, w = (int(d) for d in x.shape)
+    return te.compute((n, padded(c, lanes) // lanes, h, w, lanes), lambda i, cb, y, z, l: tirx.if_then_else(
+        cb * lanes + l < c, x[i, tirx.min(cb * lanes + l, c - 1), y, z], tirx.const(0, x.dtype)), name="cb_block")
+
+
+def _unblock_te(x, c):
+    """TE: blocked x -> NCHW with c channels (padding dropped)."""
+    from tvm import te
+
+    n, _, h, w, lanes = (int(d) for d in x.shape)
+    return te.compute((n, c, h, w), lambda i, k, y, z: x[i, k // lanes, y, z, k % lanes], name="cb_unblock")
+
+
 def run(mod, lanes):
     """The rewritten module; unchanged when `main` is not one dataflow block."""
     import tvm
     from tvm import relax, topi
 
-    mod = relax.transform.FoldConstant()(mod)
     main = mod["main"]
     blocks = main.body.blocks
     if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
         return mod
     op = {name: tvm.ir.Op.get(f"relax.{name}") for name in
-          ("nn.conv2d", "layout_transform", "reshape", "concat", "mean", "call_tir", *_UNARY, *_BINARY, *_POOLS)}
+          ("nn.conv2d", "concat", "mean", "call_tir", *_FOLDED,
+           *_UNARY, *_BINARY, *_POOLS)}
+    bound = {b.var: b.value for b in blocks[0].bindings}
     layout = f"NCHW{lanes}c"
     bb = relax.BlockBuilder(mod)
     nchw, blocked = {}, {}  # original Var -> its NCHW / blocked value in the new function
@@ -88,31 +121,49 @@ def run(mod, lanes):
         except TypeError:
             return None
 
-    def is_const(e):
-        return type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value")
+    def const_value(e):
+        """The numpy value of a constant, or of a Var computed from
+        constants only by reshapes, transposes and NaN guards; else None."""
+        if type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value"):
+            return e.value.numpy()
+        call = bound.get(e) if isinstance(e, relax.Var) else None
+        if not isinstance(call, relax.Call) or not any(call.op.same_as(op[n]) for n in _FOLDED):
+            return None
+        args = [const_value(a) if not isinstance(a, relax.ShapeExpr) else a for a in call.args]
+        if any(a is None for a in args):
+            return None
+        if call.op.same_as(op["reshape"]):
+            return args[0].reshape(shape_of(e))
+        if call.op.same_as(op["permute_dims"]):
+            axes = call.attrs.axes
+            return np.transpose(args[0], None if axes is None else [int(i) for i in axes])
+        if call.op.same_as(op["isnan"]):
+            return np.isnan(args[0])
+        if call.op.same_as(op["where"]):
+            return np.where(*args).astype(args[1].dtype)
+        return None
 
-    def blockable(shape):
-        return shape is not None and len(shape) == 4 and shape[1] % lanes == 0
+    def channels(v):
+        shape = shape_of(v)
+        return shape[1] if shape is not None and len(shape) == 4 else None
 
     def get_blocked(v):
-        """The blocked form of Var v (made when v is NCHW), or None."""
+        """The blocked form of Var v (made from its NCHW one if need be), or None."""
         if v in blocked:
             return blocked[v]
-        shape = shape_of(v)
-        if not isinstance(v, relax.Var) or not blockable(shape) or v not in nchw:
+        c = channels(v)
+        if not isinstance(v, relax.Var) or c is None or not _fills(c, lanes) or v not in nchw:
             return None
-        blocked[v] = bb.emit(relax.op.layout_transform(
-            nchw[v], index_map=lambda n, c, h, w: (n, c // lanes, h, w, c % lanes)))
+        blocked[v] = bb.emit_te(_block_te, nchw[v], c, lanes, primfunc_name_hint="cb_block")
         return blocked[v]
 
     def get_nchw(v):
         if v not in nchw:
             shape = shape_of(v)
-            if shape[2] * shape[3] == 1:  # the same bytes: a reshape (an alias, elide_copies)
+            if shape[2] * shape[3] == 1 and shape[1] % lanes == 0:  # the same bytes: an alias (elide_copies)
                 nchw[v] = bb.emit(relax.op.reshape(blocked[v], shape))
             else:
-                nchw[v] = bb.emit(relax.op.layout_transform(
-                    blocked[v], index_map=lambda n, cb, h, w, i: (n, cb * lanes + i, h, w)))
+                nchw[v] = bb.emit_te(_unblock_te, blocked[v], shape[1], primfunc_name_hint="cb_unblock")
         return nchw[v]
 
     def plain(e):
@@ -127,62 +178,83 @@ def run(mod, lanes):
             return relax.Call(e.op, [plain(a) for a in e.args], e.attrs, e.ty_args)
         return e
 
-    def operand(a, channels):
-        """A binary operand in blocked form: a blocked value, a per-channel
-        constant re-laid out, a scalar constant; None if none of these."""
-        if isinstance(a, relax.Var):
-            shape = shape_of(a)
-            if shape is not None and len(shape) == 4 and shape[1] == channels:
-                return get_blocked(a)
-            return None
-        if is_const(a):
-            v = a.value.numpy()
+    def per_channel(v, c):
+        """A per-channel constant [.., c, 1, 1] as a blocked one, padded with zeros."""
+        out = np.zeros(padded(c, lanes), v.dtype)
+        out[:c] = v.reshape(c)
+        return relax.const(out.reshape(1, -1, 1, 1, lanes))
+
+    def operand(a, c):
+        """A binary operand in blocked form: a blocked value of c channels,
+        a per-channel constant, a scalar constant; None if none of these."""
+        v = const_value(a)
+        if v is not None:
             if v.size == 1:
-                return a
-            if v.ndim in (3, 4) and v.shape[-3] == channels and v.shape[-2:] == (1, 1) and v.size == channels:
-                return relax.const(v.reshape(1, channels // lanes, 1, 1, lanes))
-        return None
+                return relax.const(v.reshape(()))
+            if v.ndim in (3, 4) and v.shape[-3] == c and v.size == c:
+                return per_channel(v, c)
+            return None
+        return get_blocked(a) if isinstance(a, relax.Var) and channels(a) == c else None
 
     def clip_half(call):
-        """topi.maximum / minimum of an ONNX Clip: (kind, x, bound)."""
+        """topi.maximum / minimum of an ONNX Clip: (topi function, x, bound)."""
         if not call.op.same_as(op["call_tir"]) or len(call.args[1].fields) != 2:
             return None
-        name, (x, bound) = call.args[0].name_hint, call.args[1].fields
-        kind = re.fullmatch(r"(maximum|minimum)\d*", name)
-        if kind and isinstance(x, relax.Var) and is_const(bound) and bound.value.numpy().size == 1:
-            return kind.group(1), x, bound
+        kind = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
+        x, b = call.args[1].fields
+        value = const_value(b)
+        if kind and isinstance(x, relax.Var) and value is not None and value.size == 1:
+            return getattr(topi, kind.group(1)), x, relax.const(value.reshape(()))
         return None
+
+    def conv(call, c_out):
+        """The convolution reading and writing its blocks (padded weights), or None."""
+        a = call.attrs
+        x, w = call.args
+        w = const_value(w)
+        c = channels(x)
+        if (w is None or c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
+                or str(a.out_layout) != "NCHW"):
+            return None
+        ib, ob = conv_blocks(c, c_out, int(a.groups), lanes)
+        if not ob:
+            return None
+        xin = get_blocked(x) if ib else plain(x)
+        if xin is None:
+            return None
+        kp = padded(c_out, lanes)
+        groups = int(a.groups)
+        if groups == 1:
+            cp = padded(c, lanes) if ib else c
+            wp = np.zeros((kp, cp) + w.shape[2:], w.dtype)
+            wp[:c_out, :c] = w
+        else:  # depthwise: one zero filter per padded channel
+            wp = np.zeros((kp,) + w.shape[1:], w.dtype)
+            wp[:c_out] = w
+            groups = kp
+        return relax.op.nn.conv2d(xin, relax.const(wp), strides=a.strides, padding=a.padding, dilation=a.dilation,
+                                  groups=groups, data_layout=layout if ib else "NCHW", kernel_layout="OIHW",
+                                  out_layout=layout, out_dtype=a.out_dtype)
 
     def rewrite(call, out_shape):
         """The blocked form of `call`'s result, or None to run it in NCHW."""
-        a = call.attrs
-
         if call.op.same_as(op["nn.conv2d"]):
-            x, w = call.args
-            xs = shape_of(x)
-            if (not is_const(w) or xs is None or len(xs) != 4 or str(a.data_layout) != "NCHW"
-                    or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"):
-                return None
-            ib, ob = conv_blocks(xs[1], out_shape[1], int(a.groups), lanes)
-            xin = get_blocked(x) if ib else plain(x)
-            if not ob or xin is None:
-                return None
-            return relax.op.nn.conv2d(xin, w, strides=a.strides, padding=a.padding, dilation=a.dilation,
-                                      groups=a.groups, data_layout=layout if ib else "NCHW",
-                                      kernel_layout="OIHW", out_layout=layout, out_dtype=a.out_dtype)
-        if not blockable(out_shape) or not any(v in blocked for v in _vars(call)):
+            return conv(call, out_shape[1])
+        if len(out_shape) != 4 or not _fills(out_shape[1], lanes) or not any(v in blocked for v in _vars(call)):
             return None  # blocked operators follow blocked inputs, never start a chain
+        c, a = out_shape[1], call.attrs
         half = clip_half(call)
         if half is not None:
-            kind, x, bound = half
+            fn, x, b = half
             xb = get_blocked(x) if shape_of(x) == out_shape else None
-            return None if xb is None else (getattr(topi, kind), xb, bound)
+            return None if xb is None else (fn, xb, b)
         if any(call.op.same_as(op[n]) for n in _UNARY):
-            xb = get_blocked(call.args[0]) if isinstance(call.args[0], relax.Var) else None
+            x = call.args[0]
+            xb = get_blocked(x) if isinstance(x, relax.Var) and shape_of(x) == out_shape else None
             return None if xb is None else relax.Call(call.op, [xb], a, call.ty_args)
         if any(call.op.same_as(op[n]) for n in _BINARY):
-            args = [operand(x, out_shape[1]) for x in call.args]
-            if any(x is None for x in args) or not any(isinstance(x, relax.Var) for x in args):
+            args = [operand(x, c) for x in call.args]
+            if any(x is None for x in args):
                 return None
             return relax.Call(call.op, args, a, call.ty_args)
         if any(call.op.same_as(op[n]) for n in _POOLS):
@@ -193,23 +265,24 @@ def run(mod, lanes):
             return make(xb, a.pool_size, a.strides, a.padding, a.dilation, a.ceil_mode, a.count_include_pad,
                         layout=layout, out_layout=layout)
         if call.op.same_as(op["concat"]):
+            # the parts' blocks end to end: no part may be padded
             parts = call.args[0].fields
-            if int(a.axis) not in (1, -3) or not all(isinstance(p, relax.Var) and blockable(shape_of(p)) for p in parts):
+            if int(a.axis) not in (1, -3) or not all(isinstance(p, relax.Var) and channels(p) is not None
+                                                     and channels(p) % lanes == 0 for p in parts):
                 return None
             bs = [get_blocked(p) for p in parts]
             return None if None in bs else relax.op.concat(bs, axis=1)
         return None
 
     def global_mean(call, out_shape):
-        """mean over H and W of a blocked value: the NCHW result directly
-        (its bytes are the blocked [N, C / b, 1, 1, b] ones)."""
+        """mean over H and W of a blocked value (blocked, keepdims) or None."""
         if not call.op.same_as(op["mean"]) or sorted(int(i) % 4 for i in call.attrs.axis) != [2, 3]:
             return None
         x = call.args[0]
         if not isinstance(x, relax.Var) or x not in blocked:
             return None
-        m = bb.emit(relax.op.mean(blocked[x], axis=[2, 3], keepdims=True))
-        return relax.op.reshape(m, out_shape)
+        m = relax.op.mean(blocked[x], axis=[2, 3], keepdims=True)
+        return m if call.attrs.keepdims else None
 
     with bb.function("cb_blocked_main", list(main.params), attrs=dict(main.attrs or {})):
         with bb.dataflow():
@@ -221,13 +294,13 @@ def run(mod, lanes):
                 new = None
                 if isinstance(value, relax.Call) and out_shape is not None:
                     new = rewrite(value, out_shape)
+                    new = global_mean(value, out_shape) if new is None else new
                 if isinstance(new, tuple):  # a Clip half as a TE function
                     blocked[var] = bb.emit_te(*new)
                 elif new is not None:
                     blocked[var] = bb.emit(new)
                 else:
-                    mean = global_mean(value, out_shape) if isinstance(value, relax.Call) and out_shape else None
-                    nchw[var] = bb.emit(mean if mean is not None else plain(value))
+                    nchw[var] = bb.emit(plain(value))
             result = bb.emit_output(plain(main.body.body))
         bb.emit_func_output(result)
     out = bb.get()

@@ -7,6 +7,9 @@ import pytest
 import tvm
 from tvm import te, topi
 
+import dataclasses
+
+from coldbrew.compiler.block_layout import conv_blocks, from_blocked, to_blocked
 from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.plan_weights import narrow_weights, scheduled_transform
@@ -51,14 +54,37 @@ CONV_SPECS = [
     ConvSpec(1, 64, 8, 8, 64, 3, 3, (1, 1), (1, 1, 1, 1)),
 ]
 DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50), DenseSpec(16, 9, 3)]
+# shapes whose channels are multiples of every target's lanes (4, 8, 16):
+# the blocked layout's convolutions (compiler/block_layout.py)
+BLOCKED_SHAPES = [
+    ConvSpec(1, 3, 23, 21, 32, 3, 3, (2, 2), (1, 1, 1, 1)),
+    ConvSpec(1, 32, 13, 13, 48, 1, 1),
+    ConvSpec(1, 16, 9, 11, 32, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvSpec(1, 16, 12, 12, 16, 3, 3, (2, 2), (1, 0, 2, 1), (2, 2)),
+    ConvSpec(2, 32, 7, 7, 64, 1, 1, (2, 2)),
+    ConvSpec(1, 48, 14, 14, 48, 3, 3, (1, 1), (1, 1, 1, 1), groups=48),
+    ConvSpec(1, 32, 15, 15, 32, 3, 3, (2, 2), (1, 1, 1, 1), groups=32),
+    ConvSpec(1, 16, 9, 13, 16, 5, 5, (1, 1), (2, 2, 2, 2), groups=16),
+]
+
+
+def blocked_specs(lanes):
+    """BLOCKED_SHAPES (and any sweep shape that qualifies) in the layout block_layout gives them."""
+    out = []
+    for spec in BLOCKED_SHAPES + CONV_SPECS:
+        ib, ob = conv_blocks(spec.c, spec.k, spec.groups, lanes)
+        if ob:
+            out.append(dataclasses.replace(spec, in_block=ib, out_block=ob))
+    return out
 
 
 def _cases():
     for t in TARGETS:
-        for spec in CONV_SPECS:
+        for spec in CONV_SPECS + blocked_specs(t.vector.lanes):
             for v in applicable(spec, "conv2d", t.vector):
                 yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.c}x{spec.h}x{spec.w}-k{spec.k}r{spec.r}"
-                                                  f"s{spec.stride[0]}g{spec.groups}d{spec.dilation[0]}")
+                                                  f"s{spec.stride[0]}g{spec.groups}d{spec.dilation[0]}"
+                                                  f"b{spec.in_block}.{spec.out_block}")
         for spec in DENSE_SPECS:
             for v in applicable(spec, "dense", t.vector):
                 yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}")
@@ -69,7 +95,9 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
     `precision` (fp16) and widens them itself (the direct weight form)."""
     rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
     dev = tvm.cpu()
-    x = rng.standard_normal(kb.input_shape(spec)).astype(np.float32)
+    blocked = isinstance(spec, ConvSpec) and spec.out_block
+    x = rng.standard_normal(dataclasses.replace(spec, in_block=0).input_shape if blocked
+                            else kb.input_shape(spec)).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
     stored = [w]
     if precision != "fp32":  # the reference uses what the narrow weights stand for
@@ -83,6 +111,8 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
     def bias_relu(out):
         b = te.placeholder((ref.shape[1],), "float32", name="bias")
         shape = [1, ref.shape[1]] + [1] * (len(ref.shape) - 2)
+        if blocked:  # channel c of the blocked output: [c // b, ..., c % b]
+            shape = [1, ref.shape[1] // spec.out_block, 1, 1, spec.out_block]
         return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
 
     funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params,
@@ -101,16 +131,26 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
         wt = out_w
     if direct:
         wt = tvm.runtime.tensor(wt.numpy().astype(np.float16), dev)
-    out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32), dev)
-    args = [tvm.runtime.tensor(x, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
+    out = tvm.runtime.tensor(np.zeros(spec.output_shape if blocked else ref.shape, np.float32), dev)
+    xin = to_blocked(x, spec.in_block) if blocked and spec.in_block else x
+    args = [tvm.runtime.tensor(xin, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
     lib["exe"](*args)
+    result = from_blocked(out.numpy()) if blocked else out.numpy()
     if epilogue:
         ref = np.maximum(ref + bias.reshape([1, -1] + [1] * (ref.ndim - 2)), 0)
     scale = max(1.0, float(np.abs(ref).max()))
-    err = float(np.abs(out.numpy() - ref).max())
+    err = float(np.abs(result - ref).max())
     # winograd F(6x6) is the least accurate in fp32; everything else is near exact
     tol = 5e-3 if "winograd_f6" in variant.name else 1e-4
     assert err <= tol * scale, f"{variant.name} {spec}: max err {err} (scale {scale})"
+
+
+def _sweep(target):
+    return CONV_SPECS + blocked_specs(target.vector.lanes) + DENSE_SPECS
+
+
+def _runs(variant, spec):
+    return variant.applies(spec) and variant.blocked == bool(getattr(spec, "out_block", 0))
 
 
 @pytest.mark.parametrize("target,variant,spec", list(_cases()))
@@ -125,8 +165,8 @@ def test_variant_with_narrow_weights_matches_reference(target, variant, precisio
     # the narrow weights widened by the variant's transform (or by the
     # widening pass alone, for a variant without one) give the kernel
     # exactly what the narrow weights stand for
-    spec = next(s for s in CONV_SPECS + DENSE_SPECS
-                if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense") and variant.applies(s))
+    spec = next(s for s in _sweep(target) if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
+                and _runs(variant, s))
     _run(target, variant, spec, precision=precision)
 
 
@@ -135,8 +175,8 @@ def test_variant_with_narrow_weights_matches_reference(target, variant, precisio
 def test_variant_reading_fp16_weights_directly_matches_reference(target, variant):
     # the direct form: the execute kernel loads fp16 weights in its own
     # layout and widens them in registers; every spec the variant applies to
-    specs = [s for s in CONV_SPECS + DENSE_SPECS
-             if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense") and variant.applies(s)]
+    specs = [s for s in _sweep(target) if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
+             and _runs(variant, s)]
     assert specs
     for spec in specs:
         _run(target, variant, spec, precision="fp16", direct=True)
@@ -159,8 +199,8 @@ def test_narrow_weights_round_trip():
 def test_variant_with_fused_epilogue_and_every_schedule(target, variant):
     # the first sweep shape it applies to, and the last (the deepest
     # reduction: GEMMs block it there, and pick the other loop order)
-    specs = [s for s in CONV_SPECS + DENSE_SPECS if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
-             and variant.applies(s)]
+    specs = [s for s in _sweep(target) if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
+             and _runs(variant, s)]
     assert specs, f"no sweep shape exercises {variant.name}"
     for spec in dict.fromkeys((specs[0], specs[-1])):
         for params in variant.space(spec):
@@ -193,6 +233,6 @@ def test_gemm_spaces_hold_both_loop_orders_and_a_reduction_block(target):
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_every_variant_is_exercised_by_the_sweep(target):
     isa = target.vector
-    covered = {v.name for s in CONV_SPECS for v in applicable(s, "conv2d", isa)}
+    covered = {v.name for s in CONV_SPECS + blocked_specs(isa.lanes) for v in applicable(s, "conv2d", isa)}
     covered |= {v.name for s in DENSE_SPECS for v in applicable(s, "dense", isa)}
     assert covered == {v.name for v in variants(isa)}
