@@ -276,10 +276,10 @@ def run(mod, lanes):
 
     def global_mean(call, out_shape):
         """mean over H and W of a blocked value (blocked, keepdims) or None."""
-        if not call.op.same_as(op["mean"]) or sorted(int(i) % 4 for i in call.attrs.axis) != [2, 3]:
+        if not call.op.same_as(op["mean"]) or call.attrs.axis is None or len(out_shape) != 4:
             return None
         x = call.args[0]
-        if not isinstance(x, relax.Var) or x not in blocked:
+        if not isinstance(x, relax.Var) or x not in blocked or sorted(int(i) % 4 for i in call.attrs.axis) != [2, 3]:
             return None
         m = relax.op.mean(blocked[x], axis=[2, 3], keepdims=True)
         return m if call.attrs.keepdims else None
