@@ -298,7 +298,7 @@ def _lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, prec
     done = _dumper(dump_ir, PASSES, block_layout.NAME)
 
     direct = plan_weights.direct_layers(weights, precision)
-    mod = done(block_layout, block_layout.run(front.mod, tgt.vector.lanes))
+    mod = done(block_layout, block_layout.run(front.mod, tgt.vector, variants))
     mod, anchors = select_variants.run(mod, tgt.vector, variants, tuning, direct)
     done(select_variants, mod)
     mod = done(fuse_layers, fuse_layers.run(mod))

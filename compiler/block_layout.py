@@ -95,10 +95,33 @@ def _unblock_te(x, c):
     return te.compute((n, c, h, w), lambda i, k, y, z: x[i, k // lanes, y, z, k % lanes], name="cb_unblock")
 
 
-def run(mod, lanes):
-    """The rewritten module; unchanged when `main` is not one dataflow block."""
+def _forced_nchw(choice, anchor_id, isa):
+    """Whether a forced variant choice (select_variants' {"c3": v,
+    "conv2d": v, "*": v}) names an NCHW variant for this convolution."""
+    from .kernels import get
+
+    for key in (anchor_id, "conv2d", "*"):
+        want = choice.get(key)
+        want = want[0] if isinstance(want, tuple) else want
+        if want is None or want == "auto":
+            continue
+        try:
+            v = get(want if "." in want else f"conv2d.{want}", isa)
+        except KeyError:
+            continue  # not a conv variant (select_variants reports unknown names)
+        return not v.blocked
+    return False
+
+
+def run(mod, isa, choice=None):
+    """The rewritten module for the vector unit `isa`; unchanged when `main`
+    is not one dataflow block. A convolution whose forced variant (`choice`,
+    as select_variants takes it) is an NCHW one stays NCHW."""
     import tvm
     from tvm import relax, topi
+
+    lanes, choice = isa.lanes, dict(choice or {})
+    count = [0]  # convolutions seen, numbered as select_variants numbers its anchors (c0, c1, ...)
 
     main = mod["main"]
     blocks = main.body.blocks
@@ -216,8 +239,10 @@ def run(mod, lanes):
         if (w is None or c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
                 or str(a.out_layout) != "NCHW"):
             return None
+        anchor_id = f"c{count[0]}"
+        count[0] += 1
         ib, ob = conv_blocks(c, c_out, int(a.groups), lanes)
-        if not ob:
+        if not ob or _forced_nchw(choice, anchor_id, isa):
             return None
         xin = get_blocked(x) if ib else plain(x)
         if xin is None:

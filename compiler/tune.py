@@ -55,7 +55,7 @@ def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
     for the vector unit `isa`."""
     from . import block_layout, front_end, select_variants
 
-    mod = block_layout.run((front or front_end(model, input_shapes, constants)).mod, isa.lanes)
+    mod = block_layout.run((front or front_end(model, input_shapes, constants)).mod, isa)
     _, anchors = select_variants.run(mod, isa)
     return anchors
 

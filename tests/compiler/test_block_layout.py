@@ -93,3 +93,15 @@ def test_a_layer_alone_gets_the_layout_it_has_in_the_model(target):
     for a in anchors_of(_model(), isa):
         (alone,) = anchors_of(layers_model([a.spec]), isa)
         assert alone.spec == a.spec
+
+
+def test_a_forced_nchw_variant_keeps_its_convolution_nchw():
+    from coldbrew.compiler import compile_graph
+
+    _, graph = compile_graph(_model(), variants={"*": "im2col_gemm"})
+    assert not [t for t in graph.tensors if len(t.shape) == 5]
+    variants = {layer.variant for layer in graph.layers} - {"generic"}
+    assert variants == {"conv2d.im2col_gemm", "conv2d.depthwise_direct", "dense.packed_gemm"}, variants
+    _, graph = compile_graph(_model(), variants={"c2": "depthwise_direct"})  # one layer NCHW, the rest blocked
+    by_name = {layer.name: layer.variant for layer in graph.layers}
+    assert by_name["c2"] == "conv2d.depthwise_direct" and by_name["c1"] == "conv2d.blocked"
