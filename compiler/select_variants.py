@@ -107,7 +107,7 @@ def _spec_of(call, op_name, const_value):
     if op_name == "conv2d":
         a = call.attrs
         ib, ob = _block(a.data_layout), _block(a.out_layout)
-        if (ib is None or ob is None or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
+        if (ib is None or ob is None or (ib and not ob) or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
             return None
         w = const_value(call.args[1])

@@ -53,10 +53,13 @@ def _pad_stage(sch):
         return None
 
 
-class Blocked(Variant):
-    name = "conv2d.blocked"
+class _OnBlocks(Variant):
     op = "conv2d"
     blocked = True
+
+
+class Blocked(_OnBlocks):
+    name = "conv2d.blocked"
 
     def applies(self, spec):
         b = self.isa.lanes
@@ -118,10 +121,8 @@ class Blocked(Variant):
         sch.decompose_reduction(block, co)
 
 
-class DepthwiseBlocked(Variant):
+class DepthwiseBlocked(_OnBlocks):
     name = "conv2d.depthwise_blocked"
-    op = "conv2d"
-    blocked = True
 
     def applies(self, spec):
         b = self.isa.lanes
