@@ -23,14 +23,17 @@ import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 DEFAULT = ["resnet50", "mobilenet_v2", "squeezenet", "googlenet"]
 
 
-def interleaved_ms(fns, rounds, per_round, settle=3):
+def interleaved_ms(fns, rounds, per_round, settle=3, pause=0.2):
     """Median ms of each function, its runs taken in rounds over all of them.
-    Each turn starts with `settle` untimed runs: an engine's thread pool
-    keeps spinning for a while after its last run and would slow the other
-    engine's first runs (and its own caches are cold after the other's)."""
+    An engine's thread pool keeps spinning for a while after its last run
+    (onnxruntime's for longer than a few of coldbrew's runs) and would take
+    a core from the other engine's runs: each turn starts with a `pause`
+    (seconds) that lets the other's threads go idle, then `settle` untimed
+    runs (its own caches are cold after the other's, its threads asleep)."""
     samples = [[] for _ in fns]
     for _ in range(rounds):
         for k, fn in enumerate(fns):
+            time.sleep(pause)
             for _ in range(settle):
                 fn()
             for _ in range(per_round):
