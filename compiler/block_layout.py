@@ -274,9 +274,11 @@ def run(mod, isa, choice=None):
             xb = get_blocked(x) if shape_of(x) == out_shape else None
             return None if xb is None else (fn, xb, b)
         if any(call.op.same_as(op[n]) for n in _UNARY):
-            x = call.args[0]
+            x, rest = call.args[0], list(call.args[1:])  # rest: scalar operands (clip's bounds)
+            if any(isinstance(r, relax.Var) for r in rest):
+                return None
             xb = get_blocked(x) if isinstance(x, relax.Var) and shape_of(x) == out_shape else None
-            return None if xb is None else relax.Call(call.op, [xb], a, call.ty_args)
+            return None if xb is None else relax.Call(call.op, [xb, *rest], a, call.ty_args)
         if any(call.op.same_as(op[n]) for n in _BINARY):
             args = [operand(x, c) for x in call.args]
             if any(x is None for x in args):

@@ -105,3 +105,39 @@ def test_a_forced_nchw_variant_keeps_its_convolution_nchw():
     _, graph = compile_graph(_model(), variants={"c2": "depthwise_direct"})  # one layer NCHW, the rest blocked
     by_name = {layer.name: layer.variant for layer in graph.layers}
     assert by_name["c2"] == "conv2d.depthwise_direct" and by_name["c1"] == "conv2d.blocked"
+
+
+def test_relax_clip_keeps_its_bounds_on_blocked_values():
+    # R.clip carries its bounds as operands: the blocked call keeps them
+    import tvm
+    from tvm import relax
+
+    from coldbrew.compiler import block_layout
+
+    isa = resolve("host").vector
+    c = 2 * isa.lanes
+    rng = np.random.default_rng(2)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, c, 6, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = relax.const((rng.standard_normal((c, c, 3, 3)) * 0.3).astype(np.float32))
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            z = bb.emit(relax.op.clip(y, 0.0, 0.5))
+            out = bb.emit_output(z)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    blocked = block_layout.run(mod, isa)
+    clips = [b.value for b in blocked["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.clip"]
+    assert len(clips) == 1 and len(clips[0].args) == 3 and len(clips[0].args[0].ty.shape.values) == 5
+    data = rng.standard_normal((1, c, 6, 6)).astype(np.float32)
+
+    def run(m):
+        ex = relax.build(m, tvm.target.Target({"kind": "llvm"}))
+        return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+
+    # TVM's own lowering has no blocked conv2d: the blocked one runs as its variant
+    from coldbrew.compiler import select_variants
+
+    assert_close(run(select_variants.run(blocked, isa)[0]), run(mod), 1e-5)
