@@ -268,7 +268,7 @@ def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
 
     mod, anchors = select_gpu_variants.run(front.mod, variants)
     done(select_gpu_variants, mod)
-    mod = done(fuse_layers, fuse_layers.run(mod))
+    mod = done(fuse_layers, fuse_layers.run(mod, cpu=False))
     mod = done(schedule_gpu, schedule_gpu.run(mod))
     graph = done(extract_layers, extract_layers.run(mod, front.name, front.input_names, front.output_names,
                                                     anchors))

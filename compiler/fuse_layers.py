@@ -30,18 +30,20 @@ def _legalize_sigmoid(bb, call):
     return bb.call_te(_sigmoid_te, call.args[0], primfunc_name_hint="sigmoid")
 
 
-def run(mod):
+def run(mod, cpu=True):
+    """`cpu`: lower for the CPU code generator (the GPU's GLSL emitter has no
+    bit reinterpretation, which the vectorizable sigmoid uses)."""
     import tvm
     from tvm import relax
 
     from .lower_resize import legalize_resize2d
 
+    legalize = {"relax.image.resize2d": legalize_resize2d, **({"relax.sigmoid": _legalize_sigmoid} if cpu else {})}
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         # Nearest resize gets coldbrew's exact lowering (see lower_resize.py);
-        # sigmoid a vectorizable one (_legalize_sigmoid).
-        relax.transform.LegalizeOps(customize_legalize_map={"relax.image.resize2d": legalize_resize2d,
-                                                            "relax.sigmoid": _legalize_sigmoid}),
+        # on CPUs, sigmoid a vectorizable one (_legalize_sigmoid).
+        relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
