@@ -30,6 +30,8 @@ import re
 
 import numpy as np
 
+from .kernels.schedule_util import round_up
+
 NAME = "block_layout"
 
 _UNARY = ("nn.relu", "sigmoid", "tanh", "exp", "negative", "sqrt", "nn.silu", "clip", "abs")
@@ -38,13 +40,8 @@ _POOLS = ("nn.max_pool2d", "nn.avg_pool2d")
 _FOLDED = ("reshape", "permute_dims", "isnan", "where")  # what constants go through before their use
 
 
-def padded(c, lanes):
-    """c rounded up to whole blocks."""
-    return -(-c // lanes) * lanes
-
-
 def _fills(c, lanes):
-    return padded(c, lanes) * 3 <= c * 4  # padding adds at most a third
+    return round_up(c, lanes) * 3 <= c * 4  # padding adds at most a third
 
 
 def conv_blocks(c, k, groups, lanes):
@@ -83,7 +80,7 @@ def _block_te(x, c, lanes):
     from tvm import te, tirx
 
     n, _, h, w = (int(d) for d in x.shape)
-    return te.compute((n, padded(c, lanes) // lanes, h, w, lanes), lambda i, cb, y, z, l: tirx.if_then_else(
+    return te.compute((n, round_up(c, lanes) // lanes, h, w, lanes), lambda i, cb, y, z, l: tirx.if_then_else(
         cb * lanes + l < c, x[i, tirx.min(cb * lanes + l, c - 1), y, z], tirx.const(0, x.dtype)), name="cb_block")
 
 
@@ -99,14 +96,11 @@ def _forced_nchw(choice, anchor_id, isa):
     """Whether a forced variant choice (select_variants' {"c3": v,
     "conv2d": v, "*": v}) names an NCHW variant for this convolution."""
     from .kernels import get
+    from .select_variants import forced
 
-    for key in (anchor_id, "conv2d", "*"):
-        want = choice.get(key)
-        want = want[0] if isinstance(want, tuple) else want
-        if want is None or want == "auto":
-            continue
+    for _, _, full, _ in forced(choice, anchor_id, "conv2d"):
         try:
-            v = get(want if "." in want else f"conv2d.{want}", isa)
+            v = get(full, isa)
         except KeyError:
             continue  # not a conv variant (select_variants reports unknown names)
         return not v.blocked
@@ -203,7 +197,7 @@ def run(mod, isa, choice=None):
 
     def per_channel(v, c):
         """A per-channel constant [.., c, 1, 1] as a blocked one, padded with zeros."""
-        out = np.zeros(padded(c, lanes), v.dtype)
+        out = np.zeros(round_up(c, lanes), v.dtype)
         out[:c] = v.reshape(c)
         return relax.const(out.reshape(1, -1, 1, 1, lanes))
 
@@ -247,10 +241,10 @@ def run(mod, isa, choice=None):
         xin = get_blocked(x) if ib else plain(x)
         if xin is None:
             return None
-        kp = padded(c_out, lanes)
+        kp = round_up(c_out, lanes)
         groups = int(a.groups)
         if groups == 1:
-            cp = padded(c, lanes) if ib else c
+            cp = round_up(c, lanes) if ib else c
             wp = np.zeros((kp, cp) + w.shape[2:], w.dtype)
             wp[:c_out, :c] = w
         else:  # depthwise: one zero filter per padded channel

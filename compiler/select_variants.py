@@ -65,18 +65,23 @@ def auto_variant(spec, isa):
     return "conv2d.direct"
 
 
+def forced(choice, anchor_id, op):
+    """The choices that name a variant for one anchor, most specific first:
+    (key, name as given, full name, schedule params or None)."""
+    for key in (anchor_id, op, "*"):
+        want = choice.get(key)
+        want, params = want if isinstance(want, tuple) else (want, None)
+        if want is not None and want != "auto":
+            yield key, want, want if "." in want else f"{op}.{want}", params
+
+
 def _choose(anchor_id, op, spec, choice, isa, tuning):
     """(variant, params, tuned) for one anchor. A choice value is a variant
     name or (variant name, schedule params). Without given params, a variant
     gets the ones `tuning` (compiler/tune.py) measured for this layer shape,
     else the first of its space (the target's register/cache model)."""
     names = [v.name for v in applicable(spec, op, isa)]
-    for key in (anchor_id, op, "*"):
-        want = choice.get(key)
-        want, params = want if isinstance(want, tuple) else (want, None)
-        if want is None or want == "auto":
-            continue
-        full = want if "." in want else f"{op}.{want}"
+    for key, want, full, params in forced(choice, anchor_id, op):
         if full in names:
             v = get(full, isa)
             if params is not None:

@@ -21,7 +21,7 @@ from tvm import s_tir, te, tirx
 
 from . import ANCHOR, ConvSpec, Variant, register
 from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit,
-                            padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
+                            pad_pass, padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
 
 
 
@@ -38,15 +38,6 @@ def _pad(x, spec, extra_h=0, extra_w=0):
         lambda i, j, y, z: tirx.if_then_else(
             tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[i, j, y - pt, z - pl], tirx.const(0, spec.dtype)),
         name="cb_pad")
-
-
-def _pad_pass(sch, lanes):
-    """The padding stage, if the layer has one, as its own parallel pass."""
-    try:
-        pad = sch.get_sblock("cb_pad")
-    except (s_tir.ScheduleError, ValueError):
-        return  # no padding stage
-    generic_block(sch, pad, lanes)
 
 
 def _phase_split(x, spec, owp):
@@ -143,7 +134,7 @@ class _Direct(Variant):
         sch.reorder(n, ko, y, zo, rc, rr, rs, ki, zi)
         par = sch.fuse(n, ko, y)
         sch.parallel(par)
-        _pad_pass(sch, lanes)
+        pad_pass(sch, lanes)
         attach_epilogue(sch, block, zo, lanes)
         sch.unroll(ki)
         if zb % lanes == 0 and zb > lanes:
@@ -260,7 +251,7 @@ class _Gemm(Variant):
         parallel pass (or not at all where it is the input itself)."""
         par = sch.fuse(*outer)
         sch.parallel(par)
-        _pad_pass(sch, self.isa.lanes)
+        pad_pass(sch, self.isa.lanes)
         col = sch.get_sblock("cb_col")
         if _order(params) == "rows":
             sch.compute_at(col, par, preserve_unit_loops=True)
@@ -642,7 +633,7 @@ class Winograd(Variant):
     def schedule(self, sch, block, spec, params):
         tt, kb, lanes = self._tt(spec, params), params["kb"], self.isa.lanes
         alpha = self.alpha
-        _pad_pass(sch, lanes)
+        pad_pass(sch, lanes)
 
         # input transform, parallel over (channel, tile block). Each pass
         # unrolls the index its sums are selected by (_lincomb) and loops

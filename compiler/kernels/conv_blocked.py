@@ -17,8 +17,8 @@ Weights are packed so that a tile's weight vectors are contiguous:
 from tvm import te, tirx
 
 from . import ANCHOR, Variant, register
-from .schedule_util import (attach_epilogue, generic_block, intensity, padding_efficiency, ranked, register_blocks,
-                            round_up, vectorize_inner)
+from .schedule_util import (attach_epilogue, intensity, pad_pass, pad_stage, padding_efficiency, ranked,
+                            register_blocks, round_up, vectorize_inner)
 
 
 def _padded(x, spec, owp):
@@ -44,13 +44,6 @@ def _crop(anchor, spec):
     if int(anchor.shape[3]) == spec.out_w:
         return anchor
     return te.compute(spec.output_shape, lambda *i: anchor[i], name="cb_out")
-
-
-def _pad_stage(sch):
-    try:
-        return sch.get_sblock("cb_pad")
-    except Exception:  # no padding stage
-        return None
 
 
 class _OnBlocks(Variant):
@@ -111,9 +104,7 @@ class Blocked(_OnBlocks):
         sch.reorder(n, koo, y, zo, co, rr, rs, ci, zi, koi, ki)
         par = sch.fuse(n, koo, y)
         sch.parallel(par)
-        pad = _pad_stage(sch)
-        if pad is not None:  # its own parallel pass, once per layer
-            generic_block(sch, pad, b)
+        pad_pass(sch, b)  # its own parallel pass, once per layer
         attach_epilogue(sch, block, zo, b)
         sch.unroll(koi)
         sch.unroll(zi)
@@ -162,7 +153,7 @@ class DepthwiseBlocked(_OnBlocks):
         sch.reorder(n, ko, y, zo, rr, rs, zi, ki)
         par = sch.fuse(n, ko, y)
         sch.parallel(par)
-        pad = _pad_stage(sch)
+        pad = pad_stage(sch)
         if pad is not None:  # the rows this output row reads, right before use
             sch.compute_at(pad, par, preserve_unit_loops=True)
             vectorize_inner(sch, pad, b)

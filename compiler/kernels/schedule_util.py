@@ -61,6 +61,21 @@ def _has_root(sch):
         return False
 
 
+def pad_stage(sch):
+    """The layer's zero-padding stage ("cb_pad"), or None when it has none."""
+    try:
+        return sch.get_sblock("cb_pad")
+    except (s_tir.ScheduleError, ValueError):
+        return None
+
+
+def pad_pass(sch, lanes):
+    """The padding stage, if the layer has one, as its own parallel pass."""
+    pad = pad_stage(sch)
+    if pad is not None:
+        generic_block(sch, pad, lanes)
+
+
 def block_name(sch, block):
     return sch.get(block).name_hint
 
