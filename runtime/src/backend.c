@@ -325,9 +325,11 @@ void cb_backend_enter_prep_worker(uint32_t queue) {
 }
 
 int cb_backend_pin_caller(void* saved) {
-  if (g_pool.size <= 1 || g_pool.home < 0) return 0;
   if (pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), (cpu_set_t*)saved) != 0) return 0;
-  if (!CPU_ISSET(g_pool.home, (cpu_set_t*)saved)) return 0;
+  /* without pool workers the caller's own core is home: preparation workers
+   * then take the cores after it rather than land on it */
+  if (g_pool.size <= 1) g_pool.home = sched_getcpu();
+  if (g_pool.home < 0 || !CPU_ISSET(g_pool.home, (cpu_set_t*)saved)) return 0;
   pin_thread(pthread_self(), g_pool.home);
   return 1;
 }

@@ -171,8 +171,9 @@ int cb_backend_threads(void);
  * different speeds); NULL splits evenly, one task per thread. */
 void cb_backend_set_split(int n, const uint8_t* shares);
 /* Pin the calling thread to the core the pool was built around (its workers
- * sit on the next cores); `saved` receives the old mask for restore. Returns
- * 1 if pinned. */
+ * sit on the next cores; without workers, the core it is on, which
+ * preparation workers then count from); `saved` receives the old mask for
+ * restore. Returns 1 if pinned. */
 int cb_backend_pin_caller(void* saved_cpu_set);
 void cb_backend_restore_caller(const void* saved_cpu_set);
 /* Make the calling thread preparation worker `queue` (>= 1): pin it to the

@@ -79,24 +79,80 @@ struct cb_bundle {
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
   _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
+  pthread_t streamer;        /* asks for the whole file, front to back, from the open on */
+  int streaming;             /* the streamer was started (joined at release) */
+  _Atomic int stream_stop;
   cb_gpu* gpu;               /* GPU bundles: device, pipelines, weights buffer */
 };
 
-/* Read-ahead window kept in front of the weights being read: the disk works
- * on the next layers' bytes while this one's are checked and used. */
+/* Reading the file. Its bytes lie in the order of need: preamble and
+ * header, code, then the weights in plan order (then continuous mode's
+ * alternates). A mapped bundle's streamer thread, started the moment the
+ * file is mapped, asks the kernel to read all of it front to back, a chunk
+ * at a time, so the disk works from the open's first microsecond while the
+ * header is parsed, the code loaded and the first layers run; a reader that
+ * touches a tensor waits only for bytes already on their way. It touches no
+ * byte itself (no CPU spent on the data), and stops early when the bundle
+ * is released. Without it (the thread could not start) readers fall back to
+ * a window of read-ahead kept in front of what they read. */
+#define CB_STREAM_CHUNK (32u << 20)
 #define CB_READ_AHEAD (16u << 20)
 
-/* Ask the kernel to read the mapped file up to `upto` (plus the window)
- * asynchronously. The weights lie in the order the plan needs them, so this
- * streams the file front to back. */
+static void advise(const cb_bundle* b, uint64_t from, uint64_t to) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), lo = from / page * page;
+  madvise((void*)(b->base + lo), (size_t)(to - lo), MADV_WILLNEED);
+}
+
+static void* streamer_main(void* arg) {
+  cb_bundle* b = arg;
+  for (uint64_t at = atomic_load(&b->advised); at < b->size && !atomic_load(&b->stream_stop);) {
+    uint64_t end = b->size - at > CB_STREAM_CHUNK ? at + CB_STREAM_CHUNK : b->size;
+    advise(b, at, end);
+    atomic_store(&b->advised, at = end);
+  }
+  return NULL;
+}
+
+/* The first chunk asked for here (the preamble, header and code are in it),
+ * the rest by the streamer. */
+static void start_streamer(cb_bundle* b) {
+  uint64_t first = b->size > CB_STREAM_CHUNK / 16 ? CB_STREAM_CHUNK / 16 : b->size;
+  advise(b, 0, first);
+  atomic_store(&b->advised, first);
+  b->streaming = pthread_create(&b->streamer, NULL, streamer_main, b) == 0;
+}
+
+static void stop_streamer(cb_bundle* b) {
+  if (!b->streaming) return;
+  atomic_store(&b->stream_stop, 1);
+  pthread_join(b->streamer, NULL);
+  b->streaming = 0;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Bring the mapped bytes [data, data + n) into this process's page tables,
+ * waiting for those still on their way from the disk: one call, where
+ * touching page by page would sleep and wake once per page. Returns 0 when
+ * it could not (an older kernel, memory not mapped from the file): the
+ * reader's own touches then fault the pages in. */
+static int populate(const cb_bundle* b, const uint8_t* data, uint64_t n) {
+  if (!b->mapping || !n) return 0;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off = (uint64_t)(data - b->base), lo = off / page * page;
+  return madvise((void*)(b->base + lo), (size_t)(off + n - lo), MADV_POPULATE_READ) == 0;
+}
+
+/* Without a streamer: read the mapped file up to `upto` (plus the window)
+ * asynchronously, as readers advance. */
 static void read_ahead(cb_bundle* b, uint64_t upto) {
-  if (!b->mapping) return;
+  if (!b->mapping || b->streaming) return;
   uint64_t end = upto + CB_READ_AHEAD < b->size ? upto + CB_READ_AHEAD : b->size;
   uint64_t from = atomic_load(&b->advised);
   if (from >= upto + CB_READ_AHEAD / 2 || from >= b->size) return;
   if (!atomic_compare_exchange_strong(&b->advised, &from, end)) return; /* another thread advanced it */
-  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), lo = from / page * page;
-  madvise((void*)(b->base + lo), (size_t)(end - lo), MADV_WILLNEED);
+  advise(b, from, end);
 }
 
 static int is_weight_segment(const cb_segment_desc* seg) {
@@ -119,6 +175,7 @@ static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, con
   const cb_tensor_desc* d = &b->model.tensors[t];
   read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
+  populate(b, data, d->nbytes);
   if (cb_checksum64(data, d->nbytes) != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
                            d->name, layer)
@@ -422,13 +479,13 @@ cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* opti
   void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
-  /* read-ahead follows the order of need (read_ahead), not the whole file at once */
   cb_bundle* b = cb_calloc(1, sizeof *b);
   if (!b) {
     munmap(map, (size_t)st.st_size);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   b->base = map, b->size = (uint64_t)st.st_size, b->mapping = map;
+  start_streamer(b);
   return finish_open(b, options, out_bundle);
 }
 
@@ -453,6 +510,7 @@ cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_ope
 
 void cb_bundle_release(cb_bundle* b) {
   if (!b) return;
+  stop_streamer(b);
   cb_gpu_release(b->gpu);
   cb_free(b->open_events);
   if (b->code) dlclose(b->code);
@@ -609,6 +667,19 @@ static uint32_t bind_args(cb_session* s, const uint32_t* ids, uint32_t n, cb_ffi
   return n;
 }
 
+/* A session's large areas (arena, prepared weights): first written by the
+ * first run, so each of their pages costs a fault there. Transparent huge
+ * pages, where the kernel offers them, make that one fault per 2 MB
+ * instead of per 4 KB. */
+#define CB_HUGE_PAGE (2u << 20)
+static void* big_alloc(size_t size) {
+  if (size < CB_HUGE_PAGE) return cb_aligned_alloc(64, size);
+  size = (size + CB_HUGE_PAGE - 1) / CB_HUGE_PAGE * CB_HUGE_PAGE;
+  void* p = cb_aligned_alloc(CB_HUGE_PAGE, size);
+  if (p) madvise(p, size, MADV_HUGEPAGE);
+  return p;
+}
+
 /* The split of runs with n execution threads: the caller's shares if they
  * are for n threads, else the plan's for n threads (the warm plan's in
  * continuous mode's later runs), else NULL (even). */
@@ -655,7 +726,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     }
     s->arena = view;
   } else {
-    s->arena = cb_aligned_alloc(64, (size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+    s->arena = big_alloc((size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
   }
   s->tensors = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = cb_calloc(total_args ? total_args : 1, sizeof *s->args);
@@ -672,7 +743,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->ready_cv, NULL);
   /* GPU bundles keep prepared tensors in the device's weights buffer */
-  s->prepared = cb_aligned_alloc(64, gpu ? 64 : (size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
+  s->prepared = gpu ? cb_aligned_alloc(64, 64) : big_alloc((size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
     s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events;
     s->trace = cb_calloc(s->trace_cap, sizeof *s->trace);
@@ -775,6 +846,7 @@ static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, co
       continue;
     }
     read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+    if (populate(b, data, d->nbytes)) continue;
     const volatile uint8_t* p = data;
     for (uint64_t off = 0; off < d->nbytes; off += 4096) sum += p[off];
     if (d->nbytes) sum += p[d->nbytes - 1];
@@ -1089,10 +1161,16 @@ cb_status cb_session_run(cb_session* s) {
     for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
     s->trace[s->ntrace++] = s->create_event;
   }
-  /* the first run's preparation workers start before anything executes */
+  /* the executing thread stays on its core, and the first run's
+   * preparation workers, placed after it, start before anything executes */
+  cpu_set_t saved;
+  int pinned = cb_backend_pin_caller(&saved);
   pthread_t workers[CB_MAX_PREP_QUEUES];
   cb_prep_worker args[CB_MAX_PREP_QUEUES];
   uint32_t nworkers = 0, want = 0;
+  pthread_attr_t attr; /* workers start on the caller's cores as they were before its pin */
+  int attr_ok = first && pthread_attr_init(&attr) == 0;
+  if (attr_ok && pinned) pthread_attr_setaffinity_np(&attr, sizeof saved, &saved);
   if (first) {
     atomic_store(&s->abort, 0);
     atomic_store(&s->prepared_steps, 0);
@@ -1101,13 +1179,12 @@ cb_status cb_session_run(cb_session* s) {
     want = m->prep_queues < CB_MAX_PREP_QUEUES ? m->prep_queues : CB_MAX_PREP_QUEUES;
     for (uint32_t q = 1; q <= want; q++) {
       args[q - 1] = (cb_prep_worker){s, q, want};
-      if (pthread_create(&workers[q - 1], NULL, prep_main, &args[q - 1]) != 0) break;
+      if (pthread_create(&workers[q - 1], attr_ok ? &attr : NULL, prep_main, &args[q - 1]) != 0) break;
       nworkers = q;
     }
   }
+  if (attr_ok) pthread_attr_destroy(&attr);
   if (first) start_warmer(s);
-  cpu_set_t saved;
-  int pinned = cb_backend_pin_caller(&saved);
   /* a worker that could not start leaves its queue to the others (they
    * steal) and to the executing thread (it claims what nobody took) */
   cb_status st = run_steps(s, first, nworkers ? want : 0);
