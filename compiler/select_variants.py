@@ -124,9 +124,11 @@ def _spec_of(call, op_name, const_value):
                         tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
                         int(a.groups), dtype, ib, ob), w
     w = const_value(call.args[1])
-    if w is None or w.ndim != 2 or len(xs) != 2 or dtype != "float32" or str(w.dtype) != dtype:
+    # rows: x [M, K], or a batch-1 sequence [1, ..., 1, M, K]
+    if (w is None or w.ndim != 2 or len(xs) < 2 or any(d != 1 for d in xs[:-2]) or dtype != "float32"
+            or str(w.dtype) != dtype):
         return None
-    return DenseSpec(xs[0], xs[1], int(w.shape[1]), dtype), w
+    return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2), w
 
 
 def run(mod, isa, choice=None, tuning=None, direct=None):

@@ -78,7 +78,7 @@ def layers_model(specs, weights=None):
             xs, ys = [spec.n, spec.c, spec.h, spec.w], [spec.n, spec.k, spec.out_h, spec.out_w]
         else:
             nodes.append(helper.make_node("MatMul", [x, w], [y]))
-            xs, ys = [spec.m, spec.k], [spec.m, spec.n]
+            xs, ys = list(spec.input_shape), list(spec.output_shape)
         inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, xs))
         outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, ys))
     g = helper.make_graph(nodes, "coldbrew_layers", inputs, outputs, inits)

@@ -93,6 +93,15 @@ class DenseSpec:
     k: int
     n: int
     dtype: str = "float32"
+    lead: int = 0  # unit axes before the rows: x [1, ..., 1, M, K] (a sequence of batch 1)
+
+    @property
+    def input_shape(self):
+        return (1,) * self.lead + (self.m, self.k)
+
+    @property
+    def output_shape(self):
+        return (1,) * self.lead + (self.m, self.n)
 
     @property
     def weight_shape(self):

@@ -9,9 +9,7 @@ from . import ANCHOR
 
 
 def input_shape(spec):
-    if spec.__class__.__name__ == "ConvSpec":
-        return spec.input_shape
-    return (spec.m, spec.k)
+    return spec.input_shape
 
 
 WIDEN = "cb_widen"  # the widening block of a narrow transform

@@ -30,8 +30,10 @@ class PackedGemm(Variant):
         nb = params["nb"]
         k = te.reduce_axis((0, spec.k), "k")
         np_ = (spec.n + nb - 1) // nb * nb
-        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[i, k] * wt[j // nb, k, j % nb], axis=k), name=ANCHOR)
-        return te.compute((spec.m, spec.n), lambda i, j: anchor[i, j], name="cb_out")
+        lead = (0,) * spec.lead
+        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[lead + (i, k)] * wt[j // nb, k, j % nb], axis=k),
+                            name=ANCHOR)
+        return te.compute(spec.output_shape, lambda *ix: anchor[ix[-2], ix[-1]], name="cb_out")
 
     def space(self, spec):
         # rows must divide m (no row padding); a single row (a classifier)

@@ -53,7 +53,8 @@ CONV_SPECS = [
     ConvSpec(1, 6, 7, 7, 6, 3, 3, (1, 1), (1, 1, 1, 1)),
     ConvSpec(1, 64, 8, 8, 64, 3, 3, (1, 1), (1, 1, 1, 1)),
 ]
-DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50), DenseSpec(16, 9, 3)]
+DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50), DenseSpec(16, 9, 3),
+               DenseSpec(7, 48, 40, lead=1)]  # a batch-1 sequence: x [1, 7, 48]
 # shapes whose channels are multiples of every target's lanes (4, 8, 16):
 # the blocked layout's convolutions (compiler/block_layout.py)
 BLOCKED_SHAPES = [
@@ -87,7 +88,7 @@ def _cases():
                                                   f"b{spec.in_block}.{spec.out_block}")
         for spec in DENSE_SPECS:
             for v in applicable(spec, "dense", t.vector):
-                yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}")
+                yield pytest.param(t, v, spec, id=f"{t.name}-{v.name}-{spec.m}x{spec.k}x{spec.n}l{spec.lead}")
 
 
 def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", direct=False):
@@ -106,11 +107,14 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
         ref = ref_conv(x, w, spec)
     else:
         ref = x.astype(np.float64) @ w
-    bias = rng.standard_normal(ref.shape[1]).astype(np.float32)
+    axis = -1 if isinstance(spec, DenseSpec) else 1  # output channels
+    bias = rng.standard_normal(ref.shape[axis]).astype(np.float32)
+    along = [1] * ref.ndim
+    along[axis] = -1  # the bias broadcast along the channel axis
 
     def bias_relu(out):
-        b = te.placeholder((ref.shape[1],), "float32", name="bias")
-        shape = [1, ref.shape[1]] + [1] * (len(ref.shape) - 2)
+        b = te.placeholder((ref.shape[axis],), "float32", name="bias")
+        shape = [ref.shape[axis] if d == -1 else 1 for d in along]
         if blocked:  # channel c of the blocked output: [c // b, ..., c % b]
             shape = [1, ref.shape[1] // spec.out_block, 1, 1, spec.out_block]
         return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
@@ -137,7 +141,7 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
     lib["exe"](*args)
     result = from_blocked(out.numpy()) if blocked else out.numpy()
     if epilogue:
-        ref = np.maximum(ref + bias.reshape([1, -1] + [1] * (ref.ndim - 2)), 0)
+        ref = np.maximum(ref + bias.reshape(along), 0)
     scale = max(1.0, float(np.abs(ref).max()))
     err = float(np.abs(result - ref).max())
     # winograd F(6x6) is the least accurate in fp32; everything else is near exact
