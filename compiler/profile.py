@@ -40,7 +40,8 @@ from .graph import NARROW
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
-VERSION = 3  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form
+VERSION = 4  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte
+CHECK_MS_PER_BYTE = 1.25e-7  # a table without its own measurement: 8 GB/s
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
 
@@ -275,7 +276,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         for graph, runs_c in zip(direct_graphs, direct_runs):
             _add_direct(layers, graph, {default_cfg[:2]: runs_c}, tmp, repeat["reads"])
     progress(total, total, "done")
-    return {"widen_ms_per_byte": widen_rate(),
+    return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
         "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
         "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes], "storage": storage, "load": load,
@@ -370,6 +371,28 @@ def widen_rate(nbytes=16 << 20, repeat=5):
     return statistics.median(times) / (half.size * 4)
 
 
+def check_rate(nbytes=32 << 20, repeat=5):
+    """ms per byte of the CPU's part of a cold read: the runtime's weight
+    checksum (cb_checksum64) over bytes just arrived in memory, on one
+    thread, the median of `repeat`. The disk's part is the storage
+    bandwidth; the simulator adds the two per tensor."""
+    import ctypes
+
+    import numpy as np
+
+    from coldbrew.runtime import _lib
+
+    data = np.frombuffer(os.urandom(nbytes), np.uint8)
+    fn = _lib.cb_checksum64
+    fn.restype, fn.argtypes = ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_uint64]
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn(data.ctypes.data, nbytes)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times) / nbytes
+
+
 def modeled_table(host, target):
     """A host table scaled to a modeled target: per core class, read,
     transform and execute times multiplied by the class's `scale`."""
@@ -398,6 +421,7 @@ def modeled_table(host, target):
                 cand[key] = {c.name: {n: scaled(s, c.scale[phase]) for n, s in base.items()}
                              for c in target.core_classes}
     t["widen_ms_per_byte"] = host.get("widen_ms_per_byte", 0.0) * first["transform"]
+    t["check_ms_per_byte"] = host.get("check_ms_per_byte", CHECK_MS_PER_BYTE) * first["transform"]
     cpu_bound = ("session", "run_overhead")  # the rest of opening is reading the file
     t["load"] = {k: (scaled(v, first["execute" if k in cpu_bound else "read"]) if isinstance(v, dict) else v)
                  for k, v in t["load"].items()}

@@ -5,11 +5,15 @@ does on a cold start:
 
     open     verify the bundle's header and code (measured), load the code,
              create the session
-    per step read its weights cold (the bundle holds them in the order of
-             need and the runtime reads ahead; each tensor's checksum is
-             checked on the way, while the disk brings the next bytes, so
-             the measured cold read stands for both), transform them (raw
-             form with a transform kernel), execute (first-run time)
+    stream   the file is read front to back from the open on (the
+             runtime's streamer): with a measured storage bandwidth, a
+             step's weights arrive when the disk has brought every byte
+             before them, after the header and code; a reader waits for
+             them, then checks them (the table's check_ms_per_byte on one
+             thread). Without a bandwidth, each step's measured cold read
+             stands for both
+    per step read its weights, transform them (raw form with a transform
+             kernel), execute (first-run time)
     after    the first run's overhead beyond its steps (binding inputs and
              outputs, the step loop)
 
@@ -96,6 +100,23 @@ def narrow_transform_ms(table, c, precision, cls, threads):
     return median_ms(c["transform_ms"], cls, threads) if c["has_transform"] else widen
 
 
+FORM_BYTES = {"raw": "raw_bytes", "cached": "transformed_bytes", "direct": "direct_bytes",
+              "fp16": "fp16_bytes", "int8": "int8_bytes"}
+
+
+def stream_rate(table):
+    """Bytes per ms the disk delivers (the table's storage bandwidth), or
+    None where it was not measured or modeled."""
+    mb_s = (table.get("storage") or {}).get("read_mb_s")
+    return mb_s * 1e3 if mb_s else None
+
+
+def step_bytes(table, step):
+    """The bytes of a step's weights in its form, as the bundle stores them."""
+    c = candidate(table, step["layer"], step["variant"])
+    return c.get(FORM_BYTES.get(step["form"], "transformed_bytes"), 0)
+
+
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step. Forms: "cached",
     "raw", "direct" (fp16 weights read in place by their own kernel, no
@@ -167,6 +188,8 @@ def simulate(plan, table):
     open_ms = t
     queue_free = {}  # prep queue -> time its core is free
     exec_end = t
+    rate, check = stream_rate(table), table.get("check_ms_per_byte", 0.0)
+    streamed = 0  # weight bytes the disk delivers before the current step's end
     for i, step in enumerate(plan["steps"]):
         q = step.get("prep_queue", 0)
         inline, shared = q == 0, q > 0 and not others
@@ -181,6 +204,12 @@ def simulate(plan, table):
         if inline:
             transform *= slow
         start = exec_end if inline else queue_free.get(q, open_ms)
+        if rate:  # wait for the bytes on their way, then check them
+            nbytes = step_bytes(table, step)
+            streamed += nbytes
+            read = max(0.0, verify + streamed / rate - start) + nbytes * check
+            if shared:  # the check takes its CPU time from the executions
+                execute += nbytes * check / max(1, threads)
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
         if transform:
             end = add("transform", i, step["layer"], step["variant"], prep_cpu, end, transform)

@@ -285,3 +285,32 @@ def test_plan_weighs_the_direct_form_against_widening():
     from coldbrew.compiler.plan import simulated_plan
 
     assert simulated_plan(_direct_table(0.2, 3.5), p)["steps"][0]["form"] == "direct"
+
+
+def _streamed(mb_s=1.0, check=0.0):
+    """_table() with a storage bandwidth: 1 MB/s = 1000 bytes per ms."""
+    t = _table()
+    t["storage"] = {"read_mb_s": mb_s, "latency_us": 100.0, "measured": True}
+    t["check_ms_per_byte"] = check
+    return t
+
+
+def test_streamed_weights_arrive_in_file_order_from_the_open():
+    # the disk streams the weights from the end of verify (4 ms) at 1000 B/ms:
+    # c0's 1000 raw bytes are in at 5 ms, before the executing thread asks
+    # at 5.5 (no wait), checked at 1e-3 ms/B (1 ms); transform 4, execute 2;
+    # L1's raw bytes (1000) arrived at 6 ms: checked 1 ms, execute 1
+    r = simulate(_plan(), _streamed(check=1e-3))
+    assert r["latency_ms"] == pytest.approx(5.5 + 1 + 4 + 2 + 1 + 1)
+    # a slow disk (0.1 MB/s: 100 B/ms): c0 in at 4 + 10 = 14, L1 at 24
+    r = simulate(_plan(), _streamed(mb_s=0.1))
+    ex = [e for e in r["events"] if e["phase"] == "execute"]
+    assert ex[0]["start_ns"] == pytest.approx((14 + 4) * 1e6, abs=1)
+    assert r["latency_ms"] == pytest.approx(24 + 1)
+
+
+def test_streamed_cached_weights_are_their_transformed_bytes():
+    # cached c0: 2000 bytes, in at 4 + 2 = 6 ms; L1's 1000 more at 7
+    r = simulate(_plan(form="cached"), _streamed())
+    ex = [e for e in r["events"] if e["phase"] == "execute"]
+    assert ex[0]["start_ns"] == pytest.approx(6e6, abs=1) and r["latency_ms"] == pytest.approx(max(6 + 2, 7) + 1)
