@@ -95,7 +95,10 @@ struct cb_bundle {
  * byte itself (no CPU spent on the data), and stops early when the bundle
  * is released. Without it (the thread could not start) readers fall back to
  * a window of read-ahead kept in front of what they read. */
-#define CB_STREAM_CHUNK (32u << 20)
+/* One request per chunk: the kernel reads at most its read-ahead maximum
+ * (max of the device's largest I/O and its read-ahead window) per request
+ * and drops the rest, so a chunk stays under the smallest common maximum. */
+#define CB_STREAM_CHUNK (1u << 20)
 #define CB_READ_AHEAD (16u << 20)
 
 static void advise(const cb_bundle* b, uint64_t from, uint64_t to) {
@@ -116,7 +119,7 @@ static void* streamer_main(void* arg) {
 /* The first chunk asked for here (the preamble, header and code are in it),
  * the rest by the streamer. */
 static void start_streamer(cb_bundle* b) {
-  uint64_t first = b->size > CB_STREAM_CHUNK / 16 ? CB_STREAM_CHUNK / 16 : b->size;
+  uint64_t first = b->size > CB_STREAM_CHUNK ? CB_STREAM_CHUNK : b->size;
   advise(b, 0, first);
   atomic_store(&b->advised, first);
   b->streaming = pthread_create(&b->streamer, NULL, streamer_main, b) == 0;
