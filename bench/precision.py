@@ -22,6 +22,7 @@ then the issue's criteria:
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -143,10 +144,11 @@ def main():
     work = tempfile.mkdtemp(prefix="cb-precision-")
     t0 = time.perf_counter()
     try:
-        bw = peers.read_bandwidth(work)
         progress = peers.Progress(len(models) * len(ENGINES) * (1 + args.samples), "precision")
         preps = peers.prepare(models, ENGINES, work, args.threads, progress)
-        res = peers.measure(preps, ENGINES, args.samples, args.warm, args.threads, progress)
+        res, bws = peers.measure(preps, ENGINES, args.samples, args.warm, args.threads, progress,
+                                 peers.bandwidth_files(work))
+        bw = statistics.median(bws)
         progress.close()
         rows = peers.summarize(res, preps, bw)
         lines = [f"# fp32 / fp16 / int8 weights ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
