@@ -91,13 +91,14 @@ struct cb_bundle {
  * file is mapped, asks the kernel to read all of it front to back, a chunk
  * at a time, so the disk works from the open's first microsecond while the
  * header is parsed, the code loaded and the first layers run; a reader that
- * touches a tensor waits only for bytes already on their way. It touches no
- * byte itself (no CPU spent on the data), and stops early when the bundle
- * is released. Without it (the thread could not start) readers fall back to
- * a window of read-ahead kept in front of what they read. */
-/* One request per chunk: the kernel reads at most its read-ahead maximum
- * (max of the device's largest I/O and its read-ahead window) per request
- * and drops the rest, so a chunk stays under the smallest common maximum. */
+ * touches a tensor waits only for bytes already on their way. It reads no
+ * byte itself (its CPU time is the page cache's bookkeeping), and stops
+ * early when the bundle is released. Without it (the thread could not
+ * start) readers fall back to a window of read-ahead kept in front of what
+ * they read. A chunk is one request: the kernel reads at most its
+ * read-ahead maximum (the larger of the device's largest I/O and its
+ * read-ahead window) per request and drops the rest, so chunks stay under
+ * the smallest common maximum, and many are in flight at once. */
 #define CB_STREAM_CHUNK (1u << 20)
 #define CB_READ_AHEAD (16u << 20)
 
