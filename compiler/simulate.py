@@ -23,9 +23,10 @@ threads. Preparation on queue q > 0 runs on a worker, in plan order, as
 early as it can; a step executes once its preparation is done and the
 previous step has executed. The worker has a core of its own when the
 execution threads leave one free; otherwise it shares an execution core:
-its reads wait on storage while execution goes on, and its transforms
-(one thread) take their CPU time from the executions, which are slowed by
-that time divided among the execution threads.
+its reads wait on storage while execution goes on, and its CPU work
+(transforms, checksums; one thread) delays the executions by all of its
+time: a parallel loop split evenly waits for its slowest thread, the one
+whose core the worker takes.
 
 A plan is {"steps": [{"layer", "variant", "form", "prep_queue",
 "exec_queue"}, ...], "threads": T}. The result has the
@@ -208,13 +209,13 @@ def simulate(plan, table):
             nbytes = step_bytes(table, step)
             streamed += nbytes
             read = max(0.0, verify + streamed / rate - start) + nbytes * check
-            if shared:  # the check takes its CPU time from the executions
-                execute += nbytes * check / max(1, threads)
+            if shared:  # the check delays the executions (see above)
+                execute += nbytes * check
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)
         if transform:
             end = add("transform", i, step["layer"], step["variant"], prep_cpu, end, transform)
             if shared:
-                execute += transform / max(1, threads)
+                execute += transform
         if not inline:
             queue_free[q] = end
         exec_end = add("execute", i, step["layer"], step["variant"], exec_ids[0], max(end, exec_end), execute)

@@ -146,14 +146,15 @@ def test_scheduler_never_predicts_worse_than_greedy():
 
 def test_shared_worker_overlaps_reads_but_charges_transforms():
     # 2 cores, 2 execution threads: the worker shares a core; its reads
-    # overlap execution, its transforms slow the executions
+    # overlap execution, its transforms delay the executions by all their
+    # time (an evenly split loop waits for the thread whose core it takes)
     t = _chain(2, [{"name": "core", "ids": [0, 1]}])
     steps = [{"layer": "c0", "variant": "conv2d.im2col_gemm", "form": "cached", "prep_queue": 0, "exec_queue": 0},
              {"layer": "c1", "variant": "conv2d.winograd_f4", "form": "raw", "prep_queue": 1, "exec_queue": 0}]
     r = simulate({"threads": 2, "steps": steps}, t)
     # open 1.5; c0 inline: read 1, execute 3 -> 5.5; c1 on the worker from 1.5:
-    # read 1, transform 6 (one thread) -> 8.5; c1 executes 8.5 .. 9.5 + 6 / 2
-    assert r["latency_ms"] == pytest.approx(8.5 + 1 + 3)
+    # read 1, transform 6 (one thread) -> 8.5; c1 executes 8.5 .. 9.5 + 6
+    assert r["latency_ms"] == pytest.approx(8.5 + 1 + 6)
 
 
 def test_modeled_table_scales_each_phase_per_core_class():
@@ -314,3 +315,17 @@ def test_streamed_cached_weights_are_their_transformed_bytes():
     r = simulate(_plan(form="cached"), _streamed())
     ex = [e for e in r["events"] if e["phase"] == "execute"]
     assert ex[0]["start_ns"] == pytest.approx(6e6, abs=1) and r["latency_ms"] == pytest.approx(max(6 + 2, 7) + 1)
+
+
+def test_a_shared_worker_checking_streamed_weights_delays_the_executions():
+    # 2 cores, 2 execution threads, the disk at 1000 B/ms from the end of
+    # verify (0.5): c1's worker (on an execution core) checks its 2000
+    # cached bytes at 1e-3 ms/B, 2 ms of CPU that c1's execution waits out
+    t = _chain(2, [{"name": "core", "ids": [0, 1]}])
+    t["storage"], t["check_ms_per_byte"] = {"read_mb_s": 1.0}, 1e-3
+    steps = [{"layer": "c0", "variant": "conv2d.im2col_gemm", "form": "cached", "prep_queue": 0, "exec_queue": 0},
+             {"layer": "c1", "variant": "conv2d.im2col_gemm", "form": "cached", "prep_queue": 1, "exec_queue": 0}]
+    r = simulate({"threads": 2, "steps": steps}, t)
+    # c0 inline: bytes in at 0.5 + 2 = 2.5, checked 2 -> 4.5, executes 3 -> 7.5;
+    # c1: bytes in at 0.5 + 4 = 4.5, checked 2 -> 6.5; executes 7.5 .. 10.5 + 2
+    assert r["latency_ms"] == pytest.approx(12.5)
