@@ -112,14 +112,8 @@ def stream_rate(table):
     return mb_s * 1e3 if mb_s else None
 
 
-def step_bytes(table, step):
-    """The bytes of a step's weights in its form, as the bundle stores them."""
-    c = candidate(table, step["layer"], step["variant"])
-    return c.get(FORM_BYTES.get(step["form"], "transformed_bytes"), 0)
-
-
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
-    """(read, transform, execute) ms of one plan step. Forms: "cached",
+    """(read, transform, execute) ms of one plan step and its weight bytes. Forms: "cached",
     "raw", "direct" (fp16 weights read in place by their own kernel, no
     transform), or a narrow precision ("fp16", "int8": raw weights stored narrow;
     the variant's transform widens them as it reads them, and a variant
@@ -142,7 +136,8 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
         first = c["execute_first_direct_ms"]  # the kernel that reads fp16 in place
     elif not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
         first = c["execute_first_cached_ms"]  # measured with weights read from the bundle
-    return read, transform, median_ms(first, exec_cls, threads)
+    nbytes = c.get(FORM_BYTES.get(form, "transformed_bytes"), 0)  # as the bundle stores them
+    return read, transform, median_ms(first, exec_cls, threads), nbytes
 
 
 def exec_cores(table, threads):
@@ -200,13 +195,12 @@ def simulate(plan, table):
             prep_cls, prep_cpu = exec_cls, exec_ids[min(threads, len(exec_ids)) - 1]
         else:
             prep_cls, prep_cpu = others[(q - 1) % len(others)]
-        read, transform, execute = step_costs(table, step, threads, prep_cls, exec_cls, inline)
+        read, transform, execute, nbytes = step_costs(table, step, threads, prep_cls, exec_cls, inline)
         execute *= slow
         if inline:
             transform *= slow
         start = exec_end if inline else queue_free.get(q, open_ms)
         if rate:  # wait for the bytes on their way, then check them
-            nbytes = step_bytes(table, step)
             streamed += nbytes
             read = max(0.0, verify + streamed / rate - start) + nbytes * check
             if shared:  # the check delays the executions (see above)

@@ -8,10 +8,6 @@ from ..graph import PRECISIONS
 from . import ANCHOR
 
 
-def input_shape(spec):
-    return spec.input_shape
-
-
 WIDEN = "cb_widen"  # the widening block of a narrow transform
 
 
@@ -74,7 +70,7 @@ def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
     optional epilogue (a function of (out, *extra placeholders)); a narrow
     `precision` makes the kernel read its transformed weights in it."""
     params = params if params is not None else variant.space(spec)[0]
-    x = te.placeholder(input_shape(spec), spec.dtype, name="x")
+    x = te.placeholder(spec.input_shape, spec.dtype, name="x")
     wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
     out = variant.compute(spec, x, wt if precision == "fp32" else Widened(wt), params)
     extra = []

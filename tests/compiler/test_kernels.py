@@ -98,7 +98,7 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
     dev = tvm.cpu()
     blocked = isinstance(spec, ConvSpec) and spec.out_block
     x = rng.standard_normal(dataclasses.replace(spec, in_block=0).input_shape if blocked
-                            else kb.input_shape(spec)).astype(np.float32)
+                            else spec.input_shape).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
     stored = [w]
     if precision != "fp32":  # the reference uses what the narrow weights stand for
