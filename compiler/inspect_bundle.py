@@ -103,7 +103,9 @@ def describe(path):
         lines.append(gpu_summary(b))
     lines.append("segments")
     for k, s in enumerate(b.segments):
-        lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} checksum {s.checksum:016x}")
+        decoded = f" (decoded {s.rawSize:,})" if s.kind == fb.SegmentKind.cpu_code_lz4 else ""
+        lines.append(f"  {k} {_SEG.get(s.kind, '?'):<15} offset {s.offset:>12,} size {s.size:>12,} "
+                     f"checksum {s.checksum:016x}{decoded}")
     kinds = {}
     for x in b.tensors:
         kinds.setdefault(_KIND.get(x.kind, "?"), [0, 0])

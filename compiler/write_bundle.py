@@ -1,8 +1,9 @@
 """Pass `write_bundle`: Graph + code -> the bundle file bytes.
 
 Layout (schemas/README.md), in the order a cold start needs it: a 64-byte
-preamble, the FlatBuffer header, the CPU code, then the weights in the order
-the plan's steps first use them (page aligned, each tensor 64-byte aligned).
+preamble, the FlatBuffer header, the CPU code (an LZ4 block, pack_code),
+then the weights in the order the plan's steps first use them (page
+aligned, each tensor 64-byte aligned).
 Runs of tensors of one form (raw or cached) make one segment each, so a plan
 that mixes forms still reads its file front to back. Continuous mode's warm
 alternates' weights (add_warm_steps) come last: no step of the plan reads
@@ -145,9 +146,10 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         x.localSize, x.bindings = list(sh["local_size"]), sh["bindings"]
         b.shaders.append(x)
     b.segments = []
-    for kind, offset, data in segments:
+    for kind, offset, data, raw_size in segments:
         s = fb.SegmentT()
         s.kind, s.offset, s.size, s.alignment, s.checksum = kind, offset, len(data), 64, checksum64(data)
+        s.rawSize = raw_size
         b.segments.append(s)
     builder = flatbuffers.Builder(4096)
     builder.ForceDefaults(True)
@@ -159,19 +161,20 @@ def run(graph, code, target, producer, model_hash, spirv=None):
     """`code`: the CPU code segment (None on GPU targets); `spirv`: GPU
     targets' (segment bytes, Shader records) from codegen_spirv."""
     runs = _weight_runs(graph)
-    head = [(fb.SegmentKind.cpu_code, code)] if code is not None else [(fb.SegmentKind.spirv, spirv[0])]
+    head = [pack_code(code)] if code is not None else [(fb.SegmentKind.spirv, spirv[0], 0)]
     shaders = spirv[1] if spirv else ()
-    parts = head + [(kind, data) for kind, data, _ in runs]
+    parts = head + [(kind, data, 0) for kind, data, _ in runs]
     weight_offsets = {i: (k + 1, o, c) for k, (_, _, offsets) in enumerate(runs) for i, (o, c) in offsets.items()}
     # pass 1: header size with placeholder offsets
-    size = len(_header(graph, target, producer, model_hash, [(k, 0, d) for k, d in parts], weight_offsets,
+    size = len(_header(graph, target, producer, model_hash, [(k, 0, d, r) for k, d, r in parts], weight_offsets,
                        shaders))
-    pos = _align(PREAMBLE_SIZE + size, PAGE)
+    # compressed code is decoded, not mapped: it follows the header on 64 bytes
+    pos = _align(PREAMBLE_SIZE + size, 64 if head[0][0] == fb.SegmentKind.cpu_code_lz4 else PAGE)
     segments = []
-    for kind, data in parts:
-        segments.append((kind, pos, data))
-        # the code and the first weights start on a page, later runs follow on 64 bytes
-        pos = _align(pos + len(data), PAGE if kind in (fb.SegmentKind.cpu_code, fb.SegmentKind.spirv) else 64)
+    for kind, data, raw_size in parts:
+        segments.append((kind, pos, data, raw_size))
+        # the first weights start on a page, later runs follow on 64 bytes
+        pos = _align(pos + len(data), PAGE if kind in CODE_KINDS else 64)
     header = _header(graph, target, producer, model_hash, segments, weight_offsets, shaders)
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)
@@ -179,9 +182,33 @@ def run(graph, code, target, producer, model_hash, spirv=None):
     struct.pack_into("<8sIIQQQ", out, 0, MAGIC, SCHEMA_VERSION, PREAMBLE_SIZE, len(header),
                      checksum64(header), file_size)
     out[PREAMBLE_SIZE:PREAMBLE_SIZE + len(header)] = header
-    for _, offset, data in segments:
+    for _, offset, data, _ in segments:
         out[offset:offset + len(data)] = data
     return bytes(out)
+
+
+CODE_KINDS = (fb.SegmentKind.cpu_code, fb.SegmentKind.cpu_code_lz4, fb.SegmentKind.spirv)
+
+
+def pack_code(code):
+    """The CPU code segment: the shared object as one LZ4 block (the `lz4`
+    package's high-compression mode; runtime/src/lz4.c decodes it), kept
+    plain where that is not smaller. (kind, bytes, decoded size or 0)."""
+    import lz4.block
+
+    packed = lz4.block.compress(code, mode="high_compression", compression=12, store_size=False)
+    if len(packed) < len(code):
+        return fb.SegmentKind.cpu_code_lz4, packed, len(code)
+    return fb.SegmentKind.cpu_code, code, 0
+
+
+def unpack_code(kind, data, raw_size):
+    """The shared object of a CPU code segment (either kind)."""
+    if kind != fb.SegmentKind.cpu_code_lz4:
+        return bytes(data)
+    import lz4.block
+
+    return lz4.block.decompress(bytes(data), uncompressed_size=raw_size)
 
 
 def _shares(target, threads):

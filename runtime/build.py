@@ -19,7 +19,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-C_SOURCES = ["runtime.c", "alloc.c", "backend.c", "signature.c", "target.c", "vulkan.c", "widen.c"]
+C_SOURCES = ["runtime.c", "alloc.c", "backend.c", "signature.c", "target.c", "vulkan.c", "widen.c", "lz4.c"]
 CXX_SOURCES = ["model.cc"]
 LIB_NAME = "libcoldbrew.so"
 

@@ -23,7 +23,7 @@ extern "C" {
 cb_status cb_signature_check(const uint8_t* data, uint64_t size, const uint8_t* public_key);
 
 enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4 };
-enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3 };
+enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3, CB_SEG_CPU_CODE_LZ4 = 4 };
 
 /* A verified tensor description. Strings and shapes point into the mapped
  * header and live as long as the bundle. */
@@ -90,6 +90,7 @@ typedef struct cb_segment_desc {
   uint64_t offset;
   uint64_t size;
   uint64_t checksum;
+  uint64_t raw_size; /* cpu_code_lz4: the shared object's size once decoded */
 } cb_segment_desc;
 
 typedef struct cb_model {
@@ -147,6 +148,9 @@ void cb_model_free(cb_model* model);
 
 /* Position-weighted 64-bit checksum (schemas/README.md). */
 uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
+/* Decode the LZ4 block src[0, n) into dst[0, cap): the decoded size, or -1
+ * for a damaged block (runtime/src/lz4.c). */
+int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap);
 
 /* Error reporting: set the calling thread's message and return `status`. */
 cb_status cb_fail(cb_status status, const char* fmt, ...)

@@ -215,7 +215,12 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
                      (unsigned long long)s->offset(), (unsigned long long)s->size(),
                      (unsigned long long)file_size);
     if (s->offset() % 64 != 0) return cb_fail(CB_ERR_CORRUPT, "segment %u is not 64-byte aligned", i);
-    m->segments[i] = {static_cast<uint8_t>(s->kind()), s->offset(), s->size(), s->checksum()};
+    // decoded code becomes one shared object in memory: far beyond any real one is damage
+    const uint64_t kMaxCode = 1ull << 32;
+    if (s->kind() == fbs::SegmentKind::cpu_code_lz4 && (s->raw_size() == 0 || s->raw_size() > kMaxCode))
+      return cb_fail(CB_ERR_CORRUPT, "segment %u: compressed code of %llu bytes decoded", i,
+                     (unsigned long long)s->raw_size());
+    m->segments[i] = {static_cast<uint8_t>(s->kind()), s->offset(), s->size(), s->checksum(), s->raw_size()};
   }
 
   // Tensors: byte size recomputed with checked arithmetic; storage in bounds.

@@ -237,11 +237,34 @@ static cb_status check_preamble(const uint8_t* p, uint64_t size, uint64_t* hdr_o
   return CB_OK;
 }
 
+static int is_code_segment(const cb_segment_desc* seg) {
+  return seg->kind == CB_SEG_CPU_CODE || seg->kind == CB_SEG_CPU_CODE_LZ4;
+}
+
+/* The compressed code decoded straight into the memfd's pages. */
+static cb_status decode_code(int fd, const cb_bundle* b, const cb_segment_desc* seg) {
+  if (ftruncate(fd, (off_t)seg->raw_size) != 0)
+    return cb_fail(CB_ERR_LOAD, "sizing the kernel code failed: %s", strerror(errno));
+  void* dst = mmap(NULL, (size_t)seg->raw_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (dst == MAP_FAILED) return cb_fail(CB_ERR_LOAD, "mapping the kernel code failed: %s", strerror(errno));
+  int64_t n = cb_lz4_decode(b->base + seg->offset, seg->size, dst, seg->raw_size);
+  munmap(dst, (size_t)seg->raw_size);
+  if (n != (int64_t)seg->raw_size)
+    return cb_fail(CB_ERR_CORRUPT, "the compressed CPU code does not decode to its %llu bytes (damaged)",
+                   (unsigned long long)seg->raw_size);
+  return CB_OK;
+}
+
 static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
   int fd = memfd_create("coldbrew-kernels", MFD_CLOEXEC);
   if (fd < 0) return cb_fail(CB_ERR_LOAD, "memfd_create failed: %s", strerror(errno));
   const uint8_t* p = b->base + seg->offset;
-  uint64_t left = seg->size;
+  uint64_t left = seg->kind == CB_SEG_CPU_CODE ? seg->size : 0;
+  cb_status s = seg->kind == CB_SEG_CPU_CODE_LZ4 ? decode_code(fd, b, seg) : CB_OK;
+  if (s) {
+    close(fd);
+    return s;
+  }
   while (left > 0) {
     ssize_t w = write(fd, p, left);
     if (w <= 0) {
@@ -349,7 +372,7 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
       read_ahead(b, seg->offset + seg->size);
       if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
         return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
-    } else if (seg->kind == CB_SEG_CPU_CODE) {
+    } else if (is_code_segment(seg)) {
       return cb_fail(CB_ERR_CORRUPT, "a GPU bundle carries CPU code");
     }
   }
@@ -417,7 +440,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   (void)cb_backend_set_threads((int)(b->model.threads ? b->model.threads : 1));
   const cb_segment_desc* code = NULL;
   for (uint32_t i = 0; i < b->model.nsegments; i++)
-    if (b->model.segments[i].kind == CB_SEG_CPU_CODE) {
+    if (is_code_segment(&b->model.segments[i])) {
       if (code) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one CPU code segment");
       code = &b->model.segments[i];
     }

@@ -153,33 +153,36 @@ enum class SegmentKind : uint8_t {
   weights_cached = 1,
   cpu_code = 2,
   spirv = 3,
+  cpu_code_lz4 = 4,
   MIN = weights_raw,
-  MAX = spirv
+  MAX = cpu_code_lz4
 };
 
-inline const SegmentKind (&EnumValuesSegmentKind())[4] {
+inline const SegmentKind (&EnumValuesSegmentKind())[5] {
   static const SegmentKind values[] = {
     SegmentKind::weights_raw,
     SegmentKind::weights_cached,
     SegmentKind::cpu_code,
-    SegmentKind::spirv
+    SegmentKind::spirv,
+    SegmentKind::cpu_code_lz4
   };
   return values;
 }
 
 inline const char * const *EnumNamesSegmentKind() {
-  static const char * const names[5] = {
+  static const char * const names[6] = {
     "weights_raw",
     "weights_cached",
     "cpu_code",
     "spirv",
+    "cpu_code_lz4",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameSegmentKind(SegmentKind e) {
-  if (::flatbuffers::IsOutRange(e, SegmentKind::weights_raw, SegmentKind::spirv)) return "";
+  if (::flatbuffers::IsOutRange(e, SegmentKind::weights_raw, SegmentKind::cpu_code_lz4)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesSegmentKind()[index];
 }
@@ -1355,7 +1358,8 @@ struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_OFFSET = 6,
     VT_SIZE = 8,
     VT_ALIGNMENT = 10,
-    VT_CHECKSUM = 12
+    VT_CHECKSUM = 12,
+    VT_RAW_SIZE = 14
   };
   coldbrew::schema::SegmentKind kind() const {
     return static_cast<coldbrew::schema::SegmentKind>(GetField<uint8_t>(VT_KIND, 0));
@@ -1372,6 +1376,9 @@ struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t checksum() const {
     return GetField<uint64_t>(VT_CHECKSUM, 0);
   }
+  uint64_t raw_size() const {
+    return GetField<uint64_t>(VT_RAW_SIZE, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1380,6 +1387,7 @@ struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint64_t>(verifier, VT_SIZE, 8) &&
            VerifyField<uint32_t>(verifier, VT_ALIGNMENT, 4) &&
            VerifyField<uint64_t>(verifier, VT_CHECKSUM, 8) &&
+           VerifyField<uint64_t>(verifier, VT_RAW_SIZE, 8) &&
            verifier.EndTable();
   }
 };
@@ -1403,6 +1411,9 @@ struct SegmentBuilder {
   void add_checksum(uint64_t checksum) {
     fbb_.AddElement<uint64_t>(Segment::VT_CHECKSUM, checksum, 0);
   }
+  void add_raw_size(uint64_t raw_size) {
+    fbb_.AddElement<uint64_t>(Segment::VT_RAW_SIZE, raw_size, 0);
+  }
   explicit SegmentBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1420,8 +1431,10 @@ inline ::flatbuffers::Offset<Segment> CreateSegment(
     uint64_t offset = 0,
     uint64_t size = 0,
     uint32_t alignment = 0,
-    uint64_t checksum = 0) {
+    uint64_t checksum = 0,
+    uint64_t raw_size = 0) {
   SegmentBuilder builder_(_fbb);
+  builder_.add_raw_size(raw_size);
   builder_.add_checksum(checksum);
   builder_.add_size(size);
   builder_.add_offset(offset);

@@ -34,6 +34,7 @@ class SegmentKind(object):
     weights_cached = 1
     cpu_code = 2
     spirv = 3
+    cpu_code_lz4 = 4
 
 
 class WeightForm(object):
@@ -2156,8 +2157,15 @@ class Segment(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # Segment
+    def RawSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def SegmentStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def SegmentAddKind(builder, kind):
     builder.PrependUint8Slot(0, kind, 0)
@@ -2174,6 +2182,9 @@ def SegmentAddAlignment(builder, alignment):
 def SegmentAddChecksum(builder, checksum):
     builder.PrependUint64Slot(4, checksum, 0)
 
+def SegmentAddRawSize(builder, rawSize):
+    builder.PrependUint64Slot(5, rawSize, 0)
+
 def SegmentEnd(builder):
     return builder.EndObject()
 
@@ -2189,12 +2200,14 @@ class SegmentT(object):
         size = 0,
         alignment = 0,
         checksum = 0,
+        rawSize = 0,
     ):
         self.kind = kind  # type: int
         self.offset = offset  # type: int
         self.size = size  # type: int
         self.alignment = alignment  # type: int
         self.checksum = checksum  # type: int
+        self.rawSize = rawSize  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2222,6 +2235,7 @@ class SegmentT(object):
         self.size = segment.Size()
         self.alignment = segment.Alignment()
         self.checksum = segment.Checksum()
+        self.rawSize = segment.RawSize()
 
     # SegmentT
     def Pack(self, builder):
@@ -2231,6 +2245,7 @@ class SegmentT(object):
         SegmentAddSize(builder, self.size)
         SegmentAddAlignment(builder, self.alignment)
         SegmentAddChecksum(builder, self.checksum)
+        SegmentAddRawSize(builder, self.rawSize)
         segment = SegmentEnd(builder)
         return segment
 

@@ -42,7 +42,8 @@ static int checked_code(const uint8_t* data, size_t size, uint64_t* hash) {
   int found = 0;
   for (uint32_t i = 0; i < m.nsegments && !found; i++) {
     const cb_segment_desc* s = &m.segments[i];
-    if (s->kind == CB_SEG_CPU_CODE && cb_checksum64(data + s->offset, s->size) == s->checksum) {
+    if ((s->kind == CB_SEG_CPU_CODE || s->kind == CB_SEG_CPU_CODE_LZ4) &&
+        cb_checksum64(data + s->offset, s->size) == s->checksum) {
       *hash = fnv1a(data + s->offset, s->size);
       found = 1;
     }

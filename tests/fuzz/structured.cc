@@ -79,7 +79,9 @@ const fbs::Bundle* header(uint8_t* data, size_t size, uint64_t* hdr_off, uint64_
   return fbs::GetBundle(data + off);
 }
 
-bool is_code(const fbs::Segment* s) { return s->kind() == fbs::SegmentKind::cpu_code; }
+bool is_code(const fbs::Segment* s) {
+  return s->kind() == fbs::SegmentKind::cpu_code || s->kind() == fbs::SegmentKind::cpu_code_lz4;
+}
 
 // Every mutable place of the header, except the code segment's entry.
 Walk walk(const fbs::Bundle* b) {

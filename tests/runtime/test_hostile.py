@@ -111,7 +111,7 @@ def test_flipped_code_and_weight_bytes(small_bundle, tmp_path):
     for seg in b.segments:
         bad = bytearray(data)
         bad[seg.offset + seg.size // 2] ^= 0x10
-        if seg.kind == fb.SegmentKind.cpu_code:
+        if seg.kind in (fb.SegmentKind.cpu_code, fb.SegmentKind.cpu_code_lz4):
             expect(bad, "CORRUPT", tmp_path, "checksum")
             continue
         p = tmp_path / "bad.brew"
@@ -185,6 +185,27 @@ def test_missing_kernel_is_load_error(small_bundle, tmp_path):
     def rename(b):
         b.plan.steps[0].kernel = "no_such_kernel"
     expect(repack(read(small_bundle), rename), "LOAD", tmp_path, "no_such_kernel")
+
+
+def test_compressed_code_that_does_not_decode(small_bundle, tmp_path):
+    """The CPU code is one LZ4 block: with its checksums made right, a
+    damaged block or a wrong decoded size is CORRUPT before anything loads."""
+    data = read(small_bundle)
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    (code,) = [s for s in b.segments if s.kind == fb.SegmentKind.cpu_code_lz4]
+    zeroed = bytearray(data)
+    zeroed[code.offset:code.offset + code.size] = bytes(code.size)  # token 0, then offset 0: no block
+
+    def zero_checksum(b):
+        seg = next(s for s in b.segments if s.kind == fb.SegmentKind.cpu_code_lz4)
+        seg.checksum = checksum64(bytes(code.size))
+    expect(repack(zeroed, zero_checksum), "CORRUPT", tmp_path, "does not decode")
+
+    for wrong, match in ((code.rawSize + 1, "does not decode"), (code.rawSize - 1, "does not decode"),
+                         (0, "decoded"), (1 << 40, "decoded")):
+        def size(b, wrong=wrong):
+            next(s for s in b.segments if s.kind == fb.SegmentKind.cpu_code_lz4).rawSize = wrong
+        expect(repack(data, size), "CORRUPT", tmp_path, match)
 
 
 def test_bundle_for_another_cpu(small_bundle, tmp_path):

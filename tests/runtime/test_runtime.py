@@ -138,7 +138,7 @@ def test_weights_follow_the_code_in_the_order_of_need():
     data = compile_model(small_cnn(), variants={"conv2d": "winograd_f2"}, weights={"*": "cached", "c0": "raw"})
     b = read_bytes(data)[0]
     kinds = [s.kind for s in sorted(b.segments, key=lambda s: s.offset)]
-    assert kinds[0] == fb.SegmentKind.cpu_code and fb.SegmentKind.weights_raw in kinds
+    assert kinds[0] == fb.SegmentKind.cpu_code_lz4 and fb.SegmentKind.weights_raw in kinds
     assert fb.SegmentKind.weights_cached in kinds
     placed = []
     for s in b.plan.steps:

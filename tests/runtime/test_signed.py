@@ -97,7 +97,7 @@ def _refresh_checksums(data):
 def test_altered_code_with_checksums_made_right_is_refused_before_it_loads(signed):
     data = bytearray((signed / "signed.brew").read_bytes())
     b, _, _ = read_bytes(bytes(data))
-    code = next(s for s in b.segments if s.kind == fb.SegmentKind.cpu_code)
+    code = next(s for s in b.segments if s.kind in (fb.SegmentKind.cpu_code, fb.SegmentKind.cpu_code_lz4))
     data[code.offset + code.size // 2] ^= 0xFF
     data = _refresh_checksums(data)
     with pytest.raises(coldbrew.BundleError, match=r"\[SIGNATURE\] bundle signature does not verify"):
