@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import CompileError, UnsupportedOperatorError
-from .graph import PRECISIONS  # stored weight precisions
+from .graph import NARROW, PRECISIONS  # stored weight precisions
 
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 
@@ -109,8 +109,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     `sign` (a secret key file from `coldbrew keygen`) appends an Ed25519
     signature over every byte (compiler/sign_bundle.py).
     `precision` ("fp32", "fp16" or "int8") stores the variant layers'
-    weights narrow (compiler/plan_weights.py): fp16 by default in the
-    direct form (`weights` "direct": the kernels read fp16 and widen in
+    weights narrow (compiler/plan_weights.py): by default in the direct
+    form (`weights` "direct": the kernels read fp16 or int8 and widen in
     registers), else widened on the first run by the runtime or the
     layer's transform; the effect on the outputs is measured on
     sample inputs (`calibration`: a .npz of arrays per input, else
@@ -127,8 +127,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
     if max_error is not None and precision == "fp32":
         raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
-    if not weights:  # fp16 defaults to the direct form: the fewest bytes and nothing to widen
-        weights = "auto" if _on_gpu(target) else "direct" if precision == "fp16" and plan == "default" else "cached"
+    if not weights:  # narrow weights default to the direct form: the fewest bytes and nothing to widen
+        weights = "auto" if _on_gpu(target) else "direct" if precision in NARROW and plan == "default" else "cached"
     if (plan != "default" or continuous or tune) and _on_gpu(target):
         raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
                            "(compile with the default plan)")

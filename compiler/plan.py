@@ -34,7 +34,7 @@ the smallest one wins.
 """
 import time
 
-from .graph import NARROW
+from .graph import DIRECT_FORMS, NARROW
 from .simulate import median_ms, narrow_transform_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
@@ -65,8 +65,8 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     yardstick's, compiler/plan_exact.py): every candidate
     cached, raw where it has a transform, and with a narrow `precision` its
     weights stored narrow (form "fp16" or "int8", widened on the first run)
-    where the table measured them; with fp16 also the direct form (fp16
-    read in place by the kernel: no widening, its own execution times)."""
+    where the table measured them, and its direct form (fp16 or int8 read
+    in place by the kernel: no widening, its own execution times)."""
     cls = table["classes"][0]["name"]
     out = []
     for c in layer["candidates"]:
@@ -78,9 +78,10 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
         if precision != "fp32" and precision in c["read_ms"]:
             widen = narrow_transform_ms(table, c, precision, cls, prep_threads)
             out.append((c["variant"], precision, c["read_ms"][precision]["median"] + widen, first))
-        if precision == "fp16" and "direct" in c["read_ms"]:
-            out.append((c["variant"], "direct", c["read_ms"]["direct"]["median"],
-                        median_ms(c["execute_first_direct_ms"], cls, threads)))
+        direct = DIRECT_FORMS.get(precision)
+        if direct in c["read_ms"]:
+            out.append((c["variant"], direct, c["read_ms"][direct]["median"],
+                        median_ms(c[f"execute_first_{direct}_ms"], cls, threads)))
     return out
 
 
@@ -117,11 +118,14 @@ def simulated_plan(table, chosen):
 def _form(chosen, name):
     """A chosen layer's simulator form: direct, its narrow precision, else its form."""
     form, p = chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32")
-    return p if p in NARROW and form != "direct" else form
+    if form == "direct":
+        return DIRECT_FORMS[p]
+    return p if p in NARROW else form
 
 
 # a pair's form -> (weight form, precision) of the plan
-PAIR_FORMS = {"fp16": ("cached", "fp16"), "int8": ("raw", "int8"), "direct": ("direct", "fp16")}
+PAIR_FORMS = {"fp16": ("cached", "fp16"), "int8": ("raw", "int8"),
+              **{d: ("direct", p) for p, d in DIRECT_FORMS.items()}}
 
 
 def _predict(table, sel, queues, threads):

@@ -6,12 +6,15 @@ form: "cached" | "raw" | "direct", or {"*": form, "<anchor id>": form}. A
 raw layer's transformed weights become a `prepared` tensor that the runtime
 fills once with the transform kernel; a cached layer reads them straight
 from the bundle. Variants whose transform is the identity always read raw
-weights. "direct" goes with fp16: the transformed weights are stored fp16
-and the execute kernel reads them in place, widening each value in
-registers as it loads it (select_variants makes that kernel); nothing is
-prepared on the first run, at the price of a conversion per weight load in
-every run. It applies where the variant's transform only rearranges values
-(not Winograd) and the weights fit fp16; elsewhere "direct" means "cached".
+weights. "direct" goes with a narrow precision: the transformed weights
+are stored fp16 or int8 and the execute kernel reads them in place,
+widening each value in registers as it loads it (select_variants makes that
+kernel; int8 values are summed unscaled and each output is multiplied by
+its channel's scale, an fp32 weight of the layer); nothing is prepared on
+the first run and no transform code is shipped, at the price of a
+conversion per weight load in every run. It applies where the variant's
+transform only rearranges values (not Winograd) and, for fp16, the weights
+fit fp16; elsewhere "direct" means "cached".
 
 precision: "fp32" | "fp16" | "int8", or {"*": p, "<anchor id>": p}: the
 precision a variant layer's weights are stored in (weight-only: activations
@@ -19,6 +22,9 @@ and arithmetic stay fp32), widened to fp32 once, on the first run, into the
 prepared tensor the kernel reads:
 
     fp16, direct   the kernel's layout in fp16, read in place by the kernel
+    int8, direct   the kernel's layout in int8, read in place by the kernel,
+                   with one fp32 scale per output channel (max |w| / 127)
+                   applied to the kernel's sums
     fp16, cached   the kernel's layout in fp16, widened by the runtime's own
                    transform (cb.widen_f16: F16C / NEON; no code in the
                    bundle). For variants whose transform only rearranges
@@ -44,8 +50,7 @@ q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 """
 import numpy as np
 
-from .graph import Tensor
-from .graph import PRECISIONS
+from .graph import NARROW, PRECISIONS, Tensor
 
 NAME = "plan_weights"
 
@@ -60,11 +65,16 @@ def _choice(table, name, default):
 
 
 def direct_layers(form, precision):
-    """anchor id -> whether `form` and `precision` (as run() takes them) ask
-    for the direct form: select_variants makes those kernels."""
+    """anchor id -> the narrow precision ("fp16", "int8") in which `form` and
+    `precision` (as run() takes them) ask for the direct form, else None:
+    select_variants makes those kernels."""
     forms = form if isinstance(form, dict) else {"*": form}
     precisions = precision if isinstance(precision, dict) else {"*": precision}
-    return lambda aid: _choice(forms, aid, "cached") == "direct" and _choice(precisions, aid, "fp32") == "fp16"
+
+    def direct(aid):
+        p = _choice(precisions, aid, "fp32")
+        return p if _choice(forms, aid, "cached") == "direct" and p in NARROW else None
+    return direct
 
 
 def run(graph, form="cached", queues=0, precision="fp32"):
@@ -87,10 +97,12 @@ def run(graph, form="cached", queues=0, precision="fp32"):
             p = _choice(precisions, a.id, "fp32")
             if p not in PRECISIONS:
                 raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
-            if a.direct:  # stored fp16 by select_variants; the kernel reads them
+            if a.direct:  # stored narrow by select_variants; the kernel reads them
+                from .kernels.build import output_axis
+
                 raw = np.asarray(a.raw, np.float32)
-                layer.weight_form, layer.weight_precision = "direct", "fp16"
-                layer.weight_error = weight_error(raw, narrow_weights(raw, "fp16", 0)[1])
+                layer.weight_form, layer.weight_precision = "direct", a.direct
+                layer.weight_error = weight_error(raw, narrow_weights(raw, a.direct, output_axis(a.spec))[1])
                 continue
             want = "cached" if want == "direct" else want
             if p != "fp32" and _narrow(graph, layer, idx, p, want):

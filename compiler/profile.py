@@ -19,9 +19,10 @@ spreads over all medians rather than skewing some layers' variants.
 Layers without variants (pooling, elementwise ...) are measured in the
 first column, and so are the open costs (verification of the header and
 code, code load, session creation). Each column is also compiled with the
-direct fp16 weight form (compiler/plan_weights.py: its kernels read fp16
-weights in place), sampled with the plan's execution threads in the same
-rounds: the direct candidates' first and warm execution and their read.
+direct fp16 and the direct int8 weight forms (compiler/plan_weights.py:
+their kernels read the narrow weights in place), sampled with the plan's
+execution threads in the same rounds: the direct candidates' first and warm
+execution and their read.
 
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
 of model hash, input bindings, target fingerprint, threads and coldbrew
@@ -36,11 +37,12 @@ import statistics
 import tempfile
 import time
 
-from .graph import NARROW
+from .graph import DIRECT_FORMS, NARROW
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
-VERSION = 4  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte
+VERSION = 5  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte;
+# 5: the direct int8 form
 CHECK_MS_PER_BYTE = 1.25e-7  # a table without its own measurement: 8 GB/s
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
@@ -221,7 +223,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
             configs.append((name, threads, wide))
     rounds = max(1, repeat["cold"])
-    total = 2 * len(columns) + 2 + rounds * (len(columns) * (len(configs) + 1) + 1) + 1
+    narrow = len(DIRECT_FORMS)
+    total = (1 + narrow) * len(columns) + 2 + rounds * (len(columns) * (len(configs) + narrow) + 1) + 1
     done = 0
     layers, graphs, bundles = {}, [], []
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
@@ -234,14 +237,15 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             graphs.append(compile_graph(proto, bundles[-1], tgt, input_shapes, constants, variants=choice,
                                         weights="raw", threads=threads, front=front)[1])
             done += 1
-        direct_bundles, direct_graphs = [], []
-        for c, choice in enumerate(columns):
-            progress(done, total, f"compile column {c + 1}/{len(columns)}, direct fp16 weights")
-            direct_bundles.append(os.path.join(tmp, f"column{c}.direct.brew"))
-            direct_graphs.append(compile_graph(proto, direct_bundles[-1], tgt, input_shapes, constants,
-                                               variants=choice, weights="direct", threads=threads, front=front,
-                                               precision="fp16")[1])
-            done += 1
+        direct_bundles, direct_graphs = {p: [] for p in DIRECT_FORMS}, {p: [] for p in DIRECT_FORMS}
+        for p in DIRECT_FORMS:
+            for c, choice in enumerate(columns):
+                progress(done, total, f"compile column {c + 1}/{len(columns)}, direct {p} weights")
+                direct_bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
+                direct_graphs[p].append(compile_graph(proto, direct_bundles[p][-1], tgt, input_shapes, constants,
+                                                      variants=choice, weights="direct", threads=threads,
+                                                      front=front, precision=p)[1])
+                done += 1
         # the default plan as shipped (cached weights): its open costs and first executions
         progress(done, total, "compile the default bundle")
         default = os.path.join(tmp, "default.brew")
@@ -252,17 +256,18 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         # profile rather than one stretch of it (shared machines drift)
         runs = [{cfg[:2]: {} for cfg in configs} for _ in columns]
         default_cfg, default_runs, default_left = configs[-1], {}, repeat["default"]
-        direct_runs = [{} for _ in columns]
+        direct_runs = {p: [{} for _ in columns] for p in DIRECT_FORMS}
         for k in range(rounds):
             for c, bundle in enumerate(bundles):
                 for cls, n, cores in configs:
                     progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)} on {cls} x{n}")
                     sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
                     done += 1
-                progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct fp16")
-                sample(direct_bundles[c], default_cfg[2], default_cfg[1], repeat["warm"] if k == rounds - 1 else 0,
-                       direct_runs[c])
-                done += 1
+                for p in DIRECT_FORMS:
+                    progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct {p}")
+                    sample(direct_bundles[p][c], default_cfg[2], default_cfg[1],
+                           repeat["warm"] if k == rounds - 1 else 0, direct_runs[p][c])
+                    done += 1
             progress(done, total, f"round {k + 1}/{rounds}: default bundle")
             for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
                 sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
@@ -273,8 +278,9 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         for c, graph in enumerate(graphs):
             cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
-        for graph, runs_c in zip(direct_graphs, direct_runs):
-            _add_direct(layers, graph, {default_cfg[:2]: runs_c}, tmp, repeat["reads"])
+        for p, form in DIRECT_FORMS.items():
+            for graph, runs_c in zip(direct_graphs[p], direct_runs[p]):
+                _add_direct(layers, graph, {default_cfg[:2]: runs_c}, tmp, repeat["reads"], form)
     progress(total, total, "done")
     return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
@@ -329,27 +335,28 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
                            **{p: times[narrow_at[(k, p)]] for p in narrow}}
 
 
-def _add_direct(layers, graph, runs, tmp, reads):
+def _add_direct(layers, graph, runs, tmp, reads, form):
     """Merge a direct column's measurements into the candidates of the
-    same variant: `direct_bytes`, read_ms["direct"] (the fp16 transformed
+    same variant, under `form` (graph.DIRECT_FORMS: "direct" for fp16,
+    "direct_int8"): `<form>_bytes`, read_ms[form] (the narrow transformed
     weights and the layer's other weights, as the bundle stores them),
-    `execute_first_direct_ms` and `execute_direct_ms`."""
+    `execute_first_<form>_ms` and `execute_<form>_ms`."""
     new = []
     for layer in graph.layers:
         if layer.weight_form != "direct":
             continue
         cand = next(c for c in layers[layer.name]["candidates"] if c["variant"] == layer.variant)
-        if "execute_direct_ms" in cand:
+        if f"execute_{form}_ms" in cand:
             continue  # measured in an earlier column
         stored = b"".join(graph.tensors[i].data.tobytes() for i in dict.fromkeys(layer.args)
                           if graph.tensors[i].kind == "weight")
-        cand["direct_bytes"] = len(stored)
+        cand[f"{form}_bytes"] = len(stored)
         for key in ("execute_first", "execute"):
-            cand[f"{key}_direct_ms"] = _per_config(runs, key, layer.name)
+            cand[f"{key}_{form}_ms"] = _per_config(runs, key, layer.name)
         new.append((cand, stored))
     times = _read_times([b for _, b in new], tmp, reads)
     for (cand, _), t in zip(new, times):
-        cand["read_ms"]["direct"] = t
+        cand["read_ms"][form] = t
 
 
 def widen_rate(nbytes=16 << 20, repeat=5):
@@ -415,8 +422,10 @@ def modeled_table(host, target):
     for layer in t["layers"]:
         for cand in layer["candidates"]:
             cand["read_ms"] = {form: scaled(s, first["read"]) for form, s in cand["read_ms"].items()}
+            direct = [(f"{k}_{d}_ms", "execute") for d in DIRECT_FORMS.values() for k in ("execute_first", "execute")
+                      if f"{k}_{d}_ms" in cand]
             for key, phase in (("transform_ms", "transform"), ("execute_first_ms", "execute"),
-                               ("execute_first_cached_ms", "execute"), ("execute_ms", "execute")):
+                               ("execute_first_cached_ms", "execute"), ("execute_ms", "execute"), *direct):
                 base = cand.get(key, {}).get(host_cls, {})
                 cand[key] = {c.name: {n: scaled(s, c.scale[phase]) for n, s in base.items()}
                              for c in target.core_classes}

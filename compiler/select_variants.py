@@ -22,7 +22,7 @@ from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
 from .kernels.conv import channel_vectors
-from .plan_weights import fits_fp16
+from .plan_weights import fits_fp16, narrow_weights
 
 NAME = "select_variants"
 ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
@@ -41,7 +41,8 @@ class Anchor:
     transform_func: object = None
     alternatives: list = field(default_factory=list)
     tuned: bool = False  # params measured on this machine (compiler/tune.py)
-    direct: bool = False  # transformed weights stored fp16, read in place by the execute kernel
+    direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
+    scale: object = None  # int8 direct: the relax constant of the per-output-channel scales
 
 
 def auto_variant(spec, isa):
@@ -134,11 +135,13 @@ def _spec_of(call, op_name, const_value):
 def run(mod, isa, choice=None, tuning=None, direct=None):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/tune.py's result, or None) supplies measured choices.
-    `direct(anchor_id)` says which anchors get the direct fp16 weight form
-    (compiler/plan_weights.py): their execute kernel reads the transformed
-    weights stored fp16 and widens them in registers. It applies where the
-    variant's transform only rearranges values and the weights fit fp16;
-    elsewhere the layer keeps fp32 transformed weights.
+    `direct(anchor_id)` names the precision ("fp16", "int8") of the anchors
+    that get the direct weight form (compiler/plan_weights.py), else None:
+    their execute kernel reads the transformed weights stored narrow and
+    widens them in registers (int8: the sums scaled per output channel, the
+    scales an extra argument). It applies where the variant's transform
+    only rearranges values and, for fp16, the weights fit fp16; elsewhere
+    the layer keeps fp32 transformed weights.
     Returns (mod, anchors)."""
     import tvm
     from tvm import relax
@@ -192,8 +195,9 @@ def run(mod, isa, choice=None, tuning=None, direct=None):
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const,
-                                         primfunc_name_hint=f"cb{a.index}_{short}")
+            scale = [a.scale] if a.scale is not None else []
+            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params, bool(scale)), call.args[0],
+                                         a.const, *scale, primfunc_name_hint=f"cb{a.index}_{short}")
 
         def transform(self):
             for gv, func in self.mod_.functions.items():
@@ -203,10 +207,16 @@ def run(mod, isa, choice=None, tuning=None, direct=None):
 
     anchors = []
     Rewriter(mod, "collect", anchors).transform()
-    _transform_weights(anchors)
+    transform = _transform_weights(anchors)
     for a in anchors:
-        a.direct = bool(direct and direct(a.id)) and a.variant.transform_rearranges and fits_fp16(a.raw)
-        a.const = relax.const(a.transformed.astype(np.float16) if a.direct else a.transformed)
+        want = (direct and direct(a.id)) or ""
+        a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
+        if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
+            (q, scale), _ = narrow_weights(a.raw, "int8", kbuild.output_axis(a.spec))
+            a.const = relax.const(transform(a, q.astype(np.float32)).astype(np.int8))
+            a.scale = relax.const(scale.reshape(kbuild.scale_shape(a.spec)))
+        else:
+            a.const = relax.const(a.transformed.astype(np.float16) if a.direct else a.transformed)
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
     # anchors fuse with their elementwise epilogue (OutEWiseFusable)
     for gv, func in list(new_mod.functions.items()):
@@ -229,13 +239,17 @@ def _transform_weights(anchors):
     if not funcs:
         for a in anchors:
             a.transformed = a.raw
-        return
+        return lambda a, raw: raw
     lib = kbuild.build(funcs, resolve("host"))
     dev = tvm.cpu()
-    for a in anchors:
+
+    def transform(a, raw):
         if a.transform_func is None:
-            a.transformed = a.raw
-            continue
+            return raw
         out = tvm.runtime.tensor(np.zeros(a.variant.transformed_shape(a.spec, a.params), a.spec.dtype), dev)
-        lib[f"cb_transform_{a.index}"](tvm.runtime.tensor(a.raw, dev), out)
-        a.transformed = out.numpy()
+        lib[f"cb_transform_{a.index}"](tvm.runtime.tensor(np.ascontiguousarray(raw, a.spec.dtype), dev), out)
+        return out.numpy()
+
+    for a in anchors:
+        a.transformed = transform(a, a.raw)
+    return transform

@@ -36,7 +36,7 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 
 from coldbrew.targets import split_factor, task_shares
 
-from .graph import NARROW, PRECISION_OF_DTYPE
+from .graph import DIRECT_FORMS, NARROW, PRECISION_OF_DTYPE
 
 
 class PlanError(ValueError):
@@ -57,7 +57,7 @@ def plan_of_bundle(data):
         narrow = p if p in NARROW and _s(s.variant) != "generic" else None
         form = WEIGHT_FORMS.get(s.weightForm, "cached")
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
-                      "form": form if form == "direct" else narrow or form,
+                      "form": DIRECT_FORMS[p] if form == "direct" else narrow or form,
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1}
@@ -101,8 +101,8 @@ def narrow_transform_ms(table, c, precision, cls, threads):
     return median_ms(c["transform_ms"], cls, threads) if c["has_transform"] else widen
 
 
-FORM_BYTES = {"raw": "raw_bytes", "cached": "transformed_bytes", "direct": "direct_bytes",
-              "fp16": "fp16_bytes", "int8": "int8_bytes"}
+FORM_BYTES = {"raw": "raw_bytes", "cached": "transformed_bytes", "fp16": "fp16_bytes", "int8": "int8_bytes",
+              **{d: f"{d}_bytes" for d in DIRECT_FORMS.values()}}
 
 
 def stream_rate(table):
@@ -114,14 +114,15 @@ def stream_rate(table):
 
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step and its weight bytes. Forms: "cached",
-    "raw", "direct" (fp16 weights read in place by their own kernel, no
-    transform), or a narrow precision ("fp16", "int8": raw weights stored narrow;
+    "raw", "direct" / "direct_int8" (fp16 / int8 weights read in place by
+    their own kernel, no transform), or a narrow precision ("fp16", "int8": raw weights stored narrow;
     the variant's transform widens them as it reads them, and a variant
     without one runs a widening pass, modeled at the table's
     `widen_ms_per_byte` of fp32 output)."""
     c = candidate(table, step["layer"], step["variant"])
     form = step["form"]
-    raw = form not in ("cached", "direct")
+    direct = form in DIRECT_FORMS.values()
+    raw = form != "cached" and not direct
     if form not in c["read_ms"]:
         raise PlanError(f"cost table has no {form} weights for {step['variant']} of layer {step['layer']}")
     read = c["read_ms"][form]["median"]
@@ -132,8 +133,8 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     else:
         transform = 0.0
     first = c["execute_first_ms"]
-    if form == "direct":
-        first = c["execute_first_direct_ms"]  # the kernel that reads fp16 in place
+    if direct:
+        first = c[f"execute_first_{form}_ms"]  # the kernel that reads its narrow weights in place
     elif not raw and str(threads) in c.get("execute_first_cached_ms", {}).get(exec_cls, {}):
         first = c["execute_first_cached_ms"]  # measured with weights read from the bundle
     nbytes = c.get(FORM_BYTES.get(form, "transformed_bytes"), 0)  # as the bundle stores them

@@ -59,24 +59,55 @@ class Widened:
         return self.wt.shape
 
 
-def execute_te(variant, spec, params):
+SCALE = "cb_scale"  # the int8 direct form's per-output-channel scaling block
+
+
+def scale_shape(spec):
+    """The int8 direct form's scales, shaped like the output's channel axes:
+    [K / b, b] for blocked convolutions, [K] for NCHW ones, [N] for dense."""
+    if spec.__class__.__name__ == "DenseSpec":
+        return (spec.n,)
+    return (spec.k // spec.out_block, spec.out_block) if spec.out_block else (spec.k,)
+
+
+def scaled(spec, out, scale):
+    """out times its output channel's scale: int8 weights accumulate as
+    integers widened to fp32 (q, not q x scale), and since the scale is one
+    per output channel it is applied once per output, in the epilogue."""
+    if spec.__class__.__name__ == "DenseSpec":
+        channel = lambda i: (i[-1],)  # noqa: E731
+    elif spec.out_block:
+        channel = lambda i: (i[1], i[4])  # noqa: E731
+    else:
+        channel = lambda i: (i[1],)  # noqa: E731
+    return te.compute(out.shape, lambda *i: out(*i) * scale(*channel(i)), name=SCALE)
+
+
+def execute_te(variant, spec, params, with_scale=False):
     """A TE function (x, wt) -> out, for BlockBuilder.emit_te. Weights of a
-    narrow dtype (the direct form) are widened where the kernel reads them."""
-    return lambda x, wt: variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
+    narrow dtype (the direct form) are widened where the kernel reads them;
+    `with_scale` (int8): (x, wt, scale) -> out, scaled per output channel."""
+    def run(x, wt, *scale):
+        out = variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
+        return scaled(spec, out, scale[0]) if scale else out
+
+    return run if with_scale else (lambda x, wt: run(x, wt))
 
 
 def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
-    """Standalone PrimFunc(x, wt, [extra...], out): the execute kernel with an
-    optional epilogue (a function of (out, *extra placeholders)); a narrow
-    `precision` makes the kernel read its transformed weights in it."""
+    """Standalone PrimFunc(x, wt, [scale], [extra...], out): the execute
+    kernel with an optional epilogue (a function of (out, *extra
+    placeholders)); a narrow `precision` makes the kernel read its
+    transformed weights in it (int8: with a scale per output channel)."""
     params = params if params is not None else variant.space(spec)[0]
     x = te.placeholder(spec.input_shape, spec.dtype, name="x")
     wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
-    out = variant.compute(spec, x, wt if precision == "fp32" else Widened(wt), params)
+    scale = [te.placeholder(scale_shape(spec), "float32", name="scale")] if precision == "int8" else []
+    out = execute_te(variant, spec, params, bool(scale))(x, wt, *scale)
     extra = []
     if epilogue is not None:
         out, extra = epilogue(out)
-    return te.create_prim_func([x, wt, *extra, out])
+    return te.create_prim_func([x, wt, *scale, *extra, out])
 
 
 def schedule(func, variant, spec, params=None):

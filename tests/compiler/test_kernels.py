@@ -93,7 +93,8 @@ def _cases():
 
 def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", direct=False):
     """`direct`: the execute kernel reads its transformed weights in
-    `precision` (fp16) and widens them itself (the direct weight form)."""
+    `precision` (fp16, int8) and widens them itself (the direct weight
+    form; int8 scaled per output channel in the epilogue)."""
     rng = np.random.default_rng(hash((variant.name, spec)) % 2**32)
     dev = tvm.cpu()
     blocked = isinstance(spec, ConvSpec) and spec.out_block
@@ -122,22 +123,25 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
     funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params,
                                                 precision if direct else "fp32"), variant, spec, params)}
     params = params if params is not None else variant.space(spec)[0]
-    if direct:  # the compiler transforms the fp16-rounded weights, then stores them fp16
-        stored = [w.astype(np.float32)]
+    scales = []
+    if direct:  # the compiler transforms the narrow values (int8: unscaled), then stores them narrow
+        if precision == "int8":
+            scales = [tvm.runtime.tensor(stored[1].reshape(kb.scale_shape(spec)), dev)]
+        stored = [(w if precision == "fp16" else stored[0]).astype(np.float32)]
     tf = kb.transform_func(variant, spec, params, "fp32" if direct else precision)
     if tf is not None:  # scheduled as the compiler schedules it
         funcs["tr"] = scheduled_transform(variant, tf) if precision != "fp32" and not direct else tf
     lib = kb.build(funcs, target)
-    wt = tvm.runtime.tensor(w, dev)
+    wt = tvm.runtime.tensor(stored[0] if direct else w, dev)
     if tf is not None:
         out_w = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32), dev)
         lib["tr"](*[tvm.runtime.tensor(a, dev) for a in stored], out_w)
         wt = out_w
     if direct:
-        wt = tvm.runtime.tensor(wt.numpy().astype(np.float16), dev)
+        wt = tvm.runtime.tensor(wt.numpy().astype(np.float16 if precision == "fp16" else np.int8), dev)
     out = tvm.runtime.tensor(np.zeros(spec.output_shape if blocked else ref.shape, np.float32), dev)
     xin = to_blocked(x, spec.in_block) if blocked and spec.in_block else x
-    args = [tvm.runtime.tensor(xin, dev), wt] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
+    args = [tvm.runtime.tensor(xin, dev), wt, *scales] + ([tvm.runtime.tensor(bias, dev)] if epilogue else []) + [out]
     lib["exe"](*args)
     result = from_blocked(out.numpy()) if blocked else out.numpy()
     if epilogue:
@@ -174,16 +178,19 @@ def test_variant_with_narrow_weights_matches_reference(target, variant, precisio
     _run(target, variant, spec, precision=precision)
 
 
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
 @pytest.mark.parametrize("target,variant", [(t, v) for t in TARGETS for v in variants(t.vector)
                                             if v.transform_rearranges], ids=lambda p: getattr(p, "name", ""))
-def test_variant_reading_fp16_weights_directly_matches_reference(target, variant):
-    # the direct form: the execute kernel loads fp16 weights in its own
-    # layout and widens them in registers; every spec the variant applies to
+def test_variant_reading_narrow_weights_directly_matches_reference(target, variant, precision):
+    # the direct form: the execute kernel loads fp16 or int8 weights in its
+    # own layout and widens them in registers (int8 scaled per output
+    # channel after the sum); every spec the variant applies to, the first
+    # also with a fused epilogue
     specs = [s for s in _sweep(target) if variant.op == ("conv2d" if isinstance(s, ConvSpec) else "dense")
              and _runs(variant, s)]
     assert specs
-    for spec in specs:
-        _run(target, variant, spec, precision="fp16", direct=True)
+    for k, spec in enumerate(specs):
+        _run(target, variant, spec, precision=precision, direct=True, epilogue=k == 0)
 
 
 def test_narrow_weights_round_trip():

@@ -12,7 +12,6 @@ import pytest
 import coldbrew
 from conftest import ROOT, ort_run
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler.graph import DTYPES
 from coldbrew.compiler.inspect_bundle import describe, read_bytes
 from coldbrew.compiler.measure_error import output_error, sample_inputs
 from coldbrew.schemas.generated import bundle_generated as fb
@@ -55,7 +54,7 @@ def test_small_model_matches_onnxruntime_and_stores_what_it_measured(small_model
     direct, _ = output_error(ref, ours)
     assert abs(direct - b.accuracy.outputError) <= 0.05 * direct + 1e-6, (direct, b.accuracy.outputError)
     text = "\n".join(describe_bytes(data))
-    assert f"raw {precision}" in text or f"{'direct' if precision == 'fp16' else 'cached'} {precision}" in text
+    assert f"direct {precision}" in text  # the default form of narrow weights
     assert "model output error" in text and "narrowed: weight error" in text
 
 
@@ -256,31 +255,42 @@ def test_one_widening_takes_several_weights_of_a_layer():
 def test_simulator_reads_the_narrow_forms_of_a_bundle(small_model):
     from coldbrew.compiler.simulate import plan_of_bundle
 
-    plan = plan_of_bundle(compile_model(small_model, precision="int8"))
+    plan = plan_of_bundle(compile_model(small_model, precision="int8", weights="raw"))
     assert {s["layer"]: s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"c0": "int8", "d0": "int8"}
+    plan = plan_of_bundle(compile_model(small_model, precision="int8"))
+    assert {s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"direct_int8"}
 
 
-def test_fp16_direct_form_reads_fp16_weights_in_place(small_model):
-    """fp16's default form: no transform and no prepared copy; the kernels
-    read the fp16 weights from the bundle, and compute what the widened
-    form computes."""
-    data = compile_model(small_model, precision="fp16")
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_direct_form_reads_narrow_weights_in_place(small_model, precision):
+    """Narrow weights' default form: no transform, no prepared copy and no
+    transform code; the kernels read the fp16 or int8 weights from the
+    bundle (int8 with an fp32 scale per output channel, applied to the
+    sums), and compute what the widened form computes."""
+    data = compile_model(small_model, precision=precision)
     b, steps = _steps(data)
     direct = [s for s in steps if s.weightForm == fb.WeightForm.direct]
     assert len(direct) == 2  # the conv and the dense layer
+    dtype = {"fp16": fb.DType.f16, "int8": fb.DType.i8}[precision]
     for s in direct:
-        assert s.weightPrecision == DTYPES.index("float16") and not s.transform.decode() and s.weightError > 0
-        layer = b.layers[s.layer]
-        assert any(b.tensors[a].dtype == fb.DType.f16 and b.tensors[a].kind == fb.TensorKind.weight for a in layer.args)
+        assert s.weightPrecision == dtype and not s.transform.decode() and s.weightError > 0
+        args = [b.tensors[a] for a in b.layers[s.layer].args]
+        narrow = [t for t in args if t.dtype == dtype and t.kind == fb.TensorKind.weight]
+        assert len(narrow) == 1
+        if precision == "int8":  # one fp32 scale per output channel, beside the bias
+            scales = [t for t in args if t.dtype == fb.DType.f32 and t.kind == fb.TensorKind.weight]
+            assert len(scales) == 2 and all(t.nbytes == scales[0].nbytes for t in scales), [t.name for t in args]
     assert not [t for t in b.tensors if t.kind == fb.TensorKind.prepared]
-    assert "direct fp16" in "\n".join(describe_bytes(data))
-    widened = compile_model(small_model, precision="fp16", weights="cached")
+    assert f"direct {precision}" in "\n".join(describe_bytes(data))
+    widened = compile_model(small_model, precision=precision, weights="cached" if precision == "fp16" else "raw")
+    assert [t for t in read_bytes(widened)[0].tensors if t.kind == fb.TensorKind.prepared]
     shape = [d.dim_value for d in small_model.graph.input[0].type.tensor_type.shape.dim]
     x = {"x": np.random.default_rng(5).standard_normal(shape).astype(np.float32)}
     np.testing.assert_allclose(coldbrew.load(data).run(None, x)[0], coldbrew.load(widened).run(None, x)[0],
                                rtol=1e-5, atol=1e-5)
     err, top1 = _error_against_onnxruntime(small_model, data)
-    assert err <= TOL["fp16"] and top1 == 1.0
+    assert err <= TOL[precision] and top1 == 1.0
     from coldbrew.compiler.simulate import plan_of_bundle
 
-    assert {s["form"] for s in plan_of_bundle(data)["steps"] if s["variant"] != "generic"} == {"direct"}
+    assert {s["form"] for s in plan_of_bundle(data)["steps"] if s["variant"] != "generic"} == {
+        {"fp16": "direct", "int8": "direct_int8"}[precision]}

@@ -288,6 +288,23 @@ def test_plan_weighs_the_direct_form_against_widening():
     assert simulated_plan(_direct_table(0.2, 3.5), p)["steps"][0]["form"] == "direct"
 
 
+def test_plan_takes_the_direct_int8_form_as_int8_weights_in_place():
+    # int8 read in place (0.1) by its own kernel (4.0): no transform, the fewest bytes
+    table = _direct_table(0.2, 9.0)
+    gemm = table["layers"][0]["candidates"][1]
+    gemm["read_ms"]["direct_int8"] = _stat(0.1)
+    gemm["execute_first_direct_int8_ms"] = {"core": {"2": _stat(4.0)}}
+    gemm["direct_int8_bytes"] = 100
+    p = choose(table, "cold-greedy", "int8")
+    assert p["forms"] == {"c0": "direct"} and p["precisions"] == {"c0": "int8"}
+    from coldbrew.compiler.plan import simulated_plan
+
+    plan = simulated_plan(table, p)
+    assert plan["steps"][0]["form"] == "direct_int8"
+    assert simulate(plan, table)["latency_ms"] == pytest.approx(5.5 + 0.1 + 4.0 + 1)
+    assert choose(table, "cold-greedy", "fp16")["precisions"]["c0"] != "int8"  # int8 only when asked
+
+
 def _streamed(mb_s=1.0, check=0.0):
     """_table() with a storage bandwidth: 1 MB/s = 1000 bytes per ms."""
     t = _table()
