@@ -1,7 +1,7 @@
 """Fuzz the C runtime with libFuzzer (ASan + UBSan; Debian clang and
 libfuzzer-14-dev, installed by .ci/setup.sh).
 
-    python tests/fuzz/fuzz.py [--runs 1000000 | --seconds S] [--targets open,run,open_structured,run_structured] [--jobs N]
+    python tests/fuzz/fuzz.py [--runs 1000000 | --seconds S] [--targets open,run,open_structured,run_structured,decode] [--jobs N]
     python tests/fuzz/fuzz.py --make-corpus      # rebuild tests/fuzz/corpus from small models
 
 Targets (tests/fuzz/fuzz_bundle.c): `open` opens a bundle from memory and
@@ -10,7 +10,9 @@ continuous) and runs them. The `_structured` builds add
 tests/fuzz/structured.cc, which mutates FlatBuffer fields, offsets,
 counts, indices, strings, segment tables and weight bytes and then
 recomputes every checksum, so mutations reach the plan checks, the session
-and the run instead of stopping at the door.
+and the run instead of stopping at the door. `decode` (tests/fuzz/fuzz_lz4.c)
+feeds any bytes to the code segment's LZ4 decoder, seeded with the seeds'
+compressed code.
 
 The code segment is never fuzzed as code: an input whose code passes its
 (linear) checksum but differs from every seed's code is skipped
@@ -34,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CORPUS = os.path.join(HERE, "corpus")
 REGRESSIONS = os.path.join(HERE, "regressions")
-TARGETS = ("open", "run", "open_structured", "run_structured")
+TARGETS = ("open", "run", "open_structured", "run_structured", "decode")
 FLAGS = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
          "-g", "-O1"]
 ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its header is what is fuzzed
@@ -47,7 +49,8 @@ ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its 
 }
 # Functions whose coverage the summary names: the header's checks, the plan's, the session's and the run's.
 KEY_FUNCTIONS = ("cb_bundle_open_memory_with", "parse", "parse_gpu", "cb_target_check", "open_verified", "resolve_kernels",
-                 "cb_session_create", "cb_session_run", "read_tensors", "check_tensor", "cb_session_release")
+                 "cb_session_create", "cb_session_run", "read_tensors", "check_tensor", "cb_session_release",
+                 "cb_lz4_decode")
 
 sys.path.insert(0, os.path.join(ROOT, "runtime"))
 import build  # noqa: E402  (runtime/build.py)
@@ -78,7 +81,8 @@ def build_target(name, out_dir):
         for s in build.C_SOURCES + build.CXX_SOURCES:
             obj = os.path.join(objdir, s + ".o")
             objects.append(obj if os.path.exists(obj) else _compile(os.path.join(src, s), obj, inc))
-        objects.append(_compile(os.path.join(HERE, "fuzz_bundle.c"), os.path.join(tmp, "fuzz_bundle.o"), inc,
+        harness = "fuzz_lz4.c" if name == "decode" else "fuzz_bundle.c"
+        objects.append(_compile(os.path.join(HERE, harness), os.path.join(tmp, harness + ".o"), inc,
                                 ["-DCB_FUZZ_RUN"] if run else []))
         if structured:
             obj = os.path.join(objdir, "structured.o")
@@ -108,6 +112,22 @@ def make_corpus(out=CORPUS):
     return sorted(os.listdir(out))
 
 
+def code_seeds(corpus):
+    """The seeds' compressed code segments as `decode` inputs (a capacity
+    byte that fits the decoded size, then the block) in `corpus`."""
+    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.schemas.generated import bundle_generated as fb
+
+    for f in sorted(os.listdir(CORPUS)):
+        with open(os.path.join(CORPUS, f), "rb") as fh:
+            data = fh.read()
+        for s in read_bytes(data)[0].segments:
+            if s.kind == fb.SegmentKind.cpu_code_lz4:
+                cap = min(255, -(-s.rawSize * 64 // (s.size + 16)))
+                with open(os.path.join(corpus, f"{f}.code"), "wb") as out:
+                    out.write(bytes([cap]) + data[s.offset:s.offset + s.size])
+
+
 def covered(output):
     """{function: (edges covered, edges)} of the runtime's sources, from
     libFuzzer's -print_coverage=1 (names without namespace or arguments)."""
@@ -126,6 +146,8 @@ def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
     work = work or tempfile.mkdtemp(prefix="cb-fuzz-")
     corpus = os.path.join(work, "corpus")
     shutil.copytree(CORPUS, corpus, dirs_exist_ok=True)
+    if os.path.basename(binary) == "fuzz_decode":
+        code_seeds(corpus)
     artifacts = os.path.join(work, "artifacts") + "/"
     os.makedirs(artifacts, exist_ok=True)
     # Linux carries the peak RSS of the process that spawns the fuzzer into
