@@ -121,7 +121,7 @@ def default_bytes(models, threads):
                      f"| {size['int8'] / 1e6:.2f} | {size['int8'] / size['fp32']:.3f} | {err['fp16']:.2g} | {err['int8']:.2g} "
                      f"| {top1['fp16']:.0%}, {top1['int8']:.0%} |")
     for p, goal in (("fp16", 0.52), ("int8", 0.27)):
-        lines.append(f"  {p} / fp32 bytes: geomean {geomean(ratios[p]):.3f}, worst {max(ratios[p]):.3f} (goal <= {goal})")
+        lines.append(f"  {p} / fp32 bytes: geomean {geomean(ratios[p]):.4f}, worst {max(ratios[p]):.4f} (goal <= {goal})")
     return lines
 
 
