@@ -17,7 +17,9 @@ then the issue's criteria:
   fp16 cold speed-up over fp32 (geomean) and fp16 warm / fp32 warm;
 - onnxruntime best cold / coldbrew fp16 cold over all models (geomean);
 - after the timed part, the default plan's bundle bytes (every conv/dense
-  layer narrowed) per precision (`--bytes-only`: just these).
+  layer narrowed) per precision, and the extra models' accuracy (an OCR
+  text detector's probability map: error and thresholded-map agreement
+  with onnxruntime) (`--bytes-only`: just these).
 """
 import argparse
 import os
@@ -125,6 +127,48 @@ def default_bytes(models, threads):
     return lines
 
 
+MAP_THRESHOLD = 0.3  # a DB text detector's post-process binarizes its map here
+
+
+def extra_accuracy(threads, samples=4):
+    """The extra models (examples/zoo.py's EXTRA_MODELS: other tasks than
+    classification) per precision, default plan: the error stored, the
+    error against onnxruntime fp32 over `samples` normal inputs and, for a
+    probability map, the fraction of pixels on the same side of the
+    threshold; printed lines."""
+    import coldbrew
+    import onnxruntime as ort
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.measure_error import output_error
+
+    z = zoo()
+    lines = ["", f"extra models, default plan ({samples} normal samples; map: pixels on the same side of "
+             f"{MAP_THRESHOLD} as onnxruntime's)", "",
+             "| model | weights | bundle / fp32 | error stored | error vs onnxruntime | map agreement |",
+             "|" + " --- |" * 6]
+    for name in z.EXTRA_MODELS:
+        model = z.build(name)
+        ref_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        size = {}
+        for p in ("fp32", "fp16", "int8"):
+            data = compile_model(model, threads=threads, precision=p)
+            size[p] = len(data)
+            sess = coldbrew.load(data)
+            refs, ours = [], []
+            for k in range(samples):
+                feeds = {i.name: np.random.default_rng(k).standard_normal(i.shape).astype(i.dtype)
+                         for i in sess.get_inputs()}
+                refs.append(ref_sess.run(None, feeds))
+                ours.append(sess.run(None, feeds))
+            err = output_error(refs, ours)[0]
+            agree = np.mean([np.mean((o[0] > MAP_THRESHOLD) == (r[0] > MAP_THRESHOLD)) for o, r in zip(ours, refs)])
+            acc = read_bytes(data)[0].accuracy
+            lines.append(f"| {name} | {p} | {size[p] / size['fp32']:.3f} | {acc.outputError if acc else 0:.2g} | "
+                         f"{err:.2g} | {agree:.2%} |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*")
@@ -139,7 +183,7 @@ def main():
     models = {n: (z.build(n), {}) for n in names}
     os.makedirs(args.out, exist_ok=True)
     if args.bytes_only:
-        print("\n".join(default_bytes(models, args.threads)))
+        print("\n".join(default_bytes(models, args.threads) + extra_accuracy(args.threads)))
         return
     work = tempfile.mkdtemp(prefix="cb-precision-")
     t0 = time.perf_counter()
@@ -158,7 +202,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     lines.append(f"\nwall time {(time.perf_counter() - t0) / 60:.1f} min (timed part)")
     print("\n".join(lines), flush=True)  # the timed part, before the long default-plan compiles
-    more = default_bytes(models, args.threads)  # after every timed sample
+    more = default_bytes(models, args.threads) + extra_accuracy(args.threads)  # after every timed sample
     print("\n".join(more), flush=True)
     lines += more
     with open(os.path.join(args.out, "precision.md"), "w") as f:

@@ -120,7 +120,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
-    warm, narrow_only = None, None  # narrow_only: the layers a plan chose narrow (None: every variant layer)
+    warm, narrow_only, later_threads = None, None, 0  # narrow_only: the layers a plan chose narrow (None: all)
     if precision not in PRECISIONS:
         raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision != "fp32" and _on_gpu(target):
@@ -149,6 +149,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         weights = {**{"*": "cached"}, **planned["forms"], **given}
         given_queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
         queues = {**planned["queues"], **given_queues}
+        # a first run that keeps cores for preparation: later runs execute on all of them
+        later_threads = threads if planned["threads"] < threads and not continuous else 0
         threads = planned["threads"]
         narrow_only = {name for name, p in planned["precisions"].items() if p != "fp32"}
     tuning = front = accuracy = None
@@ -168,7 +170,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         precision = {"*": "fp32", **chosen}
     data, _ = compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
                             weights, threads, front=front, tuning=tuning, queues=queues, warm=warm,
-                            precision=precision, accuracy=accuracy)
+                            precision=precision, accuracy=accuracy, later_threads=later_threads)
     if sign:
         from .sign_bundle import sign as sign_with
 
@@ -211,7 +213,7 @@ def front_end(model, input_shapes=None, constants=None, dump_ir=None):
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
                   variants=None, weights=None, threads=2, front=None, tuning=None, queues=0, warm=None,
-                  precision="fp32", accuracy=None):
+                  precision="fp32", accuracy=None, later_threads=0):
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
@@ -219,7 +221,8 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     ((variants, threads) of the warm plan) adds continuous mode's warm
     alternates; `precision` (a precision or {"*": p, "<layer>": p}) the
     stored weights' (compiler/plan_weights.py); `accuracy` (measure_error's)
-    is stored in the bundle."""
+    is stored in the bundle; `later_threads` (without `warm`) the execution
+    threads of runs after the first (0: `threads`)."""
     from coldbrew.targets import resolve
 
     from . import add_warm_steps, codegen, write_bundle
@@ -236,6 +239,7 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         graph.accuracy = {k: v for k, v in accuracy.items() if k != "layers"}
         for layer in graph.layers:
             layer.output_error = accuracy.get("layers", {}).get(layer.name, 0.0) if layer.weight_precision != "fp32" else 0.0
+    graph.warm_threads = later_threads
     if warm:
         alt = _lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
         graph = add_warm_steps.run(graph, alt, warm[1])

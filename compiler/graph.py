@@ -70,7 +70,7 @@ class Graph:
     arena_size: int = 0
     prepared_size: int = 0
     threads: int = 1
-    warm_threads: int = 0  # continuous mode: execution threads after the first run (0: threads)
+    warm_threads: int = 0  # execution threads after the first run (0: threads)
     notes: list = field(default_factory=list)
     accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure_error.py)
     aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)

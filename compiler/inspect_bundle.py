@@ -74,8 +74,10 @@ def describe(path):
         for i in ids:
             x = b.tensors[i]
             lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
+    later = (f", later runs on {b.plan.warmThreads}" if b.plan.warmThreads and b.plan.warmThreads != b.plan.threads
+             else "")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
-                 + _split(b.plan.execShares))
+                 + later + _split(b.plan.execShares))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]

@@ -21,8 +21,10 @@ first column, and so are the open costs (verification of the header and
 code, code load, session creation). Each column is also compiled with the
 direct fp16 and the direct int8 weight forms (compiler/plan_weights.py:
 their kernels read the narrow weights in place), sampled with the plan's
-execution threads in the same rounds: the direct candidates' first and warm
-execution and their read.
+their kernels read the narrow weights in place), sampled on every core
+config in the same rounds: the direct candidates' first and warm execution
+(a plan with fewer execution threads is predicted from its own thread
+count's times) and their read.
 
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
 of model hash, input bindings, target fingerprint, threads and coldbrew
@@ -41,8 +43,8 @@ from .graph import DIRECT_FORMS, NARROW
 from .measure import code_hash, evict, sample
 
 FORMAT = "coldbrew-costs"
-VERSION = 5  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte;
-# 5: the direct int8 form
+VERSION = 6  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte;
+# 5: the direct int8 form; 6: the direct forms on every core config
 CHECK_MS_PER_BYTE = 1.25e-7  # a table without its own measurement: 8 GB/s
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
 
@@ -224,7 +226,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             configs.append((name, threads, wide))
     rounds = max(1, repeat["cold"])
     narrow = len(DIRECT_FORMS)
-    total = (1 + narrow) * len(columns) + 2 + rounds * (len(columns) * (len(configs) + narrow) + 1) + 1
+    total = (1 + narrow) * len(columns) + 2 + rounds * (len(columns) * len(configs) * (1 + narrow) + 1) + 1
     done = 0
     layers, graphs, bundles = {}, [], []
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
@@ -256,7 +258,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         # profile rather than one stretch of it (shared machines drift)
         runs = [{cfg[:2]: {} for cfg in configs} for _ in columns]
         default_cfg, default_runs, default_left = configs[-1], {}, repeat["default"]
-        direct_runs = {p: [{} for _ in columns] for p in DIRECT_FORMS}
+        direct_runs = {p: [{cfg[:2]: {} for cfg in configs} for _ in columns] for p in DIRECT_FORMS}
         for k in range(rounds):
             for c, bundle in enumerate(bundles):
                 for cls, n, cores in configs:
@@ -264,10 +266,12 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
                     sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
                     done += 1
                 for p in DIRECT_FORMS:
-                    progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct {p}")
-                    sample(direct_bundles[p][c], default_cfg[2], default_cfg[1],
-                           repeat["warm"] if k == rounds - 1 else 0, direct_runs[p][c])
-                    done += 1
+                    for cls, n, cores in configs:
+                        progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct {p} "
+                                 f"on {cls} x{n}")
+                        sample(direct_bundles[p][c], cores, n, repeat["warm"] if k == rounds - 1 else 0,
+                               direct_runs[p][c][(cls, n)])
+                        done += 1
             progress(done, total, f"round {k + 1}/{rounds}: default bundle")
             for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
                 sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
@@ -280,7 +284,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
         for p, form in DIRECT_FORMS.items():
             for graph, runs_c in zip(direct_graphs[p], direct_runs[p]):
-                _add_direct(layers, graph, {default_cfg[:2]: runs_c}, tmp, repeat["reads"], form)
+                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], form)
     progress(total, total, "done")
     return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,

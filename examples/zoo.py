@@ -430,16 +430,56 @@ def crnn():
     return g.model(g.linear(g.layernorm(x, d), d, CRNN_CLASSES), [1, 31, CRNN_CLASSES])
 
 
+def text_detector():
+    """A DB-style OCR text detector: a strided conv backbone (1/4 .. 1/32),
+    an FPN (1x1 laterals, nearest x2 upsampling, adds), the four levels
+    smoothed, upsampled to 1/4 and concatenated, then a head of conv and
+    two stride-2 transposed convs back to full resolution and a sigmoid:
+    output [1, 1, 160, 160], the probability map a DB post-process
+    thresholds at 0.3."""
+    g = Graph("text_detector", 41, input_shape=(1, 3, 160, 160))
+    x, cin, levels = "input", 3, []
+    for k, cout in enumerate((16, 24, 32, 64, 96)):
+        x = g.cba(g.cba(x, cin, cout, 3, 2), cout, cout, 3)
+        cin = cout
+        if k:
+            levels.append((x, cout))  # 1/4, 1/8, 1/16, 1/32
+
+    def up(y, f):
+        scales = g.const([1.0, 1.0, float(f), float(f)], np.float32)
+        return g.op("Resize", [y, "", scales], mode="nearest")
+
+    inner = [g.conv(y, c, 32, 1, gain=1.0) for y, c in levels]
+    for k in (2, 1, 0):  # top-down: each level plus the coarser one upsampled
+        inner[k] = g.add(inner[k], up(inner[k + 1], 2))
+    fused = g.concat([up(g.conv(y, 32, 8, 3, gain=1.0), 2 ** k) if k else g.conv(y, 32, 8, 3, gain=1.0)
+                      for k, y in enumerate(inner)])
+    h = g.cba(fused, 32, 8, 3)
+    for cout in (8, 1):
+        name = g._name("ConvTranspose")
+        w = g.param(f"{name}.weight", g.normal((8, cout, 2, 2), np.sqrt(2.0 / 8)))
+        bias = g.normal(cout, 0.01) - (1.5 if cout == 1 else 0.0)  # the map: mostly background
+        h = g.op("ConvTranspose", [h, w, g.param(f"{name}.bias", bias)], name=name,
+                 kernel_shape=[2, 2], strides=[2, 2])
+        if cout > 1:
+            h = g.relu(g.bn(h, cout))
+    return g.model(g.op("Sigmoid", [h]), [1, 1, 160, 160])
+
+
 MODELS = collections.OrderedDict((f.__name__, f) for f in (
     resnet18, resnet50, mobilenet, mobilenet_v2, squeezenet, shufflenet_v2,
     googlenet, alexnet, efficientnet_b0, crnn))
+# models the tests and the precision benchmark also check, outside the zoo
+# that the benchmarks time: real-model shapes of other tasks than classification
+EXTRA_MODELS = collections.OrderedDict((f.__name__, f) for f in (text_detector,))
 
 
 def build(name):
-    """The zoo model `name` as an onnx.ModelProto."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    return MODELS[name]()
+    """The zoo (or extra) model `name` as an onnx.ModelProto."""
+    known = {**MODELS, **EXTRA_MODELS}
+    if name not in known:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(known)}")
+    return known[name]()
 
 
 def save(name, path):
@@ -448,12 +488,13 @@ def save(name, path):
 
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: python examples/zoo.py OUTDIR [names...]\nmodels: {', '.join(MODELS)}")
+        print(f"usage: python examples/zoo.py OUTDIR [names...]\nmodels: {', '.join(MODELS)} "
+              f"(also: {', '.join(EXTRA_MODELS)})")
         return 0 if argv else 2
     outdir, names = argv[0], argv[1:] or list(MODELS)
     for name in names:
-        if name not in MODELS:
-            raise SystemExit(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        if name not in MODELS and name not in EXTRA_MODELS:
+            raise SystemExit(f"unknown model {name!r}; known: {', '.join({**MODELS, **EXTRA_MODELS})}")
     os.makedirs(outdir, exist_ok=True)
     for name in names:
         path = os.path.join(outdir, f"{name}.onnx")

@@ -373,6 +373,8 @@ cb_status cb_backend_set_threads(int n) {
 
 int cb_backend_threads(void) { return g_pool.size; }
 
+int cb_backend_active_threads(void) { return atomic_load(&g_pool.active); }
+
 void cb_backend_set_split(int n, const uint8_t* shares) {
   pthread_mutex_lock(&g_pool.launch_mu); /* not while a launch reads the split */
   n = n < 1 ? 1 : n > g_pool.size ? g_pool.size : n;

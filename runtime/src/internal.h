@@ -112,7 +112,7 @@ typedef struct cb_model {
   uint32_t threads;
   int weight_checksums; /* weights verified per tensor when first read, not per segment at open */
   uint32_t prep_queues; /* highest prep_queue of any step */
-  uint32_t warm_threads; /* continuous mode's threads after the first run (0: threads) */
+  uint32_t warm_threads; /* execution threads after the first run (0: threads) */
   uint32_t nwarm;        /* steps with a warm alternate */
   const uint8_t* exec_shares;      /* per execution thread (threads of them), or NULL: even */
   const uint8_t* warm_exec_shares; /* per warm thread, or NULL: even */
@@ -168,6 +168,7 @@ void cb_backend_kernel_failed(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
+int cb_backend_active_threads(void); /* threads the current run's parallel loops use */
 /* Threads a parallel launch uses from now on, at most the pool's size (a
  * session whose runs use fewer threads than the pool holds; also where
  * preparation workers are placed), and each one's share of a parallel

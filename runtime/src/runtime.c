@@ -721,12 +721,11 @@ static void* big_alloc(size_t size) {
 }
 
 /* The split of runs with n execution threads: the caller's shares if they
- * are for n threads, else the plan's for n threads (the warm plan's in
- * continuous mode's later runs), else NULL (even). */
-static const uint8_t* split_for(const cb_model* m, int later_continuous, uint32_t n, const uint8_t* own,
-                                uint32_t nown) {
+ * are for n threads, else the plan's for n threads (its later runs' for
+ * later runs), else NULL (even). */
+static const uint8_t* split_for(const cb_model* m, int later, uint32_t n, const uint8_t* own, uint32_t nown) {
   if (nown && nown == n) return own;
-  if (later_continuous && m->warm_threads && n == m->warm_threads) return m->warm_exec_shares;
+  if (later && m->warm_threads && n == m->warm_threads) return m->warm_exec_shares;
   return n == m->threads ? m->exec_shares : NULL;
 }
 
@@ -739,7 +738,10 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "unknown session mode %u", options->mode);
   int continuous = options && options->mode == CB_MODE_CONTINUOUS;
   uint32_t threads = options && options->threads ? options->threads : (m->threads ? m->threads : 1);
-  uint32_t later = options && options->threads ? threads : (continuous && m->warm_threads ? m->warm_threads : threads);
+  /* runs after the first: the plan's later thread count (the warm plan's in
+   * continuous mode; all execution cores where the first run kept some for
+   * preparation), unless the caller gives one count for all runs */
+  uint32_t later = options && options->threads ? threads : (m->warm_threads ? m->warm_threads : threads);
   uint32_t nshares = options ? options->exec_share_count : 0;
   if (nshares && (nshares != threads || !options->exec_shares || nshares > 256))
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "exec_shares has %u entries for %u execution threads", nshares, threads);
@@ -757,7 +759,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   s->threads = threads, s->later_threads = later, s->continuous = continuous;
   if (nshares) memcpy(s->own_shares, options->exec_shares, nshares);
   s->shares = split_for(m, 0, threads, s->own_shares, nshares);
-  s->later_shares = split_for(m, continuous, later, s->own_shares, nshares);
+  s->later_shares = split_for(m, 1, later, s->own_shares, nshares);
   if (gpu) { /* inputs and outputs live in the GPU session's staging buffer, at their arena offsets */
     void* view = NULL;
     if ((st = cb_gpu_session_create(b->gpu, m, &s->gpu, &view))) {

@@ -81,6 +81,28 @@ def test_zoo_model_with_narrow_weights_matches_onnxruntime(name, precision):
     assert not fp32
 
 
+def map_agreement(ours, ref, threshold=0.3):
+    """The fraction of a probability map's pixels on the same side of the
+    threshold a DB post-process binarizes at (a detector's "top-1")."""
+    return float(np.mean((np.asarray(ours) > threshold) == (np.asarray(ref) > threshold)))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_text_detector_map_with_narrow_weights(precision):
+    # a real-model shape outside classification: an FPN text detector whose
+    # output is a probability map (upsampling, concatenation, transposed convs)
+    model = zoo.build("text_detector")
+    data = compile_model(model, precision=precision)
+    sess = coldbrew.load(data)
+    for seed in range(4):
+        x = {"input": np.random.default_rng(seed).standard_normal((1, 3, 160, 160)).astype(np.float32)}
+        ours, ref = sess.run(None, x)[0], ort_run(model, x)[0]
+        assert output_error([[ref]], [[ours]])[0] <= TOL[precision]
+        assert map_agreement(ours, ref) >= (0.999 if precision == "fp16" else 0.99)
+    narrowed = [s for s in _steps(data)[1] if s.weightPrecision]
+    assert len(narrowed) >= 10  # every variant conv
+
+
 def test_fp16_stores_half_the_weight_bytes():
     model = zoo.build("squeezenet")
     full, half = compile_model(model), compile_model(model, precision="fp16", weights="cached")

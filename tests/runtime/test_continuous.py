@@ -117,3 +117,33 @@ def test_cli_compile_continuous_and_run(tmp_path, small_model):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["run", str(out), "--mode", "continuous", "--repeat", "3"])
     assert r.exit_code == 0 and "run 2" in r.output, r.output
+
+
+@pytest.mark.parametrize("mode", ["cold", "continuous"])
+def test_later_runs_use_the_cores_the_first_run_kept_for_preparation(tmp_path, small_model, feeds, mode):
+    """A cold plan of 1 execution thread and a preparation worker stores 2
+    threads for later runs (compile_model does so when the scheduler keeps
+    cores for preparation): the first run's parallel loops use 1 thread,
+    every later run 2, in either mode, with the same outputs."""
+    import ctypes
+
+    from coldbrew.compiler.inspect_bundle import describe
+    from coldbrew.runtime import _lib
+
+    path = tmp_path / "later.brew"
+    compile_graph(small_model, str(path), variants=COLD, weights="raw", queues=1, threads=1, later_threads=2)
+    plan = read_bytes(path.read_bytes())[0].plan
+    assert (plan.threads, plan.warmThreads) == (1, 2)
+    assert "threads 1, later runs on 2" in "\n".join(describe(str(path)))
+    active = _lib.cb_backend_active_threads
+    active.restype = ctypes.c_int
+    sess = coldbrew.load(str(path), mode=mode)
+    ref = ort_run(small_model, feeds)
+    for run in range(3):
+        assert_close(sess.run(None, feeds), ref)
+        assert active() == (1 if run == 0 else 2), run
+    # a caller's thread count holds for every run
+    fixed = coldbrew.load(str(path), threads=1, mode=mode)
+    for _ in range(2):
+        assert_close(fixed.run(None, feeds), ref)
+        assert active() == 1
