@@ -27,11 +27,15 @@ static int64_t more_length(const uint8_t* src, uint64_t n, uint64_t* i) {
   }
 }
 
-/* Copy `len` bytes forward 8 at a time, writing up to 7 past the end (the
- * caller leaves that much room): overlapping is fine once the source lies
- * at least 8 bytes behind. */
+/* Copy `len` bytes forward 16 (else 8) at a time, writing up to 15 past
+ * the end (the caller leaves that much room): overlapping is fine once the
+ * source lies at least a chunk behind. */
 static void copy8(uint8_t* d, const uint8_t* from, int64_t len) {
   for (int64_t k = 0; k < len; k += 8) memcpy(d + k, from + k, 8);
+}
+
+static void copy16(uint8_t* d, const uint8_t* from, int64_t len) {
+  for (int64_t k = 0; k < len; k += 16) memcpy(d + k, from + k, 16);
 }
 
 int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap) {
@@ -45,8 +49,8 @@ int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap
       lit += more;
     }
     if ((uint64_t)lit > n - i || (uint64_t)lit > cap - o) return -1;
-    if ((uint64_t)lit + 8 <= n - i && (uint64_t)lit + 8 <= cap - o)
-      copy8(dst + o, src + i, lit); /* room to over-copy on both sides */
+    if ((uint64_t)lit + 16 <= n - i && (uint64_t)lit + 16 <= cap - o)
+      copy16(dst + o, src + i, lit); /* room to over-copy on both sides */
     else
       memcpy(dst + o, src + i, (size_t)lit);
     i += (uint64_t)lit, o += (uint64_t)lit;
@@ -65,7 +69,9 @@ int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap
     if ((uint64_t)len > cap - o) return -1;
     uint8_t* d = dst + o;
     const uint8_t* from = d - off;
-    if (off >= 8 && (uint64_t)len + 8 <= cap - o) {
+    if (off >= 16 && (uint64_t)len + 16 <= cap - o) {
+      copy16(d, from, len);
+    } else if (off >= 8 && (uint64_t)len + 8 <= cap - o) {
       copy8(d, from, len);
     } else { /* short offsets repeat their last `off` bytes; near the end, exact */
       for (int64_t k = 0; k < len; k++) d[k] = from[k];
