@@ -97,12 +97,8 @@ def run(graph, form="cached", queues=0, precision="fp32"):
             p = _choice(precisions, a.id, "fp32")
             if p not in PRECISIONS:
                 raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
-            if a.direct:  # stored narrow by select_variants; the kernel reads them
-                from .kernels.build import output_axis
-
-                raw = np.asarray(a.raw, np.float32)
-                layer.weight_form, layer.weight_precision = "direct", a.direct
-                layer.weight_error = weight_error(raw, narrow_weights(raw, a.direct, output_axis(a.spec))[1])
+            if a.direct:  # stored narrow by select_variants (which measured their error); the kernel reads them
+                layer.weight_form, layer.weight_precision, layer.weight_error = "direct", a.direct, a.direct_error
                 continue
             want = "cached" if want == "direct" else want
             if p != "fp32" and _narrow(graph, layer, idx, p, want):

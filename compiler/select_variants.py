@@ -22,7 +22,7 @@ from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
 from .kernels.conv import channel_vectors
-from .plan_weights import fits_fp16, narrow_weights
+from .plan_weights import fits_fp16, narrow_weights, weight_error
 
 NAME = "select_variants"
 ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
@@ -43,6 +43,7 @@ class Anchor:
     tuned: bool = False  # params measured on this machine (compiler/tune.py)
     direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
     scale: object = None  # int8 direct: the relax constant of the per-output-channel scales
+    direct_error: float = 0.0  # direct: max |w' - w| / max |w| of the narrow weights stored
 
 
 def auto_variant(spec, isa):
@@ -196,8 +197,8 @@ def run(mod, isa, choice=None, tuning=None, direct=None):
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
             scale = [a.scale] if a.scale is not None else []
-            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params, bool(scale)), call.args[0],
-                                         a.const, *scale, primfunc_name_hint=f"cb{a.index}_{short}")
+            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
+                                         primfunc_name_hint=f"cb{a.index}_{short}")
 
         def transform(self):
             for gv, func in self.mod_.functions.items():
@@ -211,12 +212,16 @@ def run(mod, isa, choice=None, tuning=None, direct=None):
     for a in anchors:
         want = (direct and direct(a.id)) or ""
         a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
+        if not a.direct:
+            a.const = relax.const(a.transformed)
+            continue
+        stored, wide = narrow_weights(a.raw, a.direct, kbuild.output_axis(a.spec))
+        a.direct_error = weight_error(a.raw, wide)
         if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
-            (q, scale), _ = narrow_weights(a.raw, "int8", kbuild.output_axis(a.spec))
-            a.const = relax.const(transform(a, q.astype(np.float32)).astype(np.int8))
-            a.scale = relax.const(scale.reshape(kbuild.scale_shape(a.spec)))
+            a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
+            a.scale = relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
         else:
-            a.const = relax.const(a.transformed.astype(np.float16) if a.direct else a.transformed)
+            a.const = relax.const(a.transformed.astype(np.float16))
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
     # anchors fuse with their elementwise epilogue (OutEWiseFusable)
     for gv, func in list(new_mod.functions.items()):

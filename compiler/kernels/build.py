@@ -83,15 +83,15 @@ def scaled(spec, out, scale):
     return te.compute(out.shape, lambda *i: out(*i) * scale(*channel(i)), name=SCALE)
 
 
-def execute_te(variant, spec, params, with_scale=False):
+def execute_te(variant, spec, params):
     """A TE function (x, wt) -> out, for BlockBuilder.emit_te. Weights of a
     narrow dtype (the direct form) are widened where the kernel reads them;
-    `with_scale` (int8): (x, wt, scale) -> out, scaled per output channel."""
+    given a scale too (int8: x, wt, scale), each output is scaled by its channel's."""
     def run(x, wt, *scale):
         out = variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
         return scaled(spec, out, scale[0]) if scale else out
 
-    return run if with_scale else (lambda x, wt: run(x, wt))
+    return run
 
 
 def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
@@ -103,7 +103,7 @@ def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
     x = te.placeholder(spec.input_shape, spec.dtype, name="x")
     wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
     scale = [te.placeholder(scale_shape(spec), "float32", name="scale")] if precision == "int8" else []
-    out = execute_te(variant, spec, params, bool(scale))(x, wt, *scale)
+    out = execute_te(variant, spec, params)(x, wt, *scale)
     extra = []
     if epilogue is not None:
         out, extra = epilogue(out)
