@@ -10,10 +10,12 @@ cd "$(dirname "$0")/.."
 # shaders, the Vulkan headers build the runtime's executor, and the Vulkan
 # loader with Mesa's CPU driver (lavapipe) runs them in the tests.
 # Hardening: clang builds the runtime under ASan/UBSan and TSan and its
-# libFuzzer targets (libfuzzer-14-dev); libsodium verifies signed bundles.
+# libFuzzer targets (libfuzzer-14-dev; the sanitizer runtimes are
+# libclang-rt-14-dev, only a recommendation of clang, so named here);
+# libsodium verifies signed bundles.
 PACKAGES="lld qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-arm64-cross
           glslang-tools spirv-tools libvulkan-dev libvulkan1 mesa-vulkan-drivers
-          clang libfuzzer-14-dev libsodium23 libsodium-dev"
+          clang libclang-rt-14-dev libfuzzer-14-dev libsodium23 libsodium-dev"
 missing=$(for p in $PACKAGES; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -148,13 +148,6 @@ int64_t cb_backend_cached_blocks(void) { return atomic_load(&g_ws_cached); }
 
 void cb_backend_leave_thread(void) { workspace_release_thread(); }
 
-/* TVMParallelGroupEnv and FTVMParallelLambda, restated. */
-typedef struct {
-  void* sync_handle;
-  int32_t num_task;
-} cb_parallel_env;
-typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata);
-
 /* The runtime's thread pool: `size - 1` workers plus the launching thread.
  * A launch publishes (fn, cdata, ntask) and bumps a generation counter under
  * `mu`; task 0 runs on the caller, task k on worker k. Between launches
@@ -433,6 +426,10 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
   if (!rc) rc = atomic_load(&g_pool.failed);
   pthread_mutex_unlock(&g_pool.launch_mu);
   return rc;
+}
+
+int cb_backend_parallel(cb_parallel_lambda fn, void* cdata, int num_task) {
+  return parallel_launch(fn, cdata, num_task);
 }
 
 /* Sense-reversing barrier across the tasks of the current launch. */

@@ -148,6 +148,7 @@ void cb_model_free(cb_model* model);
 
 /* Position-weighted 64-bit checksum (schemas/README.md). */
 uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
+uint64_t cb_checksum64_part(const uint8_t* data, uint64_t size, uint64_t first_word);
 /* Decode the LZ4 block src[0, n) into dst[0, cap): the decoded size, or -1
  * for a damaged block (runtime/src/lz4.c). */
 int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap);
@@ -160,6 +161,16 @@ cb_status cb_fail(cb_status status, const char* fmt, ...)
     ;
 
 /* TVM backend hooks (backend.c). */
+/* TVMParallelGroupEnv and FTVMParallelLambda, restated. */
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} cb_parallel_env;
+typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata);
+/* Run fn's tasks on the pool as a kernel's parallel loop would (inline on a
+ * preparation worker, inside a task, or with one active thread: then one
+ * task, env->num_task == 1). Nonzero if a task failed. */
+int cb_backend_parallel(cb_parallel_lambda fn, void* cdata, int num_task);
 void cb_backend_install(void* dl_handle);
 const char* cb_backend_kernel_error(void);
 void cb_backend_clear_kernel_error(void);

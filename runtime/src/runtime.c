@@ -40,21 +40,25 @@ const char* cb_status_name(cb_status s) {
 /* ---- checksum ---------------------------------------------------------- */
 
 /* sum over little-endian u64 words w_i (zero-padded) of w_i * (2i + 1), mod 2^64.
- * Odd multipliers make every single-bit flip and every word swap visible. */
-uint64_t cb_checksum64(const uint8_t* data, uint64_t size) {
+ * Odd multipliers make every single-bit flip and every word swap visible.
+ * The sum is linear in the words, so parts of a buffer can be summed apart
+ * (cb_checksum64_part, words numbered from the part's first) and added. */
+uint64_t cb_checksum64_part(const uint8_t* data, uint64_t size, uint64_t first_word) {
   uint64_t sum = 0, n = size / 8, i = 0;
   for (; i < n; i++) {
     uint64_t w;
     memcpy(&w, data + 8 * i, 8);
-    sum += w * (2 * i + 1);
+    sum += w * (2 * (first_word + i) + 1);
   }
   if (size % 8) {
     uint64_t w = 0;
     memcpy(&w, data + 8 * n, size % 8);
-    sum += w * (2 * n + 1);
+    sum += w * (2 * (first_word + n) + 1);
   }
   return sum;
 }
+
+uint64_t cb_checksum64(const uint8_t* data, uint64_t size) { return cb_checksum64_part(data, size, 0); }
 
 /* ---- bundle ------------------------------------------------------------ */
 
@@ -186,14 +190,60 @@ static cb_status check_weight_segments(const cb_bundle* b) {
   return CB_OK;
 }
 
+/* A tensor's bytes brought in and summed by the execution pool's threads,
+ * each its own page-aligned slice (the executing thread's read of a large
+ * tensor, which the pool's workers would otherwise wait out idle). */
+#define CB_PARALLEL_CHECK_MIN (256u << 10)
+#define CB_CHECK_PARTS 64
+
+typedef struct {
+  const cb_bundle* b;
+  const uint8_t* data;
+  uint64_t nbytes, page;
+  uint64_t sums[CB_CHECK_PARTS];
+} cb_check_job;
+
+static int check_part(int task, cb_parallel_env* env, void* cdata) {
+  cb_check_job* j = cdata;
+  uint64_t n = (uint64_t)env->num_task, pages = (j->nbytes + j->page - 1) / j->page;
+  uint64_t lo = pages * (uint64_t)task / n * j->page, hi = pages * (uint64_t)(task + 1) / n * j->page;
+  if (hi > j->nbytes) hi = j->nbytes;
+  j->sums[task] = 0;
+  if (lo >= hi) return 0;
+  populate(j->b, j->data + lo, hi - lo);
+  j->sums[task] = cb_checksum64_part(j->data + lo, hi - lo, lo / 8);
+  return 0;
+}
+
+static uint64_t parallel_checksum(const cb_bundle* b, const uint8_t* data, uint64_t nbytes) {
+  cb_check_job j = {b, data, nbytes, (uint64_t)sysconf(_SC_PAGESIZE), {0}};
+  int n = cb_backend_active_threads();
+  n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
+  if (cb_backend_parallel(check_part, &j, n) != 0) { /* not launched: summed here */
+    populate(b, data, nbytes);
+    return cb_checksum64(data, nbytes);
+  }
+  uint64_t sum = 0;
+  for (int k = 0; k < n; k++) sum += j.sums[k];
+  return sum;
+}
+
 /* Weight tensor `t` (at `data`), read ahead and checked against its own
- * checksum unless already checked; `layer` names the reader for the error. */
-static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer) {
+ * checksum unless already checked; `layer` names the reader for the error.
+ * `on_pool`: the caller is a run's executing thread, whose pool may share
+ * the work of a large tensor. */
+static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer, int on_pool) {
   const cb_tensor_desc* d = &b->model.tensors[t];
   read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
-  populate(b, data, d->nbytes);
-  if (cb_checksum64(data, d->nbytes) != d->checksum)
+  uint64_t sum;
+  if (on_pool && d->nbytes >= CB_PARALLEL_CHECK_MIN && cb_backend_active_threads() > 1) {
+    sum = parallel_checksum(b, data, d->nbytes);
+  } else {
+    populate(b, data, d->nbytes);
+    sum = cb_checksum64(data, d->nbytes);
+  }
+  if (sum != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
                            d->name, layer)
                  : cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);
@@ -339,7 +389,7 @@ static void* gpu_reader_main(void* arg) {
       if (d->kind != CB_KIND_WEIGHT) continue;
       const uint8_t* data = cb_weight_data(b->base, m, t);
       if (b->verified) {
-        if (check_tensor(b, t, data, NULL)) return NULL; /* its error stays on this thread */
+        if (check_tensor(b, t, data, NULL, 0)) return NULL; /* its error stays on this thread */
       } else {
         r->sink += bring_in(b, data, d->nbytes);
       }
@@ -572,7 +622,7 @@ cb_status cb_bundle_verify_weights(cb_bundle* b) {
   for (uint32_t i = 0; i < m->ntensors; i++) {
     const cb_tensor_desc* d = &m->tensors[i];
     if (d->kind != CB_KIND_WEIGHT) continue;
-    cb_status s = check_tensor(b, i, cb_weight_data(b->base, m, i), NULL);
+    cb_status s = check_tensor(b, i, cb_weight_data(b->base, m, i), NULL, 0);
     if (s) return s;
   }
   return CB_OK;
@@ -874,7 +924,7 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
  * run reads it (a corrupt weight is an error, never a wrong result); a
  * tensor already checked, or one of a bundle opened without weight checks,
  * is touched once per page. */
-static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer) {
+static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer, int on_pool) {
   cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   uint64_t sum = 0;
@@ -883,7 +933,7 @@ static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, co
     if (d->kind != CB_KIND_WEIGHT) continue;
     const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
     if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
-      cb_status c = check_tensor(b, ids[a], data, layer);
+      cb_status c = check_tensor(b, ids[a], data, layer, on_pool);
       if (c) return c;
       continue;
     }
@@ -893,10 +943,10 @@ static cb_status read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, co
   return CB_OK;
 }
 
-static cb_status read_weights(cb_session* s, uint32_t step) {
+static cb_status read_weights(cb_session* s, uint32_t step, int on_pool) {
   const cb_step_desc* st = &s->bundle->model.steps[step];
-  cb_status c = read_tensors(s, st->args, st->nargs, st->layer_name);
-  return c ? c : read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name);
+  cb_status c = read_tensors(s, st->args, st->nargs, st->layer_name, on_pool);
+  return c ? c : read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name, on_pool);
 }
 
 static cb_trace_event* trace_event(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate) {
@@ -951,7 +1001,7 @@ static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
   const cb_model* m = &s->bundle->model;
   if (first) {
     cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
-    cb_status st = read_weights(s, i);
+    cb_status st = read_weights(s, i, 1); /* a preparation worker's launches run inline */
     trace_end(ev);
     if (st) return st;
   }
@@ -1047,7 +1097,7 @@ static cb_status take_or_wait(cb_session* s, uint32_t i) {
 static cb_status ready_alternate(cb_session* s, uint32_t i) {
   const cb_step_desc* st = &s->bundle->model.steps[i];
   cb_trace_event* ev = trace_event(s, i, CB_PHASE_READ, 1);
-  cb_status c = read_tensors(s, st->warm_args, st->nwarm_args, st->layer_name);
+  cb_status c = read_tensors(s, st->warm_args, st->nwarm_args, st->layer_name, 0);
   trace_end(ev);
   if (c) {
     pthread_mutex_lock(&s->mu);
@@ -1163,7 +1213,7 @@ static cb_status run_gpu(cb_session* s, int first) {
   if (first && !cb_gpu_weights_ready(b->gpu)) { /* the open could not check them all */
     for (uint32_t i = 0; i < m->nsteps && !st; i++) {
       cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
-      st = read_weights(s, i);
+      st = read_weights(s, i, 0);
       trace_end(ev);
     }
     cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_UPLOAD);
