@@ -14,7 +14,10 @@ then the issue's criteria:
 
 - bytes: fp16 / fp32 and int8 / fp32 per model and geomean;
 - read-floor models (fp32 weights / read bandwidth >= fp32 warm latency):
-  fp16 cold speed-up over fp32 (geomean) and fp16 warm / fp32 warm;
+  fp16 cold speed-up over fp32 (geomean) and fp16 warm / fp32 warm; beside
+  it the bound this machine sets (both at their floor, max(bytes / read
+  bandwidth, warm): the speed-up a perfect pipeline would show) and how far
+  each cold start sits above its floor;
 - onnxruntime best cold / coldbrew fp16 cold over all models (geomean);
 - after the timed part, the default plan's bundle bytes (every conv/dense
   layer narrowed) per precision, and the extra models' accuracy (an OCR
@@ -89,6 +92,12 @@ def report(rows, preps, bw):
         out.append(f"  read-floor models ({', '.join(fm)}): fp32 / fp16 cold = {g(FP32, fm) / g(FP16, fm):.2f}x "
                    f"(goal >= 1.4x); fp16 / fp32 warm = {g(FP16, fm, 'warm_ms') / g(FP32, fm, 'warm_ms'):.2f}x "
                    "(goal <= 1.1x)")
+        # what the machine allows: a perfect pipeline's cold = max(bytes / bandwidth, warm), per engine
+        floor = lambda e, m: max(rows[m][e]["artifact_bytes"] / bw * 1e3, rows[m][e]["warm_ms"])  # noqa: E731
+        gf = lambda e: geomean([floor(e, m) for m in fm])  # noqa: E731
+        out.append(f"    bound on this machine: with cold = max(bytes / read bandwidth, warm) for both (a perfect "
+                   f"pipeline), fp32 / fp16 = {gf(FP32) / gf(FP16):.2f}x; measured cold / that floor: "
+                   f"fp32 {g(FP32, fm) / gf(FP32):.2f}x, fp16 {g(FP16, fm) / gf(FP16):.2f}x")
     else:
         out.append("  read-floor models: none in this run (fp32 weights / read bandwidth < fp32 warm everywhere)")
     for e in (FP16, FP32, INT8):
