@@ -219,7 +219,7 @@ static uint64_t parallel_checksum(const cb_bundle* b, const uint8_t* data, uint6
   cb_check_job j = {b, data, nbytes, (uint64_t)sysconf(_SC_PAGESIZE), {0}};
   int n = cb_backend_active_threads();
   n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
-  if (cb_backend_parallel(check_part, &j, n) != 0) { /* not launched: summed here */
+  if (cb_backend_parallel(check_part, &j, n) != 0) { /* a task failed (none does today): summed here */
     populate(b, data, nbytes);
     return cb_checksum64(data, nbytes);
   }
