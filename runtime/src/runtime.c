@@ -190,9 +190,10 @@ static cb_status check_weight_segments(const cb_bundle* b) {
   return CB_OK;
 }
 
-/* A tensor's bytes brought in and summed by the execution pool's threads,
- * each its own page-aligned slice (the executing thread's read of a large
- * tensor, which the pool's workers would otherwise wait out idle). */
+/* A tensor's bytes brought in and summed: by the execution pool's threads,
+ * each its own page-aligned slice, when the caller is a run's executing
+ * thread and the tensor is large (the pool's workers would otherwise wait
+ * it out idle); else in one piece here (the launch of one task runs inline). */
 #define CB_PARALLEL_CHECK_MIN (256u << 10)
 #define CB_CHECK_PARTS 64
 
@@ -208,21 +209,17 @@ static int check_part(int task, cb_parallel_env* env, void* cdata) {
   uint64_t n = (uint64_t)env->num_task, pages = (j->nbytes + j->page - 1) / j->page;
   uint64_t lo = pages * (uint64_t)task / n * j->page, hi = pages * (uint64_t)(task + 1) / n * j->page;
   if (hi > j->nbytes) hi = j->nbytes;
-  j->sums[task] = 0;
   if (lo >= hi) return 0;
   populate(j->b, j->data + lo, hi - lo);
   j->sums[task] = cb_checksum64_part(j->data + lo, hi - lo, lo / 8);
   return 0;
 }
 
-static uint64_t parallel_checksum(const cb_bundle* b, const uint8_t* data, uint64_t nbytes) {
+static uint64_t sum_tensor(const cb_bundle* b, const uint8_t* data, uint64_t nbytes, int on_pool) {
   cb_check_job j = {b, data, nbytes, (uint64_t)sysconf(_SC_PAGESIZE), {0}};
-  int n = cb_backend_active_threads();
+  int n = on_pool && nbytes >= CB_PARALLEL_CHECK_MIN ? cb_backend_active_threads() : 1;
   n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
-  if (cb_backend_parallel(check_part, &j, n) != 0) { /* a task failed (none does today): summed here */
-    populate(b, data, nbytes);
-    return cb_checksum64(data, nbytes);
-  }
+  cb_backend_parallel(check_part, &j, n); /* check_part cannot fail */
   uint64_t sum = 0;
   for (int k = 0; k < n; k++) sum += j.sums[k];
   return sum;
@@ -236,14 +233,7 @@ static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, con
   const cb_tensor_desc* d = &b->model.tensors[t];
   read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
-  uint64_t sum;
-  if (on_pool && d->nbytes >= CB_PARALLEL_CHECK_MIN && cb_backend_active_threads() > 1) {
-    sum = parallel_checksum(b, data, d->nbytes);
-  } else {
-    populate(b, data, d->nbytes);
-    sum = cb_checksum64(data, d->nbytes);
-  }
-  if (sum != d->checksum)
+  if (sum_tensor(b, data, d->nbytes, on_pool) != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
                            d->name, layer)
                  : cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);
