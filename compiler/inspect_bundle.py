@@ -5,6 +5,7 @@ are the preamble and the FlatBuffer identifier; full verification is the
 runtime's job (`coldbrew inspect --verify`).
 """
 import json
+import os
 import struct
 
 from coldbrew.schemas.generated import bundle_generated as fb
@@ -24,6 +25,29 @@ class InspectError(Exception):
 def read(path):
     with open(path, "rb") as f:
         return read_bytes(f.read(), path)
+
+
+def read_header(path):
+    """The header alone (BundleT), read without the weights and without the
+    kernel's read-ahead (a cold-start benchmark reads it, then evicts the
+    file: no read of the weights may still be on its way)."""
+    with open(path, "rb", buffering=0) as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        pre = os.pread(f.fileno(), 64, 0)
+        if len(pre) < 64 or pre[:8] != b"COLDBREW":
+            raise InspectError(f"{path}: not a coldbrew bundle")
+        _, hdr_off, hdr_size, _, _ = struct.unpack_from("<IIQQQ", pre, 8)
+        header = os.pread(f.fileno(), hdr_size, hdr_off)
+    if len(header) != hdr_size or not fb.Bundle.BundleBufferHasIdentifier(header, 0):
+        raise InspectError(f"{path}: header truncated or lacks the CBRW identifier")
+    return fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+
+
+def input_specs(path):
+    """[(name, shape, numpy dtype name)] of a bundle's inputs, in order."""
+    b = read_header(path)
+    return [(_s(b.tensors[i].name), [int(d) for d in b.tensors[i].shape], DTYPES[b.tensors[i].dtype])
+            for i in b.inputs]
 
 
 def read_bytes(data, path="<bytes>"):

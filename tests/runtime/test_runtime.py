@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import coldbrew
 from conftest import ROOT, assert_close, ort_run
@@ -32,6 +33,22 @@ def test_metadata(small_bundle):
     (i,), (o,) = sess.get_inputs(), sess.get_outputs()
     assert (i.name, i.dtype, i.shape, i.type) == ("x", np.float32, [1, 3, 16, 16], "tensor(float32)")
     assert (o.name, o.shape) == ("y", [1, 5])
+
+
+def test_input_specs_from_the_header_alone(small_bundle, tmp_path):
+    """Tools read a bundle's inputs from its header without its weights (the
+    cold sampler makes the inputs before the clock starts): they match the
+    session's, and a file that is not a bundle is named."""
+    from coldbrew.compiler.inspect_bundle import InspectError, input_specs
+
+    sess = coldbrew.load(small_bundle)
+    assert input_specs(small_bundle) == [(i.name, i.shape, np.dtype(i.dtype).name) for i in sess.get_inputs()]
+    (tmp_path / "x.bin").write_bytes(b"\0" * 100)
+    with pytest.raises(InspectError, match="not a coldbrew bundle"):
+        input_specs(tmp_path / "x.bin")
+    (tmp_path / "cut.cb").write_bytes(open(small_bundle, "rb").read()[:200])
+    with pytest.raises(InspectError, match="truncated"):
+        input_specs(tmp_path / "cut.cb")
 
 
 def test_import_runtime_loads_no_tvm():
