@@ -172,11 +172,13 @@ static inline void cpu_relax(void) {
 #define CB_SPIN_ROUNDS 4000 /* the launching thread's pause-spins before it sleeps */
 #define CB_WORKER_SPIN_ROUNDS 8000 /* a worker's between launches: a layer on one thread rarely outlasts it */
 
-static void futex_wait(atomic_int* word, int value) {
+void cb_futex_wait(void* word, int value) {
   syscall(SYS_futex, (int*)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
 }
 
-static void futex_wake(atomic_int* word) { syscall(SYS_futex, (int*)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+void cb_futex_wake(void* word, int count) {
+  syscall(SYS_futex, (int*)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
 
 #define CB_MAX_THREADS 256
 
@@ -261,7 +263,7 @@ static void* worker_main(void* arg) {
     if (!mine) continue;
     int rc = run_tasks(start.id);
     if (rc) atomic_store(&g_pool.failed, rc);
-    if (atomic_fetch_sub(&g_pool.pending, 1) == 1 && atomic_load(&g_pool.caller_sleeps)) futex_wake(&g_pool.pending);
+    if (atomic_fetch_sub(&g_pool.pending, 1) == 1 && atomic_load(&g_pool.caller_sleeps)) cb_futex_wake(&g_pool.pending, 1);
   }
   workspace_release_thread();
   return NULL;
@@ -420,7 +422,7 @@ static int parallel_launch(cb_parallel_lambda fn, void* cdata, int num_task) {
     }
     atomic_store(&g_pool.caller_sleeps, 1);
     int left;
-    while ((left = atomic_load(&g_pool.pending)) > 0) futex_wait(&g_pool.pending, left);
+    while ((left = atomic_load(&g_pool.pending)) > 0) cb_futex_wait(&g_pool.pending, left);
     atomic_store(&g_pool.caller_sleeps, 0);
   }
   if (!rc) rc = atomic_load(&g_pool.failed);

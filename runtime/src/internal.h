@@ -171,6 +171,10 @@ typedef int (*cb_parallel_lambda)(int task_id, cb_parallel_env* env, void* cdata
  * preparation worker, inside a task, or with one active thread: then one
  * task, env->num_task == 1). Nonzero if a task failed. */
 int cb_backend_parallel(cb_parallel_lambda fn, void* cdata, int num_task);
+/* Sleep while the 32-bit atomic int at `word` holds `value` (Linux futex,
+ * this process only); wake up to `count` sleepers on it. */
+void cb_futex_wait(void* word, int value);
+void cb_futex_wake(void* word, int count);
 void cb_backend_install(void* dl_handle);
 const char* cb_backend_kernel_error(void);
 void cb_backend_clear_kernel_error(void);

@@ -82,7 +82,11 @@ struct cb_bundle {
   uint64_t read_sink;          /* bytes touched by a reader (kept so the reads stay) */
   _Atomic uint8_t* verified; /* per tensor: its weight bytes passed their checksum; NULL when
                                 weights are not checked per tensor (older bundle, or skipped) */
-  _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead */
+  _Atomic uint64_t advised;  /* file bytes [0, advised) were asked to be read ahead; while
+                                `populating`, they are in memory */
+  _Atomic int populating;    /* the streamer brings the file in itself: readers wait for it */
+  _Atomic int stream_gen;    /* bumped after each of its chunks and at its end (a futex word) */
+  _Atomic int stream_waiters;
   pthread_t streamer;        /* asks for the whole file, front to back, from the open on */
   int streaming;             /* the streamer was started (joined at release) */
   _Atomic int stream_stop;
@@ -91,43 +95,97 @@ struct cb_bundle {
 
 /* Reading the file. Its bytes lie in the order of need: preamble and
  * header, code, then the weights in plan order (then continuous mode's
- * alternates). A mapped bundle's streamer thread, started the moment the
- * file is mapped, asks the kernel to read all of it front to back, a chunk
- * at a time, so the disk works from the open's first microsecond while the
- * header is parsed, the code loaded and the first layers run; a reader that
- * touches a tensor waits only for bytes already on their way. It reads no
- * byte itself (its CPU time is the page cache's bookkeeping), and stops
- * early when the bundle is released. Without it (the thread could not
- * start) readers fall back to a window of read-ahead kept in front of what
- * they read. A chunk is one request: the kernel reads at most its
- * read-ahead maximum (the larger of the device's largest I/O and its
- * read-ahead window) per request and drops the rest, so chunks stay under
- * the smallest common maximum, and many are in flight at once. */
-#define CB_STREAM_CHUNK (1u << 20)
+ * alternates). A mapped bundle is read by a streamer thread, started the
+ * moment the file is mapped: it brings the file into memory front to back,
+ * a chunk at a time, so the disk works from the open's first microsecond
+ * while the header is parsed, the code loaded and the first layers run; a
+ * reader that touches a tensor waits only for bytes already on their way,
+ * or reads them itself when it is ahead of the streamer. It stops early
+ * when the bundle is released. Without it (the thread could not start)
+ * readers fall back to a window of read-ahead kept in front of what they
+ * read.
+ *
+ * The mapping asks for huge pages (MADV_HUGEPAGE), and the streamer brings
+ * 2 MB chunks in through the page-fault path (MADV_POPULATE_READ), whose
+ * read-ahead then fills the page cache with 2 MB folios where the file
+ * system can: on the development machine (Linux 6.18, ext4) that cut the
+ * CPU time of reading a 47 MB bundle from about 11 ms (4 KB pages asked for
+ * with MADV_WILLNEED) to about 3 ms, and on a 2-core machine that CPU time
+ * is taken from the layers (resnet18 cold about a fifth faster there).
+ * Readers behind it wait for it (wait_streamed). The front, preamble to
+ * code, is asked for apart (MADV_WILLNEED of CB_STREAM_FIRST) and comes in
+ * small pages: the open waits for it, and a request is answered whole (the
+ * header's first byte after 0.4 ms there, 1.6 ms with a 1 MB request, 2.2
+ * ms in a 2 MB folio).
+ * A kernel without MADV_POPULATE_READ (before 5.14) gets the older way:
+ * MADV_WILLNEED requests of CB_ADVISE_CHUNK, each under the kernel's
+ * per-request read-ahead maximum, many in flight at once. */
+#define CB_STREAM_FIRST (128u << 10)
+#define CB_STREAM_CHUNK (2u << 20)
+#define CB_ADVISE_CHUNK (1u << 20)
 #define CB_READ_AHEAD (16u << 20)
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 
 static void advise(const cb_bundle* b, uint64_t from, uint64_t to) {
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), lo = from / page * page;
   madvise((void*)(b->base + lo), (size_t)(to - lo), MADV_WILLNEED);
 }
 
+/* The streamer's progress, published: readers sleeping on it wake. */
+static void stream_progress(cb_bundle* b, uint64_t at) {
+  atomic_store(&b->advised, at);
+  atomic_fetch_add(&b->stream_gen, 1);
+  if (atomic_load(&b->stream_waiters)) cb_futex_wake(&b->stream_gen, INT32_MAX);
+}
+
 static void* streamer_main(void* arg) {
   cb_bundle* b = arg;
   for (uint64_t at = atomic_load(&b->advised); at < b->size && !atomic_load(&b->stream_stop);) {
-    uint64_t end = b->size - at > CB_STREAM_CHUNK ? at + CB_STREAM_CHUNK : b->size;
-    advise(b, at, end);
-    atomic_store(&b->advised, at = end);
+    int populating = atomic_load(&b->populating);
+    /* chunks end on 2 MB boundaries of the file, the folios' */
+    uint64_t end = populating ? (at / CB_STREAM_CHUNK + 1) * CB_STREAM_CHUNK : at + CB_ADVISE_CHUNK;
+    if (end > b->size) end = b->size;
+    if (populating && madvise((void*)(b->base + at), (size_t)(end - at), MADV_POPULATE_READ) != 0 &&
+        errno == EINVAL) { /* an older kernel: ask for the rest instead, and readers bring it in */
+      atomic_store(&b->populating, 0);
+      stream_progress(b, at);
+      continue;
+    }
+    if (!populating) advise(b, at, end);
+    stream_progress(b, at = end);
   }
+  atomic_store(&b->populating, 0); /* done or stopped: nobody waits on it any more */
+  stream_progress(b, atomic_load(&b->advised));
   return NULL;
 }
 
-/* The first chunk asked for here (the preamble, header and code are in it),
- * the rest by the streamer. */
 static void start_streamer(cb_bundle* b) {
-  uint64_t first = b->size > CB_STREAM_CHUNK ? CB_STREAM_CHUNK : b->size;
+  madvise(b->mapping, (size_t)b->size, MADV_HUGEPAGE); /* where the kernel offers them */
+  uint64_t first = b->size > CB_STREAM_FIRST ? CB_STREAM_FIRST : b->size;
   advise(b, 0, first);
   atomic_store(&b->advised, first);
+  atomic_store(&b->populating, 1);
   b->streaming = pthread_create(&b->streamer, NULL, streamer_main, b) == 0;
+  if (!b->streaming) atomic_store(&b->populating, 0);
+}
+
+/* A reader of file bytes [.., end) sleeps while a populating streamer has
+ * yet to bring them in, rather than fault them in itself: its faults, a
+ * second stream through the file, would reset the read-ahead state the two
+ * share and leave the disk a request at a time. The front the open asked
+ * for apart, and anything after the streamer stops, readers bring in. */
+static void wait_streamed(cb_bundle* b, uint64_t end) {
+  if (end <= CB_STREAM_FIRST) return;
+  for (;;) {
+    int gen = atomic_load(&b->stream_gen);
+    if (!atomic_load(&b->populating) || atomic_load(&b->advised) >= end) return;
+    atomic_fetch_add(&b->stream_waiters, 1);
+    cb_futex_wait(&b->stream_gen, gen);
+    atomic_fetch_sub(&b->stream_waiters, 1);
+  }
 }
 
 static void stop_streamer(cb_bundle* b) {
@@ -137,17 +195,14 @@ static void stop_streamer(cb_bundle* b) {
   b->streaming = 0;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
 /* Bring the mapped bytes [data, data + n) into this process's page tables,
  * waiting for those still on their way from the disk: one call, where
  * touching page by page would sleep and wake once per page. Returns 0 when
  * it could not (an older kernel, memory not mapped from the file): the
  * reader's own touches then fault the pages in. */
-static int populate(const cb_bundle* b, const uint8_t* data, uint64_t n) {
+static int populate(cb_bundle* b, const uint8_t* data, uint64_t n) {
   if (!b->mapping || !n) return 0;
+  wait_streamed(b, (uint64_t)(data - b->base) + n);
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off = (uint64_t)(data - b->base), lo = off / page * page;
   return madvise((void*)(b->base + lo), (size_t)(off + n - lo), MADV_POPULATE_READ) == 0;
 }
@@ -198,7 +253,7 @@ static cb_status check_weight_segments(const cb_bundle* b) {
 #define CB_CHECK_PARTS 64
 
 typedef struct {
-  const cb_bundle* b;
+  cb_bundle* b;
   const uint8_t* data;
   uint64_t nbytes, page;
   uint64_t sums[CB_CHECK_PARTS];
@@ -215,7 +270,7 @@ static int check_part(int task, cb_parallel_env* env, void* cdata) {
   return 0;
 }
 
-static uint64_t sum_tensor(const cb_bundle* b, const uint8_t* data, uint64_t nbytes, int on_pool) {
+static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, int on_pool) {
   cb_check_job j = {b, data, nbytes, (uint64_t)sysconf(_SC_PAGESIZE), {0}};
   int n = on_pool && nbytes >= CB_PARALLEL_CHECK_MIN ? cb_backend_active_threads() : 1;
   n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
@@ -487,7 +542,9 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   if (code) read_ahead(b, code->offset + code->size); /* the code, and the first weights behind it */
   for (uint32_t i = 0; i < b->model.nsegments; i++) {
     const cb_segment_desc* seg = &b->model.segments[i];
-    if (!is_weight_segment(seg) && cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+    if (is_weight_segment(seg)) continue;
+    populate(b, b->base + seg->offset, seg->size); /* beside the streamer, not across it */
+    if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
       return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
   }
   if (!b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) && (s = check_weight_segments(b)))
