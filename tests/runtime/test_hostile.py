@@ -1,4 +1,5 @@
 """Hostile bundles get a clean error (a BundleError with the right status), never a crash."""
+import os
 import struct
 
 import numpy as np
@@ -191,6 +192,55 @@ def test_large_weight_checked_by_the_execution_threads(tmp_path):
             with pytest.raises(coldbrew.BundleError) as e:
                 coldbrew.load(source, threads=2).run(None, {"x": x})
             assert e.value.status == "CORRUPT" and big.name.decode() in str(e.value), (at, str(e.value))
+
+
+def test_bundle_streamed_in_2mb_chunks_from_a_cold_file(tmp_path):
+    """A bundle of several 2 MB chunks, opened from a file just evicted from
+    the page cache: its readers wait for the streamer's chunks (they do not
+    fault the file in beside it) and the run matches onnxruntime at 1 and 2
+    threads; a flipped byte in the last weight, read last, is still named."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import assert_close, ort_run
+
+    from coldbrew.compiler import compile_model
+
+    rng = np.random.default_rng(5)
+    w1 = numpy_helper.from_array((rng.standard_normal((1024, 1024)) * 0.03).astype(np.float32), "W1")
+    w2 = numpy_helper.from_array((rng.standard_normal((1024, 1024)) * 0.03).astype(np.float32), "W2")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+                           helper.make_node("Relu", ["h"], ["r"], name="relu"),
+                           helper.make_node("MatMul", ["r", "W2"], ["y"], name="fc2")], "two_dense",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])], [w1, w2])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    data = compile_model(model)
+    assert len(data) > 8 << 20
+    path = tmp_path / "two_dense.brew"
+    path.write_bytes(data)
+    x = rng.standard_normal((1, 1024)).astype(np.float32)
+    ref = ort_run(model, {"x": x})[0]
+
+    def evict(p):
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+    for threads in (1, 2):
+        evict(path)
+        assert_close(coldbrew.load(str(path), threads=threads).run(None, {"x": x})[0], ref)
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(data[64:], 0))
+    last = max((t for t in b.tensors if t.kind == fb.TensorKind.weight),
+               key=lambda t: b.segments[t.segment].offset + t.segmentOffset)
+    bad = bytearray(data)
+    bad[b.segments[last.segment].offset + last.segmentOffset + last.nbytes - 1] ^= 0x10
+    path.write_bytes(bytes(bad))
+    evict(path)
+    with pytest.raises(coldbrew.BundleError) as e:
+        coldbrew.load(str(path), threads=2).run(None, {"x": x})
+    assert e.value.status == "CORRUPT" and last.name.decode() in str(e.value)
 
 
 def test_segment_past_end(small_bundle, tmp_path):
