@@ -99,11 +99,10 @@ struct cb_bundle {
  * moment the file is mapped: it brings the file into memory front to back,
  * a chunk at a time, so the disk works from the open's first microsecond
  * while the header is parsed, the code loaded and the first layers run; a
- * reader that touches a tensor waits only for bytes already on their way,
- * or reads them itself when it is ahead of the streamer. It stops early
- * when the bundle is released. Without it (the thread could not start)
- * readers fall back to a window of read-ahead kept in front of what they
- * read.
+ * reader that needs a tensor waits only for bytes already on their way. It
+ * stops early when the bundle is released. Without it (the thread could
+ * not start) readers fall back to a window of read-ahead kept in front of
+ * what they read.
  *
  * The mapping asks for huge pages (MADV_HUGEPAGE), and the streamer brings
  * 2 MB chunks in through the page-fault path (MADV_POPULATE_READ), whose
