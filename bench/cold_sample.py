@@ -93,8 +93,7 @@ def main():
     home = _opt("--home-core", None)
     # the app's inputs, made before the clock starts (shapes from the header):
     # load and first run are timed back to back, so no untimed gap between
-    # them lets the runtime's background threads (the file's streamer, the
-    # arena's prefault) work off the clock
+    # them lets the runtime's streamer read the file off the clock
     rng = np.random.default_rng(0)
     feeds = {name: (rng.standard_normal(shape) if dtype.startswith("float") else np.zeros(shape)).astype(dtype)
              for name, shape, dtype in input_specs(path)}

@@ -33,14 +33,11 @@ def read_header(path):
     file: no read of the weights may still be on its way)."""
     with open(path, "rb", buffering=0) as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
-        pre = os.pread(f.fileno(), 64, 0)
-        if len(pre) < 64 or pre[:8] != b"COLDBREW":
-            raise InspectError(f"{path}: not a coldbrew bundle")
-        _, hdr_off, hdr_size, _, _ = struct.unpack_from("<IIQQQ", pre, 8)
+        _, hdr_off, hdr_size, file_size = _preamble(os.pread(f.fileno(), 64, 0), path)
         header = os.pread(f.fileno(), hdr_size, hdr_off)
-    if len(header) != hdr_size or not fb.Bundle.BundleBufferHasIdentifier(header, 0):
-        raise InspectError(f"{path}: header truncated or lacks the CBRW identifier")
-    return fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+    if len(header) != hdr_size:
+        raise InspectError(f"{path}: truncated or damaged (header cut short; the file should hold {file_size} bytes)")
+    return _root(header, path)
 
 
 def input_specs(path):
@@ -52,19 +49,28 @@ def input_specs(path):
 
 def read_bytes(data, path="<bytes>"):
     """(BundleT, size, schema version) from a bundle's bytes."""
+    version, hdr_off, hdr_size, file_size = _preamble(data, path)
+    if file_size != len(data) or hdr_off + hdr_size > len(data):
+        raise InspectError(f"{path}: truncated or damaged ({len(data)} bytes, header says {file_size})")
+    return _root(data[hdr_off:hdr_off + hdr_size], path), len(data), version
+
+
+def _preamble(data, path):
+    """(schema version, header offset, header size, file size) from a bundle's first 64 bytes."""
     if len(data) < 64 or data[:8] != b"COLDBREW":
         raise InspectError(f"{path}: not a coldbrew bundle")
     version, hdr_off, hdr_size, _, file_size = struct.unpack_from("<IIQQQ", data, 8)
-    if file_size != len(data) or hdr_off + hdr_size > len(data):
-        raise InspectError(f"{path}: truncated or damaged ({len(data)} bytes, header says {file_size})")
-    header = data[hdr_off:hdr_off + hdr_size]
+    return version, hdr_off, hdr_size, file_size
+
+
+def _root(header, path):
+    """The header's FlatBuffer as a BundleT."""
     if not fb.Bundle.BundleBufferHasIdentifier(header, 0):
         raise InspectError(f"{path}: header lacks the CBRW identifier")
     try:
-        bundle = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+        return fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
     except Exception as e:  # a damaged header can fail anywhere in the reader
         raise InspectError(f"{path}: header is damaged ({type(e).__name__}: {e})") from None
-    return bundle, len(data), version
 
 
 def _s(x):
