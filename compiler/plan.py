@@ -35,7 +35,7 @@ the smallest one wins.
 import time
 
 from .graph import DIRECT_FORMS, NARROW
-from .simulate import median_ms, narrow_transform_ms, simulate
+from .simulate import median_ms, narrow_transform_ms, read_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 
@@ -66,21 +66,22 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     cached, raw where it has a transform, and with a narrow `precision` its
     weights stored narrow (form "fp16" or "int8", widened on the first run)
     where the table measured them, and its direct form (fp16 or int8 read
-    in place by the kernel: no widening, its own execution times)."""
+    in place by the kernel: no widening, its own execution times). A read
+    costs what the simulator charges it (simulate.read_ms)."""
     cls = table["classes"][0]["name"]
     out = []
     for c in layer["candidates"]:
         first = median_ms(c["execute_first_ms"], cls, threads)
-        out.append((c["variant"], "cached", c["read_ms"]["cached"]["median"], first))
+        out.append((c["variant"], "cached", read_ms(table, c, "cached"), first))
         if c["has_transform"]:
-            prep = c["read_ms"]["raw"]["median"] + median_ms(c["transform_ms"], cls, prep_threads)
+            prep = read_ms(table, c, "raw") + median_ms(c["transform_ms"], cls, prep_threads)
             out.append((c["variant"], "raw", prep, first))
         if precision != "fp32" and precision in c["read_ms"]:
             widen = narrow_transform_ms(table, c, precision, cls, prep_threads)
-            out.append((c["variant"], precision, c["read_ms"][precision]["median"] + widen, first))
+            out.append((c["variant"], precision, read_ms(table, c, precision) + widen, first))
         direct = DIRECT_FORMS.get(precision)
         if direct in c["read_ms"]:
-            out.append((c["variant"], direct, c["read_ms"][direct]["median"],
+            out.append((c["variant"], direct, read_ms(table, c, direct),
                         median_ms(c[f"execute_first_{direct}_ms"], cls, threads)))
     return out
 

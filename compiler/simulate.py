@@ -112,6 +112,20 @@ def stream_rate(table):
     return mb_s * 1e3 if mb_s else None
 
 
+def read_ms(table, c, form):
+    """A candidate's read of `form` on a cold start, alone: with a storage
+    bandwidth, its bytes' share of the stream (bytes / bandwidth, then the
+    check), what the simulator charges it; without one, its measured cold
+    read. The scheduler compares pairs by this, so a form that the stream
+    brings in as fast as another is not dropped on the noise of two
+    separate cold reads."""
+    rate = stream_rate(table)
+    if rate is None:
+        return c["read_ms"][form]["median"]
+    nbytes = c.get(FORM_BYTES.get(form, "transformed_bytes"), 0)
+    return nbytes / rate + nbytes * table.get("check_ms_per_byte", 0.0)
+
+
 def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     """(read, transform, execute) ms of one plan step and its weight bytes. Forms: "cached",
     "raw", "direct" / "direct_int8" (fp16 / int8 weights read in place by

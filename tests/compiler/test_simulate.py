@@ -346,3 +346,22 @@ def test_a_shared_worker_checking_streamed_weights_delays_the_executions():
     # c0 inline: bytes in at 0.5 + 2 = 2.5, checked 2 -> 4.5, executes 3 -> 7.5;
     # c1: bytes in at 0.5 + 4 = 4.5, checked 2 -> 6.5; executes 7.5 .. 10.5 + 2
     assert r["latency_ms"] == pytest.approx(12.5)
+
+
+def test_scheduler_compares_streamed_forms_by_their_bytes_not_two_cold_reads():
+    # one dense layer, cached and raw about the same bytes; the two separate
+    # cold reads measured 6.5 and 5.3 ms (noise). With a bandwidth, each
+    # form costs its bytes' share of the stream, so cached (no transform)
+    # is not dropped as dominated by raw + transform, and the plan keeps it
+    from coldbrew.compiler.plan import _undominated, layer_pairs
+
+    t = _streamed(mb_s=1.0)
+    t["layers"] = [{"name": "d0", "candidates": [
+        _cand("dense.packed_gemm", 5.3, 6.5, 0.7, 0.05, raw_bytes=5000, transformed_bytes=5100)]}]
+    pairs = layer_pairs(t["layers"][0], t, 2, 2)
+    assert {p[1]: p[2] for p in pairs} == pytest.approx({"cached": 5.1, "raw": 5.0 + 0.35})
+    assert [p[1] for p in _undominated(pairs)] == ["cached"]
+    assert choose(t, "cold")["forms"]["d0"] == "cached"
+    # without a bandwidth the measured cold reads stand: raw + transform wins
+    del t["storage"]
+    assert choose(t, "cold-greedy")["forms"]["d0"] == "raw"
