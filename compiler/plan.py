@@ -35,7 +35,7 @@ the smallest one wins.
 import time
 
 from .graph import DIRECT_FORMS, NARROW
-from .simulate import median_ms, narrow_transform_ms, read_ms, simulate
+from .simulate import first_execute_ms, median_ms, narrow_transform_ms, read_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 
@@ -72,7 +72,7 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     out = []
     for c in layer["candidates"]:
         first = median_ms(c["execute_first_ms"], cls, threads)
-        out.append((c["variant"], "cached", read_ms(table, c, "cached"), first))
+        out.append((c["variant"], "cached", read_ms(table, c, "cached"), first_execute_ms(c, "cached", cls, threads)))
         if c["has_transform"]:
             prep = read_ms(table, c, "raw") + median_ms(c["transform_ms"], cls, prep_threads)
             out.append((c["variant"], "raw", prep, first))
@@ -81,8 +81,7 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
             out.append((c["variant"], precision, read_ms(table, c, precision) + widen, first))
         direct = DIRECT_FORMS.get(precision)
         if direct in c["read_ms"]:
-            out.append((c["variant"], direct, read_ms(table, c, direct),
-                        median_ms(c[f"execute_first_{direct}_ms"], cls, threads)))
+            out.append((c["variant"], direct, read_ms(table, c, direct), first_execute_ms(c, direct, cls, threads)))
     return out
 
 

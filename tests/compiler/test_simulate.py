@@ -365,3 +365,23 @@ def test_scheduler_compares_streamed_forms_by_their_bytes_not_two_cold_reads():
     # without a bandwidth the measured cold reads stand: raw + transform wins
     del t["storage"]
     assert choose(t, "cold-greedy")["forms"]["d0"] == "raw"
+
+
+def test_direct_first_runs_carry_the_shipped_bundles_ratio_like_cached_ones():
+    # gemm's first run: 5 ms in the profile's column, 2.5 ms in the shipped
+    # (default) bundle with its weights read in place; its direct kernel's
+    # 5.5 ms, measured in a column too, is halved alike (2.75)
+    from coldbrew.compiler.plan import layer_pairs
+    from coldbrew.compiler.simulate import first_execute_ms
+
+    table = _direct_table(0.2, 5.5)
+    gemm = table["layers"][0]["candidates"][1]
+    assert first_execute_ms(gemm, "direct", "core", 2) == pytest.approx(5.5)  # nothing shipped measured
+    gemm["execute_first_cached_ms"] = {"core": {"2": _stat(2.5)}}
+    assert first_execute_ms(gemm, "cached", "core", 2) == pytest.approx(2.5)
+    assert first_execute_ms(gemm, "direct", "core", 2) == pytest.approx(2.75)
+    assert first_execute_ms(gemm, "raw", "core", 2) == pytest.approx(5.0)  # transformed in the run: the column's
+    r = simulate(_plan(form="direct", variant="conv2d.im2col_gemm"), table)
+    assert r["latency_ms"] == pytest.approx(5.5 + 0.2 + 2.75 + 1)
+    pairs = {p[1]: p[3] for p in layer_pairs(table["layers"][0], table, 2, 2, "fp16") if p[0] == "conv2d.im2col_gemm"}
+    assert pairs["direct"] == pytest.approx(2.75) and pairs["cached"] == pytest.approx(2.5)
