@@ -71,17 +71,15 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     cls = table["classes"][0]["name"]
     out = []
     for c in layer["candidates"]:
-        first = median_ms(c["execute_first_ms"], cls, threads)
-        out.append((c["variant"], "cached", read_ms(table, c, "cached"), first_execute_ms(c, "cached", cls, threads)))
+        prep = {"cached": read_ms(table, c, "cached")}
         if c["has_transform"]:
-            prep = read_ms(table, c, "raw") + median_ms(c["transform_ms"], cls, prep_threads)
-            out.append((c["variant"], "raw", prep, first))
+            prep["raw"] = read_ms(table, c, "raw") + median_ms(c["transform_ms"], cls, prep_threads)
         if precision != "fp32" and precision in c["read_ms"]:
-            widen = narrow_transform_ms(table, c, precision, cls, prep_threads)
-            out.append((c["variant"], precision, read_ms(table, c, precision) + widen, first))
+            prep[precision] = read_ms(table, c, precision) + narrow_transform_ms(table, c, precision, cls, prep_threads)
         direct = DIRECT_FORMS.get(precision)
         if direct in c["read_ms"]:
-            out.append((c["variant"], direct, read_ms(table, c, direct), first_execute_ms(c, direct, cls, threads)))
+            prep[direct] = read_ms(table, c, direct)
+        out += [(c["variant"], form, ms, first_execute_ms(c, form, cls, threads)) for form, ms in prep.items()]
     return out
 
 

@@ -197,7 +197,6 @@ static void start_streamer(cb_bundle* b) {
  * share and leave the disk a request at a time. The front the open asked
  * for apart, and anything after the streamer stops, readers bring in. */
 static void wait_streamed(cb_bundle* b, uint64_t end) {
-  if (end <= CB_STREAM_FIRST) return;
   for (;;) {
     int gen = atomic_load(&b->stream_gen);
     if (!atomic_load(&b->populating) || atomic_load(&b->advised) >= end) return;
