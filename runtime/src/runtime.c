@@ -92,6 +92,10 @@ struct cb_bundle {
   _Atomic int stream_stop;
   _Atomic uint64_t front;    /* end of the bytes before the first weight (header, code, shaders) */
   _Atomic int front_known;   /* the open parsed the header and set `front` (a futex word) */
+  uint8_t* head;             /* the front read past the page cache (read_front), or NULL */
+  uint64_t head_size;        /* file bytes [0, head_size) are in `head` */
+  int head_fd;               /* its O_DIRECT descriptor while the open reads it, else -1 */
+  uint64_t open_ns;          /* when the open began: its traced verify phase starts there */
   cb_gpu* gpu;               /* GPU bundles: device, pipelines, weights buffer */
 };
 
@@ -113,15 +117,22 @@ struct cb_bundle {
  * CPU time of reading a 47 MB bundle from about 11 ms (4 KB pages asked for
  * with MADV_WILLNEED) to about 3 ms, and on a 2-core machine that CPU time
  * is taken from the layers (resnet18 cold about a fifth faster there).
- * Readers behind it wait for it (wait_streamed). The front, preamble to
- * code, is asked for apart (MADV_WILLNEED of CB_STREAM_FIRST) and comes in
- * small pages: the open waits for it, and a request is answered whole (the
- * header's first byte after 0.4 ms there, 1.6 ms with a 1 MB request, 2.2
- * ms in a 2 MB folio). Where the code runs past that first request, the
- * streamer waits for the open to parse the header and asks for the rest of
- * the front, up to the first weight, as one more small request ahead of its
- * first chunk: in a 2 MB folio the code's tail arrived about 2.5 ms later
- * (verify 3-3.6 ms against 0.4-0.5 ms for bundles whose code fits).
+ * Readers behind it wait for it (wait_streamed).
+ *
+ * The front, preamble to code, is what the open waits for, and a request is
+ * answered whole (there: 128 KB in 0.2-0.3 ms, a 2 MB folio in about 2 ms).
+ * It is read apart, past the page cache (O_DIRECT, read_front) into memory
+ * of the bundle's: the first 128 KB, then, once the header is parsed, the
+ * rest up to the first weight. The streamer starts when the front is in,
+ * from the file's first byte, so every 2 MB of the file comes in one folio.
+ * Asked for through the page cache instead (MADV_WILLNEED of the first
+ * 128 KB, the way a file system without O_DIRECT, or a front already in the
+ * page cache, still goes), the front's small pages sat in the first 2 MB
+ * and the read-ahead behind them fell back to small requests: a 5 MB
+ * bundle took 4-6.5 ms to come in instead of 2.2-2.8 ms (st.c, page cache
+ * dropped, interleaved). Where that older way leaves the code running past
+ * the first request, the streamer asks for the rest of the front as one
+ * more small request ahead of its first chunk.
  * A kernel without MADV_POPULATE_READ (before 5.14) gets the older way:
  * MADV_WILLNEED requests of CB_ADVISE_CHUNK, each under the kernel's
  * per-request read-ahead maximum, many in flight at once. */
@@ -129,6 +140,9 @@ struct cb_bundle {
 #define CB_STREAM_CHUNK (2u << 20)
 #define CB_ADVISE_CHUNK (1u << 20)
 #define CB_READ_AHEAD (16u << 20)
+#define CB_FRONT_MAX (1u << 20)   /* the most of the front read past the page cache */
+#define CB_DIRECT_ALIGN 4096u     /* O_DIRECT's buffer, offset and length alignment */
+#define CB_HEAD_WEIGHTS (384u << 10) /* weights read with the front */
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
@@ -158,7 +172,7 @@ static void* streamer_main(void* arg) {
   cb_bundle* b = arg;
   while (!atomic_load(&b->front_known)) cb_futex_wait(&b->front_known, 0);
   uint64_t front = atomic_load(&b->front), at0 = atomic_load(&b->advised);
-  if (front > at0 && front <= b->size && !atomic_load(&b->stream_stop)) {
+  if (!b->head && front > at0 && front <= b->size && !atomic_load(&b->stream_stop)) {
     advise(b, at0, front); /* small pages, answered before the chunks behind it */
     stream_progress(b, front);
   }
@@ -181,10 +195,78 @@ static void* streamer_main(void* arg) {
   return NULL;
 }
 
+/* Whether file bytes [0, n) are in the page cache already (a warm start):
+ * the mapping then serves the front with no disk read. */
+static int front_resident(const cb_bundle* b, uint64_t n) {
+  unsigned char vec[CB_STREAM_FIRST / 4096];
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pages = (n + page - 1) / page;
+  if (pages > sizeof vec) pages = sizeof vec;
+  if (mincore(b->mapping, (size_t)(pages * page), vec) != 0) return 0;
+  for (uint64_t i = 0; i < pages; i++)
+    if (!(vec[i] & 1)) return 0;
+  return 1;
+}
+
+/* Read file bytes [head_size, upto) into the head (no further than
+ * CB_FRONT_MAX); what a failed read leaves out, the mapping serves. */
+static void extend_head(cb_bundle* b, uint64_t upto) {
+  if (!b->head || b->head_fd < 0) return;
+  if (upto > b->size) upto = b->size;
+  if (upto > CB_FRONT_MAX) upto = CB_FRONT_MAX;
+  while (b->head_size < upto) {
+    uint64_t from = b->head_size / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
+    uint64_t len = (upto - from + CB_DIRECT_ALIGN - 1) / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
+    ssize_t n = pread(b->head_fd, b->head + from, (size_t)len, (off_t)from);
+    if (n <= 0 || from + (uint64_t)n <= b->head_size) return;
+    b->head_size = from + (uint64_t)n;
+  }
+}
+
+static void close_head(cb_bundle* b) {
+  if (b->head_fd >= 0) close(b->head_fd);
+  b->head_fd = -1;
+}
+
+/* The front's first CB_STREAM_FIRST bytes read past the page cache, where
+ * the file system allows it and they are not in the page cache already. */
+static void read_front(cb_bundle* b, const char* path) {
+  uint64_t first = b->size > CB_STREAM_FIRST ? CB_STREAM_FIRST : b->size;
+  if (front_resident(b, first)) return;
+  b->head_fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (b->head_fd < 0) return;
+  b->head = cb_aligned_alloc(CB_DIRECT_ALIGN, CB_FRONT_MAX);
+  extend_head(b, first);
+  if (!b->head_size) {
+    close_head(b);
+    cb_free(b->head);
+    b->head = NULL;
+  }
+}
+
+/* The open's view of file bytes [off, off + n): the head where it holds
+ * them, else the mapping. */
+static const uint8_t* front_at(const cb_bundle* b, uint64_t off, uint64_t n) {
+  return b->head && off <= b->head_size && n <= b->head_size - off ? b->head + off : b->base + off;
+}
+
+/* Whether `p` points into the head: memory of the bundle's, no page of the
+ * mapping's to bring in. */
+static int in_head(const cb_bundle* b, const uint8_t* p) {
+  return b->head && p >= b->head && p < b->head + b->head_size;
+}
+
+/* Weight tensor `t`'s bytes: in the head where it holds them (the first
+ * layers'), else in the mapping. */
+static const uint8_t* weight_at(const cb_bundle* b, uint32_t t) {
+  const uint8_t* p = cb_weight_data(b->base, &b->model, t);
+  return front_at(b, (uint64_t)(p - b->base), b->model.tensors[t].nbytes);
+}
+
 static void start_streamer(cb_bundle* b) {
   madvise(b->mapping, (size_t)b->size, MADV_HUGEPAGE); /* where the kernel offers them */
   uint64_t first = b->size > CB_STREAM_FIRST ? CB_STREAM_FIRST : b->size;
-  advise(b, 0, first);
+  if (b->head) first = 0; /* the streamer starts at the first byte */
+  else advise(b, 0, first);
   atomic_store(&b->advised, first);
   atomic_store(&b->populating, 1);
   b->streaming = pthread_create(&b->streamer, NULL, streamer_main, b) == 0;
@@ -220,7 +302,7 @@ static void stop_streamer(cb_bundle* b) {
  * it could not (an older kernel, memory not mapped from the file): the
  * reader's own touches then fault the pages in. */
 static int populate(cb_bundle* b, const uint8_t* data, uint64_t n) {
-  if (!b->mapping || !n) return 0;
+  if (!b->mapping || !n || in_head(b, data)) return 0;
   wait_streamed(b, (uint64_t)(data - b->base) + n);
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off = (uint64_t)(data - b->base), lo = off / page * page;
   return madvise((void*)(b->base + lo), (size_t)(off + n - lo), MADV_POPULATE_READ) == 0;
@@ -242,6 +324,7 @@ static void read_ahead(cb_bundle* b, uint64_t upto) {
  * one call where it can, else touched once per page. Returns what the
  * touches read, for the caller to keep so they are not optimised away. */
 static uint64_t bring_in(cb_bundle* b, const uint8_t* data, uint64_t n) {
+  if (in_head(b, data)) return 0; /* in memory since the open */
   read_ahead(b, (uint64_t)(data - b->base) + n);
   if (populate(b, data, n)) return 0;
   const volatile uint8_t* p = data;
@@ -305,7 +388,7 @@ static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, i
  * the work of a large tensor. */
 static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer, int on_pool) {
   const cb_tensor_desc* d = &b->model.tensors[t];
-  read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+  if (!in_head(b, data)) read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
   if (sum_tensor(b, data, d->nbytes, on_pool) != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
@@ -361,7 +444,7 @@ static cb_status decode_code(int fd, const cb_bundle* b, const cb_segment_desc* 
     return cb_fail(CB_ERR_LOAD, "sizing the kernel code failed: %s", strerror(errno));
   void* dst = mmap(NULL, (size_t)seg->raw_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (dst == MAP_FAILED) return cb_fail(CB_ERR_LOAD, "mapping the kernel code failed: %s", strerror(errno));
-  int64_t n = cb_lz4_decode(b->base + seg->offset, seg->size, dst, seg->raw_size);
+  int64_t n = cb_lz4_decode(front_at(b, seg->offset, seg->size), seg->size, dst, seg->raw_size);
   munmap(dst, (size_t)seg->raw_size);
   if (n != (int64_t)seg->raw_size)
     return cb_fail(CB_ERR_CORRUPT, "the compressed CPU code does not decode to its %llu bytes (damaged)",
@@ -372,7 +455,7 @@ static cb_status decode_code(int fd, const cb_bundle* b, const cb_segment_desc* 
 static cb_status load_code(cb_bundle* b, const cb_segment_desc* seg) {
   int fd = memfd_create("coldbrew-kernels", MFD_CLOEXEC);
   if (fd < 0) return cb_fail(CB_ERR_LOAD, "memfd_create failed: %s", strerror(errno));
-  const uint8_t* p = b->base + seg->offset;
+  const uint8_t* p = front_at(b, seg->offset, seg->size);
   uint64_t left = seg->kind == CB_SEG_CPU_CODE ? seg->size : 0;
   cb_status s = seg->kind == CB_SEG_CPU_CODE_LZ4 ? decode_code(fd, b, seg) : CB_OK;
   if (s) {
@@ -480,11 +563,14 @@ static void add_open_event(cb_bundle* b, cb_trace_event e) {
  * pipeline cache. */
 static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   const cb_model* m = &b->model;
+  const uint8_t* shaders = b->head ? b->head : b->base; /* the head, where it holds them all */
   for (uint32_t i = 0; i < m->nsegments; i++) {
     const cb_segment_desc* seg = &m->segments[i];
     if (seg->kind == CB_SEG_SPIRV) {
       read_ahead(b, seg->offset + seg->size);
-      if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+      const uint8_t* data = front_at(b, seg->offset, seg->size);
+      if (data == b->base + seg->offset) shaders = b->base;
+      if (cb_checksum64(data, seg->size) != seg->checksum)
         return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
     } else if (is_code_segment(seg)) {
       return cb_fail(CB_ERR_CORRUPT, "a GPU bundle carries CPU code");
@@ -505,7 +591,7 @@ static cb_status open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   cb_status s = cb_gpu_open(&b->gpu);
   add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, cb_now_ns()});
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (!s) s = cb_gpu_prepare(b->gpu, b->base, m, key, cores > 0 ? (uint32_t)cores : 1);
+  if (!s) s = cb_gpu_prepare(b->gpu, shaders, m, key, cores > 0 ? (uint32_t)cores : 1);
   if (reading) pthread_join(rt, NULL);
   b->read_sink += reader.sink;
   for (uint32_t i = 0; i < m->nsteps; i++) add_open_event(b, reader.events[i]);
@@ -541,18 +627,24 @@ static uint64_t front_end(const cb_model* m) {
 }
 
 static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* public_key) {
-  uint64_t t0 = cb_now_ns(), hdr_off = 0, hdr_size = 0;
-  cb_status s = check_preamble(b->base, b->size, &hdr_off, &hdr_size);
+  uint64_t t0 = b->open_ns ? b->open_ns : cb_now_ns(), hdr_off = 0, hdr_size = 0;
+  const uint8_t* pre = front_at(b, 0, CB_PREAMBLE_SIZE);
+  cb_status s = check_preamble(pre, b->size, &hdr_off, &hdr_size);
   if (s) return s;
   /* a required signature is checked before anything else reads the header */
   if (public_key) {
     if ((s = cb_signature_check(b->base, b->size, public_key))) return s;
     flags |= CB_OPEN_SKIP_WEIGHT_CHECKSUMS; /* every byte is authenticated: the weights' checksums add nothing */
   }
-  if (cb_checksum64(b->base + hdr_off, hdr_size) != rd64(b->base + 24))
+  extend_head(b, hdr_off + hdr_size);
+  const uint8_t* hdr = front_at(b, hdr_off, hdr_size);
+  if (cb_checksum64(hdr, hdr_size) != rd64(pre + 24))
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
-  if ((s = cb_model_parse(b->base + hdr_off, hdr_size, b->size, &b->model))) return s;
-  if (b->streaming) publish_front(b, front_end(&b->model));
+  if ((s = cb_model_parse(hdr, hdr_size, b->size, &b->model))) return s;
+  uint64_t front = front_end(&b->model);
+  extend_head(b, front + CB_HEAD_WEIGHTS); /* and the first layers' weights */
+  close_head(b);
+  if (b->streaming) publish_front(b, front);
   if ((s = cb_target_check(&b->model))) return s;
   /* Weights with checksums of their own are checked by the run that first
    * reads them (GPU bundles: by the open's reader), nothing waits here for
@@ -561,7 +653,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   if (b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) &&
       !(b->verified = cb_calloc(b->model.ntensors ? b->model.ntensors : 1, 1)))
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  if (b->model.gpu_api[0]) return open_gpu(b, t0, rd64(b->base + 24));
+  if (b->model.gpu_api[0]) return open_gpu(b, t0, rd64(pre + 24));
   b->open_cap = 2;
   if (!(b->open_events = cb_calloc(2, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   /* the execution pool's threads start now and come up while the code is
@@ -579,8 +671,9 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   for (uint32_t i = 0; i < b->model.nsegments; i++) {
     const cb_segment_desc* seg = &b->model.segments[i];
     if (is_weight_segment(seg)) continue;
-    populate(b, b->base + seg->offset, seg->size); /* beside the streamer, not across it */
-    if (cb_checksum64(b->base + seg->offset, seg->size) != seg->checksum)
+    const uint8_t* data = front_at(b, seg->offset, seg->size);
+    if (data == b->base + seg->offset) populate(b, data, seg->size); /* beside the streamer, not across it */
+    if (cb_checksum64(data, seg->size) != seg->checksum)
       return cb_fail(CB_ERR_CORRUPT, "segment %u checksum mismatch (file altered or damaged)", i);
   }
   if (!b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) && (s = check_weight_segments(b)))
@@ -591,6 +684,12 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   s = resolve_kernels(b);
   open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
   return s;
+}
+
+static cb_bundle* new_bundle(void) {
+  cb_bundle* b = cb_calloc(1, sizeof *b);
+  if (b) b->head_fd = -1;
+  return b;
 }
 
 static cb_status finish_open(cb_bundle* b, const cb_open_options* o, cb_bundle** out) {
@@ -617,7 +716,7 @@ cb_status cb_bundle_open_memory(const void* data, size_t size, uint32_t flags, c
  * what runs, even if the file changes afterwards (a mapping would see it). */
 static cb_status open_file_copy(int fd, uint64_t size, const char* path, const cb_open_options* options,
                                 cb_bundle** out) {
-  cb_bundle* b = cb_calloc(1, sizeof *b);
+  cb_bundle* b = new_bundle();
   void* copy = cb_aligned_alloc(64, (size_t)size);
   if (!b || !copy) {
     close(fd);
@@ -649,15 +748,17 @@ cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* opti
     return cb_fail(CB_ERR_BAD_MAGIC, "'%s' is empty or unreadable, not a coldbrew bundle", path);
   }
   if (options && options->public_key) return open_file_copy(fd, (uint64_t)st.st_size, path, options, out_bundle);
+  uint64_t t0 = cb_now_ns();
   void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return cb_fail(CB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
-  cb_bundle* b = cb_calloc(1, sizeof *b);
+  cb_bundle* b = new_bundle();
   if (!b) {
     munmap(map, (size_t)st.st_size);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  b->base = map, b->size = (uint64_t)st.st_size, b->mapping = map;
+  b->base = map, b->size = (uint64_t)st.st_size, b->mapping = map, b->open_ns = t0;
+  read_front(b, path);
   start_streamer(b);
   return finish_open(b, options, out_bundle);
 }
@@ -666,7 +767,7 @@ cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_ope
                                      cb_bundle** out_bundle) {
   if (!data || !out_bundle) return cb_fail(CB_ERR_INVALID_ARGUMENT, "data and out_bundle are required");
   *out_bundle = NULL;
-  cb_bundle* b = cb_calloc(1, sizeof *b);
+  cb_bundle* b = new_bundle();
   if (!b) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   b->base = data, b->size = size;
   if ((uintptr_t)data % 64 != 0) { /* weights are used in place and must be aligned */
@@ -694,6 +795,8 @@ void cb_bundle_release(cb_bundle* b) {
   cb_free((void*)b->verified);
   cb_model_free(&b->model);
   if (b->mapping) munmap(b->mapping, (size_t)b->size);
+  close_head(b);
+  cb_free(b->head);
   cb_free(b->owned_copy);
   cb_free(b);
 }
@@ -939,7 +1042,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     const cb_tensor_desc* d = &m->tensors[i];
     cb_dltensor* t = &s->tensors[i];
     if (d->kind == CB_KIND_WEIGHT)
-      t->data = (void*)cb_weight_data(b->base, m, i);
+      t->data = (void*)weight_at(b, i);
     else if (d->kind == CB_KIND_PREPARED)
       t->data = gpu ? NULL : s->prepared + d->arena_offset;
     else
@@ -1207,8 +1310,9 @@ static int alternate_resident(cb_session* s, uint32_t i) {
   unsigned char vec[256];
   for (uint32_t a = 0; a < st->nwarm_args; a++) {
     const cb_tensor_desc* d = &b->model.tensors[st->warm_args[a]];
-    if (d->kind != CB_KIND_WEIGHT || !d->nbytes) continue;
-    uint64_t off = (uint64_t)((const uint8_t*)s->tensors[st->warm_args[a]].data - b->base);
+    const uint8_t* data = s->tensors[st->warm_args[a]].data;
+    if (d->kind != CB_KIND_WEIGHT || !d->nbytes || in_head(b, data)) continue;
+    uint64_t off = (uint64_t)(data - b->base);
     uint64_t lo = off / page * page, hi = off + d->nbytes;
     for (uint64_t at = lo; at < hi; at += sizeof vec * page) {
       uint64_t len = hi - at < sizeof vec * page ? hi - at : sizeof vec * page;

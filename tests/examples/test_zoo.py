@@ -37,7 +37,7 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
     model = zoo.build(name)
     path = tmp_path / f"{name}.brew"
     compile_model(model, str(path), target=target)
-    evict(path)  # opened cold: the streamer reads it, the open asks for its front
+    evict(path)  # opened cold: the open reads its front past the page cache, the streamer the rest
     sess = coldbrew.load(str(path))
     rng = np.random.default_rng(11)
     feeds = {i.name: rng.standard_normal(i.shape).astype(i.dtype) for i in sess.get_inputs()}
@@ -46,8 +46,8 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
         assert_close(a, b)
-    # a code segment that runs past the open's first request (128 KiB) is
-    # asked for apart once the header is parsed: its last byte is still checked
+    # a code segment that runs past the open's first read (128 KiB) is read
+    # once the header is parsed, with the first weights: its last byte is still checked
     code = code_segment(path)
     if name == "mobilenet_v2":
         assert code.offset + code.size > FIRST_REQUEST  # the zoo keeps a bundle with such a front

@@ -1,5 +1,4 @@
 """Hostile bundles get a clean error (a BundleError with the right status), never a crash."""
-import os
 import struct
 
 import numpy as np
@@ -7,6 +6,7 @@ import pytest
 
 import coldbrew
 from coldbrew.compiler.checksum import checksum64
+from coldbrew.compiler.measure import evict
 from coldbrew.schemas.generated import bundle_generated as fb
 
 
@@ -22,12 +22,22 @@ def open_bytes(data):
 def expect(data, status, tmp_path, match=None):
     p = tmp_path / "bad.brew"
     p.write_bytes(bytes(data))
-    for source in (str(p), bytes(data)):  # from a file and from memory
+    for source in sources(p, data):
         with pytest.raises(coldbrew.BundleError) as e:
             coldbrew.load(source)
         assert e.value.status == status, str(e.value)
         if match:
             assert match in str(e.value)
+
+
+def sources(path, data):
+    """The ways to open one bundle: from a file in the page cache, from the
+    same file just evicted (the open then reads the front and the first
+    weights past the page cache, into memory of its own), from memory."""
+    yield str(path)
+    evict(path)
+    yield str(path)
+    yield bytes(data)
 
 
 def repack(data, mutate):
@@ -117,7 +127,7 @@ def test_flipped_code_and_weight_bytes(small_bundle, tmp_path):
             continue
         p = tmp_path / "bad.brew"
         p.write_bytes(bytes(bad))
-        for source in (str(p), bytes(bad)):
+        for source in sources(p, bad):
             sess = coldbrew.load(source)
             for _ in range(2):  # a failed first run leaves the session cold: it fails again
                 with pytest.raises(coldbrew.BundleError) as e:
@@ -221,12 +231,6 @@ def test_bundle_streamed_in_2mb_chunks_from_a_cold_file(tmp_path):
     path.write_bytes(data)
     x = rng.standard_normal((1, 1024)).astype(np.float32)
     ref = ort_run(model, {"x": x})[0]
-
-    def evict(p):
-        fd = os.open(p, os.O_RDONLY)
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
 
     for threads in (1, 2):
         evict(path)
