@@ -300,11 +300,13 @@ static void stop_streamer(cb_bundle* b) {
 
 /* Bring the mapped bytes [data, data + n) into this process's page tables,
  * waiting for those still on their way from the disk: one call, where
- * touching page by page would sleep and wake once per page. Returns 0 when
- * it could not (an older kernel, memory not mapped from the file): the
- * reader's own touches then fault the pages in. */
+ * touching page by page would sleep and wake once per page. Bytes in the
+ * head are in memory since the open. Returns 0 when it could not (an older
+ * kernel, memory not mapped from the file): the reader's own touches then
+ * fault the pages in. */
 static int populate(cb_bundle* b, const uint8_t* data, uint64_t n) {
-  if (!b->mapping || !n || in_head(b, data)) return 0;
+  if (in_head(b, data)) return 1;
+  if (!b->mapping || !n) return 0;
   wait_streamed(b, (uint64_t)(data - b->base) + n);
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off = (uint64_t)(data - b->base), lo = off / page * page;
   return madvise((void*)(b->base + lo), (size_t)(off + n - lo), MADV_POPULATE_READ) == 0;
@@ -321,13 +323,17 @@ static void read_ahead(cb_bundle* b, uint64_t upto) {
   advise(b, from, end);
 }
 
+/* The same for a reader of [data, data + n) (the head needs none). */
+static void read_ahead_of(cb_bundle* b, const uint8_t* data, uint64_t n) {
+  if (!in_head(b, data)) read_ahead(b, (uint64_t)(data - b->base) + n);
+}
+
 /* A weight tensor's bytes brought into memory without checking them (a
  * tensor already checked, or a bundle opened without weight checks): in
  * one call where it can, else touched once per page. Returns what the
  * touches read, for the caller to keep so they are not optimised away. */
 static uint64_t bring_in(cb_bundle* b, const uint8_t* data, uint64_t n) {
-  if (in_head(b, data)) return 0; /* in memory since the open */
-  read_ahead(b, (uint64_t)(data - b->base) + n);
+  read_ahead_of(b, data, n);
   if (populate(b, data, n)) return 0;
   const volatile uint8_t* p = data;
   uint64_t sum = 0;
@@ -390,7 +396,7 @@ static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, i
  * the work of a large tensor. */
 static cb_status check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer, int on_pool) {
   const cb_tensor_desc* d = &b->model.tensors[t];
-  if (!in_head(b, data)) read_ahead(b, (uint64_t)(data - b->base) + d->nbytes);
+  read_ahead_of(b, data, d->nbytes);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
   if (sum_tensor(b, data, d->nbytes, on_pool) != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import coldbrew
+from coldbrew.compiler.measure import evict
 from conftest import ROOT, assert_close, ort_run
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -62,13 +63,6 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
 
 
 FIRST_REQUEST = 128 << 10  # runtime.c: CB_STREAM_FIRST
-
-
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
 
 
 def code_segment(path):
