@@ -17,13 +17,12 @@ import ctypes
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import host_isa, zoo  # noqa: E402
+from common import cold_process, cold_protocol, host_isa, zoo  # noqa: E402
 import peers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,9 +69,8 @@ def decode_rate(path):
 
 
 def cold_ms(path):
-    subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=False)
-    out = subprocess.run([sys.executable, os.path.join(HERE, "cold_sample.py"), path], capture_output=True, text=True,
-                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), check=True).stdout
+    out = cold_process([sys.executable, os.path.join(HERE, "cold_sample.py"), path], capture_output=True, text=True,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["cold_ms"]
 
 
@@ -95,7 +93,7 @@ def main():
                 for arm in (("plain", "lz4") if r % 2 == 0 else ("lz4", "plain")):
                     samples[(m, arm)].append(cold_ms(arms[arm]))
         print(f"# CPU code plain vs LZ4 ({host_isa()}, read bandwidth {bw:.0f} MB/s; "
-              f"{args.rounds} rounds, arms alternating, medians)")
+              f"{args.rounds} rounds, arms alternating, medians; {cold_protocol()})")
         print("| model | code KB | LZ4 KB | decode ms | saved bytes' read ms | cold plain ms | cold LZ4 ms | LZ4 / plain |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for m, arms in bundles.items():

@@ -22,12 +22,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from common import ROOT, geomean, zoo
+from common import ROOT, cold_process, cold_protocol, geomean, zoo
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 
@@ -38,7 +37,7 @@ def samples(n, *kinds):
     out = [[] for _ in kinds]
     for _ in range(n):
         for k, (path, flags) in enumerate(kinds):
-            proc = subprocess.run([sys.executable, SAMPLER, path, *flags], capture_output=True, text=True, check=True)
+            proc = cold_process([sys.executable, SAMPLER, path, *flags], capture_output=True, text=True, check=True)
             out[k].append(json.loads(proc.stdout))
     return out
 
@@ -112,7 +111,8 @@ def main():
         # the whole run, as each cost table's samples span its profile
         measured = samples(args.samples, *kinds)
         print(f"\n{'model':<16} {'predicted':>9} {'cold':>8} {'error':>7} {'traced':>8} {'trace+':>7} {'warm +':>7} "
-              f"{'ort cold':>9} {'cb/ort':>7} {'profile s':>9}   (ms, medians of {args.samples} fresh processes)")
+              f"{'ort cold':>9} {'cb/ort':>7} {'profile s':>9}   (ms, medians of {args.samples} fresh processes; "
+              f"{cold_protocol()})")
         rows = []
         for m, name in enumerate(args.models):
             plain, traced, ort = measured[3 * m: 3 * m + 3]

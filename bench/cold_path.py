@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, geomean, zoo
+from common import ROOT, cold_process, cold_protocol, geomean, zoo
 
 from coldbrew.compiler import compile_model
 import coldbrew.compiler.write_bundle as wb
@@ -72,11 +72,11 @@ def main():
         res = {}
         for _ in range(rounds):
             for m, arm, argv, env in arms:
-                out = subprocess.run([sys.executable, sampler, *argv, "--threads", "2"], capture_output=True,
-                                     text=True, env={**os.environ, **env}, check=True)
+                out = cold_process([sys.executable, sampler, *argv, "--threads", "2"], capture_output=True,
+                                   text=True, env={**os.environ, **env}, check=True)
                 res.setdefault((m, arm), []).append(json.loads(out.stdout))
     totals = {}
-    print(f"cold start, {rounds} interleaved rounds, 2 threads (load + first result, ms; medians)")
+    print(f"cold start, {rounds} interleaved rounds, 2 threads (load + first result, ms; medians; {cold_protocol()})")
     for (m, arm), v in res.items():
         tot = statistics.median(x["load_ms"] + x["first_run_ms"] for x in v)
         totals.setdefault(arm, []).append(tot)

@@ -2,6 +2,7 @@
 timing. Benchmarks print ratios measured side by side in the same run."""
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -37,6 +38,37 @@ def ort_session(model, threads):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def drop_page_cache():
+    """Write back and drop the whole page cache (root only): the cold
+    protocol's first step, before a sample's process starts, so that its
+    engine is imported from storage (import timed apart) and finds memory
+    as a freshly started app does. True when dropped."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def cold_process(cmd, **kw):
+    """One cold sample's fresh process under the cold protocol: the whole
+    page cache dropped first; the process then imports its engine, evicts
+    its artifact and times load + first result. subprocess.run(cmd, **kw)'s
+    result."""
+    drop_page_cache()
+    return subprocess.run(cmd, **kw)
+
+
+def cold_protocol():
+    """The words every cold figure's header carries: whether cold_process
+    can drop the page cache here."""
+    if os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        return "cold protocol: page cache dropped before each sample's process, artifact evicted after its import"
+    return "page cache NOT dropped (drop_caches needs root): only the artifact evicted after the import"
 
 
 def median_ms(fn, repeat=20, warmup=3):

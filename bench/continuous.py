@@ -19,11 +19,10 @@ both alike. Kernels are untuned (the same in every arm).
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from common import ROOT, geomean, host_isa, zoo
+from common import ROOT, cold_process, cold_protocol, geomean, host_isa, zoo
 
 from coldbrew.compiler import compile_model
 
@@ -46,11 +45,11 @@ def main():
         res = {}
         for _ in range(rounds):
             for m, arm, argv in arms:
-                out = subprocess.run([sys.executable, sampler, *argv, "--runs", str(RUNS)], capture_output=True,
-                                     text=True, check=True)
+                out = cold_process([sys.executable, sampler, *argv, "--runs", str(RUNS)], capture_output=True,
+                                   text=True, check=True)
                 res.setdefault((m, arm), []).append(json.loads(out.stdout))
     med = statistics.median
-    print(f"continuous mode on {host_isa()}, {rounds} interleaved rounds, fresh process per sample (ms, medians)")
+    print(f"continuous mode on {host_isa()}, {rounds} interleaved rounds, fresh process per sample (ms, medians; {cold_protocol()})")
     print(f"{'model':14s} {'cold':>8s} {'run 2':>8s} {'run 3':>8s} {'warm':>8s} {'run2/warm':>10s} "
           f"{'run3/warm':>10s}   warm bundle: cold, run 2, run 3")
     r2s, r3s = [], []

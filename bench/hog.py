@@ -22,14 +22,14 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, geomean, zoo
+from common import ROOT, cold_process, cold_protocol, geomean, zoo
 
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
 def sample(path, *flags):
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cold_sample.py"), path, *flags],
-                         capture_output=True, text=True, check=True)
+    out = cold_process([sys.executable, os.path.join(ROOT, "bench", "cold_sample.py"), path, *flags],
+                       capture_output=True, text=True, check=True)
     j = json.loads(out.stdout)
     return j["load_ms"] + j["first_run_ms"]
 
@@ -63,7 +63,7 @@ def main():
                 finally:
                     hog.kill()
                     hog.wait()
-    print(f"cold start (ms, medians of {a.rounds} interleaved rounds), hog pinned to core {a.core}")
+    print(f"cold start (ms, medians of {a.rounds} interleaved rounds), hog pinned to core {a.core}; {cold_protocol()}")
     ratios = {}
     for m, name, _, _ in bundles:
         quiet, busy = statistics.median(times[(m, name, "unloaded")]), statistics.median(times[(m, name, "hog")])

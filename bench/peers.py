@@ -19,12 +19,13 @@ coldbrew appears as its plans, the ablation of NNV12's Fig. 13:
 `[continuous]` (the cold plan with warm alternates; its later runs).
 
 Protocol (DESIGN.md), for every engine alike: conversion untimed; then
-per sample a fresh process (bench/peer_engines.py child) that imports the
-engine (import time apart), evicts the engine's files from the page cache,
-and times load + first result; samples rotate over engines and models in
+per sample the whole page cache dropped (root only; the header says
+whether it was), then a fresh process (bench/peer_engines.py child) that
+imports the engine (import time apart), evicts the engine's files from the
+page cache, and times load + first result; samples rotate over engines and models in
 rounds; the first round also times --warm runs after the first (warm =
 their median). Read bandwidth is measured in the same run, at the start of
-every round (files written once, evicted and read back each round, the
+every round (files written once, read back after the same drop each round, the
 better of plain reads and many 1 MiB requests in flight; the median over
 rounds); the floor per model = max(the faster warm latency
 of coldbrew's best plan and onnxruntime, coldbrew's bundle bytes ÷ that
@@ -43,7 +44,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, geomean, host_isa, zoo  # noqa: E402
+from common import ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa, zoo  # noqa: E402
 import peer_engines as pe  # noqa: E402
 
 COLDBREW = {  # label -> compile_model options (the ablation, in order)
@@ -109,6 +110,7 @@ def time_reads(paths):
     not set by a reader that leaves the device idle."""
     best = 0.0
     for streamed, path in enumerate(paths):
+        drop_page_cache()  # as before every sample
         pe.evict(path)
         size = os.path.getsize(path)
         t = time.perf_counter()
@@ -217,7 +219,7 @@ def sample(engine, prep, threads, warm):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "peer_engines.py"), "child", engine,
            os.path.join(prep["dir"], "inputs.npz"), outs, str(warm), str(threads), *arts]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        r = cold_process(cmd, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
         return {"error": "timed out (900 s)"}
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -447,7 +449,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     lines = [f"# coldbrew and peers, cold start ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
              f"read bandwidth {bw / 1e9:.2f} GB/s, the median of one measurement per round "
-             f"({', '.join(f'{b / 1e9:.2f}' for b in bws)}); {args.samples} samples per figure, medians)", ""]
+             f"({', '.join(f'{b / 1e9:.2f}' for b in bws)}); {args.samples} samples per figure, medians; {cold_protocol()})", ""]
     lines += table(rows, engines) + [""] + geomeans(rows, engines) + [""] + scheduler_goals(rows, bw)
     lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
                   f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})",

@@ -33,12 +33,11 @@ onnxruntime, bundle bytes / bandwidth).
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 from common import save_ort_best
-from common import ROOT, geomean, host_isa, zoo
+from common import ROOT, cold_process, cold_protocol, geomean, host_isa, zoo
 
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.plan import choose, layer_pairs
@@ -92,8 +91,8 @@ def bandwidth_mb_s(path):
 
 
 def sample(argv):
-    out = subprocess.run([sys.executable, SAMPLER, *argv, "--threads", "2", "--runs", str(WARM_RUNS)],
-                         capture_output=True, text=True, check=True)
+    out = cold_process([sys.executable, SAMPLER, *argv, "--threads", "2", "--runs", str(WARM_RUNS)],
+                       capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -128,7 +127,7 @@ def main():
     warm = {k: med(med(x["runs_ms"]) for x in v) for k, v in res.items()}
     mb_s = med(bw)
     print(f"\nplans on {host_isa()}, 2 threads, {rounds} interleaved rounds, fresh process per sample; "
-          f"storage {mb_s:.0f} MB/s (median of {len(bw)}); ms, medians")
+          f"storage {mb_s:.0f} MB/s (median of {len(bw)}); ms, medians; {cold_protocol()}")
     print(f"{'model':14s} " + " ".join(f"{a:>11s}" for a in COMPARED) + "  best?  simulator order = measured?")
     wins = agree = 0
     for m in models:

@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, geomean, host_isa, zoo  # noqa: E402
+from common import ROOT, cold_protocol, geomean, host_isa, zoo  # noqa: E402
 import peers  # noqa: E402
 
 FP32, FP16, INT8, ORT = "coldbrew [pipeline]", "coldbrew fp16 [pipeline]", "coldbrew int8 [pipeline]", "onnxruntime best"
@@ -206,7 +206,7 @@ def main():
         rows = peers.summarize(res, preps, bw)
         lines = [f"# fp32 / fp16 / int8 weights ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
                  f"read bandwidth {bw / 1e9:.2f} GB/s; {args.samples} samples per figure, medians, rounds "
-                 f"interleaved over models and engines)", ""] + report(rows, preps, bw)
+                 f"interleaved over models and engines; {cold_protocol()})", ""] + report(rows, preps, bw)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lines.append(f"\nwall time {(time.perf_counter() - t0) / 60:.1f} min (timed part)")
