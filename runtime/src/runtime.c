@@ -93,8 +93,10 @@ struct cb_bundle {
   _Atomic uint64_t front;    /* end of the bytes before the first weight (header, code, shaders) */
   _Atomic int front_known;   /* the open parsed the header and set `front` (a futex word) */
   uint8_t* head;             /* the front read past the page cache (read_front), or NULL */
-  uint64_t head_size;        /* file bytes [0, head_size) are in `head` */
-  int head_fd;               /* its O_DIRECT descriptor while the open reads it, else -1 */
+  uint64_t head_size;        /* file bytes [0, head_size) are in `head` (the open's own reads) */
+  uint64_t head_end;         /* ... and [0, head_end) once `head_done`: the first weights too */
+  _Atomic int head_done;     /* the streamer has filled the head to head_end (a futex word) */
+  int head_fd;               /* its O_DIRECT descriptor while the head is read, else -1 */
   uint64_t open_ns;          /* when the open began: its traced verify phase starts there */
   cb_gpu* gpu;               /* GPU bundles: device, pipelines, weights buffer */
 };
@@ -123,9 +125,11 @@ struct cb_bundle {
  * answered whole (there: 128 KB in 0.2-0.3 ms, a 2 MB folio in about 2 ms).
  * It is read apart, past the page cache (O_DIRECT, read_front) into memory
  * of the bundle's: the first 128 KB, then, once the header is parsed, the
- * rest up to the first weight and CB_HEAD_WEIGHTS more, the first layers'
- * weights, which the layers use from there (about 0.7 ms for 512 KB there,
- * ahead of the stream's first folio). The streamer starts when that is in,
+ * rest up to the first weight. CB_HEAD_WEIGHTS more, the first layers'
+ * weights, the streamer reads into the head while the open loads the code
+ * (fill_head: about 0.5 ms for 384 KB there, ahead of the stream's first
+ * folio); the layers use them from there, each reader waiting for the
+ * head as for any byte on its way. The streamer then starts its chunks
  * from the file's first byte, so every 2 MB of the file comes in one folio.
  * Asked for through the page cache instead (MADV_WILLNEED of the first
  * 128 KB, the way a file system without O_DIRECT, or a front already in the
@@ -162,6 +166,8 @@ static void stream_progress(cb_bundle* b, uint64_t at) {
   if (atomic_load(&b->stream_waiters)) cb_futex_wake(&b->stream_gen, INT32_MAX);
 }
 
+static void fill_head(cb_bundle* b);
+
 /* The open tells the streamer where the front ends (0: unknown, the open
  * failed or the bundle is released). */
 static void publish_front(cb_bundle* b, uint64_t front) {
@@ -174,6 +180,7 @@ static void* streamer_main(void* arg) {
   cb_bundle* b = arg;
   while (!atomic_load(&b->front_known)) cb_futex_wait(&b->front_known, 0);
   uint64_t front = atomic_load(&b->front), at0 = atomic_load(&b->advised);
+  if (front) fill_head(b);
   if (!b->head && front > at0 && front <= b->size && !atomic_load(&b->stream_stop)) {
     advise(b, at0, front); /* small pages, answered before the chunks behind it */
     stream_progress(b, front);
@@ -209,24 +216,50 @@ static int front_resident(const cb_bundle* b, uint64_t n) {
   return 1;
 }
 
-/* Read file bytes [head_size, upto) into the head (no further than
- * CB_FRONT_MAX); what a failed read leaves out, the mapping serves. */
-static void extend_head(cb_bundle* b, uint64_t upto) {
-  if (!b->head || b->head_fd < 0) return;
+/* Read file bytes [have, upto) into the head (no further than
+ * CB_FRONT_MAX); returns the end of what it holds then. */
+static uint64_t read_head(cb_bundle* b, uint64_t have, uint64_t upto) {
+  if (!b->head || b->head_fd < 0) return have;
   if (upto > b->size) upto = b->size;
   if (upto > CB_FRONT_MAX) upto = CB_FRONT_MAX;
-  while (b->head_size < upto) {
-    uint64_t from = b->head_size / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
+  while (have < upto) {
+    uint64_t from = have / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
     uint64_t len = (upto - from + CB_DIRECT_ALIGN - 1) / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
     ssize_t n = pread(b->head_fd, b->head + from, (size_t)len, (off_t)from);
-    if (n <= 0 || from + (uint64_t)n <= b->head_size) return;
-    b->head_size = from + (uint64_t)n;
+    if (n <= 0 || from + (uint64_t)n <= have) break;
+    have = from + (uint64_t)n;
   }
+  return have;
 }
+
+/* The open's reads into the head; what a failed read leaves out, the
+ * mapping serves (front_at). */
+static void extend_head(cb_bundle* b, uint64_t upto) { b->head_size = read_head(b, b->head_size, upto); }
 
 static void close_head(cb_bundle* b) {
   if (b->head_fd >= 0) close(b->head_fd);
   b->head_fd = -1;
+}
+
+/* The head's first weights, [head_size, head_end): read past the page cache
+ * where the read succeeds, else copied from the mapping (layers were given
+ * pointers into the head); then the head is published, and its descriptor
+ * closed. Run by the streamer once the open has set head_end, or by the
+ * open itself where no streamer runs. */
+static void fill_head(cb_bundle* b) {
+  if (!b->head || atomic_load(&b->head_done)) return;
+  /* from head_size, which is 4 KB-aligned below the file's end: the open's
+   * bytes are not written again while it reads them */
+  uint64_t have = read_head(b, b->head_size, b->head_end);
+  if (have < b->head_end) memcpy(b->head + have, b->base + have, b->head_end - have);
+  close_head(b);
+  atomic_store(&b->head_done, 1);
+  cb_futex_wake(&b->head_done, INT32_MAX);
+}
+
+/* A reader of the head's weights waits until they are in. */
+static void wait_head(cb_bundle* b) {
+  while (!atomic_load(&b->head_done)) cb_futex_wait(&b->head_done, 0);
 }
 
 /* The front's first CB_STREAM_FIRST bytes read past the page cache, where
@@ -252,16 +285,17 @@ static const uint8_t* front_at(const cb_bundle* b, uint64_t off, uint64_t n) {
 }
 
 /* Whether `p` points into the head: memory of the bundle's, no page of the
- * mapping's to bring in. */
+ * mapping's to bring in (once head_done). */
 static int in_head(const cb_bundle* b, const uint8_t* p) {
-  return b->head && p >= b->head && p < b->head + b->head_size;
+  return b->head && p >= b->head && p < b->head + b->head_end;
 }
 
-/* Weight tensor `t`'s bytes: in the head where it holds them (the first
+/* Weight tensor `t`'s bytes: in the head where it will hold them (the first
  * layers'), else in the mapping. */
 static const uint8_t* weight_at(const cb_bundle* b, uint32_t t) {
   const uint8_t* p = cb_weight_data(b->base, &b->model, t);
-  return front_at(b, (uint64_t)(p - b->base), b->model.tensors[t].nbytes);
+  uint64_t off = (uint64_t)(p - b->base), n = b->model.tensors[t].nbytes;
+  return b->head && off <= b->head_end && n <= b->head_end - off ? b->head + off : p;
 }
 
 static void start_streamer(cb_bundle* b) {
@@ -301,11 +335,14 @@ static void stop_streamer(cb_bundle* b) {
 /* Bring the mapped bytes [data, data + n) into this process's page tables,
  * waiting for those still on their way from the disk: one call, where
  * touching page by page would sleep and wake once per page. Bytes in the
- * head are in memory since the open. Returns 0 when it could not (an older
+ * head are in memory once the streamer has filled it. Returns 0 when it could not (an older
  * kernel, memory not mapped from the file): the reader's own touches then
  * fault the pages in. */
 static int populate(cb_bundle* b, const uint8_t* data, uint64_t n) {
-  if (in_head(b, data)) return 1;
+  if (in_head(b, data)) {
+    wait_head(b);
+    return 1;
+  }
   if (!b->mapping || !n) return 0;
   wait_streamed(b, (uint64_t)(data - b->base) + n);
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off = (uint64_t)(data - b->base), lo = off / page * page;
@@ -650,8 +687,13 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
   if ((s = cb_model_parse(hdr, hdr_size, b->size, &b->model))) return s;
   uint64_t front = front_end(&b->model);
-  extend_head(b, front + CB_HEAD_WEIGHTS); /* and the first layers' weights */
-  close_head(b);
+  extend_head(b, front); /* the rest of the front; the first layers' weights, the streamer's (fill_head) */
+  if (b->head) {
+    uint64_t end = front + CB_HEAD_WEIGHTS < b->size ? front + CB_HEAD_WEIGHTS : b->size;
+    b->head_end = end < CB_FRONT_MAX ? end : CB_FRONT_MAX;
+    if (b->head_end < b->head_size) b->head_end = b->head_size;
+    if (!b->streaming) fill_head(b);
+  }
   if (b->streaming) publish_front(b, front);
   if ((s = cb_target_check(&b->model))) return s;
   /* Weights with checksums of their own are checked by the run that first
