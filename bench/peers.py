@@ -22,8 +22,8 @@ Protocol (DESIGN.md), for every engine alike: conversion untimed; then
 per sample the whole page cache dropped (root only; the header says
 whether it was), then a fresh process (bench/peer_engines.py child) that
 imports the engine (import time apart), evicts the engine's files from the
-page cache, and times load + first result; samples rotate over engines and models in
-rounds; the first round also times --warm runs after the first (warm =
+page cache, and times load + first result; samples rotate over engines and
+models in rounds, each round in its own shuffled order; the first round also times --warm runs after the first (warm =
 their median). Read bandwidth is measured in the same run, at the start of
 every round (files written once, read back after the same drop each round, the
 better of plain reads and many 1 MiB requests in flight; the median over
@@ -34,6 +34,7 @@ bandwidth), the cold-path issue's.
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -249,24 +250,27 @@ def check(engine, outs, ref):
 
 
 def measure(preps, engines, samples, warm, threads, progress, bandwidth_paths=()):
-    """Samples in rounds (every model and engine once per round); the read
-    bandwidth measured at the start of each round. Returns (results,
-    bandwidths)."""
+    """Samples in rounds (every model and engine once per round, in an order
+    shuffled anew each round: what a sample leaves behind, such as memory
+    the previous process freed, favours no engine); the read bandwidth
+    measured at the start of each round. Returns (results, bandwidths)."""
     res = {m: {e: [] for e in engines} for m in preps}
     bws = []
     for r in range(samples):
         if bandwidth_paths:
             bws.append(time_reads(bandwidth_paths))
-        for m, prep in preps.items():
-            for e in engines:
-                s = sample(e, prep, threads, warm if r == 0 else (2 if e == "coldbrew [continuous]" else 0))
-                if r == 0 and "outputs" in s:
-                    bad = check(e, s["outputs"], prep["ref"])
-                    if bad:
-                        s = {"error": bad}
-                s.pop("outputs", None)
-                res[m][e].append(s)
-                progress.step(f"round {r + 1} {m} {e}")
+        order = [(m, e) for m in preps for e in engines]
+        random.Random(r).shuffle(order)
+        for m, e in order:
+            prep = preps[m]
+            s = sample(e, prep, threads, warm if r == 0 else (2 if e == "coldbrew [continuous]" else 0))
+            if r == 0 and "outputs" in s:
+                bad = check(e, s["outputs"], prep["ref"])
+                if bad:
+                    s = {"error": bad}
+            s.pop("outputs", None)
+            res[m][e].append(s)
+            progress.step(f"round {r + 1} {m} {e}")
     return res, bws
 
 
