@@ -180,7 +180,7 @@ static void* streamer_main(void* arg) {
   cb_bundle* b = arg;
   while (!atomic_load(&b->front_known)) cb_futex_wait(&b->front_known, 0);
   uint64_t front = atomic_load(&b->front), at0 = atomic_load(&b->advised);
-  if (front) fill_head(b);
+  if (!atomic_load(&b->stream_stop)) fill_head(b); /* published by the open (its front may be 0) */
   if (!b->head && front > at0 && front <= b->size && !atomic_load(&b->stream_stop)) {
     advise(b, at0, front); /* small pages, answered before the chunks behind it */
     stream_progress(b, front);
@@ -335,9 +335,9 @@ static void stop_streamer(cb_bundle* b) {
 /* Bring the mapped bytes [data, data + n) into this process's page tables,
  * waiting for those still on their way from the disk: one call, where
  * touching page by page would sleep and wake once per page. Bytes in the
- * head are in memory once the streamer has filled it. Returns 0 when it could not (an older
- * kernel, memory not mapped from the file): the reader's own touches then
- * fault the pages in. */
+ * head are in memory once the streamer has filled it. Returns 0 when it
+ * could not (an older kernel, memory not mapped from the file): the
+ * reader's own touches then fault the pages in. */
 static int populate(cb_bundle* b, const uint8_t* data, uint64_t n) {
   if (in_head(b, data)) {
     wait_head(b);
