@@ -23,11 +23,11 @@ per sample the whole page cache dropped (root only; the header says
 whether it was), then a fresh process (bench/peer_engines.py child) that
 imports the engine (import time apart), evicts the engine's files from the
 page cache, and times load + first result; samples rotate over engines and
-models in rounds, each round in its own shuffled order; the first round also times --warm runs after the first (warm =
-their median). Read bandwidth is measured in the same run, at the start of
-every round (files written once, read back after the same drop each round, the
-better of plain reads and many 1 MiB requests in flight; the median over
-rounds); the floor per model = max(the faster warm latency
+models in rounds, each round in its own shuffled order; the first round
+also times --warm runs after the first (warm = their median). Read
+bandwidth is measured in the same run, at the start of every round (files
+written once, read back after the same drop each round, the better of
+plain reads and many 1 MiB requests in flight; the median over rounds); the floor per model = max(the faster warm latency
 of coldbrew's best plan and onnxruntime, coldbrew's bundle bytes ÷ that
 bandwidth), the cold-path issue's.
 """

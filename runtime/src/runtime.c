@@ -216,12 +216,17 @@ static int front_resident(const cb_bundle* b, uint64_t n) {
   return 1;
 }
 
+/* The most of file bytes [0, upto) the head can hold. */
+static uint64_t head_limit(const cb_bundle* b, uint64_t upto) {
+  if (upto > b->size) upto = b->size;
+  return upto < CB_FRONT_MAX ? upto : CB_FRONT_MAX;
+}
+
 /* Read file bytes [have, upto) into the head (no further than
- * CB_FRONT_MAX); returns the end of what it holds then. */
+ * head_limit); returns the end of what it holds then. */
 static uint64_t read_head(cb_bundle* b, uint64_t have, uint64_t upto) {
   if (!b->head || b->head_fd < 0) return have;
-  if (upto > b->size) upto = b->size;
-  if (upto > CB_FRONT_MAX) upto = CB_FRONT_MAX;
+  upto = head_limit(b, upto);
   while (have < upto) {
     uint64_t from = have / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
     uint64_t len = (upto - from + CB_DIRECT_ALIGN - 1) / CB_DIRECT_ALIGN * CB_DIRECT_ALIGN;
@@ -689,9 +694,8 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   uint64_t front = front_end(&b->model);
   extend_head(b, front); /* the rest of the front; the first layers' weights, the streamer's (fill_head) */
   if (b->head) {
-    uint64_t end = front + CB_HEAD_WEIGHTS < b->size ? front + CB_HEAD_WEIGHTS : b->size;
-    b->head_end = end < CB_FRONT_MAX ? end : CB_FRONT_MAX;
-    if (b->head_end < b->head_size) b->head_end = b->head_size;
+    uint64_t end = head_limit(b, front + CB_HEAD_WEIGHTS);
+    b->head_end = end > b->head_size ? end : b->head_size;
     if (!b->streaming) fill_head(b);
   }
   if (b->streaming) publish_front(b, front);
