@@ -44,8 +44,9 @@ def choose(table, objective, precision="fp32"):
     """{"variants": {layer: variant}, "forms": {layer: "raw" | "cached"},
     "precisions": {layer: "fp32" | precision}, "queues": {layer: q},
     "threads": T, "predicted_ms": ms, "plan_ms": ms}. A narrow `precision`
-    ("fp16", "int8") adds, for every variant layer, its weights stored that
-    way (raw, widened by the transform) to the pairs the plan chooses from;
+    ("fp16", "int8") stores every variant layer's weights that way where the
+    table measured them, and the plan chooses how (widened on the first
+    run, or read in place by a direct kernel) and which variant, by cost;
     the "warm" objective keeps fp32 (cached weights)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"plan objective must be one of {OBJECTIVES}, not {objective!r}")
@@ -83,6 +84,17 @@ def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
     return out
 
 
+def narrow_pairs(pairs, precision):
+    """A layer's pairs that store its weights at the asked `precision`
+    (narrow, widened or read in place) where it has any: narrow weights are
+    the user's choice, so the plan keeps a layer wide only where narrowing
+    is not available (compiler/measure_error.py keeps layers wide for
+    accuracy after the plan)."""
+    if precision == "fp32":
+        return pairs
+    return [p for p in pairs if p[1] in PAIR_FORMS] or pairs
+
+
 def _undominated(pairs):
     """Pairs that no other pair beats in both preparation and execution."""
     def beaten(p):
@@ -97,7 +109,7 @@ def _greedy(layer, table, threads, objective, precision="fp32"):
         cls = table["classes"][0]["name"]
         best = min(layer["candidates"], key=lambda c: median_ms(c["execute_ms"], cls, threads))
         return next(p for p in pairs if p[0] == best["variant"] and p[1] == "cached")
-    return min(pairs, key=lambda p: p[2] + p[3])
+    return min(narrow_pairs(pairs, precision), key=lambda p: p[2] + p[3])
 
 
 def _steps(table, sel, queues):
@@ -164,7 +176,8 @@ def _schedule(table, precision="fp32"):
 def schedule_config(table, threads, worker, precision="fp32"):
     layers = table["layers"]
     # preparation on a worker runs on one thread; inline, on the execution threads
-    options = [_undominated(layer_pairs(layer, table, threads, 1 if worker else threads, precision)) for layer in layers]
+    options = [_undominated(narrow_pairs(layer_pairs(layer, table, threads, 1 if worker else threads, precision),
+                                         precision)) for layer in layers]
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
     queues = [0] + [1 if worker else 0] * (len(layers) - 1)
     cost = _predict(table, sel, queues, threads)

@@ -241,7 +241,7 @@ def test_fp16_form_reads_narrow_bytes_and_widens():
         simulate(_plan(form="int8"), table)
 
 
-def test_plan_takes_fp16_only_when_asked_and_when_it_pays():
+def test_plan_stores_fp16_only_when_asked_and_then_even_where_fp32_reads_faster():
     cheap = _narrow_table(0.01)
     cheap["layers"][0]["candidates"][1]["read_ms"]["cached"] = _stat(9.0)  # gemm's fp32 read is slow
     cheap["layers"][0]["candidates"][0]["read_ms"]["cached"] = _stat(9.0)
@@ -250,7 +250,9 @@ def test_plan_takes_fp16_only_when_asked_and_when_it_pays():
     p = choose(cheap, "cold-greedy", "fp16")
     assert p["precisions"] == {"c0": "fp16"} and p["forms"] == {"c0": "cached"}
     dear = _narrow_table(50.0)  # reading the fp16 weights is slower than anything fp32
-    assert choose(dear, "cold", "fp16")["precisions"] == {"c0": "fp32"}
+    assert choose(dear, "cold", "fp16")["precisions"] == {"c0": "fp16"}  # the precision asked is stored
+    assert choose(dear, "cold-greedy", "fp16")["precisions"] == {"c0": "fp16"}
+    assert choose(dear, "warm", "fp16")["precisions"] == {"c0": "fp32"}  # the warm plan keeps fp32
 
 
 def _direct_table(read, execute):
@@ -278,9 +280,9 @@ def test_plan_weighs_the_direct_form_against_widening():
     p = choose(_direct_table(0.2, 3.5), "cold-greedy", "fp16")
     assert p["forms"] == {"c0": "direct"} and p["precisions"] == {"c0": "fp16"}
     assert p["variants"] == {"c0": "conv2d.im2col_gemm"}
-    # a direct kernel much slower than the fp32 one loses to it
+    # a direct kernel much slower than widening loses to it
     slow = choose(_direct_table(0.2, 9.0), "cold-greedy", "fp16")
-    assert slow["forms"]["c0"] != "direct"
+    assert slow["forms"]["c0"] == "cached" and slow["precisions"] == {"c0": "fp16"}
     assert choose(_direct_table(0.2, 3.5), "cold-greedy")["forms"]["c0"] != "direct"  # fp32 unless asked
     assert choose(_direct_table(0.2, 3.5), "cold", "fp16")["forms"] == {"c0": "direct"}
     from coldbrew.compiler.plan import simulated_plan
