@@ -383,7 +383,8 @@ def widen_rate(nbytes=16 << 20, repeat=5):
     times = []
     for _ in range(repeat):
         area = mmap.mmap(-1, n * 4)  # fresh pages, huge where the kernel offers them (runtime.c big_alloc)
-        area.madvise(mmap.MADV_HUGEPAGE)
+        if hasattr(mmap, "MADV_HUGEPAGE"):  # Linux
+            area.madvise(mmap.MADV_HUGEPAGE)
         out = np.frombuffer(area, np.float32)
         t = time.perf_counter()
         fn(half.ctypes.data, out.ctypes.data, n)
