@@ -27,9 +27,10 @@ models in rounds, each round in its own shuffled order; the first round
 also times --warm runs after the first (warm = their median). Read
 bandwidth is measured in the same run, at the start of every round (files
 written once, read back after the same drop each round, the better of
-plain reads and many 1 MiB requests in flight; the median over rounds); the floor per model = max(the faster warm latency
-of coldbrew's best plan and onnxruntime, coldbrew's bundle bytes ÷ that
-bandwidth), the cold-path issue's.
+plain reads and many 1 MiB requests in flight; the median over rounds);
+the floor per model = max(the faster warm latency of coldbrew's best plan
+and onnxruntime, coldbrew's bundle bytes ÷ that bandwidth), the cold-path
+issue's.
 """
 import argparse
 import json
@@ -453,7 +454,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     lines = [f"# coldbrew and peers, cold start ({host_isa()}, {os.cpu_count()} cores, {args.threads} threads; "
              f"read bandwidth {bw / 1e9:.2f} GB/s, the median of one measurement per round "
-             f"({', '.join(f'{b / 1e9:.2f}' for b in bws)}); {args.samples} samples per figure, medians; {cold_protocol()})", ""]
+             f"({', '.join(f'{b / 1e9:.2f}' for b in bws)}); {args.samples} samples per figure, medians; "
+             f"{cold_protocol()})", ""]
     lines += table(rows, engines) + [""] + geomeans(rows, engines) + [""] + scheduler_goals(rows, bw)
     lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
                   f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})",
