@@ -114,23 +114,30 @@ def time_reads(paths):
     the mapping 2 MB at a time (MADV_POPULATE_READ, huge folios asked for),
     no copy, the way coldbrew's runtime reads a bundle (Linux 5.14 on)."""
     best = 0.0
-    for way, path in enumerate([paths[0], paths[1], paths[0]]):
+    for read, path in ((_read_plain, paths[0]), (_read_requested, paths[1]), (_populate, paths[0])):
         drop_page_cache()  # as before every sample
         pe.evict(path)
         size = os.path.getsize(path)
         t = time.perf_counter()
-        if way == 2:
-            if not _populate(path, size):
-                continue
-        else:
-            with open(path, "rb", buffering=0) as f:
-                if way == 1:
-                    for off in range(0, size, 1 << 20):
-                        os.posix_fadvise(f.fileno(), off, 1 << 20, os.POSIX_FADV_WILLNEED)
-                while f.read(8 << 20):
-                    pass
-        best = max(best, size / (time.perf_counter() - t))
+        if read(path, size):
+            best = max(best, size / (time.perf_counter() - t))
     return best
+
+
+def _read_plain(path, size, requested=False):
+    """read() calls; `requested`: the whole file asked for first in 1 MiB
+    requests."""
+    with open(path, "rb", buffering=0) as f:
+        if requested:
+            for off in range(0, size, 1 << 20):
+                os.posix_fadvise(f.fileno(), off, 1 << 20, os.POSIX_FADV_WILLNEED)
+        while f.read(8 << 20):
+            pass
+    return True
+
+
+def _read_requested(path, size):
+    return _read_plain(path, size, requested=True)
 
 
 MADV_POPULATE_READ = 22  # Linux 5.14; Python's mmap module names it from 3.13 on

@@ -283,10 +283,16 @@ static void read_front(cb_bundle* b, const char* path) {
   }
 }
 
+/* File bytes [off, off + n): in the head where [0, end) of it covers them,
+ * else in the mapping. */
+static const uint8_t* head_or_mapping(const cb_bundle* b, uint64_t off, uint64_t n, uint64_t end) {
+  return b->head && off <= end && n <= end - off ? b->head + off : b->base + off;
+}
+
 /* The open's view of file bytes [off, off + n): the head where it holds
  * them, else the mapping. */
 static const uint8_t* front_at(const cb_bundle* b, uint64_t off, uint64_t n) {
-  return b->head && off <= b->head_size && n <= b->head_size - off ? b->head + off : b->base + off;
+  return head_or_mapping(b, off, n, b->head_size);
 }
 
 /* Whether `p` points into the head: memory of the bundle's, no page of the
@@ -298,9 +304,8 @@ static int in_head(const cb_bundle* b, const uint8_t* p) {
 /* Weight tensor `t`'s bytes: in the head where it will hold them (the first
  * layers'), else in the mapping. */
 static const uint8_t* weight_at(const cb_bundle* b, uint32_t t) {
-  const uint8_t* p = cb_weight_data(b->base, &b->model, t);
-  uint64_t off = (uint64_t)(p - b->base), n = b->model.tensors[t].nbytes;
-  return b->head && off <= b->head_end && n <= b->head_end - off ? b->head + off : p;
+  uint64_t off = (uint64_t)(cb_weight_data(b->base, &b->model, t) - b->base);
+  return head_or_mapping(b, off, b->model.tensors[t].nbytes, b->head_end);
 }
 
 static void start_streamer(cb_bundle* b) {
