@@ -49,6 +49,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa, zoo  # noqa: E402
 import peer_engines as pe  # noqa: E402
+from coldbrew.compiler.measure import populate_read  # noqa: E402
 
 COLDBREW = {  # label -> compile_model options (the ablation, in order)
     "coldbrew [default]": {"weights": "raw"},
@@ -140,26 +141,11 @@ def _read_requested(path, size):
     return _read_plain(path, size, requested=True)
 
 
-MADV_POPULATE_READ = 22  # Linux 5.14; Python's mmap module names it from 3.13 on
-
-
 def _populate(path, size):
-    """Map `path` and bring it in 2 MB at a time; False where the kernel
-    cannot (the measurement is then left out)."""
-    import mmap
-
-    with open(path, "rb", buffering=0) as f:
-        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-        try:
-            if hasattr(mmap, "MADV_HUGEPAGE"):
-                m.madvise(mmap.MADV_HUGEPAGE)
-            for off in range(0, size, 2 << 20):
-                m.madvise(MADV_POPULATE_READ, off, min(2 << 20, size - off))
-            return True
-        except OSError:
-            return False
-        finally:
-            m.close()
+    """Mapped and brought in 2 MB at a time, the runtime's way (coldbrew's
+    measure.populate_read); False where the kernel cannot (the measurement
+    is then left out)."""
+    return populate_read(path, size)
 
 
 def read_bandwidth(work):

@@ -6,6 +6,8 @@ runtime's trace (per plan step: read, transform, execute, with the open
 phases). The profiler (compiler/profile.py) takes its cold samples and warm
 runs this way, and the tuner (compiler/tune.py) its search.
 
+    populate_read(path)   read a file the runtime's way (the profile's
+        storage bandwidth and the peer benchmark's floor time it)
     sample(bundle, cores, threads, warm)   one fresh process: evict the bundle,
         open it, run once (the cold run), then `warm` more runs; returns
         {"open": {phase: ms}, "read" | "transform" | "execute_first" |
@@ -29,6 +31,32 @@ def evict(path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+MADV_POPULATE_READ = 22  # Linux 5.14; Python's mmap module names it from 3.13 on
+
+
+def populate_read(path, size=None):
+    """Read `path` the way coldbrew's runtime reads a bundle: mapped, huge
+    folios asked for, brought in 2 MB at a time (MADV_POPULATE_READ), no
+    copy. False where the kernel cannot (before 5.14): the runtime then
+    reads with MADV_WILLNEED and faults, which plain read() calls
+    measure."""
+    import mmap
+
+    size = os.path.getsize(path) if size is None else size
+    with open(path, "rb", buffering=0) as f:
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        try:
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                m.madvise(mmap.MADV_HUGEPAGE)
+            for off in range(0, size, 2 << 20):
+                m.madvise(MADV_POPULATE_READ, off, min(2 << 20, size - off))
+            return True
+        except OSError:
+            return False
+        finally:
+            m.close()
 
 
 def flush_cpu_caches(nbytes=96 << 20):

@@ -82,3 +82,46 @@ def test_cli_trace_and_simulate(table_and_bundle, tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = CliRunner().invoke(main, ["simulate", bundle, "--costs", str(costs)])
     assert r.exit_code == 0 and "predicted cold latency on host" in r.output, r.output
+
+
+def _resident_pages(path):
+    """(resident, total) pages of `path` in the page cache (mincore)."""
+    import ctypes
+    import mmap
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size, page = os.path.getsize(path), mmap.PAGESIZE
+    n = (size + page - 1) // page
+    with open(path, "rb") as f:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        vec = (ctypes.c_ubyte * n)()
+        assert libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) == 0
+        libc.munmap(addr, size)
+    return sum(v & 1 for v in vec), n
+
+
+def test_the_storage_bandwidth_is_read_the_runtime_way(tmp_path, monkeypatch):
+    """populate_read brings the whole file into memory through a mapping, as
+    the runtime's streamer does; the profile's storage bandwidth is timed by
+    it (where the kernel has MADV_POPULATE_READ)."""
+    import os
+
+    from coldbrew.compiler import measure
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom((5 << 20) + 123))  # not a whole number of 2 MB chunks
+    measure.evict(str(path))
+    if tuple(int(x) for x in os.uname().release.split(".")[:2]) < (5, 14):
+        assert not measure.populate_read(str(path))
+        return
+    assert measure.populate_read(str(path))
+    resident, total = _resident_pages(str(path))
+    assert resident == total
+    calls = []
+    monkeypatch.setattr(prof, "populate_read", lambda p, n: calls.append(n) or True)
+    storage = prof._storage(str(tmp_path))
+    assert calls == [32 << 20] * 3 and storage["read_mb_s"] > 0
