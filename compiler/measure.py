@@ -45,6 +45,8 @@ def populate_read(path, size=None):
     import mmap
 
     size = os.path.getsize(path) if size is None else size
+    if not size:
+        return True  # nothing to bring in (and nothing to map)
     with open(path, "rb", buffering=0) as f:
         m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
         try:
