@@ -141,11 +141,9 @@ def _read_requested(path, size):
     return _read_plain(path, size, requested=True)
 
 
-def _populate(path, size):
-    """Mapped and brought in 2 MB at a time, the runtime's way (coldbrew's
-    measure.populate_read); False where the kernel cannot (the measurement
-    is then left out)."""
-    return populate_read(path, size)
+# mapped and brought in 2 MB at a time, the runtime's way; False where the
+# kernel cannot (the measurement is then left out)
+_populate = populate_read
 
 
 def read_bandwidth(work):

@@ -8,6 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the kernel has MADV_POPULATE_READ (Linux 5.14), which the runtime's reader uses
+POPULATE_READ = tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (5, 14)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
