@@ -132,11 +132,17 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     if (plan != "default" or continuous or tune) and _on_gpu(target):
         raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
                            "(compile with the default plan)")
+    tuning = front = accuracy = None
+    if tune:  # before the plan: the cost table then times the tuned kernels the bundle ships
+        from .tune import tune as measure_tuning
+
+        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner, the probe and the compile
+        tuning = measure_tuning(model, target, threads, front=front, progress=progress)
     if plan != "default" or continuous:
         from .plan import choose
         from .profile import profile
 
-        table = profile(model, target, threads, input_shapes, constants, progress)
+        table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning)
         if continuous:
             best = choose(table, "warm")
             warm = (best["variants"], best["threads"])
@@ -153,15 +159,10 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         later_threads = threads if planned["threads"] < threads and not continuous else 0
         threads = planned["threads"]
         narrow_only = {name for name, p in planned["precisions"].items() if p != "fp32"}
-    tuning = front = accuracy = None
-    if tune or (precision != "fp32" and narrow_only != set()):
-        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner, the probe and the compile
-    if tune:
-        from .tune import tune as measure_tuning
-
-        tuning = measure_tuning(model, target, threads, front=front, progress=progress)
     if precision != "fp32" and narrow_only != set():
         from . import measure_error
+
+        front = front or front_end(model, input_shapes, constants, dump_ir)
 
         if progress:
             progress(0, 1, f"measure the {precision} weights' error")

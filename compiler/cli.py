@@ -267,14 +267,19 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="also write the cost table here")
 @click.option("--force", is_flag=True, help="measure again even if the table is cached")
-def profile_cmd(model, target, threads, input_shapes, binds, output, force):
+@click.option("--tune/--no-tune", default=None,
+              help="time the kernels with their tuned schedule parameters, as `compile` ships them; default: on "
+                   "when the target is this machine (host)")
+def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune):
     """Measure MODEL's device cost table: per layer x variant, read / transform / execute."""
     from .profile import profile
 
     t0 = time.perf_counter()
+    shapes, constants = _parse_shapes(input_shapes), _parse_binds(binds)
     try:
         with _progress("measuring") as progress:
-            table = profile(model, target, threads, _parse_shapes(input_shapes), _parse_binds(binds), progress, force)
+            tuning = _tuning(model, target, threads, shapes, constants, tune, progress)
+            table = profile(model, target, threads, shapes, constants, progress, force, tuning=tuning)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if output:
@@ -296,7 +301,18 @@ def _table(costs, model, target, threads):
     if not model:
         raise click.UsageError("give --costs FILE or --model MODEL.onnx")
     with _progress("profiling") as progress:
-        return profile(model, target, threads, progress=progress)
+        return profile(model, target, threads, progress=progress,
+                       tuning=_tuning(model, target, threads, None, None, None, progress))
+
+
+def _tuning(model, target, threads, shapes, constants, tune, progress):
+    """The tuning `compile` uses by default (host: measured, else none), so a
+    table profiled here is the one its plans are made from."""
+    if not (target == "host" if tune is None else tune):
+        return None
+    from .tune import tune as measure_tuning
+
+    return measure_tuning(model, target, threads, shapes, constants, progress=progress)
 
 
 @main.command("simulate")

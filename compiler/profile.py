@@ -26,9 +26,14 @@ config in the same rounds: the direct candidates' first and warm execution
 (a plan with fewer execution threads is predicted from its own thread
 count's times) and their read.
 
+The kernels are compiled with the schedule parameters `compile` gives
+them: a tuned compile (compiler/tune.py; the host's default) measures its
+tuning first and profiles the tuned kernels, so the plan is made from the
+times of the code it ships.
+
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
-of model hash, input bindings, target fingerprint, threads and coldbrew
-version, so profiling or compiling the same model for the same target again
+of model hash, input bindings, target fingerprint, threads, the tuning's
+digest and coldbrew version, so profiling or compiling the same model for the same target again
 does not re-measure. Targets marked `modeled` (devices we do not have) get
 the host table scaled per core class and phase (targets/), and say so.
 """
@@ -165,7 +170,7 @@ def _narrow_bytes(graph, layer):
             + rest for p in NARROW}
 
 
-def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
+def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tuning=None):
     from . import _version
 
     h = hashlib.sha256()
@@ -173,7 +178,7 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
 
     code = code_hash([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))])
     h.update(json.dumps([model_hash, target.fingerprint(), threads, _version(), code, FORMAT, VERSION,
-                         sorted((input_shapes or {}).items())]).encode())
+                         sorted((input_shapes or {}).items()), tuning.digest() if tuning else None]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
         h.update(bytes(memoryview(constants[name]).cast("B")))
@@ -181,11 +186,13 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None):
 
 
 def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
-            repeat=None):
+            repeat=None, tuning=None):
     """The cost table (a dict) of `model` on `target`, measured or from the cache.
 
     `progress(done, total, what)` is called as the work advances; `repeat`
-    overrides sample counts (REPEAT's keys)."""
+    overrides sample counts (REPEAT's keys); `tuning` (compiler/tune.py) gives
+    the layers' measured schedule parameters, so the table times the kernels
+    a tuned compile ships (else each variant's derived parameters)."""
     from coldbrew.targets import resolve
 
     from . import load_onnx
@@ -193,9 +200,9 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     tgt = resolve(target) if isinstance(target, str) else target
     proto, model_hash = load_onnx.read_model(model)
     if getattr(tgt, "modeled", False):
-        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat)
+        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning)
         return modeled_table(host, tgt)
-    key = cache_key(model_hash, tgt, threads, input_shapes, constants)
+    key = cache_key(model_hash, tgt, threads, input_shapes, constants, tuning)
     path = os.path.join(cache_dir(), "costs", f"{key}.json")
     if not force and os.path.exists(path):
         with open(path) as f:
@@ -204,7 +211,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
             table["cached"] = True
             return table
     table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None),
-                     {**REPEAT, **(repeat or {})})
+                     {**REPEAT, **(repeat or {})}, tuning)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.{os.getpid()}.tmp"
     with open(tmp_path, "w") as f:
@@ -214,7 +221,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     return table
 
 
-def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat):
+def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning):
     from . import compile_graph, front_end
     from .tune import anchors_of
 
@@ -242,7 +249,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             progress(done, total, f"compile column {c + 1}/{len(columns)}")
             bundles.append(os.path.join(tmp, f"column{c}.brew"))
             graphs.append(compile_graph(proto, bundles[-1], tgt, input_shapes, constants, variants=choice,
-                                        weights="raw", threads=threads, front=front)[1])
+                                        weights="raw", threads=threads, front=front, tuning=tuning)[1])
             done += 1
         direct_bundles, direct_graphs = {p: [] for p in DIRECT_FORMS}, {p: [] for p in DIRECT_FORMS}
         for p in DIRECT_FORMS:
@@ -251,12 +258,13 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
                 direct_bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
                 direct_graphs[p].append(compile_graph(proto, direct_bundles[p][-1], tgt, input_shapes, constants,
                                                       variants=choice, weights="direct", threads=threads,
-                                                      front=front, precision=p)[1])
+                                                      front=front, precision=p, tuning=tuning)[1])
                 done += 1
         # the default plan as shipped (cached weights): its open costs and first executions
         progress(done, total, "compile the default bundle")
         default = os.path.join(tmp, "default.brew")
-        compile_graph(proto, default, tgt, input_shapes, constants, variants=columns[0], threads=threads, front=front)
+        compile_graph(proto, default, tgt, input_shapes, constants, variants=columns[0], threads=threads, front=front,
+                      tuning=tuning)
         done += 1
         # samples are taken in rounds over every column, core config and the
         # default bundle, so each measurement's median spans the whole
@@ -295,7 +303,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
         "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
         "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes], "storage": storage, "load": load,
-        "layers": list(layers.values()), "repeat": repeat, "profile_s": round(time.perf_counter() - t_start, 1),
+        "layers": list(layers.values()), "repeat": repeat, "tuned": bool(tuning), "profile_s": round(time.perf_counter() - t_start, 1),
     }
 
 

@@ -15,6 +15,7 @@ shapes (in this model or another) are measured once. Only the machine
 compiling can be measured: for any other target `tune` returns None and
 every layer keeps the model's pick, which the bundle labels "derived".
 """
+import hashlib
 import json
 import os
 import statistics
@@ -35,6 +36,11 @@ class Tuning:
 
     def __init__(self, entries):
         self.entries = entries
+
+    def digest(self):
+        """What the measured choices are, in a few hex digits: a cost table
+        measured with them is cached under it (compiler/profile.py)."""
+        return hashlib.sha256(json.dumps(self.entries, sort_keys=True).encode()).hexdigest()[:16]
 
     def best(self, spec):
         e = self.entries.get(spec_key(spec))
@@ -98,8 +104,9 @@ def cache_path(target):
 
 
 def tune(model, target, threads=2, input_shapes=None, constants=None, front=None, progress=None, force=False):
-    """The Tuning of `model`'s layer shapes on `target`, measured or from the
-    cache; None when `target` is not the machine compiling."""
+    """The Tuning of `model`'s layer shapes on `target` (their entries only),
+    measured or from the cache; None when `target` is not the machine
+    compiling."""
     from coldbrew.targets import resolve
 
     from . import front_end
@@ -115,7 +122,8 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
             entries = json.load(f)
     front = front or front_end(model, input_shapes, constants)
     anchors = anchors_of(None, tgt.vector, front=front)
-    todo = list({spec_key(a.spec): a.spec for a in anchors if spec_key(a.spec) not in entries}.values())
+    mine = {spec_key(a.spec): a.spec for a in anchors}
+    todo = [spec for key, spec in mine.items() if key not in entries]
     if todo:
         entries.update(measure_shapes(todo, tgt, threads, progress))
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -123,7 +131,7 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
         with open(tmp, "w") as f:
             json.dump(entries, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
-    return Tuning(entries)
+    return Tuning({key: entries[key] for key in mine})
 
 
 def measure_shapes(specs, target, threads, progress):

@@ -84,3 +84,33 @@ def test_targets_command_shows_vector_units():
     out = CliRunner().invoke(main, ["targets"])
     assert out.exit_code == 0, out.output
     assert "x86_64-avx2" in out.output and "neon" in out.output and "avx512" in out.output
+
+
+def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_model, tmp_path, monkeypatch):
+    """compile --plan cold with tuning profiles the kernels it ships: every
+    bundle the profile compiles carries the model's tuning, and the table is
+    cached apart from an untuned one."""
+    import coldbrew.compiler as comp
+    from coldbrew.compiler import load_onnx
+    from coldbrew.compiler import profile as prof
+
+    monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
+    given, tables, real_compile, real_profile = [], [], comp.compile_graph, prof.profile
+
+    def compile_spy(*a, **k):
+        given.append(k.get("tuning"))
+        return real_compile(*a, **k)
+
+    def profile_spy(*a, **k):
+        tables.append((k.get("tuning"), real_profile(*a, **k)))
+        return tables[-1][1]
+
+    monkeypatch.setattr(comp, "compile_graph", compile_spy)
+    monkeypatch.setattr(prof, "profile", profile_spy)
+    compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
+    (tuning, table), = tables
+    assert tuning.entries == tuned[0].entries and table["tuned"]
+    assert len(given) > 2 and all(t is not None and t.entries == tuned[0].entries for t in given)
+    _, model_hash = load_onnx.read_model(small_model)
+    host = resolve("host")
+    assert prof.cache_key(model_hash, host, 2, tuning=tuning) != prof.cache_key(model_hash, host, 2)
