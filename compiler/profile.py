@@ -33,9 +33,10 @@ times of the code it ships.
 
 Tables are cached (COLDBREW_CACHE, default ~/.cache/coldbrew) under a key
 of model hash, input bindings, target fingerprint, threads, the tuning's
-digest and coldbrew version, so profiling or compiling the same model for the same target again
-does not re-measure. Targets marked `modeled` (devices we do not have) get
-the host table scaled per core class and phase (targets/), and say so.
+digest and coldbrew version, so profiling or compiling the same model for
+the same target again does not re-measure. Targets marked `modeled`
+(devices we do not have) get the host table scaled per core class and
+phase (targets/), and say so.
 """
 import hashlib
 import json
