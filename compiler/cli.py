@@ -157,7 +157,7 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
             data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
                                  constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
                                  weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
-                                 tune=target == "host" if tune is None else tune, queues=_parse_queues(queue_opts),
+                                 tune=_tunes(target, tune), queues=_parse_queues(queue_opts),
                                  on_plan=planned.append, continuous=continuous, sign=sign_key, precision=precision,
                                  max_error=max_error, calibration=calibration)
     except (CompileError, ValueError) as e:
@@ -305,10 +305,16 @@ def _table(costs, model, target, threads):
                        tuning=_tuning(model, target, threads, None, None, None, progress))
 
 
+def _tunes(target, tune):
+    """Whether a command tunes: as asked, else only for the machine it runs
+    on (the host), the only target that can be measured."""
+    return target == "host" if tune is None else tune
+
+
 def _tuning(model, target, threads, shapes, constants, tune, progress):
-    """The tuning `compile` uses by default (host: measured, else none), so a
-    table profiled here is the one its plans are made from."""
-    if not (target == "host" if tune is None else tune):
+    """The tuning `compile` uses (_tunes), so a table profiled here is the
+    one its plans are made from; None where it does not tune."""
+    if not _tunes(target, tune):
         return None
     from .tune import tune as measure_tuning
 
