@@ -4,7 +4,9 @@ floor, in one run.
     python bench/plans.py [MODEL[,MODEL...]] [ROUNDS]
 
 Per model, one device cost table (compiler/profile.py) and these bundles
-(kernels untuned, the same everywhere; 2 threads):
+(2 threads; kernels tuned, as `coldbrew compile` does on the machine it
+runs on, with the same tuning in every arm, and the cost table times the
+tuned kernels):
 
   plans compared (the scheduler's criterion)
     default      default variants, cached weights, preparation inline
@@ -39,10 +41,11 @@ import tempfile
 from common import save_ort_best
 from common import ROOT, cold_process, cold_protocol, geomean, host_isa, zoo
 
-from coldbrew.compiler import compile_model
+from coldbrew.compiler import compile_model, front_end
 from coldbrew.compiler.plan import choose, layer_pairs
 from coldbrew.compiler.profile import profile
 from coldbrew.compiler.simulate import plan_of_bundle, simulate
+from coldbrew.compiler.tune import tune
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 COMPARED = ["default", "warm", "cold-greedy", "all-raw", "all-cached", "cold"]
@@ -78,7 +81,7 @@ def compile_arms(proto, table, d, m):
     paths = {}
     for arm, kw in specs.items():
         paths[arm] = f"{d}/{m}.{arm}.brew"
-        compile_model(proto, paths[arm], tune=False, **kw)
+        compile_model(proto, paths[arm], tune=True, **kw)  # the tuning is cached: every arm gets the same
     return paths
 
 
@@ -109,7 +112,8 @@ def main():
             with open(onnx_path, "wb") as f:
                 f.write(proto.SerializeToString())
             save_ort_best(onnx_path, f"{d}/{m}.ort")
-            table = profile(proto, "host", 2)
+            front = front_end(proto)
+            table = profile(proto, "host", 2, tuning=tune(proto, "host", 2, front=front), front=front)
             for arm, path in compile_arms(proto, table, d, m).items():
                 arms[(m, arm)] = [path]
                 predicted[(m, arm)] = simulate(plan_of_bundle(path), table)["latency_ms"]

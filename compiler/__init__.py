@@ -142,7 +142,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         from .plan import choose
         from .profile import profile
 
-        table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning)
+        table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning, front=front)
         if continuous:
             best = choose(table, "warm")
             warm = (best["variants"], best["threads"])

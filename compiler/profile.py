@@ -20,7 +20,6 @@ Layers without variants (pooling, elementwise ...) are measured in the
 first column, and so are the open costs (verification of the header and
 code, code load, session creation). Each column is also compiled with the
 direct fp16 and the direct int8 weight forms (compiler/plan_weights.py:
-their kernels read the narrow weights in place), sampled with the plan's
 their kernels read the narrow weights in place), sampled on every core
 config in the same rounds: the direct candidates' first and warm execution
 (a plan with fewer execution threads is predicted from its own thread
@@ -187,13 +186,15 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tu
 
 
 def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
-            repeat=None, tuning=None):
+            repeat=None, tuning=None, front=None):
     """The cost table (a dict) of `model` on `target`, measured or from the cache.
 
     `progress(done, total, what)` is called as the work advances; `repeat`
     overrides sample counts (REPEAT's keys); `tuning` (compiler/tune.py) gives
     the layers' measured schedule parameters, so the table times the kernels
-    a tuned compile ships (else each variant's derived parameters)."""
+    a tuned compile ships (else each variant's derived parameters); `front`
+    (compiler.front_end's result for this model and these inputs, e.g. the
+    one the tuner used) spares the measurement the first passes."""
     from coldbrew.targets import resolve
 
     from . import load_onnx
@@ -201,7 +202,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     tgt = resolve(target) if isinstance(target, str) else target
     proto, model_hash = load_onnx.read_model(model)
     if getattr(tgt, "modeled", False):
-        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning)
+        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning, front)
         return modeled_table(host, tgt)
     key = cache_key(model_hash, tgt, threads, input_shapes, constants, tuning)
     path = os.path.join(cache_dir(), "costs", f"{key}.json")
@@ -212,7 +213,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
             table["cached"] = True
             return table
     table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None),
-                     {**REPEAT, **(repeat or {})}, tuning)
+                     {**REPEAT, **(repeat or {})}, tuning, front)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.{os.getpid()}.tmp"
     with open(tmp_path, "w") as f:
@@ -222,12 +223,12 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     return table
 
 
-def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning):
+def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None):
     from . import compile_graph, front_end
     from .tune import anchors_of
 
     t_start = time.perf_counter()
-    front = front_end(proto, input_shapes, constants)  # shared by every column's compile
+    front = front or front_end(proto, input_shapes, constants)  # shared by every column's compile
     anchors = anchors_of(proto, tgt.vector, front=front)
     columns = _columns(anchors)
     classes = core_classes(tgt)

@@ -89,13 +89,15 @@ def test_targets_command_shows_vector_units():
 def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_model, tmp_path, monkeypatch):
     """compile --plan cold with tuning profiles the kernels it ships: every
     bundle the profile compiles carries the model's tuning, and the table is
-    cached apart from an untuned one."""
+    cached apart from an untuned one. The first passes run once, shared by
+    the tuner, the profile and the bundle's compile."""
     import coldbrew.compiler as comp
     from coldbrew.compiler import load_onnx
     from coldbrew.compiler import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
-    given, tables, real_compile, real_profile = [], [], comp.compile_graph, prof.profile
+    given, tables, fronts = [], [], []
+    real_compile, real_profile, real_front = comp.compile_graph, prof.profile, comp.front_end
 
     def compile_spy(*a, **k):
         given.append(k.get("tuning"))
@@ -105,9 +107,15 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
         tables.append((k.get("tuning"), real_profile(*a, **k)))
         return tables[-1][1]
 
+    def front_spy(*a, **k):
+        fronts.append(real_front(*a, **k))
+        return fronts[-1]
+
     monkeypatch.setattr(comp, "compile_graph", compile_spy)
     monkeypatch.setattr(prof, "profile", profile_spy)
+    monkeypatch.setattr(comp, "front_end", front_spy)
     compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
+    assert len(fronts) == 1
     (tuning, table), = tables
     assert tuning.entries == tuned[0].entries and table["tuned"]
     assert len(given) > 2 and all(t is not None and t.entries == tuned[0].entries for t in given)
