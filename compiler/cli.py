@@ -278,8 +278,8 @@ def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune
     shapes, constants = _parse_shapes(input_shapes), _parse_binds(binds)
     try:
         with _progress("measuring") as progress:
-            tuning = _tuning(model, target, threads, shapes, constants, tune, progress)
-            table = profile(model, target, threads, shapes, constants, progress, force, tuning=tuning)
+            table = profile(model, target, threads, shapes, constants, progress, force,
+                            **_tuning(model, target, threads, shapes, constants, tune, progress))
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if output:
@@ -302,7 +302,7 @@ def _table(costs, model, target, threads):
         raise click.UsageError("give --costs FILE or --model MODEL.onnx")
     with _progress("profiling") as progress:
         return profile(model, target, threads, progress=progress,
-                       tuning=_tuning(model, target, threads, None, None, None, progress))
+                       **_tuning(model, target, threads, None, None, None, progress))
 
 
 def _tunes(target, tune):
@@ -312,13 +312,17 @@ def _tunes(target, tune):
 
 
 def _tuning(model, target, threads, shapes, constants, tune, progress):
-    """The tuning `compile` uses (_tunes), so a table profiled here is the
-    one its plans are made from; None where it does not tune."""
+    """profile()'s tuning arguments: the tuning `compile` uses (_tunes), so
+    a table profiled here is the one its plans are made from, and the first
+    passes' result the tuner ran (the profile then does not run them
+    again); none where it does not tune."""
     if not _tunes(target, tune):
-        return None
+        return {}
+    from . import front_end
     from .tune import tune as measure_tuning
 
-    return measure_tuning(model, target, threads, shapes, constants, progress=progress)
+    front = front_end(model, shapes, constants)
+    return {"tuning": measure_tuning(model, target, threads, front=front, progress=progress), "front": front}
 
 
 @main.command("simulate")

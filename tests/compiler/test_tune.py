@@ -122,3 +122,24 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
     _, model_hash = load_onnx.read_model(small_model)
     host = resolve("host")
     assert prof.cache_key(model_hash, host, 2, tuning=tuning) != prof.cache_key(model_hash, host, 2)
+
+
+def test_the_profile_command_profiles_the_tuned_kernels_with_one_front_end(tuned, small_model, tmp_path, monkeypatch):
+    """`coldbrew profile` on the host tunes as compile does, and hands the
+    tuner's first passes to the profile rather than running them again."""
+    import coldbrew.compiler as comp
+    from coldbrew.compiler import profile as prof
+
+    monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
+    fronts, real_front = [], comp.front_end
+
+    def front_spy(*a, **k):
+        fronts.append(real_front(*a, **k))
+        return fronts[-1]
+
+    monkeypatch.setattr(comp, "front_end", front_spy)
+    model, out = tmp_path / "small.onnx", tmp_path / "costs.json"
+    model.write_bytes(small_model.SerializeToString())
+    r = CliRunner().invoke(main, ["profile", str(model), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(fronts) == 1 and json.loads(out.read_text())["tuned"]
