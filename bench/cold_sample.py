@@ -35,15 +35,16 @@ if ORT:
 else:
     import coldbrew
 t_import = time.perf_counter() - t_import
+from common import settle_memory  # noqa: E402  (bench/ is this script's folder)
 if not ORT:  # the tool that reads the inputs from the header: not the engine's import
     from coldbrew.compiler.inspect_bundle import input_specs
 
 
 def evict(path):
-    """Drop the file from the page cache, and the previous process's data
-    from the CPU caches (a buffer larger than the last-level cache)."""
-    buf = np.empty(24 << 20, np.float32)
-    buf.fill(1.0)
+    """Settle memory (common.settle_memory: the CPU caches cleared, fresh
+    memory alike for every sample), then drop the file from the page
+    cache."""
+    settle_memory()
     fd = os.open(path, os.O_RDONLY)
     os.fdatasync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

@@ -54,6 +54,39 @@ def drop_page_cache():
         return False
 
 
+SETTLE_BYTES = 1 << 30
+
+
+def settle_memory(nbytes=SETTLE_BYTES):
+    """Write `nbytes` of fresh memory and free it: a cold sample's last step
+    before its clock starts (after its engine's import and its inputs,
+    before the artifact's eviction). It clears the CPU caches of what came
+    before, and it gives every engine the same memory to start on. This
+    machine is a VM that hands freed memory back to its host; the first
+    write to a 2 MB block handed back costs about 4.7 ms of the writing
+    thread's CPU instead of 0.1-0.2 ms, and how much of it a sample meets
+    depends on what the samples before it freed (alexnet's coldbrew bundle,
+    the same file: 95-105 ms after the write, 160-210 ms without it, with
+    onnxruntime samples between). Memory freed here is taken again first,
+    so the sample's page cache and heap start on memory as a phone's
+    freshly started app finds it. At most a quarter of what is available."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(ln.split()[1]) << 10 for ln in f if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        avail = 4 * nbytes
+    n = min(int(os.environ.get("CB_SETTLE_MB", nbytes >> 20)) << 20, avail // 4) // 4
+    if n:
+        buf = np.empty(n, np.float32)
+        buf.fill(1.0)
+        del buf
+        try:  # the process's peak resident set starts again from here (Linux 4.0 on)
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+
 def cold_process(cmd, **kw):
     """One cold sample's fresh process under the cold protocol: the whole
     page cache dropped first; the process then imports its engine, evicts
@@ -67,7 +100,8 @@ def cold_protocol():
     """The words every cold figure's header carries: whether cold_process
     can drop the page cache here."""
     if os.access("/proc/sys/vm/drop_caches", os.W_OK):
-        return "cold protocol: page cache dropped before each sample's process, artifact evicted after its import"
+        return ("cold protocol: page cache dropped before each sample's process, memory settled and artifact "
+                "evicted after its import")
     return "page cache NOT dropped (drop_caches needs root): only the artifact evicted after the import"
 
 

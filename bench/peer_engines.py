@@ -309,6 +309,9 @@ def child(engine, inputs, out, warm, threads, paths, mode="cold"):
     __import__(MODULES[base.split()[0]])
     t_import = time.perf_counter() - t0
     feeds = dict(np.load(inputs))
+    from common import settle_memory  # bench/ is this script's folder
+
+    settle_memory()  # the CPU caches cleared, fresh memory alike for every engine
     for f in _files(paths):
         evict(f)
     io0 = _io_read_bytes()

@@ -24,12 +24,15 @@ tuned kernels).
 Protocol (DESIGN.md), for every engine alike: conversion untimed; then
 per sample the whole page cache dropped (root only; the header says
 whether it was), then a fresh process (bench/peer_engines.py child) that
-imports the engine (import time apart), evicts the engine's files from the
-page cache, and times load + first result; samples rotate over engines and
+imports the engine (import time apart), settles memory (writes and frees
+1 GiB, common.settle_memory: on this VM a first write to memory it has
+handed back to its host costs a stall that depends on what the samples
+before freed, so every engine starts on the same memory), evicts the
+engine's files from the page cache, and times load + first result; samples rotate over engines and
 models in rounds, each round in its own shuffled order; the first round
 also times --warm runs after the first (warm = their median). Read
 bandwidth is measured in the same run, at the start of every round (files
-written once, read back after the same drop each round, the best of
+written once, read back after the same drop and settling, the best of
 plain reads, many 1 MiB requests in flight, and a mapping brought in 2 MB
 at a time; the median over rounds);
 the floor per model = max(the faster warm latency of coldbrew's best plan
@@ -50,7 +53,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa, zoo  # noqa: E402
+from common import ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa, settle_memory, zoo  # noqa: E402
 import peer_engines as pe  # noqa: E402
 from coldbrew.compiler.measure import populate_read  # noqa: E402
 
@@ -120,6 +123,7 @@ def time_reads(paths):
     best = 0.0
     for read, path in ((_read_plain, paths[0]), (_read_requested, paths[1]), (_populate, paths[0])):
         drop_page_cache()  # as before every sample
+        settle_memory()
         pe.evict(path)
         size = os.path.getsize(path)
         t = time.perf_counter()
@@ -313,6 +317,7 @@ def summarize(res, preps, bandwidth):
             arts = preps[m]["artifacts"][e]
             row = {k: statistics.median(s[k] for s in ss) for k in
                    ("cold_ms", "load_ms", "first_run_ms", "import_ms", "bytes_read", "peak_rss_kb")}
+            row["cold_samples_ms"] = [s["cold_ms"] for s in ss]  # in round order
             row["warm_ms"] = statistics.median(warm) if warm else float("nan")
             row["artifact_bytes"] = pe.artifact_bytes(arts)
             if e == "coldbrew [continuous]":  # continuous mode: its later runs are what it is for
