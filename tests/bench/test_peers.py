@@ -13,6 +13,7 @@ from conftest import POPULATE_READ, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import peer_engines as pe  # noqa: E402
+from common import SETTLE_BYTES  # noqa: E402
 import peers  # noqa: E402
 
 
@@ -57,6 +58,9 @@ def test_engines_are_measured_and_failures_are_reported(measured):
         assert "error" not in r[e], r[e]
         assert r[e]["cold_ms"] > 0 and r[e]["warm_ms"] > 0 and r[e]["import_ms"] > 0
         assert r[e]["artifact_bytes"] > 0 and r[e]["peak_rss_kb"] > 0
+        # the settling write before the clock is not the engine's memory
+        assert r[e]["peak_rss_kb"] < (SETTLE_BYTES >> 10) // 2, r[e]["peak_rss_kb"]
+        assert r[e]["cold_samples_ms"] == [r[e]["cold_ms"]]
     assert r["converter that raises"]["error"].startswith("conversion failed: ValueError: no such operator")
     assert r["crashes"]["error"].startswith("run failed")
     assert r["lies"]["error"].startswith("wrong output 0")
