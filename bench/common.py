@@ -65,11 +65,14 @@ def settle_memory(nbytes=SETTLE_BYTES):
     machine is a VM that hands freed memory back to its host; the first
     write to a 2 MB block handed back costs about 4.7 ms of the writing
     thread's CPU instead of 0.1-0.2 ms, and how much of it a sample meets
-    depends on what the samples before it freed (alexnet's coldbrew bundle,
-    the same file: 95-105 ms after the write, 160-210 ms without it, with
-    onnxruntime samples between). Memory freed here is taken again first,
-    so the sample's page cache and heap start on memory as a phone's
-    freshly started app finds it. At most a quarter of what is available."""
+    depends on what the samples before it freed (alexnet's coldbrew
+    bundle through the peer benchmark's child, 6 rounds interleaved with
+    onnxruntime-default alexnet samples: median 169 ms, 95-211, without
+    this step; 94-100 ms medians with every sample settling). Memory freed
+    here is taken again first, so the sample's page cache and heap start
+    on memory as a phone's freshly started app finds it. At most a quarter
+    of what is available; CB_SETTLE_MB sets the size in MiB (0: off), to
+    compare protocols."""
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(ln.split()[1]) << 10 for ln in f if ln.startswith("MemAvailable:"))

@@ -28,8 +28,8 @@ imports the engine (import time apart), settles memory (writes and frees
 1 GiB, common.settle_memory: on this VM a first write to memory it has
 handed back to its host costs a stall that depends on what the samples
 before freed, so every engine starts on the same memory), evicts the
-engine's files from the page cache, and times load + first result; samples rotate over engines and
-models in rounds, each round in its own shuffled order; the first round
+engine's files from the page cache, and times load + first result;
+samples rotate over engines and models in rounds, each round in its own shuffled order; the first round
 also times --warm runs after the first (warm = their median). Read
 bandwidth is measured in the same run, at the start of every round (files
 written once, read back after the same drop and settling, the best of
@@ -53,7 +53,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa, settle_memory, zoo  # noqa: E402
+from common import (ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa,  # noqa: E402
+                    settle_memory, zoo)
 import peer_engines as pe  # noqa: E402
 from coldbrew.compiler.measure import populate_read  # noqa: E402
 

@@ -35,9 +35,9 @@ and two samplings of it would only rank noise. The simulator's ranking
 is checked two ways: strictly (the orders of the six medians equal), and
 with ties (no two plans ordered one way by the simulator and the other
 way by the measurement where either puts them more than 5 % apart, the
-criterion's own margin for "fastest"). Storage bandwidth is measured in every round (largest bundle
-evicted and read whole, plainly and with 1 MiB requests in flight, the
-better of the two). Floor per model = max(faster warm of coldbrew and
+criterion's own margin for "fastest"). Storage bandwidth is measured in
+every round (the largest bundle evicted and read whole by the peer
+benchmark's three readers, the best of them). Floor per model = max(faster warm of coldbrew and
 onnxruntime, bundle bytes / bandwidth).
 """
 import json
@@ -106,10 +106,11 @@ def same_plans(paths):
 
 def ranks_agree(meas, pred, margin=0.05):
     """(strict, with ties): whether the simulator orders the plans as
-    measured. Strictly: every pair ordered alike (equal only where both are
-    equal: one plan under two names). With ties, a pair counts as ordered by a source only when its
-    two figures differ by more than `margin`; no pair may be ordered one
-    way by one source and the other way (or not at all) by the other."""
+    measured. Strictly: every pair ordered alike (equal only where both
+    are equal: one plan under two names). With ties, a pair counts as
+    ordered by a source only when its two figures differ by more than
+    `margin`; no pair may be ordered one way by one source and the other
+    way (or not at all) by the other."""
     idx = range(len(meas))
 
     def apart(v, i, j):
@@ -125,8 +126,8 @@ def ranks_agree(meas, pred, margin=0.05):
 
 
 def bandwidth_mb_s(path):
-    """The peer benchmark's measure (the better of plain reads and 1 MiB
-    requests in flight), on this file."""
+    """The peer benchmark's measure (the best of its three readers), on
+    this file."""
     from peers import time_reads
 
     return time_reads([path, path]) / 1e6
