@@ -94,13 +94,13 @@ def compile_arms(proto, table, d, m):
     return paths
 
 
-def same_plans(paths):
-    """{arm: the first arm (in `paths`' order) whose bundle carries the same
-    plan}; arms with a plan of their own map to themselves."""
+def same_plans(plans):
+    """{arm: the first arm (in `plans`' order) with the same plan}, from
+    {arm: the plan its bundle carries (plan_of_bundle)}; arms with a plan of
+    their own map to themselves."""
     first, out = {}, {}
-    for arm, path in paths.items():
-        key = json.dumps(plan_of_bundle(path), sort_keys=True)
-        out[arm] = first.setdefault(key, arm)
+    for arm, plan in plans.items():
+        out[arm] = first.setdefault(json.dumps(plan, sort_keys=True), arm)
     return out
 
 
@@ -155,12 +155,13 @@ def main():
             front = front_end(proto)
             table = profile(proto, "host", 2, tuning=tune(proto, "host", 2, front=front), front=front)
             paths = compile_arms(proto, table, d, m)
-            for arm, first in same_plans(paths).items():
+            plans = {arm: plan_of_bundle(path) for arm, path in paths.items()}
+            for arm, first in same_plans(plans).items():
                 alias[(m, arm)] = (m, first)
             for arm, path in paths.items():
                 if alias[(m, arm)] == (m, arm):
                     arms[(m, arm)] = [path]
-                predicted[(m, arm)] = simulate(plan_of_bundle(path), table)["latency_ms"]
+                predicted[(m, arm)] = simulate(plans[arm], table)["latency_ms"]
                 sizes[(m, arm)] = os.path.getsize(path)
             alias[(m, "ort-default")], alias[(m, "ort-best")] = (m, "ort-default"), (m, "ort-best")
             arms[(m, "ort-default")] = [onnx_path, "--ort"]

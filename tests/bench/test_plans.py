@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import plans  # noqa: E402
 
 from coldbrew.compiler import compile_model  # noqa: E402
+from coldbrew.compiler.simulate import plan_of_bundle  # noqa: E402
 
 
 def test_arms_with_the_same_plan_are_one_bundle(small_model, tmp_path):
@@ -17,7 +18,7 @@ def test_arms_with_the_same_plan_are_one_bundle(small_model, tmp_path):
     for arm, kw in (("default", {}), ("again", {}), ("raw", {"weights": "raw"}), ("cached", {"weights": "cached"})):
         paths[arm] = str(tmp_path / f"{arm}.brew")
         compile_model(small_model, paths[arm], **kw)
-    same = plans.same_plans(paths)
+    same = plans.same_plans({arm: plan_of_bundle(path) for arm, path in paths.items()})
     assert same["default"] == "default" and same["again"] == "default"
     assert same["raw"] == "raw"  # every weight transformed at run time: a plan of its own
     assert same["cached"] == "default"  # the default plan ships every weight cached
