@@ -130,6 +130,21 @@ def test_scheduler_pipelines_preparation_on_a_free_core():
         cold["predicted_ms"])
 
 
+def test_a_worker_must_save_more_than_the_margin(monkeypatch):
+    # the simulator does not charge the worker thread itself: a plan with
+    # one wins only by WORKER_MARGIN of the best inline plan's completion
+    import coldbrew.compiler.plan as plan
+
+    predicted = {(2, False): 10.0, (2, True): 9.9, (1, True): 9.95}
+    monkeypatch.setattr(plan, "schedule_config", lambda t, threads, worker, precision="fp32": {
+        "predicted_ms": predicted[(threads, worker)], "threads": threads, "worker": worker})
+    chosen = plan._schedule({"threads": 2})
+    assert (chosen["threads"], chosen["worker"]) == (2, False)
+    predicted[(1, True)] = 10.0 * (1 - plan.WORKER_MARGIN) - 0.01
+    chosen = plan._schedule({"threads": 2})
+    assert (chosen["threads"], chosen["worker"]) == (1, True)
+
+
 def test_scheduler_never_predicts_worse_than_greedy():
     import random
 
