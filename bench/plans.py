@@ -50,11 +50,10 @@ import tempfile
 from common import save_ort_best
 from common import ROOT, cold_process, cold_protocol, geomean, host_isa, zoo
 
-from coldbrew.compiler import compile_model, front_end
+from coldbrew.compiler import compile_model, tuned_front
 from coldbrew.compiler.plan import choose, layer_pairs
 from coldbrew.compiler.profile import profile
 from coldbrew.compiler.simulate import plan_of_bundle, simulate
-from coldbrew.compiler.tune import tune
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 COMPARED = ["default", "warm", "cold-greedy", "all-raw", "all-cached", "cold"]
@@ -152,8 +151,8 @@ def main():
             with open(onnx_path, "wb") as f:
                 f.write(proto.SerializeToString())
             save_ort_best(onnx_path, f"{d}/{m}.ort")
-            front = front_end(proto)
-            table = profile(proto, "host", 2, tuning=tune(proto, "host", 2, front=front), front=front)
+            front, tuning = tuned_front(proto, "host", 2)
+            table = profile(proto, "host", 2, tuning=tuning, front=front)
             paths = compile_arms(proto, table, d, m)
             scheduled.append(paths["cold"])
             plans = {arm: plan_of_bundle(path) for arm, path in paths.items()}

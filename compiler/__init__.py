@@ -134,10 +134,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
                            "(compile with the default plan)")
     tuning = front = accuracy = None
     if tune:  # before the plan: the cost table then times the tuned kernels the bundle ships
-        from .tune import tune as measure_tuning
-
-        front = front_end(model, input_shapes, constants, dump_ir)  # shared by the tuner, the probe and the compile
-        tuning = measure_tuning(model, target, threads, front=front, progress=progress)
+        front, tuning = tuned_front(model, target, threads, input_shapes, constants, progress, dump_ir)
     if plan != "default" or continuous:
         from .plan import choose
         from .profile import profile
@@ -193,6 +190,16 @@ class Front:
     name: str
     input_names: list
     output_names: list
+
+
+def tuned_front(model, target, threads, input_shapes=None, constants=None, progress=None, dump_ir=None):
+    """(front, tuning): the first passes' result and the layers' measured
+    tuning made from it (compiler/tune.py), shared by a tuned compile, the
+    cost table its plan is made from and the bundle's own compile."""
+    from .tune import tune as measure_tuning
+
+    front = front_end(model, input_shapes, constants, dump_ir)
+    return front, measure_tuning(model, target, threads, front=front, progress=progress)
 
 
 def front_end(model, input_shapes=None, constants=None, dump_ir=None):

@@ -318,11 +318,10 @@ def _tuning(model, target, threads, shapes, constants, tune, progress):
     again); none where it does not tune."""
     if not _tunes(target, tune):
         return {}
-    from . import front_end
-    from .tune import tune as measure_tuning
+    from . import tuned_front
 
-    front = front_end(model, shapes, constants)
-    return {"tuning": measure_tuning(model, target, threads, front=front, progress=progress), "front": front}
+    front, tuning = tuned_front(model, target, threads, shapes, constants, progress)
+    return {"tuning": tuning, "front": front}
 
 
 @main.command("simulate")

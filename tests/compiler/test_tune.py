@@ -86,6 +86,21 @@ def test_targets_command_shows_vector_units():
     assert "x86_64-avx2" in out.output and "neon" in out.output and "avx512" in out.output
 
 
+def _count_front_ends(monkeypatch):
+    """The list every run of the first passes (compiler.front_end) appends
+    its result to, from now on."""
+    import coldbrew.compiler as comp
+
+    fronts, real_front = [], comp.front_end
+
+    def front_spy(*a, **k):
+        fronts.append(real_front(*a, **k))
+        return fronts[-1]
+
+    monkeypatch.setattr(comp, "front_end", front_spy)
+    return fronts
+
+
 def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_model, tmp_path, monkeypatch):
     """compile --plan cold with tuning profiles the kernels it ships: every
     bundle the profile compiles carries the model's tuning, and the table is
@@ -96,8 +111,8 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
     from coldbrew.compiler import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
-    given, tables, fronts = [], [], []
-    real_compile, real_profile, real_front = comp.compile_graph, prof.profile, comp.front_end
+    given, tables = [], []
+    real_compile, real_profile = comp.compile_graph, prof.profile
 
     def compile_spy(*a, **k):
         given.append(k.get("tuning"))
@@ -107,13 +122,9 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
         tables.append((k.get("tuning"), real_profile(*a, **k)))
         return tables[-1][1]
 
-    def front_spy(*a, **k):
-        fronts.append(real_front(*a, **k))
-        return fronts[-1]
-
+    fronts = _count_front_ends(monkeypatch)
     monkeypatch.setattr(comp, "compile_graph", compile_spy)
     monkeypatch.setattr(prof, "profile", profile_spy)
-    monkeypatch.setattr(comp, "front_end", front_spy)
     compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
     assert len(fronts) == 1
     (tuning, table), = tables
@@ -127,17 +138,10 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
 def test_the_profile_command_profiles_the_tuned_kernels_with_one_front_end(tuned, small_model, tmp_path, monkeypatch):
     """`coldbrew profile` on the host tunes as compile does, and hands the
     tuner's first passes to the profile rather than running them again."""
-    import coldbrew.compiler as comp
     from coldbrew.compiler import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
-    fronts, real_front = [], comp.front_end
-
-    def front_spy(*a, **k):
-        fronts.append(real_front(*a, **k))
-        return fronts[-1]
-
-    monkeypatch.setattr(comp, "front_end", front_spy)
+    fronts = _count_front_ends(monkeypatch)
     model, out = tmp_path / "small.onnx", tmp_path / "costs.json"
     model.write_bytes(small_model.SerializeToString())
     r = CliRunner().invoke(main, ["profile", str(model), "-o", str(out)])
