@@ -8,10 +8,14 @@ does on a cold start:
     stream   the file is read front to back from the open on (the
              runtime's streamer): with a measured storage bandwidth, a
              step's weights arrive when the disk has brought every byte
-             before them, after the header and code; a reader waits for
-             them, then checks them (the table's check_ms_per_byte on one
-             thread). Without a bandwidth, each step's measured cold read
-             stands for both
+             before them, after the header and code; a reader checks
+             them as they arrive, 2 MB at a time (the table's
+             check_ms_per_byte), so its check ends one chunk's check after
+             the last byte, or, where the bytes came first, after the
+             whole check (split across the execution threads for a
+             tensor of 256 KB or more read inline, as the runtime does).
+             Without a bandwidth, each step's measured cold read stands
+             for both
     per step read its weights, transform them (raw form with a transform
              kernel), execute (first-run time)
     after    the first run's overhead beyond its steps (binding inputs and
@@ -37,6 +41,10 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 from coldbrew.targets import split_factor, task_shares
 
 from .graph import DIRECT_FORMS, NARROW, PRECISION_OF_DTYPE
+
+
+STREAM_CHUNK = 2 << 20  # the runtime's stream and check stripes (CB_STREAM_CHUNK)
+PARALLEL_CHECK_MIN = 256 << 10  # weights the execution threads check together (CB_PARALLEL_CHECK_MIN)
 
 
 class PlanError(ValueError):
@@ -229,9 +237,11 @@ def simulate(plan, table):
         if inline:
             transform *= slow
         start = exec_end if inline else queue_free.get(q, open_ms)
-        if rate:  # wait for the bytes on their way, then check them
+        if rate:  # check the bytes as they arrive: the last stripe's after the last byte
             streamed += nbytes
-            read = max(0.0, verify + streamed / rate - start) + nbytes * check
+            checkers = threads if inline and nbytes >= PARALLEL_CHECK_MIN else 1
+            read = max(max(0.0, verify + streamed / rate - start) + min(nbytes, STREAM_CHUNK) * check,
+                       nbytes * check / checkers)
             if shared:  # the check delays the executions (see above)
                 execute += nbytes * check
         end = add("read", i, step["layer"], step["variant"], prep_cpu, start, read)

@@ -402,33 +402,44 @@ static cb_status check_weight_segments(const cb_bundle* b) {
   return CB_OK;
 }
 
-/* A tensor's bytes brought in and summed: by the execution pool's threads,
- * each its own page-aligned slice, when the caller is a run's executing
- * thread and the tensor is large (the pool's workers would otherwise wait
- * it out idle); else in one piece here (the launch of one task runs inline). */
+/* A tensor's bytes brought in and summed in stripes that end on the
+ * stream's chunk boundaries (file offsets), each brought in, then summed,
+ * before the next: the check follows the stream and ends a stripe's sum
+ * after the tensor's last byte arrives, not a whole share's. When the
+ * caller is a run's executing thread and the tensor is large, the execution
+ * pool's threads take the stripes in turn (the pool's workers would
+ * otherwise wait it out idle); else one thread takes them all (the launch
+ * of one task runs inline). */
 #define CB_PARALLEL_CHECK_MIN (256u << 10)
 #define CB_CHECK_PARTS 64
 
 typedef struct {
   cb_bundle* b;
   const uint8_t* data;
-  uint64_t nbytes, page;
+  uint64_t nbytes, first; /* first: stripe 0's length, a multiple of 8 (the checksum's words) */
   uint64_t sums[CB_CHECK_PARTS];
 } cb_check_job;
 
 static int check_part(int task, cb_parallel_env* env, void* cdata) {
   cb_check_job* j = cdata;
-  uint64_t n = (uint64_t)env->num_task, pages = (j->nbytes + j->page - 1) / j->page;
-  uint64_t lo = pages * (uint64_t)task / n * j->page, hi = pages * (uint64_t)(task + 1) / n * j->page;
-  if (hi > j->nbytes) hi = j->nbytes;
-  if (lo >= hi) return 0;
-  populate(j->b, j->data + lo, hi - lo);
-  j->sums[task] = cb_checksum64_part(j->data + lo, hi - lo, lo / 8);
+  uint64_t sum = 0;
+  for (uint64_t k = (uint64_t)task;; k += (uint64_t)env->num_task) {
+    uint64_t lo = k ? j->first + (k - 1) * CB_STREAM_CHUNK : 0, hi = j->first + k * CB_STREAM_CHUNK;
+    if (lo >= j->nbytes) break;
+    if (hi > j->nbytes) hi = j->nbytes;
+    populate(j->b, j->data + lo, hi - lo);
+    sum += cb_checksum64_part(j->data + lo, hi - lo, lo / 8);
+  }
+  j->sums[task] = sum;
   return 0;
 }
 
 static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, int on_pool) {
-  cb_check_job j = {b, data, nbytes, (uint64_t)sysconf(_SC_PAGESIZE), {0}};
+  /* tensors are 64-byte aligned in the file, so stripe 0 ending on a chunk
+   * boundary is a whole number of words */
+  uint64_t off = (uint64_t)(data - (in_head(b, data) ? b->head : b->base));
+  cb_check_job j = {b, data, nbytes, (CB_STREAM_CHUNK - off % CB_STREAM_CHUNK) / 8 * 8, {0}};
+  if (!j.first) j.first = CB_STREAM_CHUNK;
   int n = on_pool && nbytes >= CB_PARALLEL_CHECK_MIN ? cb_backend_active_threads() : 1;
   n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
   cb_backend_parallel(check_part, &j, n); /* check_part cannot fail */

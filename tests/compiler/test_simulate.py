@@ -344,6 +344,27 @@ def test_streamed_weights_arrive_in_file_order_from_the_open():
     assert r["latency_ms"] == pytest.approx(24 + 1)
 
 
+def test_a_large_tensor_is_checked_as_it_streams_in():
+    # c0's 10 MiB of cached weights at 1e-6 ms/B: 10.49 ms to check in all
+    mib = 1 << 20
+    t = _streamed(mb_s=1000.0, check=1e-6)
+    t["layers"][0]["candidates"][0]["transformed_bytes"] = 10 * mib
+
+    def read_ms(plan, table):
+        ev = next(e for e in simulate(plan, table)["events"] if e["phase"] == "read" and e["layer"] == "c0")
+        return (ev["end_ns"] - ev["start_ns"]) / 1e6
+
+    # a slow disk (1e6 B/ms from the end of verify, 4 ms): the bytes are in
+    # at 14.49 ms; checked as they come, the check ends one 2 MiB stripe's
+    # check (2.10 ms) after the last byte, not the whole tensor's
+    assert read_ms(_plan(form="cached"), t) == pytest.approx(4 + 10 * mib / 1e6 - 5.5 + 2 * mib * 1e-6)
+    # a fast disk: everything is in before the read starts; the whole check,
+    # split across the 2 execution threads inline, on 1 thread on a worker
+    t["storage"]["read_mb_s"] = 1e6
+    assert read_ms(_plan(form="cached"), t) == pytest.approx(10 * mib * 1e-6 / 2)
+    assert read_ms(_plan(form="cached", queue=1), t) == pytest.approx(10 * mib * 1e-6)
+
+
 def test_streamed_cached_weights_are_their_transformed_bytes():
     # cached c0: 2000 bytes, in at 4 + 2 = 6 ms; L1's 1000 more at 7
     r = simulate(_plan(form="cached"), _streamed())

@@ -158,32 +158,35 @@ def test_corrupt_weight_found_by_a_preparation_worker(tmp_path):
     assert e.value.status == "CORRUPT" and last.name.decode() in str(e.value), str(e.value)
 
 
-def wide_dense():
+def wide_dense(n_out=256):
     """x[1, 600] -> Gemm with a 600 KB weight (past the size the execution
-    threads check together) -> y[1, 256]."""
+    threads check together; 2.4 MB per 1024 outputs) -> y[1, n_out]."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(3)
-    w = numpy_helper.from_array((rng.standard_normal((256, 600)) * 0.05).astype(np.float32), "W")
-    bias = numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "B")
+    w = numpy_helper.from_array((rng.standard_normal((n_out, 600)) * 0.05).astype(np.float32), "W")
+    bias = numpy_helper.from_array(rng.standard_normal(n_out).astype(np.float32), "B")
     g = helper.make_graph([helper.make_node("Gemm", ["x", "W", "B"], ["y"], transB=1, name="fc")], "wide_dense",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 600])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])], [w, bias])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out])], [w, bias])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     return m
 
 
-def test_large_weight_checked_by_the_execution_threads(tmp_path):
-    """A large tensor's check is split across the execution threads (each
-    sums its slice, the parts are added): the sum holds for the intact
-    bundle, and a flipped byte in any slice (first page, middle, last
-    byte) is still that tensor's checksum failure."""
+@pytest.mark.parametrize("n_out", [256, 3072])
+def test_large_weight_checked_by_the_execution_threads(tmp_path, n_out):
+    """A large tensor is checked in stripes ending on the stream's 2 MB
+    chunks, which the execution threads take in turn (each sums its
+    stripes, the parts are added): the sum holds for the intact bundle, and
+    a flipped byte anywhere (first word, either side of each stripe
+    boundary, middle, last byte) is still that tensor's checksum failure,
+    from a cached file, an evicted one (streamed) and memory."""
     from conftest import assert_close, ort_run
 
     from coldbrew.compiler import compile_model
 
-    model = wide_dense()
+    model = wide_dense(n_out)
     data = bytearray(compile_model(model))
     b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
     big = max((t for t in b.tensors if t.kind == fb.TensorKind.weight), key=lambda t: t.nbytes)
@@ -193,15 +196,19 @@ def test_large_weight_checked_by_the_execution_threads(tmp_path):
         assert_close(coldbrew.load(bytes(data), threads=threads).run(None, {"x": x})[0],
                      ort_run(model, {"x": x})[0])
     start = b.segments[big.segment].offset + big.segmentOffset
-    for at in (5, big.nbytes // 2 + 3, big.nbytes - 1):
+    chunk = 2 << 20
+    edges = [e - start for e in range((start // chunk + 1) * chunk, start + big.nbytes, chunk)]
+    assert len(edges) == (0 if n_out == 256 else 3), edges
+    for at in [5, big.nbytes // 2 + 3, big.nbytes - 1] + [e + d for e in edges for d in (-1, 0)]:
         bad = bytearray(data)
         bad[start + at] ^= 0x04
         p = tmp_path / "bad.brew"
         p.write_bytes(bytes(bad))
-        for source in (str(p), bytes(bad)):
-            with pytest.raises(coldbrew.BundleError) as e:
-                coldbrew.load(source, threads=2).run(None, {"x": x})
-            assert e.value.status == "CORRUPT" and big.name.decode() in str(e.value), (at, str(e.value))
+        for source in sources(p, bad):
+            for threads in (1, 2):
+                with pytest.raises(coldbrew.BundleError) as e:
+                    coldbrew.load(source, threads=threads).run(None, {"x": x})
+                assert e.value.status == "CORRUPT" and big.name.decode() in str(e.value), (at, str(e.value))
 
 
 def test_bundle_streamed_in_2mb_chunks_from_a_cold_file(tmp_path):
