@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+STREAM_CHUNK = 2 << 20  # the runtime's read and check stripes (CB_STREAM_CHUNK)
+
 
 def evict(path):
     """Drop a file from the page cache so the next read is cold."""
@@ -52,8 +54,8 @@ def populate_read(path, size=None):
         try:
             if hasattr(mmap, "MADV_HUGEPAGE"):
                 m.madvise(mmap.MADV_HUGEPAGE)
-            for off in range(0, size, 2 << 20):
-                m.madvise(MADV_POPULATE_READ, off, min(2 << 20, size - off))
+            for off in range(0, size, STREAM_CHUNK):
+                m.madvise(MADV_POPULATE_READ, off, min(STREAM_CHUNK, size - off))
             return True
         except OSError:
             return False

@@ -41,9 +41,9 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 from coldbrew.targets import split_factor, task_shares
 
 from .graph import DIRECT_FORMS, NARROW, PRECISION_OF_DTYPE
+from .measure import STREAM_CHUNK
 
 
-STREAM_CHUNK = 2 << 20  # the runtime's stream and check stripes (CB_STREAM_CHUNK)
 PARALLEL_CHECK_MIN = 256 << 10  # weights the execution threads check together (CB_PARALLEL_CHECK_MIN)
 
 
