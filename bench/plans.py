@@ -38,7 +38,10 @@ way by the measurement where either puts them more than 5 % apart, the
 criterion's own margin for "fastest"). Storage bandwidth is measured in
 every round (the largest bundle evicted and read whole by the peer
 benchmark's three readers, the best of them). Floor per model = max(faster warm of coldbrew and
-onnxruntime, bundle bytes / bandwidth).
+onnxruntime, bundle bytes / bandwidth). Under each model's medians, each
+arm's first to third quartile (q1-q3), and every sample is written to
+out/plans/samples.json: this host's cold samples can fall in two clusters
+a quarter apart (the disk), and a median of five then moves with them.
 """
 import json
 import os
@@ -56,6 +59,7 @@ from coldbrew.compiler.profile import profile
 from coldbrew.compiler.simulate import plan_of_bundle, simulate
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
+OUT = os.path.join(ROOT, "out", "plans")  # samples.json: every arm's cold samples
 COMPARED = ["default", "warm", "cold-greedy", "all-raw", "all-cached", "cold"]
 ABLATION = [("baseline", "baseline"), ("+ kernels", "kernels"), ("+ cached", "cold-greedy"), ("+ pipeline", "cold")]
 WARM_RUNS = 20
@@ -138,6 +142,26 @@ def sample(argv):
     return json.loads(out.stdout)
 
 
+def spread(samples):
+    """An arm's cold samples' first to third quartile, "q1-q3" (ms): how far
+    apart its rounds fell, beside the median the comparisons use."""
+    cold = [x["cold_ms"] for x in samples]
+    if len(cold) < 2:
+        return "-"
+    q1, _, q3 = statistics.quantiles(cold, n=4)
+    return f"{q1:.1f}-{q3:.1f}"
+
+
+def save_samples(res, rounds):
+    """Every arm's cold samples in round order, for a later look at their
+    spread: out/plans/samples.json."""
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "samples.json"), "w") as f:
+        json.dump({"rounds": rounds, "cold_ms": {f"{m}/{arm}": [x["cold_ms"] for x in v] for (m, arm), v in res.items()}},
+                  f, indent=1)
+    print(f"samples: {os.path.join(OUT, 'samples.json')}")
+
+
 def main():
     args = sys.argv[1:]
     models = args[0].split(",") if args else ["squeezenet", "mobilenet_v2", "resnet18", "googlenet"]
@@ -194,6 +218,7 @@ def main():
         agree_ties += ties
         print(f"{m:14s} " + " ".join(f"{v:11.2f}" for v in meas) + f"  {'yes' if best else 'no':5s}  "
               f"{'yes' if strict else 'no'} strictly, {'yes' if ties else 'no'} with ties")
+        print(f"{'  q1-q3':14s} " + " ".join(f"{spread(res[alias[(m, a)]]):>11s}" for a in COMPARED))
         print(f"{'  predicted':14s} " + " ".join(f"{v:11.2f}" for v in pred))
         same = [f"{a} = {alias[(m, a)][1]}" for a in COMPARED if alias[(m, a)] != (m, a)]
         if same:
@@ -220,6 +245,7 @@ def main():
         print(f"{m:14s} {c:8.2f} {floor:8.2f} {c / floor:7.2f} {best:9.2f} {best / c:8.2f} {dflt:9.2f} "
               f"{dflt / c:8.2f} {min(warm[(m, a)] for a in COMPARED):8.2f} "
               f"{min(warm[(m, 'ort-default')], warm[(m, 'ort-best')]):9.2f}")
+    save_samples(res, rounds)
     print(f"geomean: cold / floor {geomean(ratios['floor']):.2f} (goal <= 1.3); onnxruntime best cold / coldbrew "
           f"{geomean(ratios['best']):.2f} (goal >= 1.5); onnxruntime default / coldbrew {geomean(ratios['dflt']):.2f} "
           "(goal >= 4)")

@@ -37,3 +37,18 @@ def test_ties_forgive_only_pairs_both_put_within_five_percent():
     assert plans.ranks_agree([10, 12], [5, 5]) == (False, False)
     # predicted 20 % apart, measured the other way within 5 %: not forgiven
     assert plans.ranks_agree([10.2, 10], [5, 6]) == (False, False)
+
+
+def test_spread_is_the_samples_quartiles():
+    samples = [{"cold_ms": v} for v in (8.0, 8.3, 10.4, 10.8, 11.6)]
+    assert plans.spread(samples) == "8.2-11.2"  # statistics.quantiles' exclusive method
+    assert plans.spread(samples[:1]) == "-"
+
+
+def test_every_sample_is_saved(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(plans, "OUT", str(tmp_path))
+    plans.save_samples({("squeezenet", "cold"): [{"cold_ms": 7.1}, {"cold_ms": 9.5}]}, 2)
+    saved = json.loads((tmp_path / "samples.json").read_text())
+    assert saved == {"rounds": 2, "cold_ms": {"squeezenet/cold": [7.1, 9.5]}}
