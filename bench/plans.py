@@ -201,6 +201,7 @@ def main():
             random.Random(r).shuffle(order)
             for key in order:
                 res.setdefault(key, []).append(sample(arms[key]))
+    save_samples(res, rounds)
     cold = {k: med(x["cold_ms"] for x in res[a]) for k, a in alias.items()}
     warm = {k: med(med(x["runs_ms"]) for x in res[a]) for k, a in alias.items()}
     mb_s = med(bw)
@@ -245,7 +246,6 @@ def main():
         print(f"{m:14s} {c:8.2f} {floor:8.2f} {c / floor:7.2f} {best:9.2f} {best / c:8.2f} {dflt:9.2f} "
               f"{dflt / c:8.2f} {min(warm[(m, a)] for a in COMPARED):8.2f} "
               f"{min(warm[(m, 'ort-default')], warm[(m, 'ort-best')]):9.2f}")
-    save_samples(res, rounds)
     print(f"geomean: cold / floor {geomean(ratios['floor']):.2f} (goal <= 1.3); onnxruntime best cold / coldbrew "
           f"{geomean(ratios['best']):.2f} (goal >= 1.5); onnxruntime default / coldbrew {geomean(ratios['dflt']):.2f} "
           "(goal >= 4)")
