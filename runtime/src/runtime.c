@@ -435,11 +435,11 @@ static int check_part(int task, cb_parallel_env* env, void* cdata) {
 }
 
 static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, int on_pool) {
-  /* tensors are 64-byte aligned in the file, so stripe 0 ending on a chunk
-   * boundary is a whole number of words */
+  /* stripe 0 ends on a chunk boundary, rounded down to whole words (the
+   * compiler aligns tensors to 64 bytes, so it only rounds a foreign
+   * bundle's; an empty stripe 0 is summed as nothing) */
   uint64_t off = (uint64_t)(data - (in_head(b, data) ? b->head : b->base));
   cb_check_job j = {b, data, nbytes, (CB_STREAM_CHUNK - off % CB_STREAM_CHUNK) / 8 * 8, {0}};
-  if (!j.first) j.first = CB_STREAM_CHUNK;
   int n = on_pool && nbytes >= CB_PARALLEL_CHECK_MIN ? cb_backend_active_threads() : 1;
   n = n < 1 ? 1 : n > CB_CHECK_PARTS ? CB_CHECK_PARTS : n;
   cb_backend_parallel(check_part, &j, n); /* check_part cannot fail */
