@@ -133,6 +133,10 @@ def describe(path):
     lines.append(accuracy_line(b))
     if b.shaders:
         lines.append(gpu_summary(b))
+    if b.kernels:
+        args = sum(len(k.argDtypes) for k in b.kernels)
+        lines.append(f"kernels    {len(b.kernels)} CPU kernels, {args} arguments: every call's dtypes and byte sizes "
+                     "checked at open (schemas/README.md, Versions)")
     lines.append("segments")
     for k, s in enumerate(b.segments):
         decoded = f" (decoded {s.rawSize:,})" if s.kind == fb.SegmentKind.cpu_code_lz4 else ""

@@ -22,11 +22,12 @@ import numpy as np
 from coldbrew.schemas.generated import bundle_generated as fb
 from coldbrew.targets import task_shares
 
+from . import codegen
 from .checksum import checksum64
 from .graph import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAGIC = b"COLDBREW"
 PREAMBLE_SIZE = 64
 PAGE = 4096
@@ -139,6 +140,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         b.accuracy.outputError, b.accuracy.samples = acc["output_error"], acc["samples"]
         b.accuracy.inputs, b.accuracy.maxError = acc["inputs"], acc.get("max_error") or 0.0
         b.accuracy.top1Agree = acc.get("top1_agree", 1.0)
+    b.kernels = None if gpu else _kernels(graph)
     b.shaders = []
     for sh in shaders:
         x = fb.ShaderT()
@@ -155,6 +157,18 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     builder.ForceDefaults(True)
     builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
     return bytes(builder.Output())
+
+
+def _kernels(graph):
+    """Every CPU kernel's argument dtypes and byte sizes (codegen.signatures),
+    sorted by symbol, so the runtime finds one by binary search."""
+    out = []
+    for sym, args in codegen.signatures(graph):
+        k = fb.KernelT()
+        k.symbol = sym
+        k.argDtypes, k.argNbytes = [DTYPES.index(d) for d, _ in args], [n for _, n in args]
+        out.append(k)
+    return out
 
 
 def run(graph, code, target, producer, model_hash, spirv=None):

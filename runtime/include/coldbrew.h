@@ -23,7 +23,10 @@
 extern "C" {
 #endif
 
-#define CB_SCHEMA_VERSION 1u
+/* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION
+ * (schema 2 records each CPU kernel's argument contract, checked at open) */
+#define CB_SCHEMA_VERSION 2u
+#define CB_SCHEMA_MIN_VERSION 1u
 
 typedef enum cb_status {
   CB_OK = 0,

@@ -140,9 +140,11 @@ void cb_free(void* p);
 uint64_t cb_now_ns(void);
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
- * index, size and offset against the file. Fills `out` (arrays malloc'ed;
+ * index, size and offset against the file, and every CPU kernel call against
+ * the kernel's recorded argument contract. `version`: the preamble's schema
+ * version, which the header's must equal. Fills `out` (arrays malloc'ed;
  * free with cb_model_free). Returns CB_ERR_CORRUPT / CB_ERR_VERSION. */
-cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
+cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version,
                          cb_model* out);
 void cb_model_free(cb_model* model);
 

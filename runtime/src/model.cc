@@ -177,7 +177,73 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
   return CB_OK;
 }
 
-cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, cb_model* m) {
+// The kernel named `symbol` in a list sorted by symbol (binary search; an
+// unsorted list finds fewer, which check_call reports), or NULL.
+const fbs::Kernel* find_kernel(const flatbuffers::Vector<flatbuffers::Offset<fbs::Kernel>>* ks, const char* symbol) {
+  uint32_t lo = 0, hi = ks->size();
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    const fbs::Kernel* k = ks->Get(mid);
+    int c = strcmp(k->symbol() ? k->symbol()->c_str() : "", symbol);
+    if (c == 0) return k;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return nullptr;
+}
+
+// One CPU kernel call (a step's execute, transform or warm kernel with its
+// argument tensors) against the kernel's recorded contract (Bundle.kernels):
+// as many arguments as it takes, each of its dtype and byte size. Kernels of
+// schema 2 do not check their arguments, so a call let through here is one
+// whose kernel reads and writes inside the tensors it is given.
+cb_status check_call(const fbs::Bundle* b, const cb_model* m, uint32_t i, const char* what, const char* symbol,
+                     const uint32_t* args, uint32_t nargs) {
+  const fbs::Kernel* k = find_kernel(b->kernels(), symbol);
+  if (!k)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s', which the bundle's kernel list lacks", i, what,
+                   symbol);
+  auto dtypes = k->arg_dtypes();
+  auto sizes = k->arg_nbytes();
+  uint32_t takes = dtypes ? dtypes->size() : 0;
+  if (nargs == 0)  // every kernel takes at least its output
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s' with no arguments", i, what, symbol);
+  if (takes != nargs || (sizes ? sizes->size() : 0) != nargs)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s' with %u arguments; it takes %u", i, what, symbol,
+                   nargs, takes);
+  // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
+  if (reinterpret_cast<uintptr_t>(sizes->Data()) % alignof(uint64_t) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "kernel '%s' has a misaligned argument size list", symbol);
+  for (uint32_t a = 0; a < nargs; a++) {
+    const cb_tensor_desc* t = &m->tensors[args[a]];
+    if (static_cast<uint8_t>(dtypes->Get(a)) != t->dtype || sizes->Get(a) != t->nbytes)
+      return cb_fail(CB_ERR_CORRUPT,
+                     "plan step %u passes tensor '%s' as argument %u of %s kernel '%s', which was compiled for "
+                     "another dtype or size", i, t->name, a, what, symbol);
+  }
+  return CB_OK;
+}
+
+// Every kernel call of a CPU plan against Bundle.kernels: required from
+// schema 2, checked whenever present.
+cb_status check_calls(const fbs::Bundle* b, const cb_model* m, uint32_t version) {
+  if (m->gpu_api[0]) return CB_OK;
+  if (!b->kernels()) {
+    if (version >= 2) return cb_fail(CB_ERR_CORRUPT, "CPU bundle of schema %u lacks its kernel list", version);
+    return CB_OK;  // schema 1: each kernel checks its own arguments
+  }
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    const cb_step_desc* st = &m->steps[i];
+    cb_status s = check_call(b, m, i, "execute", st->kernel, st->args, st->nargs);
+    if (!s && st->transform && strcmp(st->transform, CB_WIDEN_F16) != 0)
+      s = check_call(b, m, i, "transform", st->transform, st->transform_args, st->ntransform_args);
+    if (!s && st->warm_kernel) s = check_call(b, m, i, "warm", st->warm_kernel, st->warm_args, st->nwarm_args);
+    if (s) return s;
+  }
+  return CB_OK;
+}
+
+cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version, cb_model* m) {
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
   opts.max_tables = 10000000;
@@ -189,9 +255,9 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   if (!fbs::VerifyBundleBuffer(verifier))
     return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
   const fbs::Bundle* b = fbs::GetBundle(header);
-  if (b->schema_version() != CB_SCHEMA_VERSION)
-    return cb_fail(CB_ERR_VERSION, "bundle schema version %u, this runtime reads %u",
-                   b->schema_version(), CB_SCHEMA_VERSION);
+  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version > CB_SCHEMA_VERSION)
+    return cb_fail(CB_ERR_VERSION, "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
+                   b->schema_version(), version, CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);
   if (!b->target() || !b->target()->triple() || !b->tensors() || !b->inputs() || !b->outputs() ||
       !b->layers() || !b->plan() || !b->plan()->steps() || !b->segments())
     return cb_fail(CB_ERR_CORRUPT, "bundle header lacks a required field");
@@ -347,6 +413,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     }
   }
   if (cb_status g = parse_gpu(b, m)) return g;
+  if (cb_status c = check_calls(b, m, version)) return c;
   m->warm_threads = b->plan()->warm_threads();
   cb_status st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
   if (st) return st;
@@ -357,9 +424,9 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
 }  // namespace
 
 extern "C" cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
-                                    cb_model* out) {
+                                    uint32_t version, cb_model* out) {
   memset(out, 0, sizeof(*out));
-  cb_status s = parse(header, header_size, file_size, out);
+  cb_status s = parse(header, header_size, file_size, version, out);
   if (s != CB_OK) cb_model_free(out);
   return s;
 }

@@ -481,9 +481,9 @@ static uint64_t rd64(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v;
 static cb_status check_preamble(const uint8_t* p, uint64_t size, uint64_t* hdr_off, uint64_t* hdr_size) {
   if (size < CB_PREAMBLE_SIZE || memcmp(p, CB_MAGIC, 8) != 0)
     return cb_fail(CB_ERR_BAD_MAGIC, "not a coldbrew bundle (no COLDBREW magic)");
-  if (rd32(p + 8) != CB_SCHEMA_VERSION)
-    return cb_fail(CB_ERR_VERSION, "bundle schema version %u, this runtime reads %u", rd32(p + 8),
-                   CB_SCHEMA_VERSION);
+  if (rd32(p + 8) < CB_SCHEMA_MIN_VERSION || rd32(p + 8) > CB_SCHEMA_VERSION)
+    return cb_fail(CB_ERR_VERSION, "bundle schema version %u, this runtime reads %u to %u", rd32(p + 8),
+                   CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);
   uint64_t declared = rd64(p + 32);
   if (declared != size)
     return cb_fail(CB_ERR_CORRUPT, "bundle is %llu bytes but its header says %llu (truncated?)",
@@ -706,7 +706,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
   const uint8_t* hdr = front_at(b, hdr_off, hdr_size);
   if (cb_checksum64(hdr, hdr_size) != rd64(pre + 24))
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
-  if ((s = cb_model_parse(hdr, hdr_size, b->size, &b->model))) return s;
+  if ((s = cb_model_parse(hdr, hdr_size, b->size, rd32(pre + 8), &b->model))) return s;
   uint64_t front = front_end(&b->model);
   extend_head(b, front); /* the rest of the front; the first layers' weights, the streamer's (fill_head) */
   if (b->head) {

@@ -43,6 +43,9 @@ struct PlanBuilder;
 struct Accuracy;
 struct AccuracyBuilder;
 
+struct Kernel;
+struct KernelBuilder;
+
 struct Segment;
 struct SegmentBuilder;
 
@@ -1351,6 +1354,99 @@ inline ::flatbuffers::Offset<Accuracy> CreateAccuracyDirect(
       top1_agree);
 }
 
+struct Kernel FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef KernelBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_SYMBOL = 4,
+    VT_ARG_DTYPES = 6,
+    VT_ARG_NBYTES = 8
+  };
+  const ::flatbuffers::String *symbol() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_SYMBOL);
+  }
+  bool KeyCompareLessThan(const Kernel * const o) const {
+    return *symbol() < *o->symbol();
+  }
+  int KeyCompareWithValue(const char *_symbol) const {
+    return strcmp(symbol()->c_str(), _symbol);
+  }
+  template<typename StringType>
+  int KeyCompareWithValue(const StringType& _symbol) const {
+    if (symbol()->c_str() < _symbol) return -1;
+    if (_symbol < symbol()->c_str()) return 1;
+    return 0;
+  }
+  const ::flatbuffers::Vector<coldbrew::schema::DType> *arg_dtypes() const {
+    return GetPointer<const ::flatbuffers::Vector<coldbrew::schema::DType> *>(VT_ARG_DTYPES);
+  }
+  const ::flatbuffers::Vector<uint64_t> *arg_nbytes() const {
+    return GetPointer<const ::flatbuffers::Vector<uint64_t> *>(VT_ARG_NBYTES);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffsetRequired(verifier, VT_SYMBOL) &&
+           verifier.VerifyString(symbol()) &&
+           VerifyOffset(verifier, VT_ARG_DTYPES) &&
+           verifier.VerifyVector(arg_dtypes()) &&
+           VerifyOffset(verifier, VT_ARG_NBYTES) &&
+           verifier.VerifyVector(arg_nbytes()) &&
+           verifier.EndTable();
+  }
+};
+
+struct KernelBuilder {
+  typedef Kernel Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_symbol(::flatbuffers::Offset<::flatbuffers::String> symbol) {
+    fbb_.AddOffset(Kernel::VT_SYMBOL, symbol);
+  }
+  void add_arg_dtypes(::flatbuffers::Offset<::flatbuffers::Vector<coldbrew::schema::DType>> arg_dtypes) {
+    fbb_.AddOffset(Kernel::VT_ARG_DTYPES, arg_dtypes);
+  }
+  void add_arg_nbytes(::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> arg_nbytes) {
+    fbb_.AddOffset(Kernel::VT_ARG_NBYTES, arg_nbytes);
+  }
+  explicit KernelBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Kernel> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Kernel>(end);
+    fbb_.Required(o, Kernel::VT_SYMBOL);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Kernel> CreateKernel(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> symbol = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<coldbrew::schema::DType>> arg_dtypes = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> arg_nbytes = 0) {
+  KernelBuilder builder_(_fbb);
+  builder_.add_arg_nbytes(arg_nbytes);
+  builder_.add_arg_dtypes(arg_dtypes);
+  builder_.add_symbol(symbol);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Kernel> CreateKernelDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *symbol = nullptr,
+    const std::vector<coldbrew::schema::DType> *arg_dtypes = nullptr,
+    const std::vector<uint64_t> *arg_nbytes = nullptr) {
+  auto symbol__ = symbol ? _fbb.CreateString(symbol) : 0;
+  auto arg_dtypes__ = arg_dtypes ? _fbb.CreateVector<coldbrew::schema::DType>(*arg_dtypes) : 0;
+  auto arg_nbytes__ = arg_nbytes ? _fbb.CreateVector<uint64_t>(*arg_nbytes) : 0;
+  return coldbrew::schema::CreateKernel(
+      _fbb,
+      symbol__,
+      arg_dtypes__,
+      arg_nbytes__);
+}
+
 struct Segment FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef SegmentBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -1459,7 +1555,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_SEGMENTS = 24,
     VT_WEIGHT_CHECKSUMS = 26,
     VT_SHADERS = 28,
-    VT_ACCURACY = 30
+    VT_ACCURACY = 30,
+    VT_KERNELS = 32
   };
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
@@ -1503,6 +1600,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const coldbrew::schema::Accuracy *accuracy() const {
     return GetPointer<const coldbrew::schema::Accuracy *>(VT_ACCURACY);
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *kernels() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *>(VT_KERNELS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1536,6 +1636,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVectorOfTables(shaders()) &&
            VerifyOffset(verifier, VT_ACCURACY) &&
            verifier.VerifyTable(accuracy()) &&
+           VerifyOffset(verifier, VT_KERNELS) &&
+           verifier.VerifyVector(kernels()) &&
+           verifier.VerifyVectorOfTables(kernels()) &&
            verifier.EndTable();
   }
 };
@@ -1586,6 +1689,9 @@ struct BundleBuilder {
   void add_accuracy(::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy) {
     fbb_.AddOffset(Bundle::VT_ACCURACY, accuracy);
   }
+  void add_kernels(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>>> kernels) {
+    fbb_.AddOffset(Bundle::VT_KERNELS, kernels);
+  }
   explicit BundleBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1612,8 +1718,10 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Segment>>> segments = 0,
     bool weight_checksums = false,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders = 0,
-    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0) {
+    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>>> kernels = 0) {
   BundleBuilder builder_(_fbb);
+  builder_.add_kernels(kernels);
   builder_.add_accuracy(accuracy);
   builder_.add_shaders(shaders);
   builder_.add_segments(segments);
@@ -1646,7 +1754,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Segment>> *segments = nullptr,
     bool weight_checksums = false,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders = nullptr,
-    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0) {
+    ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0,
+    std::vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *kernels = nullptr) {
   auto producer__ = producer ? _fbb.CreateString(producer) : 0;
   auto model_hash__ = model_hash ? _fbb.CreateString(model_hash) : 0;
   auto model_name__ = model_name ? _fbb.CreateString(model_name) : 0;
@@ -1656,6 +1765,7 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
   auto layers__ = layers ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Layer>>(*layers) : 0;
   auto segments__ = segments ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Segment>>(*segments) : 0;
   auto shaders__ = shaders ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Shader>>(*shaders) : 0;
+  auto kernels__ = kernels ? _fbb.CreateVectorOfSortedTables<coldbrew::schema::Kernel>(kernels) : 0;
   return coldbrew::schema::CreateBundle(
       _fbb,
       schema_version,
@@ -1671,7 +1781,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       segments__,
       weight_checksums,
       shaders__,
-      accuracy);
+      accuracy,
+      kernels__);
 }
 
 inline const coldbrew::schema::Bundle *GetBundle(const void *buf) {

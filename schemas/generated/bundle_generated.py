@@ -2100,6 +2100,197 @@ class AccuracyT(object):
         return accuracy
 
 
+class Kernel(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Kernel()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsKernel(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def KernelBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Kernel
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Kernel
+    def Symbol(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Kernel
+    def ArgDtypes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Kernel
+    def ArgDtypesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Kernel
+    def ArgDtypesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Kernel
+    def ArgDtypesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        return o == 0
+
+    # Kernel
+    def ArgNbytes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Kernel
+    def ArgNbytesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
+        return 0
+
+    # Kernel
+    def ArgNbytesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Kernel
+    def ArgNbytesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+def KernelStart(builder):
+    builder.StartObject(3)
+
+def KernelAddSymbol(builder, symbol):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(symbol), 0)
+
+def KernelAddArgDtypes(builder, argDtypes):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(argDtypes), 0)
+
+def KernelStartArgDtypesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def KernelAddArgNbytes(builder, argNbytes):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(argNbytes), 0)
+
+def KernelStartArgNbytesVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def KernelEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class KernelT(object):
+
+    # KernelT
+    def __init__(
+        self,
+        symbol = None,
+        argDtypes = None,
+        argNbytes = None,
+    ):
+        self.symbol = symbol  # type: Optional[str]
+        self.argDtypes = argDtypes  # type: Optional[List[int]]
+        self.argNbytes = argNbytes  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        kernel = Kernel()
+        kernel.Init(buf, pos)
+        return cls.InitFromObj(kernel)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, kernel):
+        x = KernelT()
+        x._UnPack(kernel)
+        return x
+
+    # KernelT
+    def _UnPack(self, kernel):
+        if kernel is None:
+            return
+        self.symbol = kernel.Symbol()
+        if not kernel.ArgDtypesIsNone():
+            if np is None:
+                self.argDtypes = []
+                for i in range(kernel.ArgDtypesLength()):
+                    self.argDtypes.append(kernel.ArgDtypes(i))
+            else:
+                self.argDtypes = kernel.ArgDtypesAsNumpy()
+        if not kernel.ArgNbytesIsNone():
+            if np is None:
+                self.argNbytes = []
+                for i in range(kernel.ArgNbytesLength()):
+                    self.argNbytes.append(kernel.ArgNbytes(i))
+            else:
+                self.argNbytes = kernel.ArgNbytesAsNumpy()
+
+    # KernelT
+    def Pack(self, builder):
+        if self.symbol is not None:
+            symbol = builder.CreateString(self.symbol)
+        if self.argDtypes is not None:
+            if np is not None and type(self.argDtypes) is np.ndarray:
+                argDtypes = builder.CreateNumpyVector(self.argDtypes)
+            else:
+                KernelStartArgDtypesVector(builder, len(self.argDtypes))
+                for i in reversed(range(len(self.argDtypes))):
+                    builder.PrependUint8(self.argDtypes[i])
+                argDtypes = builder.EndVector()
+        if self.argNbytes is not None:
+            if np is not None and type(self.argNbytes) is np.ndarray:
+                argNbytes = builder.CreateNumpyVector(self.argNbytes)
+            else:
+                KernelStartArgNbytesVector(builder, len(self.argNbytes))
+                for i in reversed(range(len(self.argNbytes))):
+                    builder.PrependUint64(self.argNbytes[i])
+                argNbytes = builder.EndVector()
+        KernelStart(builder)
+        if self.symbol is not None:
+            KernelAddSymbol(builder, symbol)
+        if self.argDtypes is not None:
+            KernelAddArgDtypes(builder, argDtypes)
+        if self.argNbytes is not None:
+            KernelAddArgNbytes(builder, argNbytes)
+        kernel = KernelEnd(builder)
+        return kernel
+
+
 class Segment(object):
     __slots__ = ['_tab']
 
@@ -2487,8 +2678,32 @@ class Bundle(object):
             return obj
         return None
 
+    # Bundle
+    def Kernels(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Kernel()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Bundle
+    def KernelsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Bundle
+    def KernelsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
 def BundleStart(builder):
-    builder.StartObject(14)
+    builder.StartObject(15)
 
 def BundleAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -2550,6 +2765,12 @@ def BundleStartShadersVector(builder, numElems):
 def BundleAddAccuracy(builder, accuracy):
     builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(accuracy), 0)
 
+def BundleAddKernels(builder, kernels):
+    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
+
+def BundleStartKernelsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def BundleEnd(builder):
     return builder.EndObject()
 
@@ -2578,6 +2799,7 @@ class BundleT(object):
         weightChecksums = False,
         shaders = None,
         accuracy = None,
+        kernels = None,
     ):
         self.schemaVersion = schemaVersion  # type: int
         self.producer = producer  # type: Optional[str]
@@ -2593,6 +2815,7 @@ class BundleT(object):
         self.weightChecksums = weightChecksums  # type: bool
         self.shaders = shaders  # type: Optional[List[ShaderT]]
         self.accuracy = accuracy  # type: Optional[AccuracyT]
+        self.kernels = kernels  # type: Optional[List[KernelT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2672,6 +2895,14 @@ class BundleT(object):
                     self.shaders.append(shader_)
         if bundle.Accuracy() is not None:
             self.accuracy = AccuracyT.InitFromObj(bundle.Accuracy())
+        if not bundle.KernelsIsNone():
+            self.kernels = []
+            for i in range(bundle.KernelsLength()):
+                if bundle.Kernels(i) is None:
+                    self.kernels.append(None)
+                else:
+                    kernel_ = KernelT.InitFromObj(bundle.Kernels(i))
+                    self.kernels.append(kernel_)
 
     # BundleT
     def Pack(self, builder):
@@ -2735,6 +2966,14 @@ class BundleT(object):
             shaders = builder.EndVector()
         if self.accuracy is not None:
             accuracy = self.accuracy.Pack(builder)
+        if self.kernels is not None:
+            kernelslist = []
+            for i in range(len(self.kernels)):
+                kernelslist.append(self.kernels[i].Pack(builder))
+            BundleStartKernelsVector(builder, len(self.kernels))
+            for i in reversed(range(len(self.kernels))):
+                builder.PrependUOffsetTRelative(kernelslist[i])
+            kernels = builder.EndVector()
         BundleStart(builder)
         BundleAddSchemaVersion(builder, self.schemaVersion)
         if self.producer is not None:
@@ -2762,6 +3001,8 @@ class BundleT(object):
             BundleAddShaders(builder, shaders)
         if self.accuracy is not None:
             BundleAddAccuracy(builder, accuracy)
+        if self.kernels is not None:
+            BundleAddKernels(builder, kernels)
         bundle = BundleEnd(builder)
         return bundle
 

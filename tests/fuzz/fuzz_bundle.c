@@ -37,8 +37,10 @@ static int checked_code(const uint8_t* data, size_t size, uint64_t* hash) {
   if (size < CB_PREAMBLE_SIZE || memcmp(data, CB_MAGIC, 8) != 0) return 0;
   memcpy(&off, data + 12, 4), memcpy(&n, data + 16, 8), memcpy(&declared, data + 32, 8);
   if (declared != size || off < CB_PREAMBLE_SIZE || off > size || n > size - off || off % 8) return 0;
+  uint32_t version;
+  memcpy(&version, data + 8, 4);
   cb_model m;
-  if (cb_model_parse(data + off, n, size, &m) != CB_OK) return 0;
+  if (cb_model_parse(data + off, n, size, version, &m) != CB_OK) return 0;
   int found = 0;
   for (uint32_t i = 0; i < m.nsegments && !found; i++) {
     const cb_segment_desc* s = &m.segments[i];

@@ -136,6 +136,13 @@ Walk walk(const fbs::Bundle* b) {
       }
     }
   }
+  if (auto ks = b->kernels()) {
+    w.tables(b, B::VT_KERNELS, ks);
+    for (auto k : *ks) {
+      w.str(k, fbs::Kernel::VT_SYMBOL, k->symbol());
+      w.vec(k, fbs::Kernel::VT_ARG_DTYPES, k->arg_dtypes()), w.vec(k, fbs::Kernel::VT_ARG_NBYTES, k->arg_nbytes());
+    }
+  }
   if (auto ss = b->segments()) {
     for (auto s : *ss) {
       if (is_code(s)) continue;

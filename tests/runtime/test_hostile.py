@@ -80,8 +80,51 @@ def test_wrong_schema_version(small_bundle, tmp_path):
     data = read(small_bundle)
     struct.pack_into("<I", data, 8, 99)
     expect(data, "VERSION", tmp_path, "schema version 99")
-    # a header whose own version field disagrees is refused too
-    expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 2)), "VERSION", tmp_path)
+    # a header whose own version field disagrees is refused too, even with a version the runtime reads
+    expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 1)), "VERSION", tmp_path)
+    expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 3)), "VERSION", tmp_path)
+
+
+def test_kernel_calls_are_checked_at_open(small_bundle, tmp_path):
+    """Kernels do not check their own arguments (schema 2): every call of the
+    plan is checked against the kernel's recorded dtypes and byte sizes
+    before the code runs, and a CPU bundle without that list is refused."""
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(read(small_bundle)[64:]), 0))
+    assert [k.symbol for k in b.kernels] == sorted(k.symbol for k in b.kernels)
+    called = {s.kernel for s in b.plan.steps} | {s.transform for s in b.plan.steps if s.transform}
+    assert called <= {k.symbol for k in b.kernels}
+    for s in b.plan.steps:
+        k = next(k for k in b.kernels if k.symbol == s.kernel)
+        args = [b.tensors[a] for a in b.layers[s.layer].args]
+        assert list(k.argDtypes) == [t.dtype for t in args] and list(k.argNbytes) == [t.nbytes for t in args]
+
+    def swap_argument(b):  # the first layer's output for its input: another size
+        args = [int(a) for a in b.layers[0].args]
+        args[0] = args[-1]
+        b.layers[0].args = args
+    expect(repack(read(small_bundle), swap_argument), "CORRUPT", tmp_path, "compiled for another dtype or size")
+
+    def drop_argument(b):
+        b.layers[0].args = [int(a) for a in b.layers[0].args[:-1]]
+    expect(repack(read(small_bundle), drop_argument), "CORRUPT", tmp_path, "arguments; it takes")
+
+    def no_arguments(b):  # a kernel listed with no arguments, called with none
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
+        k.argDtypes = k.argNbytes = b.layers[0].args = []
+    expect(repack(read(small_bundle), no_arguments), "CORRUPT", tmp_path, "with no arguments")
+
+    def wrong_size(b):
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
+        k.argNbytes = [int(n) + 64 for n in k.argNbytes]
+    expect(repack(read(small_bundle), wrong_size), "CORRUPT", tmp_path, "compiled for another dtype or size")
+
+    def unlisted(b):
+        b.kernels = [k for k in b.kernels if k.symbol != b.plan.steps[0].kernel]
+    expect(repack(read(small_bundle), unlisted), "CORRUPT", tmp_path, "kernel list lacks")
+
+    def no_list(b):
+        b.kernels = None
+    expect(repack(read(small_bundle), no_list), "CORRUPT", tmp_path, "lacks its kernel list")
 
 
 @pytest.mark.parametrize("keep", [0.1, 0.5, 0.9, 0.999])
@@ -254,6 +297,37 @@ def test_bundle_streamed_in_2mb_chunks_from_a_cold_file(tmp_path):
     assert e.value.status == "CORRUPT" and last.name.decode() in str(e.value)
 
 
+def test_code_past_the_first_read_is_checked(small_model, tmp_path):
+    """The open reads a bundle's first 128 KiB; a code segment that runs past
+    them (here behind a header made long by a long model name) is read once
+    the header is parsed, with the first weights, and its last byte is still
+    checked before the code loads."""
+    import onnx
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.inspect_bundle import read_header
+
+    first_request = 128 << 10  # runtime.c: CB_STREAM_FIRST
+    path = tmp_path / "front.brew"
+
+    def code():
+        return next(s for s in read_header(str(path)).segments if s.kind == fb.SegmentKind.cpu_code_lz4)
+
+    model = onnx.ModelProto()
+    model.CopyFrom(small_model)
+    compile_model(model, str(path))
+    model.graph.name = "m" * (first_request - code().offset - code().size // 2)
+    compile_model(model, str(path))
+    c = code()
+    assert c.offset < first_request < c.offset + c.size
+    evict(path)
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    assert coldbrew.load(str(path)).run(None, {"x": x})[0].shape == (1, 5)
+    data = read(path)
+    data[c.offset + c.size - 1] ^= 0x01
+    expect(data, "CORRUPT", tmp_path, "checksum")
+
+
 def test_segment_past_end(small_bundle, tmp_path):
     def far(b):
         b.segments[0].offset = 2**64 - 4096
@@ -289,8 +363,10 @@ def test_tensor_shape_overflow_and_bad_indices(small_bundle, tmp_path):
 
 
 def test_missing_kernel_is_load_error(small_bundle, tmp_path):
-    def rename(b):
-        b.plan.steps[0].kernel = "no_such_kernel"
+    def rename(b):  # in the plan and in the kernel list alike: the code lacks it
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
+        b.plan.steps[0].kernel = k.symbol = b"no_such_kernel"
+        b.kernels.sort(key=lambda k: k.symbol)
     expect(repack(read(small_bundle), rename), "LOAD", tmp_path, "no_such_kernel")
 
 
