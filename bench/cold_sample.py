@@ -9,6 +9,9 @@ Prints one JSON line.
     python bench/cold_sample.py MODEL.ort --ort-best [--threads N] [--runs N]
 
 --runs N times N more runs after the first, back to back (runs_ms).
+--file-cached reads the file into the page cache where the others evict
+it: a fresh process on a file already in memory, the cold start with no
+storage in it (what is left is the runtime's and the first run's own).
 --exec-shares 2,1 splits parallel loops unevenly (coldbrew.load's
 exec_shares); --home-core C waits (untimed) until the process runs on core
 C before loading, so the runtime's executing thread is placed there and its
@@ -48,6 +51,9 @@ def evict(path):
     fd = os.open(path, os.O_RDONLY)
     os.fdatasync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    if "--file-cached" in sys.argv:  # read whole into the page cache instead
+        while os.read(fd, 8 << 20):
+            pass
     os.close(fd)
 
 

@@ -99,6 +99,28 @@ def cold_process(cmd, **kw):
     return subprocess.run(cmd, **kw)
 
 
+def read_alone_ms(path):
+    """Milliseconds to bring file `path` alone in from storage, cold (page
+    cache dropped, memory settled), the way coldbrew's runtime reads a
+    bundle (compiler.measure.populate_read: mapped, 2 MB at a time). The
+    floors' bytes / bandwidth takes the rate of a 128 MB read; a file of a
+    few MB comes in slower than that (the first request's latency, the
+    read-ahead's ramp), and this is what the file itself gets. None where
+    the kernel cannot populate (before Linux 5.14)."""
+    from coldbrew.compiler.measure import populate_read
+
+    drop_page_cache()
+    settle_memory()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    t = time.perf_counter()
+    done = populate_read(path)
+    return (time.perf_counter() - t) * 1e3 if done else None
+
+
 def cold_protocol():
     """The words every cold figure's header carries: whether cold_process
     can drop the page cache here."""
