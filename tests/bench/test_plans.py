@@ -52,3 +52,21 @@ def test_every_sample_is_saved(tmp_path, monkeypatch):
     plans.save_samples({("squeezenet", "cold"): [{"cold_ms": 7.1}, {"cold_ms": 9.5}]}, 2)
     saved = json.loads((tmp_path / "samples.json").read_text())
     assert saved == {"rounds": 2, "cold_ms": {"squeezenet/cold": [7.1, 9.5]}}
+
+
+def test_the_cold_and_file_cached_samples_run_the_bundle(small_bundle):
+    """The sample process in both ways the floor table uses: the file
+    evicted (cold), and read into the page cache first (--file-cached)."""
+    for extra in ([], ["--file-cached"]):
+        s = plans.sample([small_bundle, *extra])
+        assert s["cold_ms"] > 0 and s["cold_ms"] >= s["load_ms"]
+        assert len(s["runs_ms"]) == plans.WARM_RUNS
+
+
+def test_read_alone_times_the_file_it_is_given(tmp_path):
+    from common import read_alone_ms
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    ms = read_alone_ms(str(path))
+    assert ms is None or ms > 0  # None: a kernel without MADV_POPULATE_READ
