@@ -1,5 +1,6 @@
 /* Target check: a bundle built for another ISA, or needing CPU features this
  * machine lacks, is refused with a message instead of dying on SIGILL. */
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -31,14 +32,45 @@ static const cb_x86_feature k_x86[] = {
     {"avx512bf16", 7, 1, EAX, 5, XS_AVX512},
 };
 
-static int os_saves(unsigned xsave) {
-  unsigned a, b, c, d;
-  if (xsave == XS_NONE) return 1;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
-  unsigned lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  unsigned need = xsave == XS_AVX ? 0x6u : 0xE6u; /* SSE|AVX state; + opmask, ZMM_Hi256, Hi16_ZMM */
-  return (lo & need) == need;
+/* The CPUID leaves the table reads, and what the OS saves (XGETBV), asked
+ * once per process: in a virtual machine every CPUID leaves the guest (on
+ * the development VM the per-feature queries, about 60 CPUIDs for a
+ * bundle's 15 features, were the largest share of an open's own CPU time
+ * in a profile of repeated opens). */
+typedef struct { unsigned r[3][4]; int avx, avx512; } cb_x86_host;
+
+static cb_x86_host g_host;
+static pthread_once_t g_host_once = PTHREAD_ONCE_INIT;
+
+static void ask_host(void) {
+  cb_x86_host h;
+  memset(&h, 0, sizeof h);
+  unsigned max = __get_cpuid_max(0, NULL);
+  if (max >= 1) __cpuid_count(1, 0, h.r[0][EAX], h.r[0][EBX], h.r[0][ECX], h.r[0][EDX]);
+  if (max >= 7) {
+    __cpuid_count(7, 0, h.r[1][EAX], h.r[1][EBX], h.r[1][ECX], h.r[1][EDX]);
+    if (h.r[1][EAX] >= 1) __cpuid_count(7, 1, h.r[2][EAX], h.r[2][EBX], h.r[2][ECX], h.r[2][EDX]);
+  }
+  if (h.r[0][ECX] & (1u << 27)) { /* OSXSAVE: XGETBV says which register states the OS saves */
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    h.avx = (lo & 0x6u) == 0x6u;      /* SSE and AVX state */
+    h.avx512 = (lo & 0xE6u) == 0xE6u; /* + opmask, ZMM_Hi256, Hi16_ZMM */
+  }
+  g_host = h;
+}
+
+static const cb_x86_host* x86_host(void) {
+  pthread_once(&g_host_once, ask_host);
+  return &g_host;
+}
+
+/* A table row's CPUID leaf as x86_host keeps it, or NULL (a leaf it does
+ * not ask for). */
+static const unsigned* x86_leaf(const cb_x86_host* h, unsigned leaf, unsigned sub) {
+  if (leaf == 1 && sub == 0) return h->r[0];
+  if (leaf == 7 && sub <= 1) return h->r[1 + sub];
+  return NULL;
 }
 #endif
 
@@ -48,9 +80,10 @@ int cb_host_has(const char* f) {
   for (size_t i = 0; i < sizeof k_x86 / sizeof k_x86[0]; i++) {
     const cb_x86_feature* x = &k_x86[i];
     if (strcmp(f, x->name) != 0) continue;
-    unsigned r[4] = {0, 0, 0, 0};
-    if (!__get_cpuid_count(x->leaf, x->sub, &r[EAX], &r[EBX], &r[ECX], &r[EDX])) return 0;
-    return (r[x->reg] >> x->bit & 1u) && os_saves(x->xsave);
+    const cb_x86_host* h = x86_host();
+    const unsigned* r = x86_leaf(h, x->leaf, x->sub);
+    int saved = x->xsave == XS_NONE || (x->xsave == XS_AVX ? h->avx : h->avx512);
+    return r && (r[x->reg] >> x->bit & 1u) && saved;
   }
 #elif defined(__aarch64__)
   if (strcmp(f, "neon") == 0) return 1;

@@ -1,4 +1,5 @@
 """Hostile bundles get a clean error (a BundleError with the right status), never a crash."""
+import platform
 import struct
 
 import numpy as np
@@ -400,6 +401,32 @@ def test_bundle_for_another_cpu(small_bundle, tmp_path):
     def needs_unknown_feature(b):
         b.target.features = list(b.target.features) + ["sme2"]
     expect(repack(read(small_bundle), needs_unknown_feature), "TARGET", tmp_path, "sme2")
+
+
+# the runtime's x86 feature names and the kernel's names for them in /proc/cpuinfo
+CPUINFO_FLAGS = {"sse4.2": "sse4_2", "fma": "fma", "avx": "avx", "f16c": "f16c", "avx2": "avx2", "bmi": "bmi1",
+                 "bmi2": "bmi2", "avx512f": "avx512f", "avx512dq": "avx512dq", "avx512cd": "avx512cd",
+                 "avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+                 "avx512fp16": "avx512_fp16", "avx512bf16": "avx512_bf16"}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 CPU features")
+def test_each_cpu_feature_is_found_as_the_kernel_reports_it(small_bundle, tmp_path):
+    """A bundle that needs one feature opens where /proc/cpuinfo lists it and
+    is refused, naming it, where it does not: every feature the runtime
+    checks, so both answers are exercised on any x86 machine (AVX-512 ones
+    missing on an AVX2 host; avx512fp16 on a Zen 4)."""
+    with open("/proc/cpuinfo") as f:
+        flags = set(next(ln for ln in f if ln.startswith("flags")).split(":", 1)[1].split())
+    data = read(small_bundle)
+    for feature, flag in CPUINFO_FLAGS.items():
+        def needs(b, feature=feature):
+            b.target.features = [feature]
+        one = repack(data, needs)
+        if flag in flags:
+            open_bytes(one).close()
+        else:
+            expect(one, "TARGET", tmp_path, f"needs '{feature}', which this CPU lacks")
 
 
 def test_wrong_inputs_raise_clear_errors(small_bundle):
