@@ -46,7 +46,7 @@ if not ORT:  # the tool that reads the inputs from the header: not the engine's 
 def evict(path):
     """Settle memory (common.settle_memory: the CPU caches cleared, fresh
     memory alike for every sample), then drop the file from the page
-    cache."""
+    cache (--file-cached: then read it whole back in)."""
     settle_memory()
     fd = os.open(path, os.O_RDONLY)
     os.fdatasync(fd)

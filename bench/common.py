@@ -107,15 +107,11 @@ def read_alone_ms(path):
     few MB comes in slower than that (the first request's latency, the
     read-ahead's ramp), and this is what the file itself gets. None where
     the kernel cannot populate (before Linux 5.14)."""
-    from coldbrew.compiler.measure import populate_read
+    from coldbrew.compiler.measure import evict, populate_read
 
     drop_page_cache()
     settle_memory()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    evict(path)
     t = time.perf_counter()
     done = populate_read(path)
     return (time.perf_counter() - t) * 1e3 if done else None

@@ -200,11 +200,11 @@ def main():
             order = list(arms) + [(m, x) for m in models for x in ("read alone", "file cached")]
             random.Random(r).shuffle(order)
             for key in order:
-                bundle = arms.get(alias.get((key[0], "cold")), [None])[0]  # the scheduler's
-                if key[1] == "read alone":  # the scheduler's bundle brought in, nothing run
-                    alone.setdefault(key[0], []).append(read_alone_ms(bundle))
-                elif key[1] == "file cached":  # its cold start from a file in the page cache
-                    cached.setdefault(key[0], []).append(sample([bundle, "--file-cached"])["cold_ms"])
+                m, arm = key
+                if arm == "read alone":  # the scheduler's bundle brought in, nothing run
+                    alone.setdefault(m, []).append(read_alone_ms(arms[alias[(m, "cold")]][0]))
+                elif arm == "file cached":  # its cold start from a file in the page cache
+                    cached.setdefault(m, []).append(sample([arms[alias[(m, "cold")]][0], "--file-cached"])["cold_ms"])
                 else:
                     res.setdefault(key, []).append(sample(arms[key]))
     save_samples(res, rounds)
@@ -240,15 +240,14 @@ def main():
     print("\nfloor: max(faster warm of coldbrew and onnxruntime, bundle bytes / bandwidth)")
     print(f"{'model':14s} {'cold':>8s} {'floor':>8s} {'/floor':>7s} {'ort best':>9s} {'vs best':>8s} "
           f"{'ort dflt':>9s} {'vs dflt':>8s} {'cb warm':>8s} {'ort warm':>9s}")
-    ratios = {"floor": [], "best": [], "dflt": [], "own": [], "cached": []}
-    own_floor = {}
+    ratios = {"floor": [], "best": [], "dflt": []}
+    read_warm = {}  # the diagnostic's: (the bundle read alone, the faster warm)
     for m in models:
         c = cold[(m, "cold")]
         fastest_warm = min(min(warm[(m, a)] for a in COMPARED), warm[(m, "ort-default")], warm[(m, "ort-best")])
         floor = max(fastest_warm, sizes[(m, "cold")] / 1e6 / mb_s * 1e3)
         if None not in alone[m]:
-            own_floor[m] = (med(alone[m]), max(fastest_warm, med(alone[m])), fastest_warm)
-            ratios["own"].append(c / own_floor[m][1])
+            read_warm[m] = (med(alone[m]), fastest_warm)
         best, dflt = cold[(m, "ort-best")], cold[(m, "ort-default")]
         ratios["floor"].append(c / floor)
         ratios["best"].append(best / c)
@@ -259,20 +258,22 @@ def main():
     print(f"geomean: cold / floor {geomean(ratios['floor']):.2f} (goal <= 1.3); onnxruntime best cold / coldbrew "
           f"{geomean(ratios['best']):.2f} (goal >= 1.5); onnxruntime default / coldbrew {geomean(ratios['dflt']):.2f} "
           "(goal >= 4)")
-    if own_floor:
+    if read_warm:
         print("\ndiagnostic, not the criterion: the floor with the bundle's own cold read (the scheduler's bundle "
               "brought in alone, the runtime's way, in every round; median) in place of bytes / bandwidth")
         print("and the scheduler's bundle started cold from a file already in the page cache (a fresh process, "
               "the file read into memory before its clock): the cold start with no storage in it")
         print(f"{'model':14s} {'MB':>7s} {'bytes/bw':>9s} {'read alone':>11s} {'floor':>8s} {'cold':>8s} {'/floor':>7s} "
               f"{'file cached':>12s} {'/warm':>7s}")
-        for m, (read, fl, fastest_warm) in own_floor.items():
-            c, h = cold[(m, "cold")], med(cached[m])
-            ratios["cached"].append(h / fastest_warm)
+        own, first = [], []
+        for m, (read, fastest_warm) in read_warm.items():
+            c, h, fl = cold[(m, "cold")], med(cached[m]), max(read, fastest_warm)
+            own.append(c / fl)
+            first.append(h / fastest_warm)
             print(f"{m:14s} {sizes[(m, 'cold')] / 1e6:7.2f} {sizes[(m, 'cold')] / 1e6 / mb_s * 1e3:9.2f} {read:11.2f} "
                   f"{fl:8.2f} {c:8.2f} {c / fl:7.2f} {h:12.2f} {h / fastest_warm:7.2f}")
-        print(f"geomean over {len(own_floor)} models: cold / that floor {geomean(ratios['own']):.2f}; from a file "
-              f"in the page cache / the faster warm {geomean(ratios['cached']):.2f} (/warm: the first result's "
+        print(f"geomean over {len(read_warm)} models: cold / that floor {geomean(own):.2f}; from a file "
+              f"in the page cache / the faster warm {geomean(first):.2f} (/warm: the first result's "
               "cost in a fresh process with no storage read at all)")
 
 
