@@ -70,3 +70,20 @@ def test_read_alone_times_the_file_it_is_given(tmp_path):
     path.write_bytes(os.urandom(3 << 20))
     ms = read_alone_ms(str(path))
     assert ms is None or ms > 0  # None: a kernel without MADV_POPULATE_READ
+
+
+def test_the_a_a_control_is_the_gap_between_two_medians_of_one_bundle():
+    cold = {("a", "cold"): 10.0, ("a", plans.AA): 11.0, ("b", "cold"): 8.0, ("b", plans.AA): 8.0,
+            ("c", "cold"): 6.0, ("c", plans.AA): 5.0}
+    gaps, noise = plans.aa_noise(cold, ["a", "b", "c"])
+    assert [round(g, 3) for g in gaps.values()] == [0.091, 0.0, 0.2]
+    assert round(noise, 3) == 0.091  # the median over the models
+
+
+def test_verdicts_count_fastest_and_ranking_at_the_margin_given():
+    meas = dict(zip(plans.COMPARED, [10.0, 10.0, 9.0, 14.0, 10.0, 9.8]))  # cold 9.8 against cold-greedy 9.0
+    pred = dict(zip(plans.COMPARED, [8.0, 8.0, 7.5, 11.0, 8.0, 7.4]))
+    cold = {("m", a): v for a, v in meas.items()}
+    predicted = {("m", a): v for a, v in pred.items()}
+    assert plans.verdicts(cold, predicted, ["m"], 0.05) == (0, 0, 0)  # 8.9 % slower; 9.0 < 9.8 ranked the other way
+    assert plans.verdicts(cold, predicted, ["m"], 0.10) == (1, 0, 1)  # within 10 %: both ties
