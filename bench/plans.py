@@ -143,18 +143,20 @@ def aa_noise(cold, models):
     return gaps, statistics.median(gaps.values())
 
 
+def model_verdict(cold, predicted, m, margin):
+    """(fastest, strictly, with ties) for model m: whether the scheduler's
+    plan is fastest (within `margin`), and whether the simulator ranks the
+    plans as measured, strictly and with ties of `margin`."""
+    meas = [cold[(m, a)] for a in COMPARED]
+    pred = [predicted[(m, a)] for a in COMPARED]
+    return (meas[-1] <= (1 + margin) * min(meas), *ranks_agree(meas, pred, margin))
+
+
 def verdicts(cold, predicted, models, margin):
-    """(fastest, strictly, with ties): how many models the scheduler's plan
-    is fastest on (within `margin`), and how many the simulator ranks as
-    measured, strictly and with ties of `margin`."""
-    wins = agree = agree_ties = 0
-    for m in models:
-        meas = [cold[(m, a)] for a in COMPARED]
-        pred = [predicted[(m, a)] for a in COMPARED]
-        wins += meas[-1] <= (1 + margin) * min(meas)
-        strict, ties = ranks_agree(meas, pred, margin)
-        agree, agree_ties = agree + strict, agree_ties + ties
-    return wins, agree, agree_ties
+    """(fastest, strictly, with ties): over the models, how many each of
+    model_verdict's three holds for."""
+    per = [model_verdict(cold, predicted, m, margin) for m in models]
+    return tuple(sum(v[k] for v in per) for k in range(3))
 
 
 def bandwidth_mb_s(path):
@@ -247,8 +249,7 @@ def main():
     for m in models:
         meas = [cold[(m, a)] for a in COMPARED]
         pred = [predicted[(m, a)] for a in COMPARED]
-        best = meas[-1] <= 1.05 * min(meas)
-        strict, ties = ranks_agree(meas, pred)
+        best, strict, ties = model_verdict(cold, predicted, m, 0.05)
         print(f"{m:14s} " + " ".join(f"{v:11.2f}" for v in meas) + f"  {'yes' if best else 'no':5s}  "
               f"{'yes' if strict else 'no'} strictly, {'yes' if ties else 'no'} with ties")
         print(f"{'  q1-q3':14s} " + " ".join(f"{spread(res[alias[(m, a)]]):>11s}" for a in COMPARED))
