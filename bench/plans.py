@@ -233,10 +233,11 @@ def main():
             random.Random(r).shuffle(order)
             for key in order:
                 m, arm = key
-                if arm == "read alone":  # the scheduler's bundle brought in, nothing run
-                    alone.setdefault(m, []).append(read_alone_ms(arms[alias[(m, "cold")]][0]))
+                bundle = arms[alias[(m, "cold")]][0]  # the scheduler's, as its arm measures it
+                if arm == "read alone":  # brought in, nothing run
+                    alone.setdefault(m, []).append(read_alone_ms(bundle))
                 elif arm == "file cached":  # its cold start from a file in the page cache
-                    cached.setdefault(m, []).append(sample([arms[alias[(m, "cold")]][0], "--file-cached"])["cold_ms"])
+                    cached.setdefault(m, []).append(sample([bundle, "--file-cached"])["cold_ms"])
                 else:
                     res.setdefault(key, []).append(sample(arms[key]))
     save_samples(res, rounds)
