@@ -30,8 +30,14 @@ emitter for the rest; glslang, spirv-val) in place of codegen.
 import os
 from dataclasses import dataclass
 
-from .errors import CompileError, UnsupportedOperatorError
-from .graph import NARROW, PRECISIONS  # stored weight precisions
+from coldbrew.command import missing_compiler_modules
+
+if missing_compiler_modules():  # a runtime-only install (pip install coldbrew)
+    raise ImportError(f"coldbrew's compiler needs packages that are not installed here "
+                      f"(missing: {', '.join(missing_compiler_modules())}): pip install 'coldbrew[compiler]'")
+
+from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
+from .graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
 
 __all__ = ["compile_model", "compile_graph", "CompileError", "UnsupportedOperatorError", "PASSES"]
 

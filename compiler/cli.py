@@ -124,9 +124,10 @@ def main():
               help="plan from the device cost table (profiled once, then cached): fastest warm variants, "
                    "least cold cost per layer, or the cold scheduler (variants, weight forms, preparation "
                    "queues and execution threads)")
-@click.option("--tune/--no-tune", default=None,
-              help="search each layer's variant and schedule parameters by measurement (cached per target); "
-                   "default: on when the target is this machine (host), and only the host can be measured")
+@click.option("--tune/--no-tune", default=False, show_default=True,
+              help="search each layer's variant and schedule parameters by measurement on this machine (target "
+                   "host only; cached per target); without it they are derived from the target's register/cache "
+                   "model, as compile_model() does, so the bundle is the same whichever machine builds it")
 @click.option("--continuous", is_flag=True,
               help="also store each layer's warm-fastest variant (from the cost table) for continuous mode: "
                    "the first run follows the plan, later runs switch to those variants once their weights "
@@ -267,9 +268,9 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="also write the cost table here")
 @click.option("--force", is_flag=True, help="measure again even if the table is cached")
-@click.option("--tune/--no-tune", default=None,
-              help="time the kernels with their tuned schedule parameters, as `compile` ships them; default: on "
-                   "when the target is this machine (host)")
+@click.option("--tune/--no-tune", default=False, show_default=True,
+              help="time the kernels with their tuned schedule parameters, as `compile --tune` ships them "
+                   "(target host only)")
 def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune):
     """Measure MODEL's device cost table: per layer x variant, read / transform / execute."""
     from .profile import profile
@@ -292,7 +293,9 @@ def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune
                f"in {time.perf_counter() - t0:.1f} s" + (f", written to {output}" if output else ""))
 
 
-def _table(costs, model, target, threads):
+def _table(costs, model, target, threads, tune):
+    """The cost table from a file, or profiled for `model` (tuned as the
+    bundle it is for was compiled)."""
     from .profile import profile
 
     if costs:
@@ -302,13 +305,16 @@ def _table(costs, model, target, threads):
         raise click.UsageError("give --costs FILE or --model MODEL.onnx")
     with _progress("profiling") as progress:
         return profile(model, target, threads, progress=progress,
-                       **_tuning(model, target, threads, None, None, None, progress))
+                       **_tuning(model, target, threads, None, None, tune, progress))
 
 
 def _tunes(target, tune):
-    """Whether a command tunes: as asked, else only for the machine it runs
-    on (the host), the only target that can be measured."""
-    return target == "host" if tune is None else tune
+    """Whether a command tunes: as asked (default: no, as compile_model);
+    only the machine it runs on (the host) can be measured."""
+    if tune and target != "host":
+        raise click.UsageError(f"--tune measures kernels on this machine: it needs --target host, not '{target}' "
+                               "(other targets get parameters derived from their register/cache model)")
+    return bool(tune)
 
 
 def _tuning(model, target, threads, shapes, constants, tune, progress):
@@ -337,7 +343,7 @@ def simulate_cmd(bundle, costs, model, target, output, png):
     from .simulate import PlanError, plan_of_bundle, simulate
 
     plan = plan_of_bundle(bundle)
-    table = _table(costs, model, target, plan["threads"])
+    table = _table(costs, model, target, plan["threads"], plan["tuned"] and target == "host")
     try:
         result = simulate(plan, table)
     except PlanError as e:

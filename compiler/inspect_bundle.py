@@ -108,6 +108,7 @@ def describe(path):
              else "")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
                  + later + _split(b.plan.execShares))
+    lines.append(tuning_line(b))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     for k, s in enumerate(b.plan.steps):
         layer = b.layers[s.layer]
@@ -150,6 +151,20 @@ def describe(path):
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
     return lines
+
+
+def tuning_line(b):
+    """Whether the kernels' schedule parameters were measured on the
+    compiling machine (`--tune`) or derived from the target's model."""
+    scheduled = [s for s in b.plan.steps if _s(s.params)]
+    tuned = sum(1 for s in scheduled if s.tuned)
+    if not scheduled:
+        return "tuning     none (no layer has schedule parameters)"
+    if tuned:
+        return (f"tuning     tuned: {tuned}/{len(scheduled)} scheduled layers' parameters measured on the compiling "
+                f"machine (--tune), the rest derived")
+    return (f"tuning     derived: {len(scheduled)} scheduled layers' parameters from the target's register/cache "
+            f"model (not tuned; coldbrew compile --tune measures them on this machine)")
 
 
 def accuracy_line(b):

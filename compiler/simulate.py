@@ -68,7 +68,8 @@ def plan_of_bundle(data):
                       "form": DIRECT_FORMS[p] if form == "direct" else narrow or form,
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
-    return {"steps": steps, "threads": bundle.plan.threads or 1}
+    return {"steps": steps, "threads": bundle.plan.threads or 1,
+            "tuned": any(s.tuned for s in bundle.plan.steps)}  # its kernels' parameters measured (--tune)
 
 
 def _s(v):

@@ -72,7 +72,9 @@ def build(out_dir, cc=None, cxx=None, triple=None, flags=()):
     cxx = cxx or os.environ.get("CXX", "c++")
     includes = ["-I", os.path.join(HERE, "include"), "-I", os.path.join(HERE, "src"),
                 "-I", os.path.join(ROOT, "schemas", "generated"), "-I", flatbuffers_include()]
-    common = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", *flags]
+    # exported: coldbrew.h and coldbrew_testing.h (their visibility pragmas),
+    # and the one hook the kernels' code calls; everything else stays inside
+    common = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fvisibility=hidden", *flags]
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         includes += ["-I", vulkan_include(tmp)]
@@ -83,7 +85,7 @@ def build(out_dir, cc=None, cxx=None, triple=None, flags=()):
             cmd = [cc if is_c else cxx, "-std=c11" if is_c else "-std=c++17", *common, *includes,
                    "-c", os.path.join(HERE, "src", src), "-o", obj]
             if not is_c:
-                cmd += ["-fno-exceptions", "-fno-rtti"]
+                cmd += ["-fno-exceptions", "-fno-rtti", "-fvisibility-inlines-hidden"]
             subprocess.run(cmd, check=True)
             objects.append(obj)
         out = os.path.join(out_dir, LIB_NAME)

@@ -23,6 +23,13 @@
 extern "C" {
 #endif
 
+/* The library exports exactly what this header (and, for the runtime's own
+ * tests and tools, coldbrew_testing.h) declares; it is built with
+ * -fvisibility=hidden. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION
  * (schema 2 records each CPU kernel's argument contract, checked at open) */
 #define CB_SCHEMA_VERSION 2u
@@ -194,19 +201,9 @@ cb_status cb_session_trace(const cb_session* session, const cb_trace_event** out
 cb_status cb_bundle_step_info(const cb_bundle* bundle, size_t step, const char** out_layer, const char** out_variant);
 cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const char** out_variant);
 
-/* Testing hooks (for the runtime's own tests and fuzzers, not for apps).
- * cb_debug_fail_allocation(n): the n-th heap allocation the runtime makes
- * from now on fails as if memory ran out (n = 0: none fails); every call
- * must then end in a clean status (CB_ERR_OUT_OF_MEMORY, or the error of
- * the step that needed the memory) with nothing left allocated.
- * cb_debug_allocations: allocations attempted since the last
- * cb_debug_fail_allocation call with n > 0 (counted only while one is
- * armed), and the runtime's allocations live now, apart from the kernel
- * workspace blocks its threads keep for reuse and the per-thread caches
- * holding them (a thread may keep a block of a new size at any run: a
- * cache, freed when the thread ends). */
-void cb_debug_fail_allocation(uint64_t n);
-void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #define COLDBREW_INTERNAL_H_
 
 #include "coldbrew.h"
+#include "coldbrew_testing.h" /* hooks the tests and the compiler call: exported too */
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,10 +52,9 @@ typedef struct cb_dispatch_desc {
 } cb_dispatch_desc;
 
 #define CB_MAX_PUSH_WORDS 32 /* 128 bytes: every Vulkan device's minimum */
-/* The runtime's own CPU weight transform (widen.c): fp16 weights -> the
- * fp32 tensor the kernel reads, same shape. */
+/* The runtime's own CPU weight transform (widen.c, cb_widen_f16): fp16
+ * weights -> the fp32 tensor the kernel reads, same shape. */
 #define CB_WIDEN_F16 "cb.widen_f16"
-void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
 
 /* The GPU weight transform the runtime runs on the CPU (vulkan.c). */
 #define CB_GPU_WINOGRAD_F23 "gpu.winograd_f23"
@@ -148,12 +148,9 @@ cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t f
                          cb_model* out);
 void cb_model_free(cb_model* model);
 
-/* Position-weighted 64-bit checksum (schemas/README.md). */
-uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
+/* Position-weighted 64-bit checksum (schemas/README.md) of a part of a
+ * whole, its first word numbered `first_word` (cb_checksum64: the whole). */
 uint64_t cb_checksum64_part(const uint8_t* data, uint64_t size, uint64_t first_word);
-/* Decode the LZ4 block src[0, n) into dst[0, cap): the decoded size, or -1
- * for a damaged block (runtime/src/lz4.c). */
-int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap);
 
 /* Error reporting: set the calling thread's message and return `status`. */
 cb_status cb_fail(cb_status status, const char* fmt, ...)
@@ -185,7 +182,6 @@ void cb_backend_kernel_failed(void);
 /* Size the process-wide pool that runs kernels' parallel loops (n >= 1). */
 cb_status cb_backend_set_threads(int n);
 int cb_backend_threads(void);
-int cb_backend_active_threads(void); /* threads the current run's parallel loops use */
 /* Threads a parallel launch uses from now on, at most the pool's size (a
  * session whose runs use fewer threads than the pool holds; also where
  * preparation workers are placed), and each one's share of a parallel

@@ -136,7 +136,7 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
 
 
 def test_the_profile_command_profiles_the_tuned_kernels_with_one_front_end(tuned, small_model, tmp_path, monkeypatch):
-    """`coldbrew profile` on the host tunes as compile does, and hands the
+    """`coldbrew profile --tune` on the host tunes as compile --tune does, and hands the
     tuner's first passes to the profile rather than running them again."""
     from coldbrew.compiler import profile as prof
 
@@ -144,6 +144,36 @@ def test_the_profile_command_profiles_the_tuned_kernels_with_one_front_end(tuned
     fronts = _count_front_ends(monkeypatch)
     model, out = tmp_path / "small.onnx", tmp_path / "costs.json"
     model.write_bytes(small_model.SerializeToString())
-    r = CliRunner().invoke(main, ["profile", str(model), "-o", str(out)])
+    r = CliRunner().invoke(main, ["profile", str(model), "-o", str(out), "--tune"])
     assert r.exit_code == 0, r.output
     assert len(fronts) == 1 and json.loads(out.read_text())["tuned"]
+
+
+def test_cli_and_compile_model_share_defaults(tmp_path, small_model):
+    """`coldbrew compile` with no flags gives compile_model()'s bundle byte
+    for byte (neither tunes unless asked), and inspect says it is derived."""
+    model = tmp_path / "small.onnx"
+    model.write_bytes(small_model.SerializeToString())
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(tmp_path / "cli.brew")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "cli.brew").read_bytes() == compile_model(small_model)
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "cli.brew")])
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.output.splitlines() if x.startswith("tuning ")]
+    assert line.split()[1] == "derived:", line
+
+
+def test_inspect_says_a_bundle_is_tuned(tuned):
+    _, bundle = tuned
+    r = CliRunner().invoke(main, ["inspect", bundle])
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.output.splitlines() if x.startswith("tuning ")]
+    n = len([s for s in read(bundle)[0].plan.steps if s.params])
+    assert line.split()[1:3] == ["tuned:", f"{n}/{n}"], line
+
+
+def test_tuning_another_target_is_refused(tmp_path, small_model):
+    model = tmp_path / "small.onnx"
+    model.write_bytes(small_model.SerializeToString())
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(tmp_path / "x.brew"), "--tune", "--target", "sd855"])
+    assert r.exit_code == 2 and "--tune measures kernels on this machine: it needs --target host" in r.output

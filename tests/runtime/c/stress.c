@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coldbrew.h"
+#include "coldbrew_testing.h"
 
 static int die(const char* what, cb_status s) {
   fprintf(stderr, "stress: %s failed: %s: %s\n", what, cb_status_name(s), cb_last_error());

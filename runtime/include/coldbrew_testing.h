@@ -1,0 +1,60 @@
+/* coldbrew runtime: hooks for the runtime's own tests, fuzzers and the
+ * compiler's measurements. Not for apps: nothing here is stable.
+ *
+ * libcoldbrew.so exports what coldbrew.h declares and what this header
+ * declares, and nothing else (it is built with -fvisibility=hidden).
+ */
+#ifndef COLDBREW_TESTING_H_
+#define COLDBREW_TESTING_H_
+
+#include <stdint.h>
+
+#include "coldbrew.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* Allocation failures on demand.
+ * cb_debug_fail_allocation(n): the n-th heap allocation the runtime makes
+ * from now on fails as if memory ran out (n = 0: none fails); every call
+ * must then end in a clean status (CB_ERR_OUT_OF_MEMORY, or the error of
+ * the step that needed the memory) with nothing left allocated.
+ * cb_debug_allocations: allocations attempted since the last
+ * cb_debug_fail_allocation call with n > 0 (counted only while one is
+ * armed), and the runtime's allocations live now, apart from the kernel
+ * workspace blocks its threads keep for reuse and the per-thread caches
+ * holding them (a thread may keep a block of a new size at any run: a
+ * cache, freed when the thread ends). */
+void cb_debug_fail_allocation(uint64_t n);
+void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
+
+/* Position-weighted 64-bit checksum of a bundle's segments and tensors
+ * (schemas/README.md); the compiler computes the same in Python. */
+uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
+
+/* Decode the LZ4 block src[0, n) into dst[0, cap): the decoded size, or -1
+ * for a damaged block (the CPU code segment's codec). */
+int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap);
+
+/* The runtime's own CPU weight transform: n fp16 values -> fp32 (the
+ * profiler times it to model narrow weights' widening). */
+void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
+
+/* Threads the current run's parallel loops use (a continuous-mode run
+ * switches to the warm plan's count). */
+int cb_backend_active_threads(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLDBREW_TESTING_H_ */
