@@ -6,7 +6,9 @@ other targets are JSON files in this folder, checked by `schema.validate`
 (format: targets/README.md). The features a bundle records are those the
 runtime can check on the running CPU (runtime/src/target.c), so a bundle for
 another CPU is refused with a message instead of dying on an illegal
-instruction.
+instruction. They are never fewer than LLVM enables for the triple and cpu
+(the code is compiled for exactly those): a file's `features` are added to
+LLVM's, never used instead of them.
 
 Presets with `modeled: true` describe devices we do not have: their cost
 tables are host measurements multiplied by each core class's `scale`, and
@@ -203,15 +205,32 @@ def split_factor(speeds, shares):
     return max(n * sh / total / s for sh, s in zip(shares, speeds))
 
 
+# LLVM's name (tvm.target.codegen.llvm_get_cpu_features) of each checked
+# feature whose coldbrew name differs; the others are spelled alike (x86's
+# all, aarch64's neon, dotprod, rdm, lse, crc, rcpc, i8mm, bf16, sve, sve2,
+# aes, sha2, sha3). LLVM lists implied features too (cortex-a76: fullfp16
+# with dotprod, rdm, lse, rcpc, crc, aes, sha2), and its aes and sha2 are
+# what runtime/src/target.c checks as aes (+PMULL) and sha2 (+SHA1).
+LLVM_NAMES = {"aarch64": {"fp16": "fullfp16", "fhm": "fp16fml", "fcma": "complxnum"}}
+
+
 def _features_of(triple, cpu):
+    """The checked features LLVM enables for `triple` and `cpu`, in CHECKED_FEATURES order."""
     import tvm
     from tvm.target import codegen
 
     arch = triple.split("-")[0]
     have = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu}))}
     if arch == "aarch64":
-        have.add("neon")
-    return tuple(f for f in CHECKED_FEATURES.get(arch, []) if f in have)
+        have.add("neon")  # Advanced SIMD is part of the base ISA (LLVM lists it for every cpu)
+    llvm = LLVM_NAMES.get(arch, {})
+    return tuple(f for f in CHECKED_FEATURES.get(arch, []) if llvm.get(f, f) in have)
+
+
+def _union(arch, *lists):
+    """The features in any of `lists`, in CHECKED_FEATURES order."""
+    have = {f for fs in lists for f in fs}
+    return tuple(f for f in CHECKED_FEATURES[arch] if f in have)
 
 
 def _target(d, features):
@@ -223,8 +242,9 @@ def _target(d, features):
 
 
 def load(path):
-    """Read and check one target file. Listed features are used as given;
-    otherwise LLVM derives them from triple and cpu."""
+    """Read and check one target file. Its features are those it lists and
+    those LLVM derives from triple and cpu, together: the code is compiled
+    for the cpu, so a file cannot record fewer than the code may use."""
     try:
         with open(path) as f:
             desc = json.load(f)
@@ -234,7 +254,8 @@ def load(path):
     stem = os.path.splitext(os.path.basename(path))[0]
     if d["name"] != stem:
         raise TargetError(f"{path}: 'name' is '{d['name']}' but the file is named '{stem}.json'")
-    return _target(d, d["features"] if "features" in d else _features_of(d["triple"], d["cpu"]))
+    arch = d["triple"].split("-")[0]
+    return _target(d, _union(arch, d.get("features", ()), _features_of(d["triple"], d["cpu"])))
 
 
 def _read(path):

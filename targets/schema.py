@@ -9,7 +9,9 @@ and the field. targets/README.md describes the format.
 CHECKED_FEATURES = {
     "x86_64": ["sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16", "bmi", "bmi2"],
-    "aarch64": ["neon"],
+    # aarch64: Linux AT_HWCAP/AT_HWCAP2 bits; LLVM's names in targets/__init__.py LLVM_NAMES
+    "aarch64": ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "fhm", "i8mm", "bf16", "sve", "sve2",
+                "aes", "sha2", "sha3", "fcma"],
 }
 PHASES = ("read", "transform", "execute")
 GPU_APIS = ("vulkan",)
@@ -108,8 +110,8 @@ def validate(desc, where):
                                          f"(known: {', '.join(CHECKED_FEATURES[arch])})")
         d["features"] = list(desc["features"])
     elif d["modeled"]:
-        _fail(where, "features", "is missing: modeled targets must list them (LLVM here is not asked about a "
-                                 "CPU we do not have)")
+        _fail(where, "features", "is missing: modeled targets must list them (a bundle records them and the ones "
+                                 "LLVM derives from the cpu)")
     d["core_classes"] = _classes(where, desc["core_classes"])
     c = desc["caches"]
     _keys(where, "caches", c, ("l1d_kb", "l2_kb"), ("l3_kb",))

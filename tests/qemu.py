@@ -7,6 +7,7 @@ Bundles for Android name bionic's libm.so and libc.so (compiler/codegen.py);
 here those names are links to glibc's libraries, on the loader's path, so
 the same code object runs. Bionic itself is not tested.
 """
+import functools
 import os
 import shutil
 import subprocess
@@ -59,8 +60,20 @@ def tensors(path):
     return info(b.inputs), info(b.outputs)
 
 
-def run(runner, bundle, inputs, work_dir, timeout=600):
-    """Run `bundle` once under qemu with the arrays `inputs` (in input order); its outputs as arrays."""
+@functools.lru_cache(maxsize=None)
+def cpus():
+    """The CPUs qemu-aarch64 can emulate (`qemu-aarch64 -cpu help`; Debian 12's qemu-user 7.2:
+    a64fx, cortex-a35, cortex-a53, cortex-a57, cortex-a72, cortex-a76, max, neoverse-n1).
+    Without -cpu qemu-user emulates "max", every feature it has."""
+    r = subprocess.run(["qemu-aarch64", "-cpu", "help"], capture_output=True, text=True, timeout=60)
+    return tuple(line.split()[0] for line in r.stdout.splitlines()[1:] if line.strip())
+
+
+def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None):
+    """Run `bundle` once under qemu with the arrays `inputs` (in input order); its outputs as arrays.
+    `cpu`: the CPU qemu emulates (`qemu-aarch64 -cpu NAME`, one of cpus()); None: qemu's default."""
+    if cpu is not None and cpu not in cpus():
+        raise QemuError(f"qemu-aarch64 cannot emulate cpu '{cpu}' (it can: {', '.join(cpus())})")
     _, outs = tensors(bundle)
     files = []
     for k, x in enumerate(inputs):
@@ -68,23 +81,31 @@ def run(runner, bundle, inputs, work_dir, timeout=600):
         np.ascontiguousarray(x).tofile(files[-1])
     prefix = os.path.join(work_dir, "output")
     bionic = os.path.join(os.path.dirname(runner), "bionic")
-    cmd = ["qemu-aarch64", "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={bionic}", runner, bundle, prefix, *files]
+    cmd = ["qemu-aarch64", *(["-cpu", cpu] if cpu else []), "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={bionic}",
+           runner, bundle, prefix, *files]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode:
         raise QemuError(f"run_bundle under qemu-aarch64 exited {r.returncode}: {r.stderr.strip()}")
     return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(shape) for k, (_, dtype, shape) in enumerate(outs)]
 
 
-def compile_and_run(runner, model, target, work_dir, seed=11, precision="fp32"):
-    """Compile `model` for `target`, run it under qemu and in onnxruntime on the same random
-    inputs; [(ours, onnxruntime's)] per output."""
+def compile_and_run(runner, model, target, work_dir, seed=11, precision="fp32", cpu=None):
+    """Compile `model` for `target`, run it under qemu (emulating `cpu`, see run) and in
+    onnxruntime on the same random inputs; [(ours, onnxruntime's)] per output."""
     from coldbrew.compiler import compile_model
-    from conftest import ort_run
 
     path = os.path.join(work_dir, f"model-{target}.brew")
     compile_model(model, path, target=target, precision=precision)
+    return run_and_compare(runner, model, path, work_dir, seed, cpu)
+
+
+def run_and_compare(runner, model, path, work_dir, seed=11, cpu=None):
+    """Run the bundle at `path` (compiled from `model`) under qemu emulating `cpu` and `model` in
+    onnxruntime on the same random inputs; [(ours, onnxruntime's)] per output."""
+    from conftest import ort_run
+
     ins, _ = tensors(path)
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape).astype(dtype) for name, dtype, shape in ins}
-    ours = run(runner, path, list(feeds.values()), work_dir)
+    ours = run(runner, path, list(feeds.values()), work_dir, cpu=cpu)
     return list(zip(ours, ort_run(model, feeds)))

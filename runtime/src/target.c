@@ -72,6 +72,81 @@ static const unsigned* x86_leaf(const cb_x86_host* h, unsigned leaf, unsigned su
   if (leaf == 7 && sub <= 1) return h->r[1 + sub];
   return NULL;
 }
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* aarch64 features from the kernel's hardware capabilities (AT_HWCAP,
+ * AT_HWCAP2): user space may not read the ID registers without the
+ * kernel's emulation, and the kernel reports only what it also enables.
+ * The bit values are those of the Linux UAPI header
+ * arch/arm64/include/uapi/asm/hwcap.h (<asm/hwcap.h>), defined here since
+ * an older <asm/hwcap.h> (or bionic's) may lack the newer ones. */
+#define CB_HWCAP_FP (1ul << 0)
+#define CB_HWCAP_ASIMD (1ul << 1)
+#define CB_HWCAP_AES (1ul << 3)
+#define CB_HWCAP_PMULL (1ul << 4)
+#define CB_HWCAP_SHA1 (1ul << 5)
+#define CB_HWCAP_SHA2 (1ul << 6)
+#define CB_HWCAP_CRC32 (1ul << 7)
+#define CB_HWCAP_ATOMICS (1ul << 8)
+#define CB_HWCAP_FPHP (1ul << 9)
+#define CB_HWCAP_ASIMDHP (1ul << 10)
+#define CB_HWCAP_ASIMDRDM (1ul << 12)
+#define CB_HWCAP_FCMA (1ul << 14)
+#define CB_HWCAP_LRCPC (1ul << 15)
+#define CB_HWCAP_SHA3 (1ul << 17)
+#define CB_HWCAP_ASIMDDP (1ul << 20)
+#define CB_HWCAP_SHA512 (1ul << 21)
+#define CB_HWCAP_SVE (1ul << 22)
+#define CB_HWCAP_ASIMDFHM (1ul << 23)
+#define CB_HWCAP2_SVE2 (1ul << 1)
+#define CB_HWCAP2_I8MM (1ul << 13)
+#define CB_HWCAP2_BF16 (1ul << 14)
+#ifndef AT_HWCAP2
+#define AT_HWCAP2 26 /* <linux/auxvec.h> */
+#endif
+
+/* coldbrew's name -> the bits all required in AT_HWCAP and AT_HWCAP2. Each
+ * row covers every instruction LLVM's feature of that name enables
+ * (targets/__init__.py maps LLVM's names to these): fullfp16 is scalar and
+ * vector half precision, aes includes the 64-bit PMULL, sha2 includes SHA1,
+ * sha3 includes SHA512. Keep the names in sync with CHECKED_FEATURES in
+ * targets/schema.py (tests/runtime/test_aarch64.py compares them). */
+typedef struct { const char* name; unsigned long hwcap, hwcap2; } cb_arm_feature;
+static const cb_arm_feature k_arm[] = {
+    {"neon", CB_HWCAP_FP | CB_HWCAP_ASIMD, 0},
+    {"fp16", CB_HWCAP_FPHP | CB_HWCAP_ASIMDHP, 0},
+    {"dotprod", CB_HWCAP_ASIMDDP, 0},
+    {"rdm", CB_HWCAP_ASIMDRDM, 0},
+    {"lse", CB_HWCAP_ATOMICS, 0},
+    {"crc", CB_HWCAP_CRC32, 0},
+    {"rcpc", CB_HWCAP_LRCPC, 0},
+    {"fhm", CB_HWCAP_ASIMDFHM, 0},
+    {"i8mm", 0, CB_HWCAP2_I8MM},
+    {"bf16", 0, CB_HWCAP2_BF16},
+    {"sve", CB_HWCAP_SVE, 0},
+    {"sve2", CB_HWCAP_SVE, CB_HWCAP2_SVE2},
+    {"aes", CB_HWCAP_AES | CB_HWCAP_PMULL, 0},
+    {"sha2", CB_HWCAP_SHA1 | CB_HWCAP_SHA2, 0},
+    {"sha3", CB_HWCAP_SHA3 | CB_HWCAP_SHA512, 0},
+    {"fcma", CB_HWCAP_FCMA, 0},
+};
+
+/* Both words asked once per process, as x86 asks CPUID once. */
+typedef struct { unsigned long hwcap, hwcap2; } cb_arm_host;
+
+static cb_arm_host g_host;
+static pthread_once_t g_host_once = PTHREAD_ONCE_INIT;
+
+static void ask_host(void) {
+  g_host.hwcap = getauxval(AT_HWCAP);
+  g_host.hwcap2 = getauxval(AT_HWCAP2);
+}
+
+static const cb_arm_host* arm_host(void) {
+  pthread_once(&g_host_once, ask_host);
+  return &g_host;
+}
 #endif
 
 /* 1 = present, 0 = absent, -1 = a feature this runtime cannot check. */
@@ -85,8 +160,15 @@ int cb_host_has(const char* f) {
     int saved = x->xsave == XS_NONE || (x->xsave == XS_AVX ? h->avx : h->avx512);
     return r && (r[x->reg] >> x->bit & 1u) && saved;
   }
+#elif defined(__aarch64__) && defined(__linux__)
+  for (size_t i = 0; i < sizeof k_arm / sizeof k_arm[0]; i++) {
+    const cb_arm_feature* a = &k_arm[i];
+    if (strcmp(f, a->name) != 0) continue;
+    const cb_arm_host* h = arm_host();
+    return (h->hwcap & a->hwcap) == a->hwcap && (h->hwcap2 & a->hwcap2) == a->hwcap2;
+  }
 #elif defined(__aarch64__)
-  if (strcmp(f, "neon") == 0) return 1;
+  if (strcmp(f, "neon") == 0) return 1; /* part of the base ISA; no HWCAP to ask elsewhere */
 #endif
   return -1;
 }

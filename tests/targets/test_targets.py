@@ -86,7 +86,7 @@ def test_fingerprint_stable_and_distinct():
     fps = {n: resolve(n).fingerprint() for n in available()}
     assert len(set(fps.values())) == len(fps)
     assert load(os.path.join(targets.HERE, "sd855.json")).fingerprint() == fps["sd855"]
-    assert fps["sd855"] == "b6921fe9b0dcac56"  # update when sd855.json changes on purpose
+    assert fps["sd855"] == "952b9f685f34a6f4"  # update when sd855.json changes on purpose
 
 
 def _broken(change):
@@ -101,7 +101,8 @@ def _broken(change):
     (lambda d: d["core_classes"][2]["scale"].update(read=-1), r"'core_classes\[2\].scale.read' must be a number > 0"),
     (lambda d: d["core_classes"].reverse(), r"'core_classes\[0\].relative_speed' must be 1.0"),
     (lambda d: d.pop("features"), r"'features' is missing: modeled targets must list them"),
-    (lambda d: d.update(features=["sve"]), r"'features' has 'sve', which the runtime does not check"),
+    (lambda d: d.update(features=["sme"]), r"'features' has 'sme', which the runtime does not check"),
+    (lambda d: d.update(features=["avx2"]), r"'features' has 'avx2', which the runtime does not check for aarch64"),
     (lambda d: d["caches"].update(l2kb=1), r"'caches.l2kb' is not a known field"),
     (lambda d: d["gpu"].update(api="metal"), r"'gpu.api' must be one of vulkan"),
 ])
@@ -110,6 +111,50 @@ def test_validator_names_file_and_field(tmp_path, change, message):
     path.write_text(json.dumps(_broken(change)))
     with pytest.raises(TargetError, match=f"^{tmp_path}/sd855.json: {message}"):
         load(str(path))
+
+
+@pytest.mark.parametrize("name", [n for n in available() if n != "host"])
+def test_preset_lists_exactly_what_llvm_derives(name):
+    """A file's features are the ones a bundle records: LLVM's for its cpu, in CHECKED_FEATURES order."""
+    d = _file(name)
+    derived = list(targets._features_of(d["triple"], d["cpu"]))
+    assert d.get("features") == derived
+    assert list(resolve(name).features) == derived
+
+
+@pytest.mark.parametrize("cpu,features", [
+    ("generic", ["neon"]),
+    ("cortex-a53", ["neon", "crc", "aes", "sha2"]),
+    ("cortex-a57", ["neon", "crc", "aes", "sha2"]),
+    ("cortex-a55", ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "aes", "sha2"]),
+    ("cortex-a75", ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "aes", "sha2"]),
+    ("cortex-a76", ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "aes", "sha2"]),
+    ("neoverse-v1", ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "fhm", "i8mm", "bf16", "sve", "aes",
+                     "sha2", "sha3", "fcma"]),
+    ("neoverse-n2", ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "fhm", "i8mm", "bf16", "sve", "sve2",
+                     "fcma"]),
+])
+def test_aarch64_features_from_llvm_names(cpu, features):
+    """LLVM's names (fullfp16, fp16fml, complxnum, ...) become the runtime's."""
+    assert list(targets._features_of("aarch64-linux-gnu", cpu)) == features
+    assert list(targets._features_of("aarch64-linux-android", cpu)) == features
+
+
+def test_load_adds_llvm_features_to_listed_ones(tmp_path):
+    """A file cannot under-report: LLVM's features for the cpu are added to those it lists
+    (in CHECKED_FEATURES order); listing more than LLVM derives is kept."""
+    d = _file("sd855")
+    d["features"] = ["neon"]
+    (tmp_path / "sd855.json").write_text(json.dumps(d))
+    assert load(str(tmp_path / "sd855.json")).features == resolve("sd855").features
+    d["features"] = ["sve", "neon"]
+    (tmp_path / "sd855.json").write_text(json.dumps(d))
+    assert load(str(tmp_path / "sd855.json")).features == ("neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc",
+                                                           "sve", "aes", "sha2")
+    x = _file("x86_64-avx2")
+    x.pop("features")
+    (tmp_path / "x86_64-avx2.json").write_text(json.dumps(x))
+    assert load(str(tmp_path / "x86_64-avx2.json")).features == resolve("x86_64-avx2").features
 
 
 def test_load_checks_name_and_json(tmp_path):
