@@ -17,9 +17,9 @@ coldbrew appears as its plans, the ablation of NNV12's Fig. 13:
 `[cache]` (+ cached transformed weights: cold-greedy's weight forms),
 `[pipeline]` (+ pipelined preparation: plan cold, coldbrew's best), and
 `[continuous]` (the cold plan with warm alternates; its later runs).
-Every coldbrew bundle is compiled tuned, as `coldbrew compile` does on
-the machine it runs on (compiler/tune.py; the cost table then times the
-tuned kernels).
+Every coldbrew bundle is compiled tuned, as `coldbrew compile --tune`
+does on the machine it runs on (compiler/tune.py; the cost table then
+times the tuned kernels).
 
 Protocol (DESIGN.md), for every engine alike: conversion untimed; then
 per sample the whole page cache dropped (root only; the header says
@@ -224,7 +224,7 @@ def prepare(models, engines, work, threads, progress):
             try:
                 if e in COLDBREW or e in NARROW:
                     b = os.path.join(ed, "model.brew")
-                    # tuned, as `coldbrew compile` does by default on the machine it runs on
+                    # tuned, as `coldbrew compile --tune` does on the machine it runs on
                     compile_model(path, b, threads=threads, input_shapes=shapes or None, tune=True,
                                   **{**COLDBREW, **NARROW}[e])
                     arts[e] = [b]

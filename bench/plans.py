@@ -4,8 +4,8 @@ floor, in one run.
     python bench/plans.py [MODEL[,MODEL...]] [ROUNDS]
 
 Per model, one device cost table (compiler/profile.py) and these bundles
-(2 threads; kernels tuned, as `coldbrew compile` does on the machine it
-runs on, with the same tuning in every arm, and the cost table times the
+(2 threads; kernels tuned, as `coldbrew compile --tune` does on the
+machine it runs on, with the same tuning in every arm, and the cost table times the
 tuned kernels):
 
   plans compared (the scheduler's criterion)

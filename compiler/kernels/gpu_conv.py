@@ -333,7 +333,7 @@ def applicable(conv):
 # pipelines), so it is chosen, not default. On the H200 (16 cores) it ran
 # 1.3-1.5x faster warm (squeezenet 0.76-0.80 vs 1.06-1.11 ms, resnet50
 # 5.35 vs 7.91 ms) and its first-ever launch was within the run-to-run
-# noise of the GEMM's (README, "GPU bundles").
+# noise of the GEMM's (docs/gpu.md).
 DEFAULT = ("gpu.conv_gemm", "gpu.conv_direct")
 
 
