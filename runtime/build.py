@@ -4,7 +4,7 @@ Used by the package build (setup.py) and runnable alone:
     python runtime/build.py OUT_DIR [TRIPLE]
 The runtime needs only libc, libdl and libstdc++ (for the generated
 FlatBuffer verifier); the FlatBuffers headers come from the `flatc` package.
-The Vulkan executor (src/vulkan.c) compiles against the Vulkan headers
+The Vulkan executor (src/vulkan*.c) compiles against the Vulkan headers
 (Debian libvulkan-dev) and opens libvulkan.so.1 at run time, never links it.
 
 With a TRIPLE (`aarch64-linux-gnu`) it cross-builds with the GNU toolchain
@@ -19,7 +19,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-C_SOURCES = ["runtime.c", "alloc.c", "backend.c", "signature.c", "target.c", "vulkan.c", "widen.c", "lz4.c"]
+C_SOURCES = ["base.c", "alloc.c", "stream.c", "open.c", "code.c", "open_gpu.c", "session.c", "run.c", "warmer.c",
+             "backend.c", "signature.c", "target.c", "vulkan.c", "vulkan_pipelines.c", "vulkan_weights.c",
+             "vulkan_session.c", "widen.c", "lz4.c"]
 CXX_SOURCES = ["model.cc"]
 LIB_NAME = "libcoldbrew.so"
 

@@ -12,6 +12,26 @@
  * The runtime does not link TVM: kernels in a bundle are TVM-generated CPU
  * code whose few backend hooks (errors, workspace, parallel launch) this
  * library provides itself.
+ *
+ * Threads, stated once:
+ * - A bundle, once open, may be shared: sessions over it may be created,
+ *   run and released on several threads at once (each tensor's checksum is
+ *   checked once, whichever run reads it first). Release it once, after
+ *   its last session.
+ * - A session belongs to one thread at a time: its calls (set_input, run,
+ *   get_output, trace, alternates) must not overlap. Outputs borrowed from
+ *   it change with its next run.
+ * - Kernels' parallel loops run on one process-wide pool of threads. Each
+ *   open, session creation and run sizes the pool to the threads it needs
+ *   (the plan's count, or cb_session_options.threads), so sessions of
+ *   different thread counts resize it as they alternate: correct, but each
+ *   resize starts threads; give sessions that alternate one count. Runs on
+ *   several threads at once take turns at each parallel loop: correct,
+ *   about as fast as running one after the other.
+ * - A first run of a bundle planned with preparation queues starts a
+ *   worker thread per queue for that run; a continuous-mode session's first
+ *   run starts one idle-priority thread that ends once the warm
+ *   alternates are ready (or the session is released).
  */
 #ifndef COLDBREW_H_
 #define COLDBREW_H_

@@ -8,6 +8,7 @@
 static _Atomic uint64_t g_fail_at; /* the allocation (1-based, since the hook was set) that fails; 0: none */
 static _Atomic uint64_t g_made;    /* allocations attempted since the hook was armed */
 static _Atomic int64_t g_live;     /* allocations not yet freed */
+static _Atomic int64_t g_kept;     /* ... of which kept for reuse (cb_alloc_kept) */
 
 /* Counted only while a failure is armed: apps' allocations touch no shared counter. */
 static int injected_failure(void) {
@@ -43,7 +44,9 @@ void cb_debug_fail_allocation(uint64_t n) {
   atomic_store(&g_fail_at, n);
 }
 
+void cb_alloc_kept(int64_t delta) { atomic_fetch_add(&g_kept, delta); }
+
 void cb_debug_allocations(uint64_t* out_made, int64_t* out_live) {
   if (out_made) *out_made = atomic_load(&g_made);
-  if (out_live) *out_live = atomic_load(&g_live) - cb_backend_cached_blocks();
+  if (out_live) *out_live = atomic_load(&g_live) - atomic_load(&g_kept);
 }

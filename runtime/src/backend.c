@@ -61,7 +61,6 @@ static _Thread_local cb_ws_cache* t_cache;
 static cb_ws_cache g_caches = {&g_caches, &g_caches, 0, {{0}}};
 static pthread_mutex_t g_caches_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static _Atomic int64_t g_ws_cached; /* the threads' caches and the blocks they hold, all threads */
 static pthread_key_t g_ws_key;
 static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
 static void workspace_release_thread(void);
@@ -80,7 +79,7 @@ static cb_ws_cache* thread_cache(void) {
   c->prev = &g_caches, c->next = g_caches.next;
   g_caches.next->prev = c, g_caches.next = c;
   pthread_mutex_unlock(&g_caches_mu);
-  atomic_fetch_add(&g_ws_cached, 1);
+  cb_alloc_kept(1);
   return t_cache = c;
 }
 
@@ -104,7 +103,7 @@ static void* workspace_alloc(int device_type, int device_id, uint64_t nbytes, in
   if (!p || !c) return p;
   if (c->count < CB_WS_SLOTS) {
     c->block[c->count++] = (cb_ws_block){p, size, 1};
-    atomic_fetch_add(&g_ws_cached, 1);
+    cb_alloc_kept(1);
   } else if (spare >= 0) { /* every free block is too small: replace the smallest */
     cb_free(c->block[spare].ptr);
     c->block[spare] = (cb_ws_block){p, size, 1};
@@ -140,11 +139,10 @@ static void workspace_release_thread(void) {
   c->prev->next = c->next, c->next->prev = c->prev;
   pthread_mutex_unlock(&g_caches_mu);
   for (int i = 0; i < c->count; i++) cb_free(c->block[i].ptr);
-  atomic_fetch_sub(&g_ws_cached, c->count + 1);
+  cb_alloc_kept(-(int64_t)(c->count + 1));
   cb_free(c);
 }
 
-int64_t cb_backend_cached_blocks(void) { return atomic_load(&g_ws_cached); }
 
 void cb_backend_leave_thread(void) { workspace_release_thread(); }
 

@@ -135,8 +135,12 @@ void* cb_malloc(size_t size);
 void* cb_calloc(size_t n, size_t size);
 void* cb_aligned_alloc(size_t alignment, size_t size);
 void cb_free(void* p);
+/* `delta` live allocations are kept for reuse, not leaked (the kernels'
+ * workspace blocks and the threads' caches holding them, backend.c):
+ * cb_debug_allocations does not count them as live. */
+void cb_alloc_kept(int64_t delta);
 
-/* CLOCK_MONOTONIC in nanoseconds: the trace's clock (runtime.c). */
+/* CLOCK_MONOTONIC in nanoseconds: the trace's clock (base.c). */
 uint64_t cb_now_ns(void);
 
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
@@ -202,12 +206,8 @@ void cb_backend_enter_prep_worker(uint32_t queue);
 /* A runtime thread about to end (a preparation worker): its cached
  * workspace blocks freed now, not left to its exit's key destructor. */
 void cb_backend_leave_thread(void);
-/* Workspace blocks the threads keep for reuse, and the threads' caches
- * that hold them, all threads together: live allocations that are caches,
- * not leaks (cb_debug_allocations). */
-int64_t cb_backend_cached_blocks(void);
 
-/* GPU executor (vulkan.c). A bundle's device, pipelines (made on up to
+/* GPU executor (vulkan*.c). A bundle's device, pipelines (made on up to
  * `threads` CPU threads, through the pipeline cache keyed by `bundle_key`)
  * and weights buffer; a session's arena, staging (its host view of inputs
  * and outputs, at their arena offsets) and recorded command buffer. */

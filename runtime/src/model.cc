@@ -86,6 +86,58 @@ static cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
   return CB_OK;
 }
 
+// One shader of the SPIR-V segment: inside it, with a sane workgroup.
+cb_status parse_shader(const fbs::Shader* sh, const cb_segment_desc* spirv, uint32_t i, cb_shader_desc* d) {
+  if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
+  auto ls = sh->local_size();
+  if (!ls || ls->size() != 3 || sh->bindings() > 64)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u has an invalid workgroup size or binding count", i);
+  uint64_t invocations = 1;
+  for (uint32_t k = 0; k < 3; k++) {
+    d->local_size[k] = ls->Get(k);
+    invocations *= d->local_size[k];
+  }
+  if (invocations == 0 || invocations > 1024)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u has a workgroup of %llu invocations", i,
+                   (unsigned long long)invocations);
+  d->name = sh->name() ? sh->name()->c_str() : "";
+  d->offset = spirv->offset + sh->offset();
+  d->size = sh->size();
+  d->bindings = sh->bindings();
+  return CB_OK;
+}
+
+// Dispatch `j` of step `i`: a shader of the bundle, a grid in Vulkan's
+// limits, one valid tensor per binding, push constants that fit.
+cb_status parse_dispatch(const fbs::Dispatch* d, const cb_model* m, uint32_t i, uint32_t j, cb_dispatch_desc* out) {
+  if (d->shader() >= m->nshaders) return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u names shader %u of %u", i, j, d->shader(), m->nshaders);
+  auto grid = d->grid();
+  auto binds = d->bindings();
+  if (!grid || grid->size() != 3 || !binds || binds->size() != m->shaders[d->shader()].bindings)
+    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has an invalid grid or binding count", i, j);
+  out->shader = d->shader();
+  for (uint32_t a = 0; a < 3; a++) {
+    out->grid[a] = grid->Get(a);
+    if (out->grid[a] == 0 || out->grid[a] > 65535)
+      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has a grid dimension of %u", i, j, out->grid[a]);
+  }
+  for (uint32_t a = 0; a < binds->size(); a++) {
+    uint32_t t = binds->Get(a);
+    if (t >= m->ntensors || (m->tensors[t].kind == CB_KIND_PREPARED && !prepared_by(&m->steps[i], t)))
+      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
+  }
+  out->nbindings = binds->size();
+  out->bindings = binds->data();
+  auto push = d->push();
+  if (push && push->size() > CB_MAX_PUSH_WORDS)
+    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has %u push-constant words (at most %d)", i, j,
+                   push->size(), CB_MAX_PUSH_WORDS);
+  out->npush = push ? push->size() : 0;
+  out->push = push ? push->data() : nullptr;
+  return CB_OK;
+}
+
 // GPU bundles: shaders inside the one SPIR-V segment, and every step's
 // dispatches (shader index, grid, one tensor per binding of the shader).
 cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
@@ -105,27 +157,8 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
   if (gpu && (!spirv || !m->nshaders)) return cb_fail(CB_ERR_CORRUPT, "GPU bundle has no shaders");
   m->shaders = alloc_array<cb_shader_desc>(m->nshaders);
   if (!m->shaders) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  for (uint32_t i = 0; i < m->nshaders; i++) {
-    const fbs::Shader* sh = shaders->Get(i);
-    cb_shader_desc* d = &m->shaders[i];
-    if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
-      return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
-    auto ls = sh->local_size();
-    if (!ls || ls->size() != 3 || sh->bindings() > 64)
-      return cb_fail(CB_ERR_CORRUPT, "shader %u has an invalid workgroup size or binding count", i);
-    uint64_t invocations = 1;
-    for (uint32_t k = 0; k < 3; k++) {
-      d->local_size[k] = ls->Get(k);
-      invocations *= d->local_size[k];
-    }
-    if (invocations == 0 || invocations > 1024)
-      return cb_fail(CB_ERR_CORRUPT, "shader %u has a workgroup of %llu invocations", i,
-                     (unsigned long long)invocations);
-    d->name = sh->name() ? sh->name()->c_str() : "";
-    d->offset = spirv->offset + sh->offset();
-    d->size = sh->size();
-    d->bindings = sh->bindings();
-  }
+  for (uint32_t i = 0; i < m->nshaders; i++)
+    if (cb_status st = parse_shader(shaders->Get(i), spirv, i, &m->shaders[i])) return st;
   uint64_t total = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
     cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i);
@@ -145,34 +178,8 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
     auto ds = b->plan()->steps()->Get(i)->dispatches();
     m->steps[i].dispatches = &m->dispatches[k];
     m->steps[i].ndispatches = ds ? ds->size() : 0;
-    for (uint32_t j = 0; ds && j < ds->size(); j++, k++) {
-      const fbs::Dispatch* d = ds->Get(j);
-      cb_dispatch_desc* out = &m->dispatches[k];
-      if (d->shader() >= m->nshaders) return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u names shader %u of %u", i, j, d->shader(), m->nshaders);
-      auto grid = d->grid();
-      auto binds = d->bindings();
-      if (!grid || grid->size() != 3 || !binds || binds->size() != m->shaders[d->shader()].bindings)
-        return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has an invalid grid or binding count", i, j);
-      out->shader = d->shader();
-      for (uint32_t a = 0; a < 3; a++) {
-        out->grid[a] = grid->Get(a);
-        if (out->grid[a] == 0 || out->grid[a] > 65535)
-          return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has a grid dimension of %u", i, j, out->grid[a]);
-      }
-      for (uint32_t a = 0; a < binds->size(); a++) {
-        uint32_t t = binds->Get(a);
-        if (t >= m->ntensors || (m->tensors[t].kind == CB_KIND_PREPARED && !prepared_by(&m->steps[i], t)))
-          return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
-      }
-      out->nbindings = binds->size();
-      out->bindings = binds->data();
-      auto push = d->push();
-      if (push && push->size() > CB_MAX_PUSH_WORDS)
-        return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has %u push-constant words (at most %d)", i, j,
-                       push->size(), CB_MAX_PUSH_WORDS);
-      out->npush = push ? push->size() : 0;
-      out->push = push ? push->data() : nullptr;
-    }
+    for (uint32_t j = 0; ds && j < ds->size(); j++, k++)
+      if (cb_status st = parse_dispatch(ds->Get(j), m, i, j, &m->dispatches[k])) return st;
   }
   return CB_OK;
 }
@@ -243,7 +250,9 @@ cb_status check_calls(const fbs::Bundle* b, const cb_model* m, uint32_t version)
   return CB_OK;
 }
 
-cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version, cb_model* m) {
+// The header verified as a FlatBuffer of this schema with every required
+// field; its root table in `out`.
+cb_status verify_header(const uint8_t* header, uint64_t header_size, uint32_t version, const fbs::Bundle** out) {
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
   opts.max_tables = 10000000;
@@ -256,12 +265,18 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
     return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
   const fbs::Bundle* b = fbs::GetBundle(header);
   if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version > CB_SCHEMA_VERSION)
-    return cb_fail(CB_ERR_VERSION, "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
+    return cb_fail(CB_ERR_VERSION,
+                   "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
                    b->schema_version(), version, CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);
   if (!b->target() || !b->target()->triple() || !b->tensors() || !b->inputs() || !b->outputs() ||
       !b->layers() || !b->plan() || !b->plan()->steps() || !b->segments())
     return cb_fail(CB_ERR_CORRUPT, "bundle header lacks a required field");
+  *out = b;
+  return CB_OK;
+}
 
+// The CPU the code needs: triple, cpu and features (checked by target.c).
+cb_status parse_target(const fbs::Bundle* b, cb_model* m) {
   m->triple = b->target()->triple()->c_str();
   m->cpu = b->target()->cpu() ? b->target()->cpu()->c_str() : "";
   auto feats = b->target()->features();
@@ -269,8 +284,11 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   m->features = alloc_array<const char*>(m->nfeatures);
   if (!m->features) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nfeatures; i++) m->features[i] = feats->Get(i)->c_str();
+  return CB_OK;
+}
 
-  // Segments: every byte range inside the file.
+// Segments: every byte range inside the file.
+cb_status parse_segments(const fbs::Bundle* b, uint64_t file_size, cb_model* m) {
   m->nsegments = b->segments()->size();
   m->segments = alloc_array<cb_segment_desc>(m->nsegments);
   if (!m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -288,8 +306,56 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
                      (unsigned long long)s->raw_size());
     m->segments[i] = {static_cast<uint8_t>(s->kind()), s->offset(), s->size(), s->checksum(), s->raw_size()};
   }
+  return CB_OK;
+}
 
-  // Tensors: byte size recomputed with checked arithmetic; storage in bounds.
+// Tensor `i`: its byte size recomputed with checked arithmetic, its storage
+// (segment, arena or prepared area) in bounds and aligned.
+cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
+  cb_tensor_desc* d = &m->tensors[i];
+  d->name = t->name() ? t->name()->c_str() : "";
+  d->dtype = static_cast<uint8_t>(t->dtype());
+  d->kind = static_cast<uint8_t>(t->kind());
+  uint64_t n = dtype_size(t->dtype());
+  if (n == 0) return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown dtype", i);
+  static const int64_t kScalarShape[1] = {1};
+  d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
+  d->shape = t->shape() ? t->shape()->data() : kScalarShape;
+  if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+  // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
+  if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape", i);
+  for (int32_t k = 0; k < d->ndim; k++) {
+    if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);
+  }
+  if (n != t->nbytes())
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') size %llu does not match its shape (%llu)", i,
+                   d->name, (unsigned long long)t->nbytes(), (unsigned long long)n);
+  d->nbytes = n;
+  d->arena_offset = t->arena_offset();
+  d->segment = t->segment();
+  d->segment_offset = t->segment_offset();
+  d->checksum = t->checksum();
+  if (d->kind == CB_KIND_WEIGHT) {
+    if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
+      return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
+    if (d->segment_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
+  } else if (d->kind == CB_KIND_PREPARED) {
+    if (!in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the prepared area", i, d->name);
+  } else if (d->kind <= CB_KIND_INTERMEDIATE) {
+    if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
+  } else {
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown kind", i);
+  }
+  return CB_OK;
+}
+
+// Tensors, and the arena and prepared area they live in.
+cb_status parse_tensors(const fbs::Bundle* b, cb_model* m) {
   m->arena_size = b->plan()->arena_size();
   m->prepared_size = b->plan()->prepared_size();
   // sessions allocate these (rounded up): sizes near 2^64 would wrap to a tiny block
@@ -302,49 +368,13 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   m->ntensors = b->tensors()->size();
   m->tensors = alloc_array<cb_tensor_desc>(m->ntensors);
   if (!m->tensors) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  for (uint32_t i = 0; i < m->ntensors; i++) {
-    const fbs::Tensor* t = b->tensors()->Get(i);
-    cb_tensor_desc* d = &m->tensors[i];
-    d->name = t->name() ? t->name()->c_str() : "";
-    d->dtype = static_cast<uint8_t>(t->dtype());
-    d->kind = static_cast<uint8_t>(t->kind());
-    uint64_t n = dtype_size(t->dtype());
-    if (n == 0) return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown dtype", i);
-    static const int64_t kScalarShape[1] = {1};
-    d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
-    d->shape = t->shape() ? t->shape()->data() : kScalarShape;
-    if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
-    // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
-    if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0)
-      return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape", i);
-    for (int32_t k = 0; k < d->ndim; k++) {
-      if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
-        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);
-    }
-    if (n != t->nbytes())
-      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') size %llu does not match its shape (%llu)", i,
-                     d->name, (unsigned long long)t->nbytes(), (unsigned long long)n);
-    d->nbytes = n;
-    d->arena_offset = t->arena_offset();
-    d->segment = t->segment();
-    d->segment_offset = t->segment_offset();
-    d->checksum = t->checksum();
-    if (d->kind == CB_KIND_WEIGHT) {
-      if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
-        return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
-      if (d->segment_offset % 64 != 0)
-        return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
-    } else if (d->kind == CB_KIND_PREPARED) {
-      if (!in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
-        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the prepared area", i, d->name);
-    } else if (d->kind <= CB_KIND_INTERMEDIATE) {
-      if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
-        return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
-    } else {
-      return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown kind", i);
-    }
-  }
+  for (uint32_t i = 0; i < m->ntensors; i++)
+    if (cb_status st = parse_tensor(b->tensors()->Get(i), i, m)) return st;
+  return CB_OK;
+}
 
+// Inputs and outputs: tensors of those kinds.
+cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
   auto check_io = [&](const flatbuffers::Vector<uint32_t>* v, uint8_t kind, const char* what) {
     for (uint32_t i = 0; i < v->size(); i++)
       if (v->Get(i) >= m->ntensors || m->tensors[v->Get(i)].kind != kind)
@@ -357,65 +387,80 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   m->outputs = b->outputs()->data();
   if (cb_status s = check_io(b->inputs(), CB_KIND_INPUT, "input")) return s;
   if (cb_status s = check_io(b->outputs(), CB_KIND_OUTPUT, "output")) return s;
+  return CB_OK;
+}
 
-  // Plan steps: layer index, kernel symbol and every argument checked.
+// Plan step `i`: its layer, kernel symbol and every argument checked.
+cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_model* m) {
+  if (s->layer() >= b->layers()->size())
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(),
+                   b->layers()->size());
+  const fbs::Layer* l = b->layers()->Get(s->layer());
+  if (!s->kernel() || s->kernel()->size() == 0 || !l->args())
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel or arguments", i);
+  for (uint32_t a = 0; a < l->args()->size(); a++)
+    if (l->args()->Get(a) >= m->ntensors)
+      return cb_fail(CB_ERR_CORRUPT, "layer %u argument %u names tensor %u of %u", s->layer(), a,
+                     l->args()->Get(a), m->ntensors);
+  m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
+  m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
+  m->steps[i].kernel = s->kernel()->c_str();
+  m->steps[i].prep_queue = s->prep_queue();
+  if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
+  m->steps[i].nargs = l->args()->size();
+  m->steps[i].args = l->args()->data();
+  auto targs = s->transform_args();
+  bool has_transform = s->transform() && s->transform()->size() > 0;
+  if (has_transform != (targs && targs->size() > 0))
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
+  if (has_transform) {
+    for (uint32_t a = 0; a < targs->size(); a++) {
+      uint32_t t = targs->Get(a);
+      if (t >= m->ntensors)
+        return cb_fail(CB_ERR_CORRUPT, "plan step %u transform argument %u names tensor %u of %u", i, a, t,
+                       m->ntensors);
+    }
+    m->steps[i].transform = s->transform()->c_str();
+    m->steps[i].ntransform_args = targs->size();
+    m->steps[i].transform_args = targs->data();
+  }
+  if (s->warm_kernel() && s->warm_kernel()->size() > 0) {
+    auto wargs = s->warm_args();
+    if (!wargs || wargs->size() == 0)
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm kernel without arguments", i);
+    for (uint32_t a = 0; a < wargs->size(); a++)
+      if (wargs->Get(a) >= m->ntensors)
+        return cb_fail(CB_ERR_CORRUPT, "plan step %u warm argument %u names tensor %u of %u", i, a,
+                       wargs->Get(a), m->ntensors);
+    m->steps[i].warm_variant = s->warm_variant() ? s->warm_variant()->c_str() : "";
+    m->steps[i].warm_kernel = s->warm_kernel()->c_str();
+    m->steps[i].nwarm_args = wargs->size();
+    m->steps[i].warm_args = wargs->data();
+    m->nwarm++;
+  }
+  return CB_OK;
+}
+
+cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {
   auto steps = b->plan()->steps();
   m->nsteps = steps->size();
   m->steps = alloc_array<cb_step_desc>(m->nsteps);
   if (!m->steps) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  for (uint32_t i = 0; i < m->nsteps; i++) {
-    const fbs::Step* s = steps->Get(i);
-    if (s->layer() >= b->layers()->size())
-      return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(),
-                     b->layers()->size());
-    const fbs::Layer* l = b->layers()->Get(s->layer());
-    if (!s->kernel() || s->kernel()->size() == 0 || !l->args())
-      return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel or arguments", i);
-    for (uint32_t a = 0; a < l->args()->size(); a++)
-      if (l->args()->Get(a) >= m->ntensors)
-        return cb_fail(CB_ERR_CORRUPT, "layer %u argument %u names tensor %u of %u", s->layer(), a,
-                       l->args()->Get(a), m->ntensors);
-    m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
-    m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
-    m->steps[i].kernel = s->kernel()->c_str();
-    m->steps[i].prep_queue = s->prep_queue();
-    if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
-    m->steps[i].nargs = l->args()->size();
-    m->steps[i].args = l->args()->data();
-    auto targs = s->transform_args();
-    bool has_transform = s->transform() && s->transform()->size() > 0;
-    if (has_transform != (targs && targs->size() > 0))
-      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
-    if (has_transform) {
-      for (uint32_t a = 0; a < targs->size(); a++) {
-        uint32_t t = targs->Get(a);
-        if (t >= m->ntensors)
-          return cb_fail(CB_ERR_CORRUPT, "plan step %u transform argument %u names tensor %u of %u", i, a, t,
-                         m->ntensors);
-      }
-      m->steps[i].transform = s->transform()->c_str();
-      m->steps[i].ntransform_args = targs->size();
-      m->steps[i].transform_args = targs->data();
-    }
-    if (s->warm_kernel() && s->warm_kernel()->size() > 0) {
-      auto wargs = s->warm_args();
-      if (!wargs || wargs->size() == 0)
-        return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm kernel without arguments", i);
-      for (uint32_t a = 0; a < wargs->size(); a++)
-        if (wargs->Get(a) >= m->ntensors)
-          return cb_fail(CB_ERR_CORRUPT, "plan step %u warm argument %u names tensor %u of %u", i, a,
-                         wargs->Get(a), m->ntensors);
-      m->steps[i].warm_variant = s->warm_variant() ? s->warm_variant()->c_str() : "";
-      m->steps[i].warm_kernel = s->warm_kernel()->c_str();
-      m->steps[i].nwarm_args = wargs->size();
-      m->steps[i].warm_args = wargs->data();
-      m->nwarm++;
-    }
-  }
-  if (cb_status g = parse_gpu(b, m)) return g;
-  if (cb_status c = check_calls(b, m, version)) return c;
+  for (uint32_t i = 0; i < m->nsteps; i++)
+    if (cb_status st = parse_step(b, steps->Get(i), i, m)) return st;
+  return CB_OK;
+}
+
+cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version, cb_model* m) {
+  const fbs::Bundle* b = nullptr;
+  cb_status st = verify_header(header, header_size, version, &b);
+  if (st) return st;
+  if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
+      (st = parse_io(b, m)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
+      (st = check_calls(b, m, version)))
+    return st;
   m->warm_threads = b->plan()->warm_threads();
-  cb_status st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
+  st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
   if (st) return st;
   return read_shares(b->plan()->warm_exec_shares(), m->warm_threads ? m->warm_threads : m->threads,
                      "warm_exec_shares", &m->warm_exec_shares);

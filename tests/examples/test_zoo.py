@@ -61,7 +61,7 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
         assert e.value.status == "CORRUPT"
 
 
-FIRST_REQUEST = 128 << 10  # runtime.c: CB_STREAM_FIRST
+FIRST_REQUEST = 128 << 10  # runtime/src/bundle.h: CB_STREAM_FIRST
 
 
 def code_segment(path):

@@ -48,8 +48,8 @@ ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its 
     "VK_ICD_FILENAMES": "/nonexistent/coldbrew-fuzz.json",
 }
 # Functions whose coverage the summary names: the header's checks, the plan's, the session's and the run's.
-KEY_FUNCTIONS = ("cb_bundle_open_memory_with", "parse", "parse_gpu", "cb_target_check", "open_verified", "resolve_kernels",
-                 "cb_session_create", "cb_session_run", "read_tensors", "check_tensor", "cb_session_release",
+KEY_FUNCTIONS = ("cb_bundle_open_memory_with", "parse", "parse_gpu", "cb_target_check", "open_verified", "cb_kernels_resolve",
+                 "cb_session_create", "cb_session_run", "cb_read_tensors", "cb_check_tensor", "cb_session_release",
                  "cb_lz4_decode")
 
 sys.path.insert(0, os.path.join(ROOT, "runtime"))

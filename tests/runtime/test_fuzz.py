@@ -34,7 +34,7 @@ def test_fuzz_target_runs_clean_over_the_corpus(targets, name, tmp_path):
         return
     assert cov["parse"][0] > 0 and cov["cb_bundle_open_memory_with"][0] > 0
     if name == "run_structured":  # mutations with their checksums made right reach the session and the run
-        for f in ("cb_session_create", "cb_session_run", "read_tensors"):
+        for f in ("cb_session_create", "cb_session_run", "cb_read_tensors"):
             assert cov[f][0] > 0, (f, cov.get(f))
 
 

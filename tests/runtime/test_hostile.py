@@ -308,7 +308,7 @@ def test_code_past_the_first_read_is_checked(small_model, tmp_path):
     from coldbrew.compiler import compile_model
     from coldbrew.compiler.inspect_bundle import read_header
 
-    first_request = 128 << 10  # runtime.c: CB_STREAM_FIRST
+    first_request = 128 << 10  # runtime/src/bundle.h: CB_STREAM_FIRST
     path = tmp_path / "front.brew"
 
     def code():

@@ -1,0 +1,105 @@
+/* A bundle's CPU code: decoded into memory, loaded, and each plan step's
+ * kernels found in it (or the runtime's own). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bundle.h"
+
+int cb_is_code_segment(const cb_segment_desc* seg) {
+  return seg->kind == CB_SEG_CPU_CODE || seg->kind == CB_SEG_CPU_CODE_LZ4;
+}
+
+/* The compressed code decoded straight into the memfd's pages. */
+static cb_status decode_code(int fd, const cb_bundle* b, const cb_segment_desc* seg) {
+  if (ftruncate(fd, (off_t)seg->raw_size) != 0)
+    return cb_fail(CB_ERR_LOAD, "sizing the kernel code failed: %s", strerror(errno));
+  void* dst = mmap(NULL, (size_t)seg->raw_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (dst == MAP_FAILED) return cb_fail(CB_ERR_LOAD, "mapping the kernel code failed: %s", strerror(errno));
+  int64_t n = cb_lz4_decode(cb_front_at(b, seg->offset, seg->size), seg->size, dst, seg->raw_size);
+  munmap(dst, (size_t)seg->raw_size);
+  if (n != (int64_t)seg->raw_size)
+    return cb_fail(CB_ERR_CORRUPT, "the compressed CPU code does not decode to its %llu bytes (damaged)",
+                   (unsigned long long)seg->raw_size);
+  return CB_OK;
+}
+
+cb_status cb_code_load(cb_bundle* b, const cb_segment_desc* seg) {
+  int fd = memfd_create("coldbrew-kernels", MFD_CLOEXEC);
+  if (fd < 0) return cb_fail(CB_ERR_LOAD, "memfd_create failed: %s", strerror(errno));
+  const uint8_t* p = cb_front_at(b, seg->offset, seg->size);
+  uint64_t left = seg->kind == CB_SEG_CPU_CODE ? seg->size : 0;
+  cb_status s = seg->kind == CB_SEG_CPU_CODE_LZ4 ? decode_code(fd, b, seg) : CB_OK;
+  if (s) {
+    close(fd);
+    return s;
+  }
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w <= 0) {
+      close(fd);
+      return cb_fail(CB_ERR_LOAD, "writing kernel code failed: %s", strerror(errno));
+    }
+    p += w, left -= (uint64_t)w;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  b->code = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!b->code) {
+    close(fd);
+    return cb_fail(CB_ERR_LOAD, "loading kernel code failed: %s", dlerror());
+  }
+  b->code_fd = fd;
+  cb_backend_install(b->code);
+  return CB_OK;
+}
+
+static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result);
+
+static cb_kernel_fn find_kernel(const cb_bundle* b, const char* name) {
+  if (strcmp(name, CB_WIDEN_F16) == 0) return widen_f16_kernel; /* shapes checked at open (model.cc) */
+  char sym[512];
+  snprintf(sym, sizeof sym, "__tvm_ffi_%s", name);
+  return b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+}
+
+cb_status cb_kernels_resolve(cb_bundle* b) {
+  const cb_model* m = &b->model;
+  b->kernels = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->kernels);
+  b->transforms = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->transforms);
+  b->alternates = cb_calloc(m->nsteps ? m->nsteps : 1, sizeof *b->alternates);
+  if (!b->kernels || !b->transforms || !b->alternates) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    const cb_step_desc* st = &m->steps[i];
+    if (!(b->kernels[i] = find_kernel(b, st->kernel)))
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): kernel '%s' is missing from the bundle",
+                     st->layer_name, st->variant, st->kernel);
+    if (st->transform && !(b->transforms[i] = find_kernel(b, st->transform)))
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): transform kernel '%s' is missing from the bundle",
+                     st->layer_name, st->variant, st->transform);
+    if (st->warm_kernel && !(b->alternates[i] = find_kernel(b, st->warm_kernel)))
+      return cb_fail(CB_ERR_LOAD, "layer '%s' (warm variant '%s'): kernel '%s' is missing from the bundle",
+                     st->layer_name, st->warm_variant, st->warm_kernel);
+  }
+  return CB_OK;
+}
+
+/* The runtime's own transform, called like a kernel: pairs of (fp16
+ * weights, fp32 prepared tensor of their shape). */
+static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result) {
+  (void)self, (void)result;
+  const cb_ffi_any* a = args;
+  if (nargs < 2 || nargs % 2) return -1;
+  for (int32_t k = 0; k < nargs; k += 2) {
+    const cb_dltensor* in = a[k].v_ptr;
+    const cb_dltensor* out = a[k + 1].v_ptr;
+    uint64_t n = 1;
+    for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
+    cb_widen_f16(in->data, out->data, n);
+  }
+  return 0;
+}

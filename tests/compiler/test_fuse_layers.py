@@ -1,0 +1,46 @@
+"""compiler/fuse_layers.py: Relax operators lowered to TIR and fused into
+layers (a convolution with its bias and activation: one PrimFunc); sigmoid
+lowered vectorizably for CPUs only; a lowering failure is a CompileError."""
+import pytest
+from onnx import TensorProto, helper
+
+from coldbrew.compiler import CompileError, front_end, fuse_layers
+
+
+def _prim_funcs(mod):
+    from tvm import tirx
+
+    return sorted(gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc))
+
+
+def test_conv_bias_and_relu_become_one_layer(small_model):
+    names = _prim_funcs(fuse_layers.run(front_end(small_model).mod))
+    fused = [n for n in names if "conv2d" in n]
+    assert len(fused) == 1 and "relu" in fused[0], names
+
+
+def _sigmoid_model():
+    g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"], name="s")], "s",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def test_sigmoid_gets_the_vectorizable_lowering_on_cpus_only():
+    mod = front_end(_sigmoid_model()).mod
+    assert "cb_sigmoid" in fuse_layers.run(mod, cpu=True).script()
+    assert "cb_sigmoid" not in fuse_layers.run(mod, cpu=False).script()
+
+
+def test_a_lowering_failure_is_a_compile_error(small_model, monkeypatch):
+    import tvm
+
+    def fail(self, mod):
+        raise RuntimeError("InternalError: Check failed\n  (IR)\nValueError: cannot legalize op")
+
+    mod = front_end(small_model).mod
+    monkeypatch.setattr(tvm.transform.Sequential, "__call__", fail)
+    with pytest.raises(CompileError, match="^lowering to TIR failed: ValueError: cannot legalize op$"):
+        fuse_layers.run(mod)

@@ -1,0 +1,25 @@
+"""compiler/import_relax.py: a folded ONNX model becomes a Relax module; the
+importer's failure becomes a CompileError with its last line, not a
+traceback with TVM's IR."""
+import pytest
+
+from coldbrew.compiler import CompileError, import_relax, load_onnx
+
+
+def test_the_model_becomes_a_relax_module_with_its_inputs(small_model):
+    proto = load_onnx.run(small_model, None, None)
+    mod = import_relax.run(proto)
+    main = mod["main"]
+    assert [p.name for p in main.params] == ["x"]
+    assert [int(d) for d in main.params[0].ty.shape.values] == [1, 3, 16, 16]
+
+
+def test_an_importer_failure_is_a_compile_error(small_model, monkeypatch):
+    import tvm.relax.frontend.onnx as frontend
+
+    def fail(*a, **k):
+        raise RuntimeError("Traceback (most recent call last):\n  IR dump ...\nError converting operator Slice")
+
+    monkeypatch.setattr(frontend, "from_onnx", fail)
+    with pytest.raises(CompileError, match="^importing the ONNX graph failed: Error converting operator Slice$"):
+        import_relax.run(load_onnx.run(small_model, None, None))
