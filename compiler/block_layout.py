@@ -30,6 +30,7 @@ import re
 
 import numpy as np
 
+from .anchors import forced
 from .kernels.schedule_util import round_up
 
 NAME = "block_layout"
@@ -96,7 +97,6 @@ def _forced_nchw(choice, anchor_id, isa):
     """Whether a forced variant choice (select_variants' {"c3": v,
     "conv2d": v, "*": v}) names an NCHW variant for this convolution."""
     from .kernels import get
-    from .select_variants import forced
 
     for _, _, full, _ in forced(choice, anchor_id, "conv2d"):
         try:

@@ -23,8 +23,6 @@ import shutil
 import subprocess
 import tempfile
 
-import numpy as np
-
 from .errors import CompileError
 
 NAME = "codegen"
@@ -40,7 +38,7 @@ def run(graph, target):
         funcs[sym] = func.with_attr("global_symbol", sym)
     mod = tvm.IRModule(funcs)
     try:
-        # no argument checks in the kernels: the runtime checks every call against signatures()
+        # no argument checks in the kernels: the runtime checks every call against graph.signatures()
         with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
             lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm()))
     except Exception as e:
@@ -55,27 +53,6 @@ def run(graph, target):
             _cross_link(lib, target, tmp, so)
         with open(so, "rb") as f:
             return f.read()
-
-
-def signatures(graph):
-    """[(symbol, [(dtype, byte size)])] of every kernel in the code, sorted
-    by symbol: the calling contract the runtime checks the plan's calls
-    against (each argument of that dtype and size is read and written inside
-    its bytes)."""
-    out = []
-    for sym, func in sorted(graph.kernels.items()):
-        args = []
-        for p in func.params:  # buffers: the runtime passes tensors only
-            if not hasattr(p, "shape"):
-                raise CompileError(f"kernel {sym} takes a non-tensor argument '{p.name}'")
-            n = np.dtype(str(p.dtype)).itemsize
-            for d in p.shape:
-                if not hasattr(d, "value"):
-                    raise CompileError(f"kernel {sym}: argument '{p.name}' has a symbolic dimension ({d})")
-                n *= int(d.value)
-            args.append((str(p.dtype), n))
-        out.append((sym, args))
-    return out
 
 
 def _cross_link(lib, target, tmp, so):

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 
 from . import glsl
+from .anchors import GPU_ANCHOR_RE, GPU_TVM_TARGET
 from .errors import CompileError
 from .kernels import gpu_conv
-from .schedule_gpu import TVM_TARGET
-from .select_gpu_variants import ANCHOR_RE
 
 NAME = "codegen_spirv"
 TOOLS = {"glslangValidator": "glslang-tools", "spirv-val": "spirv-tools"}
@@ -38,7 +37,7 @@ def lower(kernels):
     import tvm
     from tvm.tirx.build import split_host_device_mods
 
-    target = tvm.target.Target(TVM_TARGET).with_host(tvm.target.Target({"kind": "llvm"}))
+    target = tvm.target.Target(GPU_TVM_TARGET).with_host(tvm.target.Target({"kind": "llvm"}))
     mod = tvm.IRModule({s: f.with_attr("global_symbol", s) for s, f in kernels.items()})
     pipeline, _, finalize = tvm.tirx.get_default_tir_pipeline(target)
     try:
@@ -109,7 +108,7 @@ def run(graph, target, anchors=()):
     words)]; returns (spirv segment bytes, [Shader record dict])."""
     _tools()
     by_layer = {a.id: a for a in anchors}
-    lowered = lower({s: f for s, f in graph.kernels.items() if not ANCHOR_RE.search(s)})
+    lowered = lower({s: f for s, f in graph.kernels.items() if not GPU_ANCHOR_RE.search(s)})
     shaders, by_source, blob = [], {}, bytearray()
     with tempfile.TemporaryDirectory() as tmp:
         for layer in graph.layers:

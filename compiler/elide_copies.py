@@ -88,12 +88,3 @@ def run(graph):
     graph.kernels = {sym: f for sym, f in graph.kernels.items() if sym in used}
     graph.aliases = aliases
     return graph
-
-
-def resolve(graph, tensor):
-    """(root tensor, byte offset) of `tensor`'s bytes: itself, or the region it aliases."""
-    offset = 0
-    while tensor in graph.aliases:
-        tensor, at = graph.aliases[tensor]
-        offset += at
-    return tensor, offset

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import CompileError
+
 DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]  # index = schema DType
 
@@ -98,3 +100,33 @@ class Graph:
             lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def resolve(graph, tensor):
+    """(root tensor, byte offset) of `tensor`'s bytes: itself, or the region it aliases."""
+    offset = 0
+    while tensor in graph.aliases:
+        tensor, at = graph.aliases[tensor]
+        offset += at
+    return tensor, offset
+
+
+def signatures(graph):
+    """[(symbol, [(dtype, byte size)])] of every kernel in the code, sorted
+    by symbol: the calling contract the runtime checks the plan's calls
+    against (each argument of that dtype and size is read and written inside
+    its bytes)."""
+    out = []
+    for sym, func in sorted(graph.kernels.items()):
+        args = []
+        for p in func.params:  # buffers: the runtime passes tensors only
+            if not hasattr(p, "shape"):
+                raise CompileError(f"kernel {sym} takes a non-tensor argument '{p.name}'")
+            n = np.dtype(str(p.dtype)).itemsize
+            for d in p.shape:
+                if not hasattr(d, "value"):
+                    raise CompileError(f"kernel {sym}: argument '{p.name}' has a symbolic dimension ({d})")
+                n *= int(d.value)
+            args.append((str(p.dtype), n))
+        out.append((sym, args))
+    return out

@@ -2,6 +2,7 @@
 import onnx
 
 from .errors import CompileError
+from .ops import graph_inputs
 
 NAME = "import_relax"
 
@@ -10,7 +11,6 @@ def run(model):
     from tvm.relax.frontend.onnx import from_onnx
 
     shapes, dtypes = {}, {}
-    from .load_onnx import graph_inputs
     for inp in graph_inputs(model):
         tt = inp.type.tensor_type
         shapes[inp.name] = [d.dim_value for d in tt.shape.dim]

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from .errors import CompileError, UnsupportedOperatorError
-from .ops import MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
+from .ops import MAX_OPSET, MIN_OPSET, SUPPORTED_OPS, graph_inputs
 
 NAME = "load_onnx"
 
@@ -38,12 +38,6 @@ def read_model(source):
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
         raise CompileError("not an ONNX model (no graph)")
     return model, hashlib.sha256(data).hexdigest()
-
-
-def graph_inputs(model):
-    """The graph inputs that are real inputs (not initializers)."""
-    inits = {t.name for t in model.graph.initializer}
-    return [i for i in model.graph.input if i.name not in inits]
 
 
 def run(model, input_shapes=None, constants=None):

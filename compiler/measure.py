@@ -25,6 +25,19 @@ import time
 STREAM_CHUNK = 2 << 20  # the runtime's read and check stripes (CB_STREAM_CHUNK)
 
 
+def cache_dir():
+    """Where measurements are cached: $COLDBREW_CACHE, else ~/.cache/coldbrew."""
+    return os.environ.get("COLDBREW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coldbrew")
+
+
+def core_classes(target):
+    """[(class name, core ids)] fastest first, limited to cores this process may use."""
+    usable = os.sched_getaffinity(0)
+    classes = [(c.name, [i for i in c.ids if i in usable]) for c in target.core_classes]
+    classes = [(n, ids) for n, ids in classes if ids]
+    return classes or [("core", sorted(usable))]
+
+
 def evict(path):
     """Drop a file from the page cache so the next read is cold."""
     fd = os.open(path, os.O_RDONLY)

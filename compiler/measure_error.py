@@ -8,7 +8,7 @@ the same way give the same widened values everywhere) with fp32 raw
 weights. Its reference outputs use the original weights; a probe of
 a precision assignment writes the same graph and code with each narrowed
 layer's raw weights replaced by exactly what the bundle's transform will
-compute from the narrow ones (compiler/plan_weights.narrow_weights), and runs
+compute from the narrow ones (compiler/narrow.narrow_weights), and runs
 it with coldbrew's runtime on the sample inputs. No code is generated per
 probe, so every layer can be measured alone:
 
@@ -98,14 +98,15 @@ class Probe:
     def __init__(self, front):
         from coldbrew.targets import resolve
 
-        from . import _lower, _version, codegen
+        from . import codegen
+        from .pipeline import lower, version
         from .kernels.build import output_axis
         from .plan_weights import generic_narrowable
 
         self.target = resolve("host")
-        self.graph = _lower(front, self.target, None, None, "raw", 1, None, 0)
+        self.graph = lower(front, self.target, None, None, "raw", 1, None, 0)
         self.code = codegen.run(self.graph, self.target)
-        self.producer, self.model_hash = f"coldbrew {_version()}", front.model_hash
+        self.producer, self.model_hash = f"coldbrew {version()}", front.model_hash
         self.layers = {}  # key (anchor id, or a generic layer's name) -> [(tensor, fp32 data, axis)]
         for layer in self.graph.layers:
             a = next((self.graph.tensors[i].anchor for i in layer.args if self.graph.tensors[i].anchor), None)
@@ -134,7 +135,7 @@ class Probe:
     def run(self, feeds, precisions):
         """Outputs per sample with the layers of `precisions` ({anchor id:
         precision}) narrowed."""
-        from .plan_weights import narrow_weights
+        from .narrow import narrow_weights
 
         every = list(self.layers.items()) + list(self.generic.items())
         for key, entries in every:
@@ -156,7 +157,7 @@ def choose(front, precision, max_error=None, calibration=None, only=None):
     `precision` ("fp16", "int8"), or the fewest kept fp32 under
     `max_error`. Layers whose weights exceed the fp16 range stay fp32
     (compiler/plan_weights.py)."""
-    from .plan_weights import fits_fp16
+    from .narrow import fits_fp16
 
     probe = Probe(front)
     feeds, described = sample_inputs(probe.infos(), calibration)

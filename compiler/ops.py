@@ -1,4 +1,5 @@
-"""The operators coldbrew supports: the one list every other part consults."""
+"""The operators coldbrew supports: the one list every other part consults;
+and what the ONNX passes share about a model's graph."""
 
 # ONNX default-domain operator types accepted by the compiler. Each one is
 # covered by the ONNX backend node tests (tests/compiler/test_onnx_node.py).
@@ -126,3 +127,9 @@ def _resize_problems(node, label, consts, shapes):
         if sc.size == len(dims) and any(abs(d * s - round(d * s)) > 1e-6 for d, s in zip(dims, sc)):
             out.append(f"{label}: scales that do not give whole output sizes are not supported; give sizes")
     return out
+
+
+def graph_inputs(model):
+    """The graph inputs that are real inputs (not initializers)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]

@@ -9,7 +9,7 @@ A tensor that aliases part of another (compiler/elide_copies.py) takes no
 place of its own: its root's region lives from the first step that touches
 any of its parts to the last, and the part lies at its byte offset in it.
 """
-from .elide_copies import resolve
+from .graph import resolve
 
 NAME = "plan_memory"
 ALIGN = 64

@@ -51,12 +51,12 @@ q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 import numpy as np
 
 from .graph import NARROW, PRECISIONS, Tensor
+from .narrow import fits_fp16, narrow_weights, weight_error
 
 NAME = "plan_weights"
 
 
 MAX_QUEUES = 8  # the runtime's preparation workers
-FP16_MAX = 65504.0
 FORMS = ("raw", "cached", "direct")
 
 
@@ -141,11 +141,6 @@ def generic_narrowable(graph):
     return out
 
 
-def fits_fp16(w):
-    """Every value of `w` within the fp16 range."""
-    return not w.size or float(np.max(np.abs(w))) <= FP16_MAX
-
-
 def _narrowable(t):
     if t.kind != "weight" or t.dtype != "float32" or t.anchor is not None or t.data is None:
         return False
@@ -170,30 +165,6 @@ def _narrow_generic(graph, layer, ids):
         pairs += [_widened_by_runtime(graph, idx, raw), idx]
     layer.transform, layer.transform_args = WIDEN_F16, pairs
     layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "fp16", err
-
-
-def narrow_weights(raw, precision, axis):
-    """(stored arrays, widened fp32 weights) of `raw` in `precision`: [fp16
-    values] or [int8 values, fp32 scale per entry of `axis`]. The widened
-    weights are what the transform kernel computes from the stored ones."""
-    raw = np.asarray(raw, np.float32)
-    if precision == "fp16":
-        q = raw.astype(np.float16)
-        return [q], q.astype(np.float32)
-    other = tuple(d for d in range(raw.ndim) if d != axis)
-    peak = np.max(np.abs(raw), axis=other) if raw.size else np.zeros(raw.shape[axis], np.float32)
-    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
-    shape = [1] * raw.ndim
-    shape[axis] = -1
-    s = scale.reshape(shape)
-    q = np.clip(np.rint(raw / s), -127, 127).astype(np.int8)
-    return [q, scale], q.astype(np.float32) * s
-
-
-def weight_error(raw, wide):
-    """max |w' - w| / max |w| (0 for all-zero weights)."""
-    peak = float(np.max(np.abs(raw))) if raw.size else 0.0
-    return float(np.max(np.abs(wide - raw))) / peak if peak > 0 else 0.0
 
 
 WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/widen.c)

@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from .graph import DIRECT_FORMS, NARROW
-from .measure import code_hash, evict, populate_read, sample
+from .measure import cache_dir, code_hash, core_classes, evict, populate_read, sample
 
 FORMAT = "coldbrew-costs"
 VERSION = 7  # 2: read times of the narrow weight forms (fp16, int8); 3: the direct fp16 form; 4: check_ms_per_byte;
@@ -57,18 +57,6 @@ REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold sa
 def stat(samples):
     samples = [float(s) for s in samples]
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}
-
-
-def cache_dir():
-    return os.environ.get("COLDBREW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coldbrew")
-
-
-def core_classes(target):
-    """[(class name, core ids)] fastest first, limited to cores this process may use."""
-    usable = os.sched_getaffinity(0)
-    classes = [(c.name, [i for i in c.ids if i in usable]) for c in target.core_classes]
-    classes = [(n, ids) for n, ids in classes if ids]
-    return classes or [("core", sorted(usable))]
 
 
 def _speed(target, name):
@@ -158,7 +146,7 @@ def _narrow_bytes(graph, layer):
     (compiler/plan_weights.py: the anchor's raw weights fp16, or int8 +
     scales; the layer's other weights stay fp32); {} for other layers."""
     from .kernels.build import output_axis
-    from .plan_weights import narrow_weights
+    from .narrow import narrow_weights
 
     ids = list(dict.fromkeys(list(layer.args) + list(layer.transform_args)))
     anchor = next((graph.tensors[i].anchor for i in ids if graph.tensors[i].anchor is not None), None)
@@ -171,13 +159,13 @@ def _narrow_bytes(graph, layer):
 
 
 def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tuning=None):
-    from . import _version
+    from .pipeline import version
 
     h = hashlib.sha256()
     import coldbrew
 
     code = code_hash([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))])
-    h.update(json.dumps([model_hash, target.fingerprint(), threads, _version(), code, FORMAT, VERSION,
+    h.update(json.dumps([model_hash, target.fingerprint(), threads, version(), code, FORMAT, VERSION,
                          sorted((input_shapes or {}).items()), tuning.digest() if tuning else None]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
@@ -224,7 +212,7 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
 
 
 def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None):
-    from . import compile_graph, front_end
+    from .pipeline import compile_graph, front_end
     from .tune import anchors_of
 
     t_start = time.perf_counter()

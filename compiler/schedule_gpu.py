@@ -5,17 +5,12 @@ TVM's dlight rules schedule each PrimFunc for a GPU thread hierarchy:
 matmul-shaped layers (convolutions, dense) get shared-memory tiles and
 per-thread register blocks, reductions a cooperative tree, everything else
 one output element per thread. The limits are those every Vulkan device
-meets (`TVM_TARGET`), so one bundle runs on any of them.
+meets (`anchors.GPU_TVM_TARGET`), so one bundle runs on any of them.
 """
+from .anchors import GPU_ANCHOR_RE, GPU_TVM_TARGET
 from .errors import CompileError
 
 NAME = "schedule_gpu"
-# Vulkan's guaranteed minimums: 128 invocations per workgroup (we use up to
-# 256: every desktop and mobile GPU coldbrew targets allows it), 16 KiB of
-# shared memory; no subgroup assumptions (warp size 1).
-TVM_TARGET = {"kind": "vulkan", "max_threads_per_block": 256, "max_num_threads": 256,
-              "max_shared_memory_per_block": 16384, "thread_warp_size": 1,
-              "supports_float32": True, "supports_int32": True}
 
 
 def rules():
@@ -28,15 +23,14 @@ def run(mod):
     import tvm
     from tvm import relax, s_tir
 
-    from .select_gpu_variants import ANCHOR_RE
 
     # shape-generic variants (select_gpu_variants) bring their own shaders
     funcs = {gv: f for gv, f in mod.functions.items()
-             if not isinstance(f, relax.Function) and not ANCHOR_RE.search(gv.name_hint)}
+             if not isinstance(f, relax.Function) and not GPU_ANCHOR_RE.search(gv.name_hint)}
     if not funcs:
         return mod
     try:
-        with tvm.target.Target(TVM_TARGET):
+        with tvm.target.Target(GPU_TVM_TARGET):
             scheduled = s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(funcs))
     except Exception as e:  # dlight raises several error types
         msg = str(e).strip().splitlines()

@@ -6,9 +6,9 @@ gets the generic schedule (parallel outer loops, vectorized inner loops).
 A schedule that fails leaves the function as lowered (correct, slower) and is
 reported in the graph's notes.
 """
+from .anchors import ANCHOR_RE
 from .kernels import ANCHOR
 from .kernels.schedule_util import generic
-from .select_variants import ANCHOR_RE
 
 NAME = "schedule_kernels"
 

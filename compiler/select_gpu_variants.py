@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .anchors import GPU_ANCHOR_RE
 from .errors import CompileError
 from .kernels import gpu_conv
 
 NAME = "select_gpu_variants"
-ANCHOR_RE = re.compile(r"^cbg(\d+)_")
 OPAQUE = 8  # relax OpPatternKind kOpaque: never fused with its neighbours
 
 
@@ -227,6 +227,6 @@ def run(mod, choice=None):
 
     new_mod = Rewriter(mod).transform(mod)
     for gv, func in list(new_mod.functions.items()):
-        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
+        if GPU_ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
             new_mod[gv] = func.with_attr("op_pattern", OPAQUE)
     return new_mod, anchors

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .anchors import ANCHOR_RE, forced
 from .errors import CompileError
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
 from .kernels.conv import channel_vectors
-from .plan_weights import fits_fp16, narrow_weights, weight_error
+from .narrow import fits_fp16, narrow_weights, weight_error
 
 NAME = "select_variants"
-ANCHOR_RE = re.compile(r"(?:^|_)cb(\d+)_")
 
 
 @dataclass
@@ -65,16 +65,6 @@ def auto_variant(spec, isa):
     if spec.groups == 1:
         return "conv2d.im2col_gemm" + kvec
     return "conv2d.direct"
-
-
-def forced(choice, anchor_id, op):
-    """The choices that name a variant for one anchor, most specific first:
-    (key, name as given, full name, schedule params or None)."""
-    for key in (anchor_id, op, "*"):
-        want = choice.get(key)
-        want, params = want if isinstance(want, tuple) else (want, None)
-        if want is not None and want != "auto":
-            yield key, want, want if "." in want else f"{op}.{want}", params
 
 
 def _choose(anchor_id, op, spec, choice, isa, tuning):

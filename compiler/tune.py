@@ -24,7 +24,7 @@ import tempfile
 import numpy as np
 
 from .kernels import ConvSpec, applicable, get
-from .measure import code_hash, sample
+from .measure import cache_dir, code_hash, core_classes, sample
 
 WARM_RUNS = 10
 FINALISTS = 2  # variants whose whole parameter space is measured
@@ -59,7 +59,8 @@ def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
     """The anchors (conv / dense layers with their specs) of an ONNX model
     (or of its `front`, compiler.front_end's result), with the variants made
     for the vector unit `isa`."""
-    from . import block_layout, front_end, select_variants
+    from . import block_layout, select_variants
+    from .pipeline import front_end
 
     mod = block_layout.run((front or front_end(model, input_shapes, constants)).mod, isa)
     _, anchors = select_variants.run(mod, isa)
@@ -96,7 +97,6 @@ def layers_model(specs, weights=None):
 def cache_path(target):
     import coldbrew
 
-    from .profile import cache_dir
 
     kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
     key = f"{target.fingerprint()}-{code_hash([kernels, os.path.dirname(os.path.abspath(coldbrew.__file__))])}"
@@ -109,7 +109,7 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
     compiling."""
     from coldbrew.targets import resolve
 
-    from . import front_end
+    from .pipeline import front_end
 
     tgt = resolve(target) if isinstance(target, str) else target
     if tgt.name != "host":
@@ -136,8 +136,7 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
 
 def measure_shapes(specs, target, threads, progress):
     """Search every spec's variants and parameters; {key: entry}."""
-    from . import compile_graph, front_end
-    from .profile import core_classes
+    from .pipeline import compile_graph, front_end
 
     isa = target.vector
     model = layers_model(specs)

@@ -22,9 +22,8 @@ import numpy as np
 from coldbrew.schemas.generated import bundle_generated as fb
 from coldbrew.targets import task_shares
 
-from . import codegen
 from .checksum import checksum64
-from .graph import DTYPES, PRECISIONS
+from .graph import DTYPES, PRECISIONS, signatures
 
 NAME = "write_bundle"
 SCHEMA_VERSION = 2
@@ -160,10 +159,10 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
 
 
 def _kernels(graph):
-    """Every CPU kernel's argument dtypes and byte sizes (codegen.signatures),
+    """Every CPU kernel's argument dtypes and byte sizes (graph.signatures),
     sorted by symbol, so the runtime finds one by binary search."""
     out = []
-    for sym, args in codegen.signatures(graph):
+    for sym, args in signatures(graph):
         k = fb.KernelT()
         k.symbol = sym
         k.argDtypes, k.argNbytes = [DTYPES.index(d) for d, _ in args], [n for _, n in args]

@@ -5,7 +5,7 @@ import tvm
 from tvm import s_tir, te
 
 from ..graph import PRECISIONS
-from . import ANCHOR
+from .contract import ANCHOR
 
 
 WIDEN = "cb_widen"  # the widening block of a narrow transform

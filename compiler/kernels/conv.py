@@ -19,7 +19,7 @@ that fit, the register/cache model's pick first.
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from . import ANCHOR, ConvSpec, Variant, register
+from .contract import ANCHOR, ConvSpec, Variant, register
 from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit,
                             pad_pass, padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
 

@@ -16,7 +16,7 @@ Weights are packed so that a tile's weight vectors are contiguous:
 """
 from tvm import te, tirx
 
-from . import ANCHOR, Variant, register
+from .contract import ANCHOR, Variant, register
 from .schedule_util import (attach_epilogue, intensity, pad_pass, pad_stage, padding_efficiency, ranked,
                             register_blocks, round_up, vectorize_inner)
 

@@ -4,7 +4,7 @@ packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
 """
 from tvm import te, tirx
 
-from . import ANCHOR, Variant, register
+from .contract import ANCHOR, Variant, register
 from .schedule_util import attach_epilogue, intensity, padding_efficiency, ranked, register_blocks
 
 

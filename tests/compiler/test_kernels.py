@@ -12,7 +12,8 @@ import dataclasses
 from coldbrew.compiler.block_layout import conv_blocks, from_blocked, to_blocked
 from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
-from coldbrew.compiler.plan_weights import narrow_weights, scheduled_transform
+from coldbrew.compiler.narrow import narrow_weights
+from coldbrew.compiler.plan_weights import scheduled_transform
 from coldbrew.targets import resolve
 
 # every kernel is built and run for the host's vector unit and, on x86, for

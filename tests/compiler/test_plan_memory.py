@@ -4,7 +4,7 @@ weights get slots of their own."""
 import pytest
 
 from coldbrew.compiler import compile_graph
-from coldbrew.compiler.elide_copies import resolve
+from coldbrew.compiler.graph import resolve
 from coldbrew.compiler.plan_memory import ALIGN
 
 

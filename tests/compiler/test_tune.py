@@ -97,7 +97,7 @@ def _count_front_ends(monkeypatch):
         fronts.append(real_front(*a, **k))
         return fronts[-1]
 
-    monkeypatch.setattr(comp, "front_end", front_spy)
+    monkeypatch.setattr(comp.pipeline, "front_end", front_spy)
     return fronts
 
 
@@ -123,7 +123,7 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
         return tables[-1][1]
 
     fronts = _count_front_ends(monkeypatch)
-    monkeypatch.setattr(comp, "compile_graph", compile_spy)
+    monkeypatch.setattr(comp.pipeline, "compile_graph", compile_spy)
     monkeypatch.setattr(prof, "profile", profile_spy)
     compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
     assert len(fronts) == 1

@@ -1,0 +1,127 @@
+"""The variant contract (compiler/kernels/__init__.py describes it): the
+anchor's stage name, the layer specs, the Variant base class and the
+registry the variant modules add themselves to."""
+from dataclasses import dataclass
+
+ANCHOR = "cb_anchor"
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: tuple = (1, 1)
+    pad: tuple = (0, 0, 0, 0)  # top, left, bottom, right
+    dilation: tuple = (1, 1)
+    groups: int = 1
+    dtype: str = "float32"
+    # activation layouts (compiler/block_layout.py): 0 is NCHW, b is the
+    # blocked NCHW{b}c ([N, C / b, H, W, b], channel c at [c // b, ..., c % b])
+    in_block: int = 0
+    out_block: int = 0
+
+    @property
+    def input_shape(self):
+        if self.in_block:
+            return (self.n, self.c // self.in_block, self.h, self.w, self.in_block)
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def output_shape(self):
+        if self.out_block:
+            return (self.n, self.k // self.out_block, self.out_h, self.out_w, self.out_block)
+        return (self.n, self.k, self.out_h, self.out_w)
+
+    @property
+    def out_h(self):
+        return (self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1) // self.stride[0] + 1
+
+    @property
+    def out_w(self):
+        return (self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1) // self.stride[1] + 1
+
+    @property
+    def depthwise(self):
+        return self.groups == self.c and self.k == self.c and self.groups > 1
+
+    @property
+    def weight_shape(self):
+        return (self.k, self.c // self.groups, self.r, self.s)
+
+    @property
+    def flops(self):
+        return 2 * self.n * self.k * self.out_h * self.out_w * (self.c // self.groups) * self.r * self.s
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    m: int
+    k: int
+    n: int
+    dtype: str = "float32"
+    lead: int = 0  # unit axes before the rows: x [1, ..., 1, M, K] (a sequence of batch 1)
+
+    @property
+    def input_shape(self):
+        return (1,) * self.lead + (self.m, self.k)
+
+    @property
+    def output_shape(self):
+        return (1,) * self.lead + (self.m, self.n)
+
+    @property
+    def weight_shape(self):
+        return (self.k, self.n)
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.k * self.n
+
+
+class Variant:
+    """Base class; subclasses override what differs."""
+
+    name = ""
+    op = ""
+    # the transform only moves values (packs, pads with zeros): narrow
+    # weights can be stored in the transformed layout and merely widened
+    transform_rearranges = True
+    blocked = False  # writes the blocked activation layout (ConvSpec.out_block)
+
+    def __init__(self, isa):
+        self.isa = isa
+
+    def applies(self, spec):
+        return True
+
+    def transformed_shape(self, spec, params):
+        return spec.weight_shape
+
+    def transform(self, spec, params):
+        return None  # identity
+
+    def compute(self, spec, x, wt, params):
+        raise NotImplementedError
+
+    def schedule(self, sch, block, spec, params):
+        raise NotImplementedError
+
+    def space(self, spec):
+        return [{}]
+
+    def schedule_transform(self, sch):
+        """Schedule the weight transform; False leaves it to the generic schedule."""
+        return False
+
+
+_MAKERS = {}  # name -> function(isa) -> Variant
+
+
+def register(name, make):
+    assert name not in _MAKERS, name
+    _MAKERS[name] = make

@@ -1,0 +1,36 @@
+"""Narrow weights' numbers: what fp16 and int8 store for fp32 weights, the
+fp32 values they widen back to, and the error between (used by the passes
+select_variants and plan_weights, and by the error and cost measurements).
+"""
+import numpy as np
+
+FP16_MAX = 65504.0
+
+
+def fits_fp16(w):
+    """Every value of `w` within the fp16 range."""
+    return not w.size or float(np.max(np.abs(w))) <= FP16_MAX
+
+
+def narrow_weights(raw, precision, axis):
+    """(stored arrays, widened fp32 weights) of `raw` in `precision`: [fp16
+    values] or [int8 values, fp32 scale per entry of `axis`]. The widened
+    weights are what the transform kernel computes from the stored ones."""
+    raw = np.asarray(raw, np.float32)
+    if precision == "fp16":
+        q = raw.astype(np.float16)
+        return [q], q.astype(np.float32)
+    other = tuple(d for d in range(raw.ndim) if d != axis)
+    peak = np.max(np.abs(raw), axis=other) if raw.size else np.zeros(raw.shape[axis], np.float32)
+    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    shape = [1] * raw.ndim
+    shape[axis] = -1
+    s = scale.reshape(shape)
+    q = np.clip(np.rint(raw / s), -127, 127).astype(np.int8)
+    return [q, scale], q.astype(np.float32) * s
+
+
+def weight_error(raw, wide):
+    """max |w' - w| / max |w| (0 for all-zero weights)."""
+    peak = float(np.max(np.abs(raw))) if raw.size else 0.0
+    return float(np.max(np.abs(wide - raw))) / peak if peak > 0 else 0.0

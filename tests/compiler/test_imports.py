@@ -1,0 +1,84 @@
+"""How the compiler's modules depend on each other: no pass imports another
+pass (what passes share lives in helper modules: anchors, narrow, graph,
+ops, ...), and no two modules import each other, directly or round a circle
+(imports inside functions count)."""
+import ast
+import os
+
+from conftest import ROOT
+
+from coldbrew.compiler import GPU_PASSES, PASSES
+
+COMPILER = os.path.join(ROOT, "compiler")
+
+
+def modules():
+    """{module name relative to the compiler package ('' = its __init__): path}."""
+    out = {}
+    for dirpath, dirnames, files in os.walk(COMPILER):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, f), COMPILER)[:-3].replace(os.sep, ".")
+                out[rel[:-len("__init__")].rstrip(".") if rel.endswith("__init__") else rel] = os.path.join(dirpath, f)
+    return out
+
+
+def imports(name, path, known):
+    """The compiler modules `name` imports, anywhere in its file."""
+    package = name.split(".")[:-1] if not path.endswith("__init__.py") else name.split(".") if name else []
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.add(sub if sub in known else target)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("coldbrew.compiler"):
+            target = node.module[len("coldbrew.compiler"):].lstrip(".")
+            for alias in node.names:
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.add(sub if sub in known else target)
+    return {m for m in found if m in known and m != name}
+
+
+def graph():
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_no_pass_imports_another_pass():
+    passes = set(PASSES) | set(GPU_PASSES)
+    g = graph()
+    assert passes <= set(g)
+    bad = {p: sorted(g[p] & passes) for p in passes if g[p] & passes}
+    assert not bad, bad
+
+
+def test_no_import_cycles():
+    g = graph()
+    cycles, state, path = [], {}, []
+
+    def visit(m):
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(g[m]):
+            if state.get(n) == "open":
+                cycles.append(path[path.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        path.pop()
+        state[m] = "done"
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, [" -> ".join(c or "__init__" for c in cyc) for cyc in cycles]
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path):
+    known = {"a": "", "b": ""}
+    path = tmp_path / "a.py"
+    path.write_text("def f():\n    from . import b\n    from .b import g\n")
+    assert imports("a", str(path), known) == {"b"}
