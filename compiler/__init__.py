@@ -33,13 +33,23 @@ if missing_compiler_modules():  # a runtime-only install (pip install coldbrew)
     raise ImportError(f"coldbrew's compiler needs packages that are not installed here "
                       f"(missing: {', '.join(missing_compiler_modules())}): pip install 'coldbrew[compiler]'")
 
-from . import pipeline  # noqa: E402
 from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
 from .graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
-from .pipeline import GPU_PASSES, PASSES, compile_graph, front_end  # noqa: E402,F401  (the package's API)
 
-__all__ = ["compile_model", "compile_graph", "front_end", "tuned_front", "CompileError", "UnsupportedOperatorError",
-           "PASSES", "GPU_PASSES"]
+_FROM_PIPELINE = ("PASSES", "GPU_PASSES", "compile_graph", "front_end", "Compilation")
+
+
+def __getattr__(name):
+    """The pipeline's names, imported on first use: importing the pipeline
+    imports every pass, and with them TVM (a second or so), which
+    `coldbrew run` and `inspect` do not need."""
+    if name in _FROM_PIPELINE or name == "pipeline":
+        pipeline = _pipeline()
+        return pipeline if name == "pipeline" else getattr(pipeline, name)
+    raise AttributeError(f"module 'coldbrew.compiler' has no attribute '{name}'")
+
+__all__ = ["compile_model", "compile_graph", "front_end", "tuned_front", "Compilation", "CompileError",
+           "UnsupportedOperatorError", "PASSES", "GPU_PASSES"]
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
@@ -85,13 +95,13 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     warm, narrow_only, later_threads = None, None, 0  # narrow_only: the layers a plan chose narrow (None: all)
     if precision not in PRECISIONS:
         raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision != "fp32" and pipeline.on_gpu(target):
+    if precision != "fp32" and _pipeline().on_gpu(target):
         raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
     if max_error is not None and precision == "fp32":
         raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
     if not weights:  # narrow weights default to the direct form: the fewest bytes and nothing to widen
-        weights = "auto" if pipeline.on_gpu(target) else "direct" if precision in NARROW and plan == "default" else "cached"
-    if (plan != "default" or continuous or tune) and pipeline.on_gpu(target):
+        weights = "auto" if _pipeline().on_gpu(target) else "direct" if precision in NARROW and plan == "default" else "cached"
+    if (plan != "default" or continuous or tune) and _pipeline().on_gpu(target):
         raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
                            "(compile with the default plan)")
     tuning = front = accuracy = None
@@ -121,14 +131,14 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     if precision != "fp32" and narrow_only != set():
         from . import measure_error
 
-        front = front or pipeline.front_end(model, input_shapes, constants, dump_ir)
+        front = front or _pipeline().front_end(model, input_shapes, constants, dump_ir)
 
         if progress:
             progress(0, 1, f"measure the {precision} weights' error")
         chosen, solo, accuracy = measure_error.choose(front, precision, max_error, calibration, narrow_only)
         accuracy["layers"] = solo
         precision = {"*": "fp32", **chosen}
-    data, _ = pipeline.compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
+    data, _ = _pipeline().compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
                             weights, threads, front=front, tuning=tuning, queues=queues, warm=warm,
                             precision=precision, accuracy=accuracy, later_threads=later_threads)
     if sign:
@@ -147,5 +157,11 @@ def tuned_front(model, target, threads, input_shapes=None, constants=None, progr
     cost table its plan is made from and the bundle's own compile."""
     from .tune import tune as measure_tuning
 
-    front = pipeline.front_end(model, input_shapes, constants, dump_ir)
+    front = _pipeline().front_end(model, input_shapes, constants, dump_ir)
     return front, measure_tuning(model, target, threads, front=front, progress=progress)
+
+
+def _pipeline():
+    import importlib
+
+    return importlib.import_module(".pipeline", __name__)  # not `from . import`: that asks __getattr__ first

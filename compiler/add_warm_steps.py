@@ -29,7 +29,7 @@ def _key(t):
     return t.dtype, tuple(t.shape), hashlib.sha256(np.ascontiguousarray(t.data).tobytes()).digest()
 
 
-def run(cold, warm, warm_threads):
+def apply(cold, warm, warm_threads):
     cold.warm_threads = warm_threads
     if len(cold.layers) != len(warm.layers):
         cold.notes.append(f"continuous mode: the warm plan has {len(warm.layers)} layers, the cold "
@@ -63,3 +63,12 @@ def run(cold, warm, warm_threads):
         cold.kernels[sym] = warm.kernels[w.kernel]
         c.warm = {"variant": w.variant, "kernel": sym, "args": args, "params": dict(w.params)}
     return cold
+
+
+def run(c):
+    """Pass entry: later runs' thread count, and continuous mode's alternates
+    from c.warm_graph (the warm plan's lowering) where there is one."""
+    c.graph.warm_threads = c.later_threads
+    if c.warm_graph is not None:
+        c.graph = apply(c.graph, c.warm_graph, c.warm[1])
+    return c

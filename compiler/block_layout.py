@@ -107,7 +107,7 @@ def _forced_nchw(choice, anchor_id, isa):
     return False
 
 
-def run(mod, isa, choice=None):
+def apply(mod, isa, choice=None):
     """The rewritten module for the vector unit `isa`; unchanged when `main`
     is not one dataflow block. A convolution whose forced variant (`choice`,
     as select_variants takes it) is an NCHW one stays NCHW."""
@@ -329,3 +329,8 @@ def run(mod, isa, choice=None):
     out = tvm.IRModule({gv: f for gv, f in out.functions.items() if gv.name_hint not in ("main", "cb_blocked_main")})
     out["main"] = new_main.with_attr("global_symbol", "main")
     return relax.transform.DeadCodeElimination()(out)
+
+
+def run(c):
+    c.mod = apply(c.mod, c.target.vector, c.variants)
+    return c

@@ -30,7 +30,7 @@ CROSS_EMULATION = {"aarch64": "aarch64linux"}  # arch -> ld.lld emulation
 LIBC_SONAMES = {"glibc": ("libm.so.6", "libc.so.6"), "bionic": ("libm.so", "libc.so")}
 
 
-def run(graph, target):
+def apply(graph, target):
     import tvm
 
     funcs = {}
@@ -81,3 +81,8 @@ def _lld(target, *args):
     r = subprocess.run(["ld.lld", "-shared", *args], capture_output=True, text=True)
     if r.returncode:
         raise CompileError(f"linking CPU code for {target.triple} failed: {r.stderr.strip()}")
+
+
+def run(c):
+    c.code = apply(c.graph, c.target)
+    return c

@@ -103,7 +103,7 @@ def _generic_dispatch(layer, anchor):
             anchor.conv.push())
 
 
-def run(graph, target, anchors=()):
+def apply(graph, target, anchors=()):
     """Sets each layer's `dispatches` [(shader index, grid, bindings, push
     words)]; returns (spirv segment bytes, [Shader record dict])."""
     _tools()
@@ -131,3 +131,8 @@ def run(graph, target, anchors=()):
                     blob += bytes(-len(blob) % 16)
                 layer.dispatches.append((by_source[source], list(grid), binds, push))
     return bytes(blob), shaders
+
+
+def run(c):
+    c.spirv = apply(c.graph, c.target, c.anchors)
+    return c

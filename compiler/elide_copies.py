@@ -75,7 +75,7 @@ def _aliasable(graph, parts, out, aliases):
         and graph.tensors[i].dtype == graph.tensors[out].dtype for i in ins)
 
 
-def run(graph):
+def apply(graph):
     aliases, kept = {}, []
     for layer in graph.layers:
         parts, out = _parts(graph, layer), layer.args[-1]
@@ -88,3 +88,8 @@ def run(graph):
     graph.kernels = {sym: f for sym, f in graph.kernels.items() if sym in used}
     graph.aliases = aliases
     return graph
+
+
+def run(c):
+    c.graph = apply(c.graph)
+    return c

@@ -26,7 +26,7 @@ def _is_constant(expr):
     return type(expr).__name__ in ("GenericConst", "Constant") and hasattr(expr, "value")
 
 
-def run(mod, model_name, input_names, output_names, anchors=()):
+def apply(mod, model_name, input_names, output_names, anchors=()):
     import tvm
     from tvm import relax
 
@@ -122,3 +122,16 @@ def run(mod, model_name, input_names, output_names, anchors=()):
         t.kind, t.name = "output", name
         g.outputs.append(idx)
     return g
+
+
+def run(c):
+    c.graph = apply(c.mod, c.name, c.input_names, c.output_names, c.anchors)
+    c.graph.notes += c.notes
+    if c.on_gpu:  # the layers without a variant run TVM's GPU schedules, one dispatch stream
+        for layer in c.graph.layers:
+            if layer.variant == "generic":
+                layer.variant = "gpu.dlight"
+        c.graph.threads = 1
+    else:
+        c.graph.threads = c.threads
+    return c

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 NAME = "fold_batchnorm"
 
 
-def run(model):
+def apply(model):
     g = model.graph
     consts = {t.name: t for t in g.initializer}
     consumers = {}
@@ -54,3 +54,8 @@ def run(model):
     g.ClearField("initializer")
     g.initializer.extend(live)
     return model
+
+
+def run(c):
+    c.proto = apply(c.proto)
+    return c

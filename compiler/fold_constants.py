@@ -66,7 +66,7 @@ def _shape_value(node, shapes):
     return np.array(src[start:end], dtype=np.int64)
 
 
-def run(model):
+def apply(model):
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     graph_outputs = {o.name for o in g.output}
@@ -161,3 +161,8 @@ def _rewrite(model, nodes, consts, graph_outputs):
     if len(kept_inputs) != len(inputs):
         g.ClearField("input")
         g.input.extend(kept_inputs)
+
+
+def run(c):
+    c.proto = apply(c.proto)
+    return c

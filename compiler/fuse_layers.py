@@ -30,7 +30,7 @@ def _legalize_sigmoid(bb, call):
     return bb.call_te(_sigmoid_te, call.args[0], primfunc_name_hint="sigmoid")
 
 
-def run(mod, cpu=True):
+def apply(mod, cpu=True):
     """`cpu`: lower for the CPU code generator (the GPU's GLSL emitter has no
     bit reinterpretation, which the vectorizable sigmoid uses)."""
     import tvm
@@ -56,3 +56,8 @@ def run(mod, cpu=True):
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise CompileError(f"lowering to TIR failed: {msg[-1] if msg else type(e).__name__}") from None
+
+
+def run(c):
+    c.mod = apply(c.mod, cpu=not c.on_gpu)
+    return c

@@ -7,7 +7,7 @@ from .ops import graph_inputs
 NAME = "import_relax"
 
 
-def run(model):
+def apply(model):
     from tvm.relax.frontend.onnx import from_onnx
 
     shapes, dtypes = {}, {}
@@ -21,3 +21,9 @@ def run(model):
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise CompileError(f"importing the ONNX graph failed: {msg[-1] if msg else type(e).__name__}") from None
+
+
+def run(c):
+    c.mod = apply(c.proto)
+    c.name = c.proto.graph.name or "model"
+    return c

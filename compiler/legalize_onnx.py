@@ -23,7 +23,7 @@ def _types(model):
     return types
 
 
-def run(model):
+def apply(model):
     g = model.graph
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)
@@ -49,3 +49,8 @@ def run(model):
         g.node.extend(nodes)
     check_static(model)
     return model
+
+
+def run(c):
+    c.proto = apply(c.proto)
+    return c

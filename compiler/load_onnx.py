@@ -40,7 +40,7 @@ def read_model(source):
     return model, hashlib.sha256(data).hexdigest()
 
 
-def run(model, input_shapes=None, constants=None):
+def apply(model, input_shapes=None, constants=None):
     unsupported = {}
     for i, node in enumerate(model.graph.node):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
@@ -142,3 +142,12 @@ def fix_input_shapes(model, input_shapes):
                 raise CompileError(
                     f"input '{inp.name}' dimension {k} ('{label}') is not fixed; "
                     f"give it with --input-shape {inp.name}=...")
+
+
+def run(c):
+    """Pass entry: c.model read, checked and its input shapes fixed (c.proto, c.model_hash, names)."""
+    c.proto, c.model_hash = read_model(c.model)
+    c.proto = apply(c.proto, c.input_shapes, c.constants)
+    c.input_names = [i.name for i in graph_inputs(c.proto)]
+    c.output_names = [o.name for o in c.proto.graph.output]
+    return c

@@ -105,7 +105,7 @@ class Probe:
 
         self.target = resolve("host")
         self.graph = lower(front, self.target, None, None, "raw", 1, None, 0)
-        self.code = codegen.run(self.graph, self.target)
+        self.code = codegen.apply(self.graph, self.target)
         self.producer, self.model_hash = f"coldbrew {version()}", front.model_hash
         self.layers = {}  # key (anchor id, or a generic layer's name) -> [(tensor, fp32 data, axis)]
         for layer in self.graph.layers:
@@ -129,7 +129,7 @@ class Probe:
 
         from . import write_bundle
 
-        data = write_bundle.run(self.graph, self.code, self.target, self.producer, self.model_hash)
+        data = write_bundle.apply(self.graph, self.code, self.target, self.producer, self.model_hash)
         return load(data, threads=1)
 
     def run(self, feeds, precisions):

@@ -4,6 +4,8 @@ select_variants and plan_weights, and by the error and cost measurements).
 """
 import numpy as np
 
+from .graph import NARROW
+
 FP16_MAX = 65504.0
 
 
@@ -34,3 +36,21 @@ def weight_error(raw, wide):
     """max |w' - w| / max |w| (0 for all-zero weights)."""
     peak = float(np.max(np.abs(raw))) if raw.size else 0.0
     return float(np.max(np.abs(wide - raw))) / peak if peak > 0 else 0.0
+
+
+def choice(table, name, default):
+    """`table`'s entry for `name`, else its "*" entry, else `default`."""
+    return table.get(name, table.get("*", default))
+
+
+def direct_layers(form, precision):
+    """anchor id -> the narrow precision ("fp16", "int8") in which `form` and
+    `precision` (as plan_weights takes them) ask for the direct form, else None:
+    select_variants makes those kernels."""
+    forms = form if isinstance(form, dict) else {"*": form}
+    precisions = precision if isinstance(precision, dict) else {"*": precision}
+
+    def direct(aid):
+        p = choice(precisions, aid, "fp32")
+        return p if choice(forms, aid, "cached") == "direct" and p in NARROW else None
+    return direct

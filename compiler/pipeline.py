@@ -1,24 +1,79 @@
-"""The compiler's pipeline: the pass lists and what runs them.
+"""The compiler's pipeline: one Compilation carried through the passes, in
+the order of one list, by one loop.
 
-`PASSES` (CPU targets) and `GPU_PASSES` (Vulkan targets) name the passes in
-order, one module each (compiler/__init__.py says what each does).
-`front_end` runs the first five, which do not depend on the variant choice
-(so the tuner, the profiler's columns and a compile share them);
-`compile_graph` runs the rest for a target; `lower` runs the CPU passes
-from block_layout to plan_memory (the error measurement's probe).
-`--dump-ir` writes the IR after every pass, numbered by its place in its
-list.
+`PASSES` (CPU targets) and `GPU_PASSES` (Vulkan targets) are the pass
+modules in order (compiler/__init__.py says what each does). Every pass is
+`run(c) -> c`: it reads what it needs of the Compilation (options, target,
+the IR in hand) and leaves what it makes there. `run(passes, c, start,
+stop)` runs a stretch of a list and writes the IR after each pass
+(`--dump-ir`, numbered by the pass's place in its list).
+
+Stretches in use: `front_end` (load_onnx to import_relax: what does not
+depend on the variant choice, shared by the tuner, the profiler's columns
+and a compile), `lower` (block_layout to plan_memory: the error
+measurement's probe, continuous mode's warm graph) and `compile_graph`
+(the rest, for a target).
 """
+import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from . import (add_warm_steps, block_layout, codegen, codegen_spirv, elide_copies, extract_layers, fold_batchnorm,
+               fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory, plan_weights,
+               schedule_gpu, schedule_kernels, select_gpu_variants, select_variants, write_bundle)
 from .errors import CompileError
 
-PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax", "block_layout", "select_variants",
-          "fuse_layers", "schedule_kernels", "extract_layers", "plan_weights", "elide_copies", "plan_memory", "add_warm_steps", "codegen",
-          "write_bundle"]
-GPU_PASSES = ["load_onnx", "fold_constants", "legalize_onnx", "fold_batchnorm", "import_relax",
-              "select_gpu_variants", "fuse_layers", "schedule_gpu", "extract_layers", "plan_weights", "plan_memory", "codegen_spirv", "write_bundle"]
+FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
+PASSES = FRONT + [block_layout, select_variants, fuse_layers, schedule_kernels, extract_layers, plan_weights,
+                  elide_copies, plan_memory, add_warm_steps, codegen, write_bundle]
+GPU_PASSES = FRONT + [select_gpu_variants, fuse_layers, schedule_gpu, extract_layers, plan_weights, plan_memory,
+                      codegen_spirv, write_bundle]
+
+
+@dataclass
+class Compilation:
+    """What the passes share. Options first (as compile_model takes them),
+    then the IR in hand, each field set by the pass named beside it."""
+
+    model: object = None          # the source: a path, bytes or a ModelProto
+    target: object = None         # targets.Target (None until compile_graph resolves it)
+    input_shapes: dict = None
+    constants: dict = None
+    variants: dict = None         # forced kernel variants
+    weights: object = "cached"    # weight forms (plan_weights)
+    threads: int = 2              # execution threads of the plan
+    tuning: object = None         # measured variants and parameters (compiler/tune.py)
+    queues: object = 0            # preparation queues (plan_weights)
+    precision: object = "fp32"    # stored weight precisions (plan_weights)
+    accuracy: dict = None         # measured narrow-weight error, stored in the bundle (write_bundle)
+    warm: tuple = None            # continuous mode: (variants, threads) of the warm plan
+    warm_graph: object = None     # ... lowered with them (add_warm_steps)
+    later_threads: int = 0        # execution threads of later runs (add_warm_steps)
+    dump_ir: str = None           # write the IR after each pass here
+    producer: str = ""
+    proto: object = None          # load_onnx ... fold_batchnorm: the ONNX model
+    model_hash: str = ""          # load_onnx
+    input_names: list = None      # load_onnx
+    output_names: list = None     # load_onnx
+    name: str = "model"           # import_relax
+    mod: object = None            # import_relax ... schedule_kernels: the TVM IRModule
+    anchors: tuple = ()           # select_variants / select_gpu_variants
+    notes: list = field(default_factory=list)  # what passes report (schedule_kernels)
+    graph: object = None          # extract_layers ... add_warm_steps: the coldbrew Graph
+    code: bytes = None            # codegen: the CPU shared object
+    spirv: tuple = None           # codegen_spirv: (segment bytes, Shader records)
+    data: bytes = None            # write_bundle: the bundle
+
+    @property
+    def on_gpu(self):
+        return self.target is not None and self.target.executes_on == "gpu"
+
+    def in_hand(self):
+        """The IR the last pass made (for --dump-ir)."""
+        for ir in (self.data, self.spirv and self.spirv[0], self.code, self.graph, self.mod, self.proto):
+            if ir is not None:
+                return ir
+        return b""
 
 
 def version():
@@ -48,46 +103,37 @@ def _dump(dump_dir, index, name, ir):
         f.write(text)
 
 
-def _dumper(dump_ir, passes, first):
-    """done(pass module, ir) -> ir: dumps each pass's output (dump_ir) under
-    its number in `passes`, the passes run in order from `first`."""
-    step = iter(range(passes.index(first), len(passes)))
-
-    def done(p, ir):
-        _dump(dump_ir, next(step), p.NAME, ir)
-        return ir
-    return done
-
-
-@dataclass
-class Front:
-    """What the passes up to Relax import produce; it does not depend on the
-    variant choice, so one model compiled several ways (the profiler's
-    columns) runs them once."""
-
-    mod: object
-    model_hash: str
-    name: str
-    input_names: list
-    output_names: list
+def run(passes, c, start=None, stop=None):
+    """Run `passes` from the one named `start` through the one named `stop`
+    (default: all of them) on `c`; the IR after each is dumped (c.dump_ir)."""
+    names = [p.NAME for p in passes]
+    first = names.index(start) if start else 0
+    last = names.index(stop) if stop else len(passes) - 1
+    for k in range(first, last + 1):
+        c = passes[k].run(c)
+        _dump(c.dump_ir, k, names[k], c.in_hand())
+    return c
 
 
 def front_end(model, input_shapes=None, constants=None, dump_ir=None):
-    """Load, fold, legalize and import a model (the first passes)."""
-    from . import fold_batchnorm, fold_constants, import_relax, legalize_onnx, load_onnx
-    from .ops import graph_inputs
+    """The first passes, load_onnx to import_relax: a Compilation holding
+    the Relax module, the model's hash and its input and output names."""
+    return run(PASSES, Compilation(model=model, input_shapes=input_shapes, constants=constants, dump_ir=dump_ir),
+               stop=import_relax.NAME)
 
-    proto, model_hash = load_onnx.read_model(model)
-    done = _dumper(dump_ir, PASSES, load_onnx.NAME)
 
-    proto = done(load_onnx, load_onnx.run(proto, input_shapes, constants))
-    input_names = [i.name for i in graph_inputs(proto)]
-    output_names = [o.name for o in proto.graph.output]
-    proto = done(fold_constants, fold_constants.run(proto))
-    proto = done(legalize_onnx, legalize_onnx.run(proto))
-    proto = done(fold_batchnorm, fold_batchnorm.run(proto))
-    mod = done(import_relax, import_relax.run(proto))
-    return Front(mod, model_hash, proto.graph.name or "model", input_names, output_names)
+def _from_front(front, **options):
+    """A copy of `front` (front_end's) with these options, for one compile
+    of its own: what the later passes make is set on the copy alone."""
+    return dataclasses.replace(front, notes=list(front.notes), anchors=(), graph=None, code=None, spirv=None,
+                               data=None, warm_graph=None, **options)
+
+
+def lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
+    """The CPU passes from block_layout to plan_memory on `front`: the Graph."""
+    c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, weights=weights, threads=threads,
+                    tuning=tuning, queues=queues, precision=precision)
+    return run(PASSES, c, block_layout.NAME, plan_memory.NAME).graph
 
 
 def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
@@ -104,33 +150,27 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     threads of runs after the first (0: `threads`)."""
     from coldbrew.targets import resolve
 
-    from . import add_warm_steps, codegen, write_bundle
-
     try:
         tgt = resolve(target) if isinstance(target, str) else target
     except ValueError as e:
         raise CompileError(str(e)) from None
     front = front or front_end(model, input_shapes, constants, dump_ir)
-    if tgt.executes_on == "gpu":
-        return _compile_gpu(front, output, tgt, dump_ir, variants, weights)
-    graph = lower(front, tgt, dump_ir, variants, weights or "cached", threads, tuning, queues, precision)
-    if accuracy:
-        graph.accuracy = {k: v for k, v in accuracy.items() if k != "layers"}
-        for layer in graph.layers:
-            layer.output_error = accuracy.get("layers", {}).get(layer.name, 0.0) if layer.weight_precision != "fp32" else 0.0
-    graph.warm_threads = later_threads
-    if warm:
-        alt = lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
-        graph = add_warm_steps.run(graph, alt, warm[1])
-    _dump(dump_ir, PASSES.index(add_warm_steps.NAME), add_warm_steps.NAME, graph)
-    code = codegen.run(graph, tgt)
-    _dump(dump_ir, PASSES.index(codegen.NAME), codegen.NAME, code)
-    data = write_bundle.run(graph, code, tgt, f"coldbrew {version()}", front.model_hash)
-    _dump(dump_ir, PASSES.index(write_bundle.NAME), write_bundle.NAME, data)
+    c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, threads=threads, tuning=tuning,
+                    queues=queues, precision=precision, accuracy=accuracy, warm=warm, later_threads=later_threads,
+                    producer=f"coldbrew {version()}")
+    if c.on_gpu:
+        c.weights = weights or "auto"
+        c = run(GPU_PASSES, c, select_gpu_variants.NAME)
+    else:
+        c.weights = weights or "cached"
+        c = run(PASSES, c, block_layout.NAME, plan_memory.NAME)
+        if warm:
+            c.warm_graph = lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
+        c = run(PASSES, c, add_warm_steps.NAME)
     if output:
         with open(output, "wb") as f:
-            f.write(data)
-    return data, graph
+            f.write(c.data)
+    return c.data, c.graph
 
 
 def on_gpu(target):
@@ -140,60 +180,3 @@ def on_gpu(target):
         return (resolve(target) if isinstance(target, str) else target).executes_on == "gpu"
     except ValueError:
         return False  # compile_graph reports the bad name
-
-
-def _compile_gpu(front, output, tgt, dump_ir, variants=None, weights=None):
-    """The GPU passes after import_relax (GPU_PASSES)."""
-    from . import (codegen_spirv, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_gpu,
-                   select_gpu_variants, write_bundle)
-
-    done = _dumper(dump_ir, GPU_PASSES, select_gpu_variants.NAME)
-
-    mod, anchors = select_gpu_variants.run(front.mod, variants)
-    done(select_gpu_variants, mod)
-    mod = done(fuse_layers, fuse_layers.run(mod, cpu=False))
-    mod = done(schedule_gpu, schedule_gpu.run(mod))
-    graph = done(extract_layers, extract_layers.run(mod, front.name, front.input_names, front.output_names,
-                                                    anchors))
-    for layer in graph.layers:
-        if layer.variant == "generic":
-            layer.variant = "gpu.dlight"
-    graph.threads = 1
-    try:
-        graph = done(plan_weights, plan_weights.run_gpu(graph, anchors, weights or "auto"))
-    except ValueError as e:
-        raise CompileError(str(e)) from None
-    graph = done(plan_memory, plan_memory.run(graph, plan_memory.GPU_ALIGN))
-    spirv = codegen_spirv.run(graph, tgt, anchors)
-    done(codegen_spirv, spirv[0])
-    data = done(write_bundle, write_bundle.run(graph, None, tgt, f"coldbrew {version()}", front.model_hash, spirv))
-    if output:
-        with open(output, "wb") as f:
-            f.write(data)
-    return data, graph
-
-
-def lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
-    """The passes from block_layout to plan_memory."""
-    from . import (block_layout, elide_copies, extract_layers, fuse_layers, plan_memory, plan_weights, schedule_kernels,
-                   select_variants)
-
-    done = _dumper(dump_ir, PASSES, block_layout.NAME)
-
-    direct = plan_weights.direct_layers(weights, precision)
-    mod = done(block_layout, block_layout.run(front.mod, tgt.vector, variants))
-    mod, anchors = select_variants.run(mod, tgt.vector, variants, tuning, direct)
-    done(select_variants, mod)
-    mod = done(fuse_layers, fuse_layers.run(mod))
-    mod, notes = schedule_kernels.run(mod, anchors, tgt.vector)
-    done(schedule_kernels, mod)
-    graph = extract_layers.run(mod, front.name, front.input_names, front.output_names, anchors)
-    graph.notes += notes
-    graph.threads = threads
-    graph = done(extract_layers, graph)
-    try:
-        graph = done(plan_weights, plan_weights.run(graph, weights, queues, precision))
-    except ValueError as e:
-        raise CompileError(str(e)) from None
-    graph = done(elide_copies, elide_copies.run(graph))
-    return done(plan_memory, plan_memory.run(graph))

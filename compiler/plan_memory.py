@@ -16,7 +16,7 @@ ALIGN = 64
 GPU_ALIGN = 256
 
 
-def run(graph, align=ALIGN):
+def apply(graph, align=ALIGN):
     def _align(n):
         return (n + align - 1) // align * align
 
@@ -61,3 +61,8 @@ def run(graph, align=ALIGN):
             pos += _align(max(t.nbytes, 1))
     graph.prepared_size = pos
     return graph
+
+
+def run(c):
+    c.graph = apply(c.graph, GPU_ALIGN if c.on_gpu else ALIGN)
+    return c

@@ -50,7 +50,9 @@ q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 """
 import numpy as np
 
-from .graph import NARROW, PRECISIONS, Tensor
+from .errors import CompileError
+from .graph import PRECISIONS, Tensor
+from .narrow import choice as _choice
 from .narrow import fits_fp16, narrow_weights, weight_error
 
 NAME = "plan_weights"
@@ -60,24 +62,7 @@ MAX_QUEUES = 8  # the runtime's preparation workers
 FORMS = ("raw", "cached", "direct")
 
 
-def _choice(table, name, default):
-    return table.get(name, table.get("*", default))
-
-
-def direct_layers(form, precision):
-    """anchor id -> the narrow precision ("fp16", "int8") in which `form` and
-    `precision` (as run() takes them) ask for the direct form, else None:
-    select_variants makes those kernels."""
-    forms = form if isinstance(form, dict) else {"*": form}
-    precisions = precision if isinstance(precision, dict) else {"*": precision}
-
-    def direct(aid):
-        p = _choice(precisions, aid, "fp32")
-        return p if _choice(forms, aid, "cached") == "direct" and p in NARROW else None
-    return direct
-
-
-def run(graph, form="cached", queues=0, precision="fp32"):
+def apply(graph, form="cached", queues=0, precision="fp32"):
     forms = form if isinstance(form, dict) else {"*": form}
     precisions = precision if isinstance(precision, dict) else {"*": precision}
     queues = queues if isinstance(queues, dict) else {"*": queues}
@@ -226,7 +211,7 @@ GPU_PIPELINE_WINDOW_S = 0.08   # modeled: a desktop driver compiles one pipeline
 GPU_TRANSFORM_S_PER_PAIR = 30e-9  # modeled: one (out, in) channel pair's 3x3 -> 4x4 transform in C, ~30 ns
 
 
-def run_gpu(graph, anchors, form="auto"):
+def apply_gpu(graph, anchors, form="auto"):
     """Weight forms of a GPU graph's variant layers; `form` "auto", "raw",
     "cached", or {"*": ..., "<anchor id>": ...}."""
     from .kernels import gpu_conv
@@ -259,3 +244,12 @@ def run_gpu(graph, anchors, form="auto"):
         prepared = graph.add_tensor(Tensor(f"{raw.name}.u", raw.dtype, v.transformed_shape(a.conv), "prepared"))
         layer.transform, layer.transform_args = v.transform, [w, prepared]
     return graph
+
+
+def run(c):
+    try:
+        c.graph = (apply_gpu(c.graph, c.anchors, c.weights) if c.on_gpu
+                   else apply(c.graph, c.weights, c.queues, c.precision))
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    return c

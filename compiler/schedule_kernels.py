@@ -13,7 +13,7 @@ from .kernels.schedule_util import generic
 NAME = "schedule_kernels"
 
 
-def run(mod, anchors, isa):
+def apply(mod, anchors, isa):
     """`isa`: the target's vector unit (targets.Vector), for the generic schedule."""
     from tvm import relax, s_tir
 
@@ -37,3 +37,9 @@ def run(mod, anchors, isa):
             generic(sch, isa.lanes)
         mod[gv] = sch.mod["main"]
     return mod, notes
+
+
+def run(c):
+    c.mod, notes = apply(c.mod, c.anchors, c.target.vector)
+    c.notes += notes
+    return c

@@ -190,7 +190,7 @@ def _te(conv):
     return f
 
 
-def run(mod, choice=None):
+def apply(mod, choice=None):
     """`choice` forces variants as select_variants' does ({"*": v, "conv2d":
     v, "c3": v}; "winograd" or "gpu.conv_winograd"); a global one that does
     not apply to a layer falls back to the default for it, a per-layer one
@@ -230,3 +230,8 @@ def run(mod, choice=None):
         if GPU_ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
             new_mod[gv] = func.with_attr("op_pattern", OPAQUE)
     return new_mod, anchors
+
+
+def run(c):
+    c.mod, c.anchors = apply(c.mod, c.variants)
+    return c

@@ -20,6 +20,7 @@ import numpy as np
 
 from .anchors import ANCHOR_RE, forced
 from .errors import CompileError
+from .narrow import direct_layers
 from .kernels import ConvSpec, DenseSpec, applicable, get
 from .kernels import build as kbuild
 from .kernels.conv import channel_vectors
@@ -123,7 +124,7 @@ def _spec_of(call, op_name, const_value):
     return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2), w
 
 
-def run(mod, isa, choice=None, tuning=None, direct=None):
+def apply(mod, isa, choice=None, tuning=None, direct=None):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/tune.py's result, or None) supplies measured choices.
     `direct(anchor_id)` names the precision ("fp16", "int8") of the anchors
@@ -248,3 +249,8 @@ def _transform_weights(anchors):
     for a in anchors:
         a.transformed = transform(a, a.raw)
     return transform
+
+
+def run(c):
+    c.mod, c.anchors = apply(c.mod, c.target.vector, c.variants, c.tuning, direct_layers(c.weights, c.precision))
+    return c

@@ -62,8 +62,8 @@ def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
     from . import block_layout, select_variants
     from .pipeline import front_end
 
-    mod = block_layout.run((front or front_end(model, input_shapes, constants)).mod, isa)
-    _, anchors = select_variants.run(mod, isa)
+    mod = block_layout.apply((front or front_end(model, input_shapes, constants)).mod, isa)
+    _, anchors = select_variants.apply(mod, isa)
     return anchors
 
 

@@ -170,7 +170,7 @@ def _kernels(graph):
     return out
 
 
-def run(graph, code, target, producer, model_hash, spirv=None):
+def apply(graph, code, target, producer, model_hash, spirv=None):
     """`code`: the CPU code segment (None on GPU targets); `spirv`: GPU
     targets' (segment bytes, Shader records) from codegen_spirv."""
     runs = _weight_runs(graph)
@@ -229,3 +229,14 @@ def _shares(target, threads):
     empty where the split is even."""
     shares = task_shares(target.exec_speeds(threads))
     return [] if len(set(shares)) <= 1 else shares
+
+
+def run(c):
+    """Pass entry: the accuracy measured for narrow weights, then the bundle's bytes (c.data)."""
+    if c.accuracy:
+        c.graph.accuracy = {k: v for k, v in c.accuracy.items() if k != "layers"}
+        for layer in c.graph.layers:
+            layer.output_error = (c.accuracy.get("layers", {}).get(layer.name, 0.0)
+                                  if layer.weight_precision != "fp32" else 0.0)
+    c.data = apply(c.graph, c.code, c.target, c.producer, c.model_hash, c.spirv)
+    return c

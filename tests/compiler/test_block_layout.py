@@ -127,7 +127,7 @@ def test_relax_clip_keeps_its_bounds_on_blocked_values():
             out = bb.emit_output(z)
         bb.emit_func_output(out)
     mod = bb.get()
-    blocked = block_layout.run(mod, isa)
+    blocked = block_layout.apply(mod, isa)
     clips = [b.value for b in blocked["main"].body.blocks[0].bindings
              if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.clip"]
     assert len(clips) == 1 and len(clips[0].args) == 3 and len(clips[0].args[0].ty.shape.values) == 5
@@ -140,4 +140,4 @@ def test_relax_clip_keeps_its_bounds_on_blocked_values():
     # TVM's own lowering has no blocked conv2d: the blocked one runs as its variant
     from coldbrew.compiler import select_variants
 
-    assert_close(run(select_variants.run(blocked, isa)[0]), run(mod), 1e-5)
+    assert_close(run(select_variants.apply(blocked, isa)[0]), run(mod), 1e-5)

@@ -40,7 +40,7 @@ def test_batchnorm_is_folded_into_the_conv_with_the_same_output():
     for bias in (True, False):
         model = conv_bn(bias=bias)
         before = ort_run(model, {"x": x})
-        folded = fold_batchnorm.run(onnx.ModelProto.FromString(model.SerializeToString()))
+        folded = fold_batchnorm.apply(onnx.ModelProto.FromString(model.SerializeToString()))
         assert _ops(folded) == ["Conv"]
         assert {t.name for t in folded.graph.initializer} == {"c_bnW", "c_bnB"}  # the BN's constants are gone
         assert_close(ort_run(folded, {"x": x})[0], before[0], rel=1e-5)
@@ -48,4 +48,4 @@ def test_batchnorm_is_folded_into_the_conv_with_the_same_output():
 
 def test_a_conv_whose_output_is_also_used_elsewhere_keeps_its_batchnorm():
     model = conv_bn(extra_consumer=True)
-    assert _ops(fold_batchnorm.run(model)) == ["Conv", "BatchNormalization", "Relu"]
+    assert _ops(fold_batchnorm.apply(model)) == ["Conv", "BatchNormalization", "Relu"]

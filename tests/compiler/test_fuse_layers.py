@@ -14,7 +14,7 @@ def _prim_funcs(mod):
 
 
 def test_conv_bias_and_relu_become_one_layer(small_model):
-    names = _prim_funcs(fuse_layers.run(front_end(small_model).mod))
+    names = _prim_funcs(fuse_layers.apply(front_end(small_model).mod))
     fused = [n for n in names if "conv2d" in n]
     assert len(fused) == 1 and "relu" in fused[0], names
 
@@ -30,8 +30,8 @@ def _sigmoid_model():
 
 def test_sigmoid_gets_the_vectorizable_lowering_on_cpus_only():
     mod = front_end(_sigmoid_model()).mod
-    assert "cb_sigmoid" in fuse_layers.run(mod, cpu=True).script()
-    assert "cb_sigmoid" not in fuse_layers.run(mod, cpu=False).script()
+    assert "cb_sigmoid" in fuse_layers.apply(mod, cpu=True).script()
+    assert "cb_sigmoid" not in fuse_layers.apply(mod, cpu=False).script()
 
 
 def test_a_lowering_failure_is_a_compile_error(small_model, monkeypatch):
@@ -43,4 +43,4 @@ def test_a_lowering_failure_is_a_compile_error(small_model, monkeypatch):
     mod = front_end(small_model).mod
     monkeypatch.setattr(tvm.transform.Sequential, "__call__", fail)
     with pytest.raises(CompileError, match="^lowering to TIR failed: ValueError: cannot legalize op$"):
-        fuse_layers.run(mod)
+        fuse_layers.apply(mod)

@@ -7,8 +7,8 @@ from coldbrew.compiler import CompileError, import_relax, load_onnx
 
 
 def test_the_model_becomes_a_relax_module_with_its_inputs(small_model):
-    proto = load_onnx.run(small_model, None, None)
-    mod = import_relax.run(proto)
+    proto = load_onnx.apply(small_model, None, None)
+    mod = import_relax.apply(proto)
     main = mod["main"]
     assert [p.name for p in main.params] == ["x"]
     assert [int(d) for d in main.params[0].ty.shape.values] == [1, 3, 16, 16]
@@ -22,4 +22,4 @@ def test_an_importer_failure_is_a_compile_error(small_model, monkeypatch):
 
     monkeypatch.setattr(frontend, "from_onnx", fail)
     with pytest.raises(CompileError, match="^importing the ONNX graph failed: Error converting operator Slice$"):
-        import_relax.run(load_onnx.run(small_model, None, None))
+        import_relax.apply(load_onnx.apply(small_model, None, None))

@@ -25,7 +25,7 @@ def pow_model(base, expo, base_values=None):
 def test_pow_is_rewritten_with_the_same_result(base, expo, casts):
     model = pow_model(base, expo)
     x = np.array([1, 2, 3, -4], dtype=helper.tensor_dtype_to_np_dtype(base))
-    out = legalize_onnx.run(onnx.ModelProto.FromString(model.SerializeToString()))
+    out = legalize_onnx.apply(onnx.ModelProto.FromString(model.SerializeToString()))
     assert [n.op_type for n in out.graph.node].count("Cast") == casts
     np.testing.assert_array_equal(ort_run(out, {"x": x})[0], ort_run(model, {"x": x})[0])
 
@@ -37,4 +37,4 @@ def test_a_shape_deciding_input_that_is_not_constant_is_refused():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(CompileError, match="shape"):
-        legalize_onnx.run(m)
+        legalize_onnx.apply(m)

@@ -238,12 +238,9 @@ def run(models, cases, seed=0, timeout=300, report=print):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import zoo
 
-    import importlib
-
     import coldbrew.compiler
 
-    for name in coldbrew.compiler.PASSES:  # every pass imported once, before the forks: each case runs this code
-        importlib.import_module(f"coldbrew.compiler.{name}")
+    coldbrew.compiler.PASSES  # noqa: B018  every pass imported once, before the forks: each case runs this code
 
     protos = {m: zoo.build(m) for m in models}
     counts, failures = {}, []
