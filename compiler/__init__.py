@@ -29,9 +29,10 @@ emitter for the rest; glslang, spirv-val) in place of codegen.
 """
 from coldbrew.command import missing_compiler_modules
 
-if missing_compiler_modules():  # a runtime-only install (pip install coldbrew)
+_missing = missing_compiler_modules()
+if _missing:  # a runtime-only install (pip install coldbrew)
     raise ImportError(f"coldbrew's compiler needs packages that are not installed here "
-                      f"(missing: {', '.join(missing_compiler_modules())}): pip install 'coldbrew[compiler]'")
+                      f"(missing: {', '.join(_missing)}): pip install 'coldbrew[compiler]'")
 
 from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
 from .graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)

@@ -2,6 +2,7 @@
 source tree, and a runtime-only install (no extras: numpy alone) loads and
 runs a bundle with neither TVM nor onnx importable. (.ci/wheel.sh installs
 the same wheel with the compiler extra and compiles a zoo model with it.)"""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -12,9 +13,15 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-# source folder -> the package it becomes (setup.py ROOTS)
-ROOTS = {"runtime/python": "coldbrew", "compiler": "coldbrew/compiler", "schemas": "coldbrew/schemas",
-         "targets": "coldbrew/targets", "examples": "coldbrew/examples"}
+
+
+def _roots():
+    """{source folder: the package path it becomes}, from setup.py's ROOTS
+    (the tree below each is walked here, not through setup.py's finder)."""
+    spec = importlib.util.spec_from_file_location("coldbrew_setup", os.path.join(ROOT, "setup.py"))
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # setup() runs only as __main__
+    return {folder: package.replace(".", "/") for package, folder in setup.ROOTS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,7 @@ def _in_env(env, *args, cwd):
 def test_wheel_holds_every_module_of_the_source_tree(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = set()
-    for folder, package in ROOTS.items():
+    for folder, package in _roots().items():
         for dirpath, dirnames, files in os.walk(os.path.join(ROOT, folder)):
             dirnames[:] = [d for d in dirnames if d != "__pycache__"]
             if "__init__.py" not in files:
