@@ -1,6 +1,6 @@
 """Does the CPU code segment's LZ4 block pay on this machine? Per model, the
 bundle compiled twice, its code stored plain and as an LZ4 block
-(compiler/write_bundle.py's pack_code), then:
+(compiler/passes/write_bundle.py's pack_code), then:
 
 - the code's decoded and compressed sizes;
 - the runtime's decoder rate (cb_lz4_decode, one thread, median of 200)
@@ -30,7 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def compile_both(model, out):
     """{"plain": path, "lz4": path} of `model` compiled with each code encoding."""
-    from coldbrew.compiler import compile_model, write_bundle
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.passes import write_bundle
     from coldbrew.schemas.generated import bundle_generated as fb
 
     packed = write_bundle.pack_code
@@ -47,7 +48,7 @@ def compile_both(model, out):
 
 def decode_rate(path):
     """(decoded bytes, compressed bytes, ms to decode on one thread)."""
-    from coldbrew.compiler.inspect_bundle import read
+    from coldbrew.compiler.bundle.reader import read
     from coldbrew.runtime import _lib
     from coldbrew.schemas.generated import bundle_generated as fb
 

@@ -65,7 +65,7 @@ def trace_cost_ms(brew, threads, runs=60):
 
 
 def table2(name, table):
-    from coldbrew.compiler.simulate import median_ms
+    from coldbrew.compiler.plan.simulate import median_ms
 
     cls, threads = table["classes"][0]["name"], table["threads"]
     for layer in table["layers"]:
@@ -90,8 +90,8 @@ def main():
     ap.add_argument("--table2", action="store_true")
     args = ap.parse_args()
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.profile import profile
-    from coldbrew.compiler.simulate import plan_of_bundle, simulate
+    from coldbrew.compiler.measure.profile import profile
+    from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
     tables, kinds, predicted, prof_s = {}, [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,14 +22,14 @@ import tempfile
 from common import ROOT, cold_process, cold_protocol, geomean, zoo
 
 from coldbrew.compiler import compile_model
-import coldbrew.compiler.write_bundle as wb
+import coldbrew.compiler.passes.write_bundle as wb
 
 
 def previous(rev, tmp):
     """(write_bundle module, runtime library path) of git revision `rev`."""
     src = os.path.join(tmp, "src")
     os.makedirs(src)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "runtime", "schemas", "compiler/write_bundle.py"],
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "runtime", "schemas", "compiler/passes/write_bundle.py"],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
     subprocess.run([sys.executable, os.path.join(src, "runtime", "build.py"), os.path.join(tmp, "lib")], check=True,

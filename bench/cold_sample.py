@@ -40,7 +40,7 @@ else:
 t_import = time.perf_counter() - t_import
 from common import settle_memory  # noqa: E402  (bench/ is this script's folder)
 if not ORT:  # the tool that reads the inputs from the header: not the engine's import
-    from coldbrew.compiler.inspect_bundle import input_specs
+    from coldbrew.compiler.bundle.reader import input_specs
 
 
 def evict(path):

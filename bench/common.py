@@ -107,7 +107,7 @@ def read_alone_ms(path):
     few MB comes in slower than that (the first request's latency, the
     read-ahead's ramp), and this is what the file itself gets. None where
     the kernel cannot populate (before Linux 5.14)."""
-    from coldbrew.compiler.measure import evict, populate_read
+    from coldbrew.compiler.measure.protocol import evict, populate_read
 
     drop_page_cache()
     settle_memory()

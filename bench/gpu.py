@@ -171,7 +171,7 @@ def med_phase(samples, phase):
 
 
 def run(out, models, samples, torch, ncnn):
-    from coldbrew.compiler.measure import evict  # no TVM: the runtime side of the compiler package
+    from coldbrew.compiler.measure.protocol import evict  # no TVM: the runtime side of the compiler package
 
     caches = tempfile.mkdtemp(prefix="cb-gpu-caches-")
     env = dict(os.environ, COLDBREW_CACHE_DIR=os.path.join(caches, "coldbrew"),

@@ -1,7 +1,7 @@
 """Kernel benchmark: per distinct conv / dense layer of a model and per
 kernel variant (and schedule parameters of the fastest), the weight
 transform and execute time measured by coldbrew's runtime (the tuner's
-search, compiler/tune.py, measured afresh), beside onnxruntime running the
+search, compiler/measure/tune.py, measured afresh), beside onnxruntime running the
 same layer alone with the same thread count.
 
     python bench/kernels.py resnet50 [--threads 2] [--target host|x86_64-avx2]
@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", default="host", help="code built for this target, run on this machine")
     args = ap.parse_args()
-    from coldbrew.compiler.tune import anchors_of, layers_model, measure_shapes, spec_key
+    from coldbrew.compiler.measure.tune import anchors_of, layers_model, measure_shapes, spec_key
     from coldbrew.targets import resolve
 
     target = resolve(args.target)

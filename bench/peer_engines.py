@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 def evict(path):
     """compiler/measure.evict, imported only when called: a child times its
     engine's import, and coldbrew is one of the engines."""
-    from coldbrew.compiler.measure import evict as drop
+    from coldbrew.compiler.measure.protocol import evict as drop
 
     drop(path)
 

@@ -18,7 +18,7 @@ coldbrew appears as its plans, the ablation of NNV12's Fig. 13:
 `[pipeline]` (+ pipelined preparation: plan cold, coldbrew's best), and
 `[continuous]` (the cold plan with warm alternates; its later runs).
 Every coldbrew bundle is compiled tuned, as `coldbrew compile --tune`
-does on the machine it runs on (compiler/tune.py; the cost table then
+does on the machine it runs on (compiler/measure/tune.py; the cost table then
 times the tuned kernels).
 
 Protocol (DESIGN.md), for every engine alike: conversion untimed; then
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa,  # noqa: E402
                     settle_memory, zoo)
 import peer_engines as pe  # noqa: E402
-from coldbrew.compiler.measure import populate_read  # noqa: E402
+from coldbrew.compiler.measure.protocol import populate_read  # noqa: E402
 
 COLDBREW = {  # label -> compile_model options (the ablation, in order)
     "coldbrew [default]": {"weights": "raw"},

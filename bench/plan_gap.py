@@ -2,7 +2,7 @@
 conv layers, each with a winograd candidate — raw weights + a transform, or
 cached — and a GEMM one), the scheduler's plan for a configuration with a
 dedicated preparation core beside 2 execution threads, and the exact
-optimum of the same model (compiler/plan_exact.py, MILP). Prints the gap
+optimum of the same model (compiler/plan/exact.py, MILP). Prints the gap
 distribution and the scheduler's planning time.
 
     python bench/plan_gap.py [--tables 200] [--layers 4,6,8] [--seed 1]
@@ -12,8 +12,8 @@ import random
 import statistics
 import time
 
-from coldbrew.compiler.plan import schedule_config
-from coldbrew.compiler.plan_exact import optimal_makespan
+from coldbrew.compiler.plan.scheduler import schedule_config
+from coldbrew.compiler.plan.exact import optimal_makespan
 
 
 def _stat(ms):

@@ -3,7 +3,7 @@ floor, in one run.
 
     python bench/plans.py [MODEL[,MODEL...]] [ROUNDS]
 
-Per model, one device cost table (compiler/profile.py) and these bundles
+Per model, one device cost table (compiler/measure/profile.py) and these bundles
 (2 threads; kernels tuned, as `coldbrew compile --tune` does on the
 machine it runs on, with the same tuning in every arm, and the cost table times the
 tuned kernels):
@@ -60,9 +60,9 @@ from common import save_ort_best
 from common import ROOT, cold_process, cold_protocol, geomean, host_isa, read_alone_ms, zoo
 
 from coldbrew.compiler import compile_model, tuned_front
-from coldbrew.compiler.plan import choose, layer_pairs
-from coldbrew.compiler.profile import profile
-from coldbrew.compiler.simulate import plan_of_bundle, simulate
+from coldbrew.compiler.plan.scheduler import choose, layer_pairs
+from coldbrew.compiler.measure.profile import profile
+from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 OUT = os.path.join(ROOT, "out", "plans")  # samples.json: every arm's cold samples

@@ -45,8 +45,8 @@ ENGINES = [FP32, FP16, INT8, ORT]
 def errors(prep, engine):
     """(error against onnxruntime on the bench input, error stored in the bundle)."""
     import coldbrew
-    from coldbrew.compiler.inspect_bundle import read_bytes
-    from coldbrew.compiler.measure_error import output_error
+    from coldbrew.compiler.bundle.reader import read_bytes
+    from coldbrew.compiler.measure.error import output_error
 
     arts = prep["artifacts"][engine]
     if isinstance(arts, Exception):
@@ -116,7 +116,7 @@ def default_bytes(models, threads):
              "| model | fp32 MB | fp16 MB | fp16 / fp32 | int8 MB | int8 / fp32 | fp16 error stored | int8 error stored "
              "| top-1 held (fp16, int8) |",
              "|" + " --- |" * 9]
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.reader import read_bytes
 
     ratios = {"fp16": [], "int8": []}
     for name, (model, shapes) in models.items():
@@ -148,8 +148,8 @@ def extra_accuracy(threads, samples=4):
     import coldbrew
     import onnxruntime as ort
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.inspect_bundle import read_bytes
-    from coldbrew.compiler.measure_error import output_error
+    from coldbrew.compiler.bundle.reader import read_bytes
+    from coldbrew.compiler.measure.error import output_error
 
     z = zoo()
     lines = ["", f"extra models, default plan ({samples} normal samples; map: pixels on the same side of "

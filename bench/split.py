@@ -15,9 +15,9 @@ import argparse
 
 from common import geomean, host_isa, zoo
 
-from coldbrew.compiler.plan import choose, simulated_plan
-from coldbrew.compiler.profile import modeled_table, profile
-from coldbrew.compiler.simulate import loop_factor, simulate
+from coldbrew.compiler.plan.scheduler import choose, simulated_plan
+from coldbrew.compiler.measure.profile import modeled_table, profile
+from coldbrew.compiler.plan.simulate import loop_factor, simulate
 from coldbrew.targets import resolve, task_shares
 
 PRESETS = ["sd855", "sd765g", "helio_g80", "jetson_tx2", "jetson_nano"]

@@ -6,7 +6,7 @@ measured side by side in one run.
 Prints the host's ISA first. Bundles are compiled for `--target` (host, or
 x86_64-avx2 to run AVX2 code on an AVX-512 machine); for the host each
 layer's variant and schedule parameters are tuned by measurement
-(compiler/tune.py, cached), unless --untuned (the register/cache model's
+(compiler/measure/tune.py, cached), unless --untuned (the register/cache model's
 defaults). Samples of the two engines are interleaved in rounds, so a drift
 of the machine hits both alike. Prints per-model medians and the geomean
 ratio (coldbrew / onnxruntime; < 1 means coldbrew is faster).

@@ -22,7 +22,7 @@ The whole pipeline, in order (one pass per module):
 
 GPU targets (`vulkan`, `<preset>+vulkan`) take GPU_PASSES:
 select_gpu_variants (convolutions and their epilogues -> shape-generic GPU
-variants, compiler/kernels/gpu_conv.py) in place of select_variants,
+variants, compiler/gpu/conv.py) in place of select_variants,
 schedule_gpu (TVM dlight GPU schedules for every other layer) in place of
 schedule_kernels, codegen_spirv (the variants' shaders; coldbrew's GLSL
 emitter for the rest; glslang, spirv-val) in place of codegen.
@@ -35,7 +35,7 @@ if _missing:  # a runtime-only install (pip install coldbrew)
                       f"(missing: {', '.join(_missing)}): pip install 'coldbrew[compiler]'")
 
 from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
-from .graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
+from .ir.graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
 
 _FROM_PIPELINE = ("PASSES", "GPU_PASSES", "compile_graph", "front_end", "Compilation")
 
@@ -69,27 +69,27 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     first-run preparation (0: inline, q >= 1: preparation worker q; or
     {"*": q, "c3": q}). `plan` "warm", "cold-greedy" or "cold"
     picks variants (and, for cold, weight forms) from the model's device
-    cost table (compiler/profile.py: measured once, then cached); "cold"
+    cost table (compiler/measure/profile.py: measured once, then cached); "cold"
     also places preparation and picks the execution thread count
-    (compiler/plan.py); forced `variants` / `weights` / `queues` entries win
+    (compiler/plan/scheduler.py); forced `variants` / `weights` / `queues` entries win
     over the plan's; `on_plan` receives the plan (compiler/plan.choose). `tune` searches each
-    layer's variant and schedule parameters by measurement (compiler/tune.py,
+    layer's variant and schedule parameters by measurement (compiler/measure/tune.py,
     cached per target); only the host can be measured, so for other targets
     it changes nothing and every layer's parameters stay derived.
     `continuous` also stores each layer's warm-fastest variant (the "warm"
     plan from the same cost table; weights cached, after the plan's) for
-    runs after the first in continuous mode (compiler/add_warm_steps.py).
+    runs after the first in continuous mode (compiler/passes/add_warm_steps.py).
     `sign` (a secret key file from `coldbrew keygen`) appends an Ed25519
-    signature over every byte (compiler/sign_bundle.py).
+    signature over every byte (compiler/bundle/sign.py).
     `precision` ("fp32", "fp16" or "int8") stores the variant layers'
-    weights narrow (compiler/plan_weights.py): by default in the direct
+    weights narrow (compiler/passes/plan_weights.py): by default in the direct
     form (`weights` "direct": the kernels read fp16 or int8 and widen in
     registers), else widened on the first run by the runtime or the
     layer's transform; the effect on the outputs is measured on
     sample inputs (`calibration`: a .npz of arrays per input, else
     generated) and stored in the bundle, and `max_error` keeps the fewest
     layers fp32 that hold the outputs' relative error under it
-    (compiler/measure_error.py).
+    (compiler/measure/error.py).
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
@@ -109,8 +109,8 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     if tune:  # before the plan: the cost table then times the tuned kernels the bundle ships
         front, tuning = tuned_front(model, target, threads, input_shapes, constants, progress, dump_ir)
     if plan != "default" or continuous:
-        from .plan import choose
-        from .profile import profile
+        from .plan.scheduler import choose
+        from .measure.profile import profile
 
         table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning, front=front)
         if continuous:
@@ -130,7 +130,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
         threads = planned["threads"]
         narrow_only = {name for name, p in planned["precisions"].items() if p != "fp32"}
     if precision != "fp32" and narrow_only != set():
-        from . import measure_error
+        from .measure import error as measure_error
 
         front = front or _pipeline().front_end(model, input_shapes, constants, dump_ir)
 
@@ -143,7 +143,7 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
                             weights, threads, front=front, tuning=tuning, queues=queues, warm=warm,
                             precision=precision, accuracy=accuracy, later_threads=later_threads)
     if sign:
-        from .sign_bundle import sign as sign_with
+        from .bundle.sign import sign as sign_with
 
         data = sign_with(data, sign)
         if output:
@@ -154,9 +154,9 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
 
 def tuned_front(model, target, threads, input_shapes=None, constants=None, progress=None, dump_ir=None):
     """(front, tuning): the first passes' result and the layers' measured
-    tuning made from it (compiler/tune.py), shared by a tuned compile, the
+    tuning made from it (compiler/measure/tune.py), shared by a tuned compile, the
     cost table its plan is made from and the bundle's own compile."""
-    from .tune import tune as measure_tuning
+    from .measure.tune import tune as measure_tuning
 
     front = _pipeline().front_end(model, input_shapes, constants, dump_ir)
     return front, measure_tuning(model, target, threads, front=front, progress=progress)

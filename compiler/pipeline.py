@@ -18,9 +18,10 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from . import (add_warm_steps, block_layout, codegen, codegen_spirv, elide_copies, extract_layers, fold_batchnorm,
-               fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory, plan_weights,
-               schedule_gpu, schedule_kernels, select_gpu_variants, select_variants, write_bundle)
+from .passes import (add_warm_steps, block_layout, codegen, elide_copies, extract_layers, fold_batchnorm,
+                     fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory,
+                     plan_weights, schedule_kernels, select_variants, write_bundle)
+from .gpu import codegen_spirv, schedule_gpu, select_gpu_variants
 from .errors import CompileError
 
 FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
@@ -42,7 +43,7 @@ class Compilation:
     variants: dict = None         # forced kernel variants
     weights: object = "cached"    # weight forms (plan_weights)
     threads: int = 2              # execution threads of the plan
-    tuning: object = None         # measured variants and parameters (compiler/tune.py)
+    tuning: object = None         # measured variants and parameters (compiler/measure/tune.py)
     queues: object = 0            # preparation queues (plan_weights)
     precision: object = "fp32"    # stored weight precisions (plan_weights)
     accuracy: dict = None         # measured narrow-weight error, stored in the bundle (write_bundle)
@@ -142,10 +143,10 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
     """compile_model without planning, also returning the final Graph
     (layers, weights raw and transformed). `front` (front_end's result for
     this model and these inputs) skips the first passes; `tuning`
-    (compiler/tune.py) supplies measured variants and parameters; `warm`
+    (compiler/measure/tune.py) supplies measured variants and parameters; `warm`
     ((variants, threads) of the warm plan) adds continuous mode's warm
     alternates; `precision` (a precision or {"*": p, "<layer>": p}) the
-    stored weights' (compiler/plan_weights.py); `accuracy` (measure_error's)
+    stored weights' (compiler/passes/plan_weights.py); `accuracy` (measure_error's)
     is stored in the bundle; `later_threads` (without `warm`) the execution
     threads of runs after the first (0: `threads`)."""
     from coldbrew.targets import resolve

@@ -3,7 +3,7 @@ cross-built for aarch64-linux-gnu, run under qemu-user with the Debian
 cross sysroot (glibc). Used by tests/runtime/test_aarch64.py and
 tests/aarch64_zoo.py; .ci/setup.sh installs the tools.
 
-Bundles for Android name bionic's libm.so and libc.so (compiler/codegen.py);
+Bundles for Android name bionic's libm.so and libc.so (compiler/passes/codegen.py);
 here those names are links to glibc's libraries, on the loader's path, so
 the same code object runs. Bionic itself is not tested.
 """
@@ -49,8 +49,8 @@ def build_runner(out_dir):
 
 def tensors(path):
     """[(name, dtype, shape)] of a bundle's inputs and of its outputs, read from its header."""
-    from coldbrew.compiler.graph import DTYPES
-    from coldbrew.compiler.inspect_bundle import read
+    from coldbrew.compiler.ir.graph import DTYPES
+    from coldbrew.compiler.bundle.reader import read
 
     b = read(path)[0]
 

@@ -20,7 +20,7 @@ class ConvSpec:
     dilation: tuple = (1, 1)
     groups: int = 1
     dtype: str = "float32"
-    # activation layouts (compiler/block_layout.py): 0 is NCHW, b is the
+    # activation layouts (compiler/passes/block_layout.py): 0 is NCHW, b is the
     # blocked NCHW{b}c ([N, C / b, H, W, b], channel c at [c // b, ..., c % b])
     in_block: int = 0
     out_block: int = 0

@@ -1,5 +1,5 @@
 """conv2d variants on blocked activations (NCHW{b}c, b = the vector's fp32
-lanes; compiler/block_layout.py decides which layers use them).
+lanes; compiler/passes/block_layout.py decides which layers use them).
 
 blocked            output blocked; input blocked, or NCHW where its channels
                    are not a multiple of b (a first layer's 3 channels).

@@ -1,6 +1,6 @@
 """The `coldbrew` command's entry point.
 
-The command line belongs to the compiler (coldbrew.compiler.cli); a
+The command line belongs to the compiler (coldbrew.compiler.tools.cli); a
 runtime-only install (`pip install coldbrew`, numpy only) has the command
 but not what it needs, and says how to get it instead of a traceback.
 """
@@ -23,7 +23,7 @@ def main():
         sys.exit(f"coldbrew: the command line comes with the compiler, which is not installed here "
                  f"(missing: {', '.join(missing)}). Install it with: pip install 'coldbrew[compiler]'. "
                  f"This installation runs bundles from Python: import coldbrew; coldbrew.load('model.brew')")
-    from coldbrew.compiler.cli import main as cli_main
+    from coldbrew.compiler.tools.cli import main as cli_main
 
     return cli_main()
 

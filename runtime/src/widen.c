@@ -1,5 +1,5 @@
 /* The runtime's own weight transform: fp16 weights widened to fp32
- * (transform "cb.widen_f16", compiler/plan_weights.py). A step whose
+ * (transform "cb.widen_f16", compiler/passes/plan_weights.py). A step whose
  * weights are stored fp16 in the layout its kernel reads needs no code of
  * its own in the bundle: the runtime widens them once into the prepared
  * area, on whichever thread prepares the step. x86-64 uses F16C

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import plans  # noqa: E402
 
 from coldbrew.compiler import compile_model  # noqa: E402
-from coldbrew.compiler.simulate import plan_of_bundle  # noqa: E402
+from coldbrew.compiler.plan.simulate import plan_of_bundle  # noqa: E402
 
 
 def test_arms_with_the_same_plan_are_one_bundle(small_model, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import assert_close, ort_run
-from coldbrew.compiler.block_layout import conv_blocks
+from coldbrew.compiler.passes.block_layout import conv_blocks
 from coldbrew.targets import resolve
 
 TARGETS = ["host"] + (["x86_64-avx2"] if resolve("host").arch == "x86_64" else [])
@@ -87,7 +87,7 @@ def test_blocked_model_matches_onnxruntime(target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_layer_alone_gets_the_layout_it_has_in_the_model(target):
     # the tuner and the profiler measure each layer in a model of its own
-    from coldbrew.compiler.tune import anchors_of, layers_model
+    from coldbrew.compiler.measure.tune import anchors_of, layers_model
 
     isa = resolve(target).vector
     for a in anchors_of(_model(), isa):
@@ -112,7 +112,7 @@ def test_relax_clip_keeps_its_bounds_on_blocked_values():
     import tvm
     from tvm import relax
 
-    from coldbrew.compiler import block_layout
+    from coldbrew.compiler.passes import block_layout
 
     isa = resolve("host").vector
     c = 2 * isa.lanes
@@ -138,6 +138,6 @@ def test_relax_clip_keeps_its_bounds_on_blocked_values():
         return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
 
     # TVM's own lowering has no blocked conv2d: the blocked one runs as its variant
-    from coldbrew.compiler import select_variants
+    from coldbrew.compiler.passes import select_variants
 
     assert_close(run(select_variants.apply(blocked, isa)[0]), run(mod), 1e-5)

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import CompileError, UnsupportedOperatorError, compile_model
-from coldbrew.compiler import fold_constants, load_onnx
+from coldbrew.compiler.passes import fold_constants, load_onnx
 from conftest import assert_close, ort_run
 
 

@@ -55,7 +55,7 @@ def test_concatenations_and_flatten_become_aliases_and_match_onnxruntime():
     assert not [op for op in ops if op.startswith(("concatenate", "reshape"))], ops
     assert len(ops) == 4, ops  # the four convolutions (relu fused into the first)
     # every part lies in its root's region at the sum of the parts before it
-    from coldbrew.compiler.graph import resolve
+    from coldbrew.compiler.ir.graph import resolve
 
     out = graph.outputs[0]
     e1, e3, t = (layer.args[-1] for layer in graph.layers[1:])  # the tensors the convolutions write

@@ -1,4 +1,4 @@
-"""compiler/extract_layers.py: the fused module becomes a coldbrew Graph:
+"""compiler/passes/extract_layers.py: the fused module becomes a coldbrew Graph:
 one layer per kernel call, constants as weight tensors, the anchors'
 layers named and labelled with their variants; an output that no layer
 writes (an input or the same tensor twice) gets a copy layer of its own."""

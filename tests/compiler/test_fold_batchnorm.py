@@ -1,4 +1,4 @@
-"""compiler/fold_batchnorm.py: an inference BatchNormalization after a Conv
+"""compiler/passes/fold_batchnorm.py: an inference BatchNormalization after a Conv
 is folded into the Conv's weights and bias, with the same outputs; one it
 cannot fold is left as it is."""
 import numpy as np
@@ -6,7 +6,7 @@ import onnx
 from conftest import assert_close, ort_run
 from onnx import TensorProto, helper, numpy_helper
 
-from coldbrew.compiler import fold_batchnorm
+from coldbrew.compiler.passes import fold_batchnorm
 
 
 def conv_bn(extra_consumer=False, bias=True):

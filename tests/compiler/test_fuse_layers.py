@@ -1,10 +1,11 @@
-"""compiler/fuse_layers.py: Relax operators lowered to TIR and fused into
+"""compiler/passes/fuse_layers.py: Relax operators lowered to TIR and fused into
 layers (a convolution with its bias and activation: one PrimFunc); sigmoid
 lowered vectorizably for CPUs only; a lowering failure is a CompileError."""
 import pytest
 from onnx import TensorProto, helper
 
-from coldbrew.compiler import CompileError, front_end, fuse_layers
+from coldbrew.compiler import CompileError, front_end
+from coldbrew.compiler.passes import fuse_layers
 
 
 def _prim_funcs(mod):

@@ -1,9 +1,10 @@
-"""compiler/import_relax.py: a folded ONNX model becomes a Relax module; the
+"""compiler/passes/import_relax.py: a folded ONNX model becomes a Relax module; the
 importer's failure becomes a CompileError with its last line, not a
 traceback with TVM's IR."""
 import pytest
 
-from coldbrew.compiler import CompileError, import_relax, load_onnx
+from coldbrew.compiler import CompileError
+from coldbrew.compiler.passes import import_relax, load_onnx
 
 
 def test_the_model_becomes_a_relax_module_with_its_inputs(small_model):

@@ -49,7 +49,7 @@ def graph():
 
 
 def test_no_pass_imports_another_pass():
-    passes = {p.NAME for p in PASSES + GPU_PASSES}
+    passes = {p.__name__[len("coldbrew.compiler."):] for p in PASSES + GPU_PASSES}
     g = graph()
     assert passes <= set(g)
     bad = {p: sorted(g[p] & passes) for p in passes if g[p] & passes}
@@ -82,3 +82,30 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     path = tmp_path / "a.py"
     path.write_text("def f():\n    from . import b\n    from .b import g\n")
     assert imports("a", str(path), known) == {"b"}
+
+
+# The compiler's folders from the bottom up: a module imports only from its
+# own folder and the folders below it (compiler/__init__.py is "").
+LAYERS = ["errors", "ir", "kernels", "bundle", "gpu", "passes", "pipeline", "measure", "plan", "", "tools"]
+
+
+def folder(module):
+    return module.split(".")[0] if module else ""
+
+
+def upward(g):
+    rank = {name: k for k, name in enumerate(LAYERS)}
+    return sorted(f"{m or '__init__'} -> {d or '__init__'}" for m, deps in g.items() for d in deps
+                  if rank[folder(d)] > rank[folder(m)])
+
+
+def test_every_folder_has_a_layer():
+    assert {folder(m) for m in graph()} == set(LAYERS)
+
+
+def test_lower_layers_never_import_upward():
+    assert upward(graph()) == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert upward({"ir.graph": {"passes.codegen"}, "passes.codegen": {"ir.graph"}}) == ["ir.graph -> passes.codegen"]

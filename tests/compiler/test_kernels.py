@@ -9,11 +9,11 @@ from tvm import te, topi
 
 import dataclasses
 
-from coldbrew.compiler.block_layout import conv_blocks, from_blocked, to_blocked
+from coldbrew.compiler.passes.block_layout import conv_blocks, from_blocked, to_blocked
 from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
-from coldbrew.compiler.narrow import narrow_weights
-from coldbrew.compiler.plan_weights import scheduled_transform
+from coldbrew.compiler.ir.narrow import narrow_weights
+from coldbrew.compiler.passes.plan_weights import scheduled_transform
 from coldbrew.targets import resolve
 
 # every kernel is built and run for the host's vector unit and, on x86, for
@@ -57,7 +57,7 @@ CONV_SPECS = [
 DENSE_SPECS = [DenseSpec(1, 37, 29), DenseSpec(3, 64, 16), DenseSpec(5, 128, 50), DenseSpec(16, 9, 3),
                DenseSpec(7, 48, 40, lead=1)]  # a batch-1 sequence: x [1, 7, 48]
 # shapes whose channels are multiples of every target's lanes (4, 8, 16):
-# the blocked layout's convolutions (compiler/block_layout.py)
+# the blocked layout's convolutions (compiler/passes/block_layout.py)
 BLOCKED_SHAPES = [
     ConvSpec(1, 3, 23, 21, 32, 3, 3, (2, 2), (1, 1, 1, 1)),
     ConvSpec(1, 32, 13, 13, 48, 1, 1),

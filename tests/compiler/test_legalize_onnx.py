@@ -1,4 +1,4 @@
-"""compiler/legalize_onnx.py: Pow forms the importer lacks rewritten to
+"""compiler/passes/legalize_onnx.py: Pow forms the importer lacks rewritten to
 equivalent ones (same outputs), and shape-deciding inputs required constant."""
 import numpy as np
 import onnx
@@ -6,7 +6,8 @@ import pytest
 from conftest import ort_run
 from onnx import TensorProto, helper, numpy_helper
 
-from coldbrew.compiler import CompileError, legalize_onnx
+from coldbrew.compiler import CompileError
+from coldbrew.compiler.passes import legalize_onnx
 
 
 def pow_model(base, expo, base_values=None):

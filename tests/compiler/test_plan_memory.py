@@ -1,11 +1,11 @@
-"""compiler/plan_memory.py: every non-weight tensor gets an aligned arena
+"""compiler/passes/plan_memory.py: every non-weight tensor gets an aligned arena
 offset, and no two tensors alive at the same step share a byte; prepared
 weights get slots of their own."""
 import pytest
 
 from coldbrew.compiler import compile_graph
-from coldbrew.compiler.graph import resolve
-from coldbrew.compiler.plan_memory import ALIGN
+from coldbrew.compiler.ir.graph import resolve
+from coldbrew.compiler.passes.plan_memory import ALIGN
 
 
 def lifetimes(graph):

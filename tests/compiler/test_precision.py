@@ -12,8 +12,9 @@ import pytest
 import coldbrew
 from conftest import ROOT, ort_run
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler.inspect_bundle import describe, read_bytes
-from coldbrew.compiler.measure_error import output_error, sample_inputs
+from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.tools.inspect import describe
+from coldbrew.compiler.measure.error import output_error, sample_inputs
 from coldbrew.schemas.generated import bundle_generated as fb
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -275,7 +276,7 @@ def test_one_widening_takes_several_weights_of_a_layer():
 
 
 def test_simulator_reads_the_narrow_forms_of_a_bundle(small_model):
-    from coldbrew.compiler.simulate import plan_of_bundle
+    from coldbrew.compiler.plan.simulate import plan_of_bundle
 
     plan = plan_of_bundle(compile_model(small_model, precision="int8", weights="raw"))
     assert {s["layer"]: s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"c0": "int8", "d0": "int8"}
@@ -312,7 +313,7 @@ def test_direct_form_reads_narrow_weights_in_place(small_model, precision):
                                rtol=1e-5, atol=1e-5)
     err, top1 = _error_against_onnxruntime(small_model, data)
     assert err <= TOL[precision] and top1 == 1.0
-    from coldbrew.compiler.simulate import plan_of_bundle
+    from coldbrew.compiler.plan.simulate import plan_of_bundle
 
     assert {s["form"] for s in plan_of_bundle(data)["steps"] if s["variant"] != "generic"} == {
         {"fp16": "direct", "int8": "direct_int8"}[precision]}

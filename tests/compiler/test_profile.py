@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from coldbrew.compiler import compile_model
-from coldbrew.compiler import profile as prof
-from coldbrew.compiler.cli import main
-from coldbrew.compiler.simulate import plan_of_bundle, simulate
+from coldbrew.compiler.measure import profile as prof
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
 FEW = {"cold": 2, "default": 2, "warm": 2, "reads": 2}
 
@@ -110,7 +110,7 @@ def test_the_storage_bandwidth_is_read_the_runtime_way(tmp_path, monkeypatch):
     it (where the kernel has MADV_POPULATE_READ)."""
     import os
 
-    from coldbrew.compiler import measure
+    from coldbrew.compiler.measure import protocol as measure
 
     path = tmp_path / "f.bin"
     path.write_bytes(os.urandom((5 << 20) + 123))  # not a whole number of 2 MB chunks

@@ -1,4 +1,4 @@
-"""compiler/schedule_kernels.py: every kernel after fusion gets a schedule
+"""compiler/passes/schedule_kernels.py: every kernel after fusion gets a schedule
 (its variant's where it holds an anchor, the generic one elsewhere), and a
 variant schedule that fails falls back to the generic one with a note,
 still computing the right result."""

@@ -1,10 +1,10 @@
-"""compiler/sign_bundle.py: key files, a signature over every byte, and the
+"""compiler/bundle/sign.py: key files, a signature over every byte, and the
 signer read back; altered bytes, a second signature and a bad key file are
 named."""
 import pytest
 
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler import sign_bundle as sb
+from coldbrew.compiler.bundle import sign as sb
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 per-layer plan choice, and modeled tables."""
 import pytest
 
-from coldbrew.compiler.plan import choose
-from coldbrew.compiler.profile import modeled_table
-from coldbrew.compiler.simulate import PlanError, loop_factor, simulate
+from coldbrew.compiler.plan.scheduler import choose
+from coldbrew.compiler.measure.profile import modeled_table
+from coldbrew.compiler.plan.simulate import PlanError, loop_factor, simulate
 from coldbrew.targets import resolve
 
 
@@ -108,7 +108,7 @@ def _chain(n, classes):
 
 
 def test_scheduler_drops_dominated_pairs():
-    from coldbrew.compiler.plan import _undominated
+    from coldbrew.compiler.plan.scheduler import _undominated
 
     pairs = [("a", "cached", 1.0, 5.0), ("a", "raw", 2.0, 5.0), ("b", "cached", 3.0, 1.0), ("c", "raw", 3.0, 2.0)]
     assert _undominated(pairs) == [pairs[0], pairs[2]]
@@ -133,7 +133,7 @@ def test_scheduler_pipelines_preparation_on_a_free_core():
 def test_a_worker_must_save_more_than_the_margin(monkeypatch):
     # the simulator does not charge the worker thread itself: a plan with
     # one wins only by WORKER_MARGIN of the best inline plan's completion
-    import coldbrew.compiler.plan as plan
+    import coldbrew.compiler.plan.scheduler as plan
 
     predicted = {(2, False): 10.0, (2, True): 9.9, (1, True): 9.95}
     monkeypatch.setattr(plan, "schedule_config", lambda t, threads, worker, precision="fp32": {
@@ -194,8 +194,8 @@ def test_scheduler_within_ten_percent_of_the_optimum():
     the same model; the mean gap stays under 10 %."""
     import random
 
-    from coldbrew.compiler.plan import schedule_config
-    from coldbrew.compiler.plan_exact import optimal_makespan
+    from coldbrew.compiler.plan.scheduler import schedule_config
+    from coldbrew.compiler.plan.exact import optimal_makespan
 
     rnd = random.Random(11)
     gaps = []
@@ -300,7 +300,7 @@ def test_plan_weighs_the_direct_form_against_widening():
     assert slow["forms"]["c0"] == "cached" and slow["precisions"] == {"c0": "fp16"}
     assert choose(_direct_table(0.2, 3.5), "cold-greedy")["forms"]["c0"] != "direct"  # fp32 unless asked
     assert choose(_direct_table(0.2, 3.5), "cold", "fp16")["forms"] == {"c0": "direct"}
-    from coldbrew.compiler.plan import simulated_plan
+    from coldbrew.compiler.plan.scheduler import simulated_plan
 
     assert simulated_plan(_direct_table(0.2, 3.5), p)["steps"][0]["form"] == "direct"
 
@@ -314,7 +314,7 @@ def test_plan_takes_the_direct_int8_form_as_int8_weights_in_place():
     gemm["direct_int8_bytes"] = 100
     p = choose(table, "cold-greedy", "int8")
     assert p["forms"] == {"c0": "direct"} and p["precisions"] == {"c0": "int8"}
-    from coldbrew.compiler.plan import simulated_plan
+    from coldbrew.compiler.plan.scheduler import simulated_plan
 
     plan = simulated_plan(table, p)
     assert plan["steps"][0]["form"] == "direct_int8"
@@ -391,7 +391,7 @@ def test_scheduler_compares_streamed_forms_by_their_bytes_not_two_cold_reads():
     # cold reads measured 6.5 and 5.3 ms (noise). With a bandwidth, each
     # form costs its bytes' share of the stream, so cached (no transform)
     # is not dropped as dominated by raw + transform, and the plan keeps it
-    from coldbrew.compiler.plan import _undominated, layer_pairs
+    from coldbrew.compiler.plan.scheduler import _undominated, layer_pairs
 
     t = _streamed(mb_s=1.0)
     t["layers"] = [{"name": "d0", "candidates": [
@@ -409,8 +409,8 @@ def test_direct_first_runs_carry_the_shipped_bundles_ratio_like_cached_ones():
     # gemm's first run: 5 ms in the profile's column, 2.5 ms in the shipped
     # (default) bundle with its weights read in place; its direct kernel's
     # 5.5 ms, measured in a column too, is halved alike (2.75)
-    from coldbrew.compiler.plan import layer_pairs
-    from coldbrew.compiler.simulate import first_execute_ms
+    from coldbrew.compiler.plan.scheduler import layer_pairs
+    from coldbrew.compiler.plan.simulate import first_execute_ms
 
     table = _direct_table(0.2, 5.5)
     gemm = table["layers"][0]["candidates"][1]

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from coldbrew.compiler import trace_export as te
+from coldbrew.compiler.tools import trace_export as te
 
 T0 = 5_000_000_000  # CLOCK_MONOTONIC-like origin
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from conftest import assert_close, ort_run
 
 from coldbrew.compiler import compile_model
-from coldbrew.compiler import tune as tn
-from coldbrew.compiler.cli import main
-from coldbrew.compiler.inspect_bundle import read
+from coldbrew.compiler.measure import tune as tn
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.bundle.reader import read
 from coldbrew.compiler.kernels import applicable
 from coldbrew.targets import resolve
 
@@ -107,8 +107,8 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
     cached apart from an untuned one. The first passes run once, shared by
     the tuner, the profile and the bundle's compile."""
     import coldbrew.compiler as comp
-    from coldbrew.compiler import load_onnx
-    from coldbrew.compiler import profile as prof
+    from coldbrew.compiler.passes import load_onnx
+    from coldbrew.compiler.measure import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
     given, tables = [], []
@@ -138,7 +138,7 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
 def test_the_profile_command_profiles_the_tuned_kernels_with_one_front_end(tuned, small_model, tmp_path, monkeypatch):
     """`coldbrew profile --tune` on the host tunes as compile --tune does, and hands the
     tuner's first passes to the profile rather than running them again."""
-    from coldbrew.compiler import profile as prof
+    from coldbrew.compiler.measure import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
     fronts = _count_front_ends(monkeypatch)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import coldbrew
-from coldbrew.compiler.measure import evict
+from coldbrew.compiler.measure.protocol import evict
 from conftest import ROOT, assert_close, ort_run
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -65,7 +65,7 @@ FIRST_REQUEST = 128 << 10  # runtime/src/bundle.h: CB_STREAM_FIRST
 
 
 def code_segment(path):
-    from coldbrew.compiler.inspect_bundle import read_header
+    from coldbrew.compiler.bundle.reader import read_header
     from coldbrew.schemas.generated import bundle_generated as fb
 
     return next(s for s in read_header(str(path)).segments if s.kind == fb.SegmentKind.cpu_code_lz4)
@@ -85,7 +85,7 @@ def test_zoo_model_with_forced_variant(name, variant):
 
     model = zoo.build(name)
     data = compile_model(model, variants={"*": variant}, weights="raw" if "winograd" in variant else "cached")
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.reader import read_bytes
 
     used = {s.variant.decode() if isinstance(s.variant, bytes) else s.variant for s in read_bytes(data)[0].plan.steps}
     # mobilenet (v1) has no 3x3 stride-1 dense conv, squeezenet no depthwise one

@@ -115,7 +115,7 @@ def make_corpus(out=CORPUS):
 def code_seeds(corpus):
     """The seeds' compressed code segments as `decode` inputs (a capacity
     byte that fits the decoded size, then the block) in `corpus`."""
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.reader import read_bytes
     from coldbrew.schemas.generated import bundle_generated as fb
 
     for f in sorted(os.listdir(CORPUS)):

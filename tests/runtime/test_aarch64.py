@@ -33,8 +33,8 @@ def test_zoo_model_under_qemu_matches_onnxruntime(qemu_runner, name, target, tmp
 @pytest.mark.parametrize("target", TARGETS)
 def test_code_segment_is_aarch64_and_names_only_libm_libc(small_model, target, tmp_path):
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.inspect_bundle import read_bytes
-    from coldbrew.compiler.write_bundle import CODE_KINDS, unpack_code
+    from coldbrew.compiler.bundle.reader import read_bytes
+    from coldbrew.compiler.passes.write_bundle import CODE_KINDS, unpack_code
 
     data = compile_model(small_model, target=target)
     (seg,) = [s for s in read_bytes(data)[0].segments if s.kind in CODE_KINDS]
@@ -63,7 +63,8 @@ def test_aarch64_runtime_refuses_host_bundle(qemu_runner, small_bundle, tmp_path
 
 
 def test_missing_linker_is_named(small_model, monkeypatch):
-    from coldbrew.compiler import CompileError, codegen, compile_model
+    from coldbrew.compiler import CompileError, compile_model
+    from coldbrew.compiler.passes import codegen
 
     monkeypatch.setattr(codegen.shutil, "which", lambda tool: None)
     with pytest.raises(CompileError, match=r"ld.lld not found \(install the Debian package lld\)"):
@@ -98,7 +99,7 @@ def test_checked_features_are_target_c_tables():
 
 
 def test_sd855_bundle_records_its_cpu_features(sd855_bundle):
-    from coldbrew.compiler.inspect_bundle import read
+    from coldbrew.compiler.bundle.reader import read
     from coldbrew.targets import resolve
 
     t = read(sd855_bundle)[0].target

@@ -10,8 +10,8 @@ from conftest import assert_close, ort_run
 
 import coldbrew
 from coldbrew.compiler import compile_graph
-from coldbrew.compiler.cli import main
-from coldbrew.compiler.inspect_bundle import read_bytes
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.bundle.reader import read_bytes
 
 COLD = {"conv2d": "conv2d.im2col_gemm"}
 WARM = {"conv2d": "conv2d.winograd_f2"}
@@ -127,7 +127,7 @@ def test_later_runs_use_the_cores_the_first_run_kept_for_preparation(tmp_path, s
     every later run 2, in either mode, with the same outputs."""
     import ctypes
 
-    from coldbrew.compiler.inspect_bundle import describe
+    from coldbrew.compiler.tools.inspect import describe
     from coldbrew.runtime import _lib
 
     path = tmp_path / "later.brew"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import coldbrew
-from coldbrew.compiler.checksum import checksum64
-from coldbrew.compiler.measure import evict
+from coldbrew.compiler.bundle.checksum import checksum64
+from coldbrew.compiler.measure.protocol import evict
 from coldbrew.schemas.generated import bundle_generated as fb
 
 
@@ -306,7 +306,7 @@ def test_code_past_the_first_read_is_checked(small_model, tmp_path):
     import onnx
 
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.inspect_bundle import read_header
+    from coldbrew.compiler.bundle.reader import read_header
 
     first_request = 128 << 10  # runtime/src/bundle.h: CB_STREAM_FIRST
     path = tmp_path / "front.brew"
@@ -458,7 +458,7 @@ def test_missing_file():
 def test_inspect_verify_checks_every_weight(small_bundle, tmp_path):
     from click.testing import CliRunner
 
-    from coldbrew.compiler.cli import main
+    from coldbrew.compiler.tools.cli import main
 
     ok = CliRunner().invoke(main, ["inspect", small_bundle, "--verify"])
     assert ok.exit_code == 0 and "every weight checksum" in ok.output, ok.output

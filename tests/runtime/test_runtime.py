@@ -39,7 +39,7 @@ def test_input_specs_from_the_header_alone(small_bundle, tmp_path):
     """Tools read a bundle's inputs from its header without its weights (the
     cold sampler makes the inputs before the clock starts): they match the
     session's, and a file that is not a bundle is named."""
-    from coldbrew.compiler.inspect_bundle import InspectError, input_specs
+    from coldbrew.compiler.bundle.reader import InspectError, input_specs
 
     sess = coldbrew.load(small_bundle)
     assert input_specs(small_bundle) == [(i.name, i.shape, np.dtype(i.dtype).name) for i in sess.get_inputs()]
@@ -82,7 +82,7 @@ def test_raw_and_cached_weights_agree_across_thread_counts(tmp_path):
     from conftest import small_cnn
 
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.reader import read_bytes
 
     model = small_cnn()
     x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -113,7 +113,7 @@ def test_preparation_workers_prepare_ahead_of_execution(tmp_path):
     from conftest import small_cnn
 
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.reader import read_bytes
 
     model = small_cnn()
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -148,8 +148,8 @@ def test_weights_follow_the_code_in_the_order_of_need():
     from conftest import small_cnn
 
     from coldbrew.compiler import compile_model
-    from coldbrew.compiler.checksum import checksum64
-    from coldbrew.compiler.inspect_bundle import read_bytes
+    from coldbrew.compiler.bundle.checksum import checksum64
+    from coldbrew.compiler.bundle.reader import read_bytes
     from coldbrew.schemas.generated import bundle_generated as fb
 
     data = compile_model(small_cnn(), variants={"conv2d": "winograd_f2"}, weights={"*": "cached", "c0": "raw"})

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from conftest import assert_close, ort_run
 
 import coldbrew
-from coldbrew.compiler.checksum import checksum64
-from coldbrew.compiler.cli import main
-from coldbrew.compiler.inspect_bundle import read_bytes
+from coldbrew.compiler.bundle.checksum import checksum64
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.schemas.generated import bundle_generated as fb
 
 # statuses a refused open may give: the preamble's own checks come first

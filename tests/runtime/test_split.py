@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from conftest import assert_close, ort_run
 
 import coldbrew
-from coldbrew.compiler import compile_graph, write_bundle
-from coldbrew.compiler.cli import main
-from coldbrew.compiler.inspect_bundle import read_bytes
+from coldbrew.compiler import compile_graph
+from coldbrew.compiler.passes import write_bundle
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.targets import CoreClass, resolve
 
 

@@ -12,7 +12,8 @@ import pytest
 import coldbrew
 from conftest import ROOT, assert_close, ort_run
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler.inspect_bundle import describe, read_bytes
+from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.tools.inspect import describe
 from coldbrew.schemas.generated import bundle_generated as fb
 from test_hostile import expect, repack
 
@@ -281,7 +282,7 @@ def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation(t
     """resnet50's Winograd layers: raw (runtime transform) in plan order while
     the modeled transform time fits under one pipeline's creation, then
     cached; the model still matches onnxruntime."""
-    from coldbrew.compiler import plan_weights
+    from coldbrew.compiler.passes import plan_weights
 
     model = zoo.build("resnet50")
     data = compile_model(model, target="vulkan", variants={"*": "winograd"})
@@ -304,7 +305,7 @@ def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp
     by a reader while the context is made, then the upload and one pipeline
     event per shader (worker threads), and the command buffer on the GPU's
     own lane; the trace exports name that lane."""
-    from coldbrew.compiler import trace_export
+    from coldbrew.compiler.tools import trace_export
 
     sess = coldbrew.load(small_gpu_bundle, trace=True)
     sess.run(None, {"x": np.ones((1, 3, 16, 16), np.float32)})
@@ -342,7 +343,7 @@ def test_corrupt_gpu_weights_are_named_by_the_first_run(small_gpu_bundle, tmp_pa
 def test_coldbrew_run_prints_the_gpu_phases_with_their_lanes(small_gpu_bundle):
     from click.testing import CliRunner
 
-    from coldbrew.compiler.cli import main
+    from coldbrew.compiler.tools.cli import main
 
     r = CliRunner().invoke(main, ["run", small_gpu_bundle, "--repeat", "2"])
     assert r.exit_code == 0, r.output

@@ -1,0 +1,1 @@
+"""The bundle file: reader, checksum, signing."""

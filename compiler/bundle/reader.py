@@ -1,0 +1,75 @@
+"""Read a bundle's header without running it (the inspector, the simulator,
+benchmarks and tests read bundles through here).
+
+Works for bundles of any target (no code is loaded); structural checks here
+are the preamble and the FlatBuffer identifier; full verification is the
+runtime's job (`coldbrew inspect --verify`).
+"""
+import os
+import struct
+
+from coldbrew.schemas.generated import bundle_generated as fb
+
+from ..ir.graph import DTYPES
+
+WEIGHT_FORMS = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
+
+
+
+class InspectError(Exception):
+    pass
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return read_bytes(f.read(), path)
+
+
+def read_header(path):
+    """The header alone (BundleT), read without the weights and without the
+    kernel's read-ahead (a cold-start benchmark reads it, then evicts the
+    file: no read of the weights may still be on its way)."""
+    with open(path, "rb", buffering=0) as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        _, hdr_off, hdr_size, file_size = _preamble(os.pread(f.fileno(), 64, 0), path)
+        header = os.pread(f.fileno(), hdr_size, hdr_off)
+    if len(header) != hdr_size:
+        raise InspectError(f"{path}: truncated or damaged (header cut short; the file should hold {file_size} bytes)")
+    return _root(header, path)
+
+
+def input_specs(path):
+    """[(name, shape, numpy dtype name)] of a bundle's inputs, in order."""
+    b = read_header(path)
+    return [(text(b.tensors[i].name), [int(d) for d in b.tensors[i].shape], DTYPES[b.tensors[i].dtype])
+            for i in b.inputs]
+
+
+def read_bytes(data, path="<bytes>"):
+    """(BundleT, size, schema version) from a bundle's bytes."""
+    version, hdr_off, hdr_size, file_size = _preamble(data, path)
+    if file_size != len(data) or hdr_off + hdr_size > len(data):
+        raise InspectError(f"{path}: truncated or damaged ({len(data)} bytes, header says {file_size})")
+    return _root(data[hdr_off:hdr_off + hdr_size], path), len(data), version
+
+
+def _preamble(data, path):
+    """(schema version, header offset, header size, file size) from a bundle's first 64 bytes."""
+    if len(data) < 64 or data[:8] != b"COLDBREW":
+        raise InspectError(f"{path}: not a coldbrew bundle")
+    version, hdr_off, hdr_size, _, file_size = struct.unpack_from("<IIQQQ", data, 8)
+    return version, hdr_off, hdr_size, file_size
+
+
+def _root(header, path):
+    """The header's FlatBuffer as a BundleT."""
+    if not fb.Bundle.BundleBufferHasIdentifier(header, 0):
+        raise InspectError(f"{path}: header lacks the CBRW identifier")
+    try:
+        return fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+    except Exception as e:  # a damaged header can fail anywhere in the reader
+        raise InspectError(f"{path}: header is damaged ({type(e).__name__}: {e})") from None
+
+
+def text(x):
+    return x.decode() if isinstance(x, bytes) else (x or "")

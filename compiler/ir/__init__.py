@@ -1,0 +1,1 @@
+"""Shared IR: the coldbrew Graph, ONNX operator facts, anchor names, Relax helpers, narrow weights' numbers."""

@@ -1,0 +1,132 @@
+"""coldbrew's own graph: what the later passes and the bundle writer see.
+
+A Graph is a list of tensors and a list of layers in execution order. Each
+layer calls one kernel with tensor arguments (inputs, weights, then
+outputs). Weights carry their numpy data; the others get an arena offset
+from the memory planner.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CompileError
+
+DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
+          "uint8", "uint16", "uint32", "uint64", "bool"]  # index = schema DType
+
+# Weight precisions a bundle can store (compiler/passes/plan_weights.py) and their
+# dtypes; the narrow ones are widened to fp32 on the first run.
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+NARROW = ("fp16", "int8")
+# a narrow precision's direct form (weights read in place by their own kernel),
+# as the cost table, the simulator and the scheduler name it
+DIRECT_FORMS = {"fp16": "direct", "int8": "direct_int8"}
+PRECISION_OF_DTYPE = {DTYPES.index(d): p for p, d in PRECISIONS.items()}  # schema DType -> precision
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple
+    kind: str  # input | output | intermediate | weight | prepared
+    data: np.ndarray = None  # weights only
+    arena_offset: int = 0    # arena (input/output/intermediate) or prepared area (prepared)
+    cached: bool = False     # weight: holds transformed weights (weights_cached segment)
+    anchor: object = None    # weight: the select_variants Anchor whose transformed weights these are
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Layer:
+    name: str
+    op: str
+    kernel: str          # symbol of the execute kernel
+    args: list           # tensor indices: inputs, weights, outputs
+    num_outputs: int
+    variant: str = "generic"
+    transform: str = ""  # symbol of the weight transform kernel ("" = none at run time)
+    transform_args: list = field(default_factory=list)  # raw tensor(s), then prepared tensor(s)
+    weight_form: str = "raw"
+    weight_precision: str = "fp32"  # the stored weights' precision (compiler/passes/plan_weights.py)
+    weight_error: float = 0.0       # their max |w' - w| / max |w|
+    output_error: float = 0.0       # the model's output error with only this layer narrowed (measure_error.py)
+    params: dict = field(default_factory=dict)  # the variant's schedule parameters
+    tuned: bool = False  # params measured on the device, not derived from the target's model
+    prep_queue: int = 0
+    exec_queue: int = 0
+    warm: dict = None  # continuous mode's warm-fastest alternate: variant, kernel, args, params
+
+
+@dataclass
+class Graph:
+    name: str
+    tensors: list = field(default_factory=list)
+    layers: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)   # tensor indices
+    outputs: list = field(default_factory=list)  # tensor indices
+    kernels: dict = field(default_factory=dict)  # symbol -> tvm PrimFunc
+    arena_size: int = 0
+    prepared_size: int = 0
+    threads: int = 1
+    warm_threads: int = 0  # execution threads after the first run (0: threads)
+    notes: list = field(default_factory=list)
+    accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure/error.py)
+    aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)
+
+    def add_tensor(self, tensor):
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def dump(self):
+        lines = [f"graph {self.name}: {len(self.tensors)} tensors, {len(self.layers)} layers, "
+                 f"arena {self.arena_size} B, prepared {self.prepared_size} B"]
+        for i in self.inputs:
+            t = self.tensors[i]
+            lines.append(f"  input  %{i} {t.name} {t.dtype}{list(t.shape)}")
+        for layer in self.layers:
+            args = ", ".join(f"%{a}" for a in layer.args)
+            prep = f" <- {layer.transform}({', '.join(f'%{a}' for a in layer.transform_args)})" if layer.transform else ""
+            warm = f" / warm {layer.warm['variant']}" if layer.warm else ""
+            prec = f" {layer.weight_precision} err {layer.weight_error:.2g}" if layer.weight_precision != "fp32" else ""
+            lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{prec}{warm}] ({args}){prep}")
+        for i, (r, offset) in sorted(self.aliases.items()):
+            lines.append(f"  alias  %{i} = bytes {offset}.. of %{r}")
+        for i in self.outputs:
+            t = self.tensors[i]
+            lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def resolve(graph, tensor):
+    """(root tensor, byte offset) of `tensor`'s bytes: itself, or the region it aliases."""
+    offset = 0
+    while tensor in graph.aliases:
+        tensor, at = graph.aliases[tensor]
+        offset += at
+    return tensor, offset
+
+
+def signatures(graph):
+    """[(symbol, [(dtype, byte size)])] of every kernel in the code, sorted
+    by symbol: the calling contract the runtime checks the plan's calls
+    against (each argument of that dtype and size is read and written inside
+    its bytes)."""
+    out = []
+    for sym, func in sorted(graph.kernels.items()):
+        args = []
+        for p in func.params:  # buffers: the runtime passes tensors only
+            if not hasattr(p, "shape"):
+                raise CompileError(f"kernel {sym} takes a non-tensor argument '{p.name}'")
+            n = np.dtype(str(p.dtype)).itemsize
+            for d in p.shape:
+                if not hasattr(d, "value"):
+                    raise CompileError(f"kernel {sym}: argument '{p.name}' has a symbolic dimension ({d})")
+                n *= int(d.value)
+            args.append((str(p.dtype), n))
+        out.append((sym, args))
+    return out

@@ -1,0 +1,135 @@
+"""The operators coldbrew supports: the one list every other part consults;
+and what the ONNX passes share about a model's graph."""
+
+# ONNX default-domain operator types accepted by the compiler. Each one is
+# covered by the ONNX backend node tests (tests/compiler/test_onnx_node.py).
+SUPPORTED_OPS = frozenset("""
+Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast Ceil Clip Concat
+Constant ConstantOfShape Conv ConvTranspose Cos Div Dropout Elu Equal Erf Exp
+Expand Flatten Floor Gather Gelu Gemm GlobalAveragePool GlobalMaxPool Greater
+GreaterOrEqual HardSigmoid HardSwish Identity InstanceNormalization
+LayerNormalization LeakyRelu Less LessOrEqual Log MatMul Max MaxPool Mean Min
+Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceMax ReduceMean ReduceMin
+ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
+Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
+Unsqueeze Where
+""".split())
+
+MIN_OPSET = 1
+MAX_OPSET = 25
+
+# Operator inputs that decide shapes or modes and so must be compile-time
+# constants (after constant folding): {op_type: input positions}.
+STATIC_INPUTS = {
+    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
+    "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Clip": {1, 2},
+    "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
+    "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
+    "ReduceSumSquare": {1},
+}
+
+
+def _attr(node, name, default=None):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def check_static(model):
+    """Raise CompileError for every node whose shape/mode inputs are not
+    constants, and for operator modes coldbrew does not implement."""
+    from ..errors import CompileError
+
+    from onnx import TensorProto
+
+    g = model.graph
+    consts = {t.name: t for t in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    problems = []
+    types, shapes = _types_and_shapes(model)
+
+    def roots(name, seen=None):
+        seen = seen if seen is not None else set()
+        if name in seen or name in consts:
+            return set()
+        seen.add(name)
+        node = producer.get(name)
+        if node is None:
+            return {name}
+        return set().union(*[roots(i, seen) for i in node.input if i]) if node.input else set()
+
+    for i, node in enumerate(g.node):
+        label = f"{node.op_type} node '{node.name or '#%d' % i}'"
+        for pos in sorted(STATIC_INPUTS.get(node.op_type, ())):
+            if pos < len(node.input) and node.input[pos] and node.input[pos] not in consts:
+                src = ", ".join(sorted(roots(node.input[pos]))) or "?"
+                problems.append(f"{label}: input {pos} ('{node.input[pos]}') must be a compile-time constant "
+                                f"but depends on model input(s) {src}; bind them with --bind NAME=FILE.npy")
+        if node.op_type == "BatchNormalization" and _attr(node, "training_mode", 0):
+            problems.append(f"{label}: training_mode=1 is not supported (inference only)")
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in consts:
+            from onnx import numpy_helper
+
+            if bool(numpy_helper.to_array(consts[node.input[2]])):
+                problems.append(f"{label}: training_mode=true is not supported (inference only)")
+        extra = [o for o in node.output[1:] if o]
+        if node.op_type in ("MaxPool", "LayerNormalization", "BatchNormalization") and extra:
+            problems.append(f"{label}: optional outputs {extra} are not supported")
+        if node.op_type == "ConvTranspose" and _attr(node, "output_shape") is not None:
+            problems.append(f"{label}: the output_shape attribute is not supported; give pads instead")
+        if node.op_type in ("ReduceMax", "ReduceMin") and types.get(node.input[0]) == TensorProto.BOOL:
+            problems.append(f"{label}: bool inputs are not supported")
+        if node.op_type == "Resize":
+            problems.extend(_resize_problems(node, label, consts, shapes))
+        for o in node.output:
+            if o in shapes and 0 in shapes[o]:
+                problems.append(f"{label}: zero-size tensors are not supported ('{o}' has shape {shapes[o]})")
+    if problems:
+        raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))
+
+
+def _types_and_shapes(model):
+    import onnx
+
+    g = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    types, shapes = {}, {}
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        tt = v.type.tensor_type
+        types[v.name] = tt.elem_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[v.name] = [d.dim_value for d in tt.shape.dim]
+    for t in g.initializer:
+        types[t.name], shapes[t.name] = t.data_type, list(t.dims)
+    return types, shapes
+
+
+def _resize_problems(node, label, consts, shapes):
+    """Resize modes the TIR lowering does not implement exactly."""
+    from onnx import numpy_helper
+
+    out = []
+    if _attr(node, "axes") is not None:
+        out.append(f"{label}: the axes attribute is not supported")
+    if _attr(node, "antialias", 0):
+        out.append(f"{label}: antialias=1 is not supported")
+    if _attr(node, "keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
+        out.append(f"{label}: keep_aspect_ratio_policy other than stretch is not supported")
+    if _attr(node, "coordinate_transformation_mode", b"") in (b"half_pixel_symmetric", "half_pixel_symmetric"):
+        out.append(f"{label}: coordinate_transformation_mode half_pixel_symmetric is not supported")
+    scales = node.input[2] if len(node.input) > 2 else ""
+    sizes = node.input[3] if len(node.input) > 3 else ""
+    if scales and not sizes and scales in consts and node.input[0] in shapes:
+        sc = numpy_helper.to_array(consts[scales])
+        dims = shapes[node.input[0]]
+        if sc.size == len(dims) and any(abs(d * s - round(d * s)) > 1e-6 for d, s in zip(dims, sc)):
+            out.append(f"{label}: scales that do not give whole output sizes are not supported; give sizes")
+    return out
+
+
+def graph_inputs(model):
+    """The graph inputs that are real inputs (not initializers)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]

@@ -1,0 +1,188 @@
+"""Per-target tuning: each conv / dense layer shape's kernel variant and
+schedule parameters, chosen by measurement on the machine compiling.
+
+The search, per distinct layer shape of a model: every applicable variant at
+its default parameters (the target's register/cache model's pick), then the
+rest of the parameter spaces of the two fastest. Candidates are timed the one way
+coldbrew times a kernel (compiler/measure/protocol.py): the model's distinct shapes
+become a model of independent layers, compiled once per candidate column,
+and run warm by coldbrew's runtime in a process pinned to the plan's cores;
+each layer's execute time comes from the runtime's trace.
+
+Results are cached per target fingerprint and kernel code
+($COLDBREW_CACHE/tune/<key>.json, one entry per layer shape), so the same
+shapes (in this model or another) are measured once. Only the machine
+compiling can be measured: for any other target `tune` returns None and
+every layer keeps the model's pick, which the bundle labels "derived".
+"""
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+
+import numpy as np
+
+from ..kernels import ConvSpec, applicable, get
+from .protocol import cache_dir, code_hash, core_classes, sample
+
+WARM_RUNS = 10
+FINALISTS = 2  # variants whose whole parameter space is measured
+
+
+class Tuning:
+    """Measured choices per layer shape: {key: {"best": variant, "params":
+    {variant: params}, "execute_ms": {variant: ms}, "transform_ms": {variant: ms}}}."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def digest(self):
+        """What the measured choices are, in a few hex digits: a cost table
+        measured with them is cached under it (compiler/measure/profile.py)."""
+        return hashlib.sha256(json.dumps(self.entries, sort_keys=True).encode()).hexdigest()[:16]
+
+    def best(self, spec):
+        e = self.entries.get(spec_key(spec))
+        return e["best"] if e else None
+
+    def params(self, spec, variant):
+        e = self.entries.get(spec_key(spec))
+        return e["params"].get(variant) if e else None
+
+
+def spec_key(spec):
+    return repr(spec)
+
+
+def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
+    """The anchors (conv / dense layers with their specs) of an ONNX model
+    (or of its `front`, compiler.front_end's result), with the variants made
+    for the vector unit `isa`."""
+    from ..passes import block_layout, select_variants
+    from ..pipeline import front_end
+
+    mod = block_layout.apply((front or front_end(model, input_shapes, constants)).mod, isa)
+    _, anchors = select_variants.apply(mod, isa)
+    return anchors
+
+
+def layers_model(specs, weights=None):
+    """An ONNX model running each spec (ConvSpec or DenseSpec) as an
+    independent layer on its own input x<k> (output y<k>), with the given
+    weights (raw, ONNX layout) or seeded ones."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inputs, outputs, inits = [], [], [], []
+    for k, spec in enumerate(specs):
+        x, w, y = f"x{k}", f"w{k}", f"y{k}"
+        data = weights[k] if weights else (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
+        inits.append(numpy_helper.from_array(data, w))
+        if isinstance(spec, ConvSpec):
+            nodes.append(helper.make_node("Conv", [x, w], [y], strides=list(spec.stride), pads=list(spec.pad),
+                                          dilations=list(spec.dilation), group=spec.groups))
+            xs, ys = [spec.n, spec.c, spec.h, spec.w], [spec.n, spec.k, spec.out_h, spec.out_w]
+        else:
+            nodes.append(helper.make_node("MatMul", [x, w], [y]))
+            xs, ys = list(spec.input_shape), list(spec.output_shape)
+        inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, xs))
+        outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, ys))
+    g = helper.make_graph(nodes, "coldbrew_layers", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def cache_path(target):
+    import coldbrew
+
+
+    kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+    key = f"{target.fingerprint()}-{code_hash([kernels, os.path.dirname(os.path.abspath(coldbrew.__file__))])}"
+    return os.path.join(cache_dir(), "tune", f"{key}.json")
+
+
+def tune(model, target, threads=2, input_shapes=None, constants=None, front=None, progress=None, force=False):
+    """The Tuning of `model`'s layer shapes on `target` (their entries only),
+    measured or from the cache; None when `target` is not the machine
+    compiling."""
+    from coldbrew.targets import resolve
+
+    from ..pipeline import front_end
+
+    tgt = resolve(target) if isinstance(target, str) else target
+    if tgt.name != "host":
+        return None
+    progress = progress or (lambda *a: None)
+    path = cache_path(tgt)
+    entries = {}
+    if os.path.exists(path) and not force:
+        with open(path) as f:
+            entries = json.load(f)
+    front = front or front_end(model, input_shapes, constants)
+    anchors = anchors_of(None, tgt.vector, front=front)
+    mine = {spec_key(a.spec): a.spec for a in anchors}
+    todo = [spec for key, spec in mine.items() if key not in entries]
+    if todo:
+        entries.update(measure_shapes(todo, tgt, threads, progress))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(entries, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    return Tuning({key: entries[key] for key in mine})
+
+
+def measure_shapes(specs, target, threads, progress):
+    """Search every spec's variants and parameters; {key: entry}."""
+    from ..pipeline import compile_graph, front_end
+
+    isa = target.vector
+    model = layers_model(specs)
+    front = front_end(model)
+    anchors = anchors_of(None, isa, front=front)
+    cores = core_classes(target)[0][1][:threads]
+    found = {a.id: {"execute_ms": {}, "transform_ms": {}, "params": {}} for a in anchors}
+
+    def run_columns(columns, stage):
+        with tempfile.TemporaryDirectory(prefix="coldbrew-tune-") as tmp:
+            for c, choice in enumerate(columns):
+                progress(c, len(columns), f"tune {stage}: column {c + 1}/{len(columns)}")
+                bundle = os.path.join(tmp, f"column{c}.brew")
+                compile_graph(model, bundle, target, variants=choice, weights="raw", threads=threads, front=front)
+                runs = sample(bundle, cores, threads, warm=WARM_RUNS)
+                for aid, (name, params) in choice.items():
+                    f, key = found[aid], json.dumps([name, params], sort_keys=True)
+                    if key in f["execute_ms"]:
+                        continue  # this anchor has fewer candidates than the column count
+                    f["execute_ms"][key] = statistics.median(runs["execute"][aid])
+                    f["transform_ms"][key] = sum(runs.get("transform", {}).get(aid, [0.0]))
+
+    def columns_of(lists):
+        width = max(len(v) for v in lists.values())
+        return [{aid: c[min(k, len(c) - 1)] for aid, c in lists.items()} for k in range(width)]
+
+    # stage 1: every variant at its default parameters
+    lists = {a.id: [(v.name, v.space(a.spec)[0]) for v in applicable(a.spec, a.variant.op, isa)] for a in anchors}
+    run_columns(columns_of(lists), "variants")
+    # stage 2: the rest of the spaces of the FINALISTS fastest variants
+    lists = {}
+    for a in anchors:
+        fastest = [json.loads(key)[0] for key, _ in sorted(found[a.id]["execute_ms"].items(), key=lambda kv: kv[1])]
+        rest = [(name, p) for name in fastest[:FINALISTS] for p in get(name, isa).space(a.spec)[1:]]
+        if rest:
+            lists[a.id] = rest
+    if lists:
+        run_columns(columns_of(lists), "parameters")
+    out = {}
+    for a in anchors:
+        f = found[a.id]
+        ranked = sorted(f["execute_ms"].items(), key=lambda kv: kv[1])
+        best_per_variant = {}
+        for key, _ in ranked:
+            name, params = json.loads(key)
+            best_per_variant.setdefault(name, params)
+        out[spec_key(a.spec)] = {"best": json.loads(ranked[0][0])[0], "params": best_per_variant,
+                                 "execute_ms": dict(ranked), "transform_ms": f["transform_ms"]}
+    return out

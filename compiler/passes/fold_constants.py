@@ -1,0 +1,168 @@
+"""Pass `fold_constants`: fold everything computable at compile time.
+
+With fixed input shapes, the shape arithmetic that framework exporters write
+into graphs (Shape -> Gather/Slice -> Concat -> Reshape, Expand, Range,
+ConstantOfShape, Cast, ...) is constant. This pass replaces `Shape`/`Size` of
+statically shaped tensors by constants and evaluates every node whose inputs
+are all constants with ONNX's reference implementation, until nothing
+changes. Constant nodes become initializers; dead nodes are removed.
+
+Folding can materialize a broadcast (Expand, ConstantOfShape, `x * zeros`)
+into a full-size constant that an elementwise op then broadcasts against an
+activation. Such a constant is stored at its smallest broadcast shape: an
+axis along which every value is the same shrinks to 1 wherever the other
+operand already gives the output that extent, so the bundle does not carry
+(and every run does not read) the repeated values.
+"""
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+
+from ..errors import CompileError
+
+NAME = "fold_constants"
+_NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+
+
+def _static_shapes(model):
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:
+        raise CompileError(f"ONNX shape inference failed: {e}") from None
+    shapes = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if all(d is not None for d in dims):
+                shapes[vi.name] = dims
+    for t in g.initializer:
+        shapes[t.name] = list(t.dims)
+    return shapes
+
+
+def _evaluate(node, consts, opset_imports):
+    inputs = [n for n in node.input if n]
+    graph = helper.make_graph(
+        [node], "fold", [],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o],
+        [numpy_helper.from_array(consts[n], n) for n in inputs])
+    model = helper.make_model(graph, opset_imports=opset_imports)
+    return ReferenceEvaluator(model).run(None, {})
+
+
+def _shape_value(node, shapes):
+    src = shapes.get(node.input[0])
+    if src is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(int(np.prod(src)), dtype=np.int64)
+    rank = len(src)
+    start = next((a.i for a in node.attribute if a.name == "start"), 0)
+    end = next((a.i for a in node.attribute if a.name == "end"), rank)
+    start, end = max(0, start + rank if start < 0 else start), min(rank, end + rank if end < 0 else end)
+    return np.array(src[start:end], dtype=np.int64)
+
+
+def apply(model):
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    graph_outputs = {o.name for o in g.output}
+    nodes = list(g.node)
+    changed = True
+    while changed:
+        changed = False
+        shapes = _static_shapes(model)
+        kept = []
+        for node in nodes:
+            value = None
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                value = [_evaluate(node, consts, model.opset_import)[0]]
+            elif node.op_type in ("Shape", "Size") and shapes.get(node.input[0]) is not None:
+                value = [_shape_value(node, shapes)]
+            elif (node.op_type not in _NON_DETERMINISTIC and all(i in consts for i in node.input if i)
+                  and any(node.input)):
+                value = _evaluate(node, consts, model.opset_import)
+            if value is None:
+                kept.append(node)
+                continue
+            for name, v in zip([o for o in node.output if o], value):
+                consts[name] = np.asarray(v)
+            changed = True
+        nodes = kept
+        _rewrite(model, nodes, consts, graph_outputs)
+    # the last round changed nothing, so its shapes are the folded model's
+    if _compact_broadcasts(list(model.graph.node), consts, shapes):
+        _rewrite(model, list(model.graph.node), consts, graph_outputs)
+    return model
+
+
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Equal", "Less", "Greater", "Where"}
+
+
+def _compact(value, other_shape, out_shape):
+    """`value` shrunk to 1 along every axis where it repeats one value and
+    the other operand (right-aligned) already has the output's extent."""
+    rank = len(out_shape)
+    other = [1] * (rank - len(other_shape)) + list(other_shape)
+    offset = rank - value.ndim
+    for axis in range(value.ndim):
+        if value.shape[axis] == 1 or other[axis + offset] != out_shape[axis + offset]:
+            continue
+        first = np.take(value, [0], axis=axis)
+        if np.array_equal(value, np.broadcast_to(first, value.shape)):
+            value = first
+    return value
+
+
+def _compact_broadcasts(nodes, consts, shapes):
+    """Point each broadcasting node's constant operands at compacted copies; True if any changed."""
+    changed = False
+    for node in nodes:
+        if node.op_type not in _BROADCASTING or node.domain not in ("", "ai.onnx") or not node.output:
+            continue
+        out_shape = shapes.get(node.output[0])
+        if out_shape is None:
+            continue
+        for k, name in enumerate(node.input):
+            value = consts.get(name)
+            others = [shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
+            if value is None or value.size <= 1 or value.ndim > len(out_shape) or any(o is None for o in others):
+                continue
+            other = np.broadcast_shapes(*[tuple(o) for o in others]) if others else ()
+            small = _compact(value, other, out_shape)
+            if small.size < value.size:
+                compact = f"{name}.compact{'x'.join(map(str, small.shape))}"
+                consts[compact] = np.ascontiguousarray(small)
+                node.input[k] = compact
+                changed = True
+    return changed
+
+
+def _rewrite(model, nodes, consts, graph_outputs):
+    """Keep live nodes, and the initializers they (or graph outputs) use."""
+    g = model.graph
+    needed = set(graph_outputs)
+    live = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            live.append(node)
+            needed.update(i for i in node.input if i)
+    live.reverse()
+    inputs = {i.name for i in g.input}
+    g.ClearField("node")
+    g.node.extend(live)
+    g.ClearField("initializer")
+    g.initializer.extend(numpy_helper.from_array(consts[n], n) for n in sorted(needed) if n in consts)
+    # Graph inputs that were also initializers and are no longer used disappear.
+    kept_inputs = [i for i in g.input if i.name in needed or i.name not in consts]
+    if len(kept_inputs) != len(inputs):
+        g.ClearField("input")
+        g.input.extend(kept_inputs)
+
+
+def run(c):
+    c.proto = apply(c.proto)
+    return c

@@ -1,0 +1,153 @@
+"""Pass `load_onnx`: read and check an ONNX model; fix its input shapes.
+
+Checks, each with a clear CompileError: the bytes parse as ONNX, the ONNX
+checker accepts the graph, the default-domain opset is in range, every
+operator is supported (all unsupported ones are named in one message), the
+graph has outputs, every input dimension is fixed (from the model or from
+`input_shapes`), and ONNX's strict type and shape inference accepts it.
+"""
+import hashlib
+import os
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import CompileError, UnsupportedOperatorError
+from ..ir.ops import MAX_OPSET, MIN_OPSET, SUPPORTED_OPS, graph_inputs
+
+NAME = "load_onnx"
+
+
+def read_model(source):
+    """Return (ModelProto, sha256 hex of its bytes) from a path, bytes or ModelProto."""
+    if isinstance(source, onnx.ModelProto):
+        data = source.SerializeToString()
+    elif isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    else:
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise CompileError(f"cannot read model '{path}': {e.strerror}") from None
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf raises DecodeError and friends
+        raise CompileError(f"not an ONNX model (protobuf parse failed: {e})") from None
+    if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
+        raise CompileError("not an ONNX model (no graph)")
+    return model, hashlib.sha256(data).hexdigest()
+
+
+def apply(model, input_shapes=None, constants=None):
+    unsupported = {}
+    for i, node in enumerate(model.graph.node):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        if key not in SUPPORTED_OPS:
+            unsupported.setdefault(key, []).append(node.name or f"#{i}")
+    if unsupported:
+        raise UnsupportedOperatorError(unsupported)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise CompileError(f"the ONNX checker rejects the model: {e}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
+    if not model.graph.output:
+        raise CompileError("the model has no graph outputs: nothing to compute")
+    bind_constants(model, constants or {})
+    fix_input_shapes(model, input_shapes or {})
+    check_types(model)
+    return model
+
+
+MAX_ELEMENTS = 2**31 - 1  # kernels index tensors with 32-bit integers
+
+
+def check_types(model):
+    """ONNX's strict type and shape inference over the whole graph: an input
+    of a type an operator does not take, or shapes that cannot meet, is named
+    here rather than deep inside the import; so is a tensor too large for
+    32-bit indexing."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as e:  # InferenceError and its relatives
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CompileError(f"the model's types or shapes do not check: {first}") from None
+    g = inferred.graph
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        n = 1
+        for d in dims:
+            n *= d
+        if n > MAX_ELEMENTS:
+            raise CompileError(f"tensor '{v.name}' would hold {n:,} elements (shape {dims}); coldbrew's kernels "
+                               f"index at most {MAX_ELEMENTS:,}")
+
+
+def bind_constants(model, constants):
+    """Turn the named inputs into initializers holding the given values."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    inputs = {i.name: i for i in graph_inputs(model)}
+    for name, value in constants.items():
+        if name not in inputs:
+            raise CompileError(f"--bind names '{name}', but the model's inputs are {sorted(inputs)}")
+        tt = inputs[name].type.tensor_type
+        want = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        value = np.asarray(value)
+        if value.dtype != want:
+            raise CompileError(f"--bind {name}: value has dtype {value.dtype}, the input is {want}")
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if len(dims) != value.ndim or any(d is not None and d != s for d, s in zip(dims, value.shape)):
+                raise CompileError(f"--bind {name}: value has shape {list(value.shape)}, the input is {dims}")
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+    if constants:
+        kept = [i for i in model.graph.input if i.name not in constants]
+        model.graph.ClearField("input")
+        model.graph.input.extend(kept)
+
+
+def fix_input_shapes(model, input_shapes):
+    inputs = graph_inputs(model)
+    names = {i.name for i in inputs}
+    for name in input_shapes:
+        if name not in names:
+            raise CompileError(f"--input-shape names '{name}', but the model's inputs are {sorted(names)}")
+    for inp in inputs:
+        tt = inp.type.tensor_type
+        if not inp.type.HasField("tensor_type") or tt.elem_type == TensorProto.UNDEFINED:
+            raise CompileError(f"input '{inp.name}' is not a typed tensor")
+        if inp.name in input_shapes:
+            shape = [int(d) for d in input_shapes[inp.name]]
+            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
+                raise CompileError(f"input '{inp.name}' has rank {len(tt.shape.dim)}, --input-shape gives {len(shape)}")
+            tt.ClearField("shape")
+            tt.shape.SetInParent()
+            for d in shape:
+                if d <= 0:
+                    raise CompileError(f"input '{inp.name}': dimension {d} must be positive")
+                tt.shape.dim.add().dim_value = d
+        elif not tt.HasField("shape"):
+            raise CompileError(f"input '{inp.name}' has no shape; give one with --input-shape {inp.name}=1x3x224x224")
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value == 0:
+                raise CompileError(f"input '{inp.name}' dimension {k} is 0: zero-size tensors are not supported")
+            if not d.HasField("dim_value") or d.dim_value < 0:
+                label = d.dim_param or "?"
+                raise CompileError(
+                    f"input '{inp.name}' dimension {k} ('{label}') is not fixed; "
+                    f"give it with --input-shape {inp.name}=...")
+
+
+def run(c):
+    """Pass entry: c.model read, checked and its input shapes fixed (c.proto, c.model_hash, names)."""
+    c.proto, c.model_hash = read_model(c.model)
+    c.proto = apply(c.proto, c.input_shapes, c.constants)
+    c.input_names = [i.name for i in graph_inputs(c.proto)]
+    c.output_names = [o.name for o in c.proto.graph.output]
+    return c

@@ -1,0 +1,45 @@
+"""Pass `schedule_kernels`: explicit schedules for every kernel after fusion.
+
+A function holding an anchor (select_variants) gets its variant's schedule,
+with the fused epilogue attached to the anchor's tiles; every other function
+gets the generic schedule (parallel outer loops, vectorized inner loops).
+A schedule that fails leaves the function as lowered (correct, slower) and is
+reported in the graph's notes.
+"""
+from ..ir.anchors import ANCHOR_RE
+from ..kernels import ANCHOR
+from ..kernels.schedule_util import generic
+
+NAME = "schedule_kernels"
+
+
+def apply(mod, anchors, isa):
+    """`isa`: the target's vector unit (targets.Vector), for the generic schedule."""
+    from tvm import relax, s_tir
+
+    by_index = {a.index: a for a in anchors}
+    notes = []
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            continue
+        m = ANCHOR_RE.search(gv.name_hint)
+        sch = s_tir.Schedule(func)
+        try:
+            if m:
+                a = by_index[int(m.group(1))]
+                a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)
+            else:
+                generic(sch, isa.lanes)
+        except Exception as e:  # TVM raises several error types from schedule primitives
+            notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
+                         "generic schedule used")
+            sch = s_tir.Schedule(func)
+            generic(sch, isa.lanes)
+        mod[gv] = sch.mod["main"]
+    return mod, notes
+
+
+def run(c):
+    c.mod, notes = apply(c.mod, c.anchors, c.target.vector)
+    c.notes += notes
+    return c

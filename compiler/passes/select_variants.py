@@ -1,0 +1,256 @@
+"""Pass `select_variants`: give every conv2d and constant-weight matmul a
+kernel variant (compiler/kernels) and rewrite it into a call of that
+variant's execute kernel on the variant's transformed weights.
+
+The transformed weights are computed here by running the variant's own
+compiled TIR transform, so a bundle that carries them cached holds exactly
+what the transform kernel would produce at run time. Each rewritten call is
+an *anchor*: FuseOps later fuses its elementwise epilogue into it and
+schedule_kernels applies the variant's schedule to the fused function.
+
+Choice: {"*": variant-or-"auto", "c3": variant, "conv2d": variant, ...}
+keys are anchor ids (c<k> for convs, d<k> for dense layers, in graph order),
+op names, or "*". A global choice that does not apply to a layer falls back
+to "auto" for it; a per-anchor one that does not apply is an error.
+"""
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.anchors import ANCHOR_RE, forced
+from ..errors import CompileError
+from ..ir.narrow import direct_layers
+from ..kernels import ConvSpec, DenseSpec, applicable, get
+from ..kernels import build as kbuild
+from ..kernels.conv import channel_vectors
+from ..ir.narrow import fits_fp16, narrow_weights, weight_error
+
+NAME = "select_variants"
+
+
+@dataclass
+class Anchor:
+    id: str
+    index: int
+    spec: object
+    variant: object
+    params: dict
+    raw: np.ndarray
+    transformed: np.ndarray = None
+    const: object = None
+    transform_func: object = None
+    alternatives: list = field(default_factory=list)
+    tuned: bool = False  # params measured on this machine (compiler/measure/tune.py)
+    direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
+    scale: object = None  # int8 direct: the relax constant of the per-output-channel scales
+    direct_error: float = 0.0  # direct: max |w' - w| / max |w| of the narrow weights stored
+
+
+def auto_variant(spec, isa):
+    """The default variant of a layer for the vector unit `isa`, when neither
+    the caller nor a cost-table plan chose one."""
+    if isinstance(spec, DenseSpec):
+        return "dense.packed_gemm"
+    if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
+        return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
+    if spec.depthwise:
+        return "conv2d.depthwise_direct"
+    # narrow outputs (under two vectors wide) waste width-vector lanes: put
+    # output channels in the lanes, unless that pads the channels much
+    lanes = isa.lanes
+    narrow = spec.out_w <= max(28, 2 * lanes) and spec.out_w % lanes != 0
+    kvec = "_kvec" if narrow and channel_vectors(spec, lanes) * lanes <= 1.15 * spec.k else ""
+    if spec.groups == 1 and spec.r == 1 and spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad):
+        return "conv2d.gemm_1x1" + kvec
+    if spec.groups == 1:
+        return "conv2d.im2col_gemm" + kvec
+    return "conv2d.direct"
+
+
+def _choose(anchor_id, op, spec, choice, isa, tuning):
+    """(variant, params, tuned) for one anchor. A choice value is a variant
+    name or (variant name, schedule params). Without given params, a variant
+    gets the ones `tuning` (compiler/measure/tune.py) measured for this layer shape,
+    else the first of its space (the target's register/cache model)."""
+    names = [v.name for v in applicable(spec, op, isa)]
+    for key, want, full, params in forced(choice, anchor_id, op):
+        if full in names:
+            v = get(full, isa)
+            if params is not None:
+                return v, params, False
+            return (v, *_params(v, spec, tuning))
+        if key == anchor_id:
+            raise CompileError(f"variant '{want}' does not apply to {anchor_id} ({spec}); applicable: {names}")
+    best = tuning.best(spec) if tuning else None
+    v = get(best or auto_variant(spec, isa), isa)
+    return (v, *_params(v, spec, tuning))
+
+
+def _params(variant, spec, tuning):
+    measured = tuning.params(spec, variant.name) if tuning else None
+    return (measured, True) if measured is not None else (variant.space(spec)[0], False)
+
+
+def _block(layout):
+    """0 for NCHW, b for the blocked NCHW{b}c (compiler/passes/block_layout.py), None otherwise."""
+    m = re.fullmatch(r"NCHW(?:(\d+)c)?", str(layout))
+    return None if m is None else int(m.group(1) or 0)
+
+
+def _spec_of(call, op_name, const_value):
+    x_ty = call.args[0].ty
+    xs = [int(d) for d in x_ty.shape.values]
+    dtype = str(x_ty.dtype)
+    if op_name == "conv2d":
+        a = call.attrs
+        ib, ob = _block(a.data_layout), _block(a.out_layout)
+        if (ib is None or ob is None or (ib and not ob) or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
+                or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
+            return None
+        w = const_value(call.args[1])
+        if w is None:
+            return None
+        pad = [int(p) for p in a.padding]
+        pad = pad * 2 if len(pad) == 2 else pad
+        return ConvSpec(xs[0], xs[1] * (ib or 1), xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
+                        tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
+                        int(a.groups), dtype, ib, ob), w
+    w = const_value(call.args[1])
+    # rows: x [M, K], or a batch-1 sequence [1, ..., 1, M, K]
+    if (w is None or w.ndim != 2 or len(xs) < 2 or any(d != 1 for d in xs[:-2]) or dtype != "float32"
+            or str(w.dtype) != dtype):
+        return None
+    return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2), w
+
+
+def apply(mod, isa, choice=None, tuning=None, direct=None):
+    """Variants made for the vector unit `isa` (targets.Vector); `tuning`
+    (compiler/measure/tune.py's result, or None) supplies measured choices.
+    `direct(anchor_id)` names the precision ("fp16", "int8") of the anchors
+    that get the direct weight form (compiler/passes/plan_weights.py), else None:
+    their execute kernel reads the transformed weights stored narrow and
+    widens them in registers (int8: the sums scaled per output channel, the
+    scales an extra argument). It applies where the variant's transform
+    only rearranges values and, for fp16, the weights fit fp16; elsewhere
+    the layer keeps fp32 transformed weights.
+    Returns (mod, anchors)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    choice = dict(choice or {})
+    ops = {"conv2d": tvm.ir.Op.get("relax.nn.conv2d"), "dense": tvm.ir.Op.get("relax.matmul")}
+    permute, reshape = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.reshape")
+
+    def is_const(e):
+        return type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value")
+
+    @mutator
+    class Rewriter(PyExprMutator):
+        def __init__(self, mod, phase, anchors):
+            super().__init__(mod)
+            self.mod_, self.phase, self.anchors, self.count = mod, phase, anchors, {"conv2d": 0, "dense": 0}
+
+        def const_value(self, e):
+            if is_const(e):
+                return e.value.numpy()
+            if isinstance(e, relax.Var):
+                b = self.lookup_binding(e)
+                if b is not None and hasattr(b, "op") and len(b.args) >= 1 and is_const(b.args[0]):
+                    v = b.args[0].value.numpy()
+                    if b.op.same_as(permute):
+                        axes = b.attrs.axes
+                        return np.transpose(v, None if axes is None else [int(i) for i in axes])
+                    if b.op.same_as(reshape):
+                        return v.reshape([int(d) for d in b.ty.shape.values])
+            return None
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
+            if op_name is None:
+                return call
+            found = _spec_of(call, op_name, self.const_value)
+            if found is None:
+                return call
+            spec, w = found
+            k = self.count[op_name]
+            self.count[op_name] += 1
+            anchor_id = f"{op_name[0]}{k}"
+            if self.phase == "collect":
+                v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
+                self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
+                                           np.ascontiguousarray(w.astype(spec.dtype)),
+                                           alternatives=[a.name for a in applicable(spec, op_name, isa)],
+                                           tuned=tuned))
+                return call
+            a = next(a for a in self.anchors if a.id == anchor_id)
+            short = a.variant.name.split(".")[1]
+            scale = [a.scale] if a.scale is not None else []
+            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
+                                         primfunc_name_hint=f"cb{a.index}_{short}")
+
+        def transform(self):
+            for gv, func in self.mod_.functions.items():
+                if isinstance(func, relax.Function):
+                    self.builder_.update_func(gv, self.visit_expr(func))
+            return self.builder_.get()
+
+    anchors = []
+    Rewriter(mod, "collect", anchors).transform()
+    transform = _transform_weights(anchors)
+    for a in anchors:
+        want = (direct and direct(a.id)) or ""
+        a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
+        if not a.direct:
+            a.const = relax.const(a.transformed)
+            continue
+        stored, wide = narrow_weights(a.raw, a.direct, kbuild.output_axis(a.spec))
+        a.direct_error = weight_error(a.raw, wide)
+        if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
+            a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
+            a.scale = relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
+        else:
+            a.const = relax.const(a.transformed.astype(np.float16))
+    new_mod = Rewriter(mod, "rewrite", anchors).transform()
+    # anchors fuse with their elementwise epilogue (OutEWiseFusable)
+    for gv, func in list(new_mod.functions.items()):
+        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
+            new_mod[gv] = func.with_attr("op_pattern", 4)
+    return new_mod, anchors
+
+
+def _transform_weights(anchors):
+    """Run every anchor's transform kernel (compiled for this machine)."""
+    import tvm
+    from coldbrew.targets import resolve
+
+    funcs = {}
+    for a in anchors:
+        f = kbuild.transform_func(a.variant, a.spec, a.params)
+        a.transform_func = f
+        if f is not None:
+            funcs[f"cb_transform_{a.index}"] = f
+    if not funcs:
+        for a in anchors:
+            a.transformed = a.raw
+        return lambda a, raw: raw
+    lib = kbuild.build(funcs, resolve("host"))
+    dev = tvm.cpu()
+
+    def transform(a, raw):
+        if a.transform_func is None:
+            return raw
+        out = tvm.runtime.tensor(np.zeros(a.variant.transformed_shape(a.spec, a.params), a.spec.dtype), dev)
+        lib[f"cb_transform_{a.index}"](tvm.runtime.tensor(np.ascontiguousarray(raw, a.spec.dtype), dev), out)
+        return out.numpy()
+
+    for a in anchors:
+        a.transformed = transform(a, a.raw)
+    return transform
+
+
+def run(c):
+    c.mod, c.anchors = apply(c.mod, c.target.vector, c.variants, c.tuning, direct_layers(c.weights, c.precision))
+    return c

@@ -1,0 +1,214 @@
+"""Choose kernel variants, weight forms and where each layer's preparation
+runs, from a device cost table (compiler/measure/profile.py).
+
+    warm         per layer, the variant that executes fastest (warm, the
+                 plan's threads, fastest core class); weights cached
+    cold-greedy  per layer, the (variant, weight form) with the least
+                 sequential cold cost: read (raw or transformed bytes) +
+                 transform (raw form) + first execution; all inline
+    cold         the scheduler: NNV12's Algorithm 1 (papers/nnv12-cold-
+                 inference.txt, section 3.3), adapted as below
+
+The scheduler, for each execution configuration the cores allow (every
+preparation inline on the execution threads; a preparation worker beside
+them, on a free core or sharing one; one execution thread fewer and the
+worker on the freed core):
+
+1. drops the (variant, form) pairs of a layer that another pair beats in
+   both preparation (read + transform) and execution;
+2. starts from each layer's least sequential cold cost, the first layer's
+   preparation on the execution threads and every other on the worker;
+3. moves preparations from the head of the worker's queue onto the
+   execution threads while that shortens the predicted completion (the
+   paper's big-core loop; with one worker there is no load to balance
+   between workers);
+4. tries every remaining pair of every layer in turn and keeps a change
+   when it shortens the predicted completion, until a pass changes nothing
+   (the paper enumerates kernel combinations; after step 1 a layer has one
+   to three pairs left, and a coordinate search over them visits the
+   combinations worth visiting in time linear in the layers).
+
+The completion time of a candidate plan is the simulator's
+(compiler/plan/simulate.py), which models the runtime's queues; the plan with
+the smallest one wins, except that a plan with a preparation worker must
+predict WORKER_MARGIN less than the best plan without one. The simulator
+charges a worker's reads, checks and transforms, not the thread itself:
+its start, a hand-off per step, its turns on a shared core. Where the two
+predictions lie within a hair of each other, the worker's plan measured
+slower (mobilenet_v2 on the 2-core AMD EPYC host, AVX-512: predicted
+7.409 ms with the worker against 7.412 inline; measured, 12 rounds
+interleaved, medians 8.95 against 8.25 ms).
+"""
+import time
+
+from ..ir.graph import DIRECT_FORMS, NARROW
+from .simulate import first_execute_ms, median_ms, narrow_transform_ms, read_ms, simulate
+
+OBJECTIVES = ("warm", "cold-greedy", "cold")
+WORKER_MARGIN = 0.02  # the share of the inline plan's completion a worker must save
+
+
+def choose(table, objective, precision="fp32"):
+    """{"variants": {layer: variant}, "forms": {layer: "raw" | "cached"},
+    "precisions": {layer: "fp32" | precision}, "queues": {layer: q},
+    "threads": T, "predicted_ms": ms, "plan_ms": ms}. A narrow `precision`
+    ("fp16", "int8") stores every variant layer's weights that way where the
+    table measured them, and the plan chooses how (widened on the first
+    run, or read in place by a direct kernel) and which variant, by cost;
+    the "warm" objective keeps fp32 (cached weights)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"plan objective must be one of {OBJECTIVES}, not {objective!r}")
+    t0 = time.perf_counter()
+    if objective == "cold":
+        out = _schedule(table, precision)
+    else:
+        threads = table["threads"]
+        sel = [_greedy(layer, table, threads, objective, precision) for layer in table["layers"]]
+        out = _result(table, sel, [0] * len(sel), threads)
+    out["plan_ms"] = (time.perf_counter() - t0) * 1e3
+    return out
+
+
+def layer_pairs(layer, table, threads, prep_threads, precision="fp32"):
+    """[(variant, form, prep_ms, exec_ms)] of a layer (also the exact
+    yardstick's, compiler/plan/exact.py): every candidate
+    cached, raw where it has a transform, and with a narrow `precision` its
+    weights stored narrow (form "fp16" or "int8", widened on the first run)
+    where the table measured them, and its direct form (fp16 or int8 read
+    in place by the kernel: no widening, its own execution times). A read
+    costs what the simulator charges it (simulate.read_ms)."""
+    cls = table["classes"][0]["name"]
+    out = []
+    for c in layer["candidates"]:
+        prep = {"cached": read_ms(table, c, "cached")}
+        if c["has_transform"]:
+            prep["raw"] = read_ms(table, c, "raw") + median_ms(c["transform_ms"], cls, prep_threads)
+        if precision != "fp32" and precision in c["read_ms"]:
+            prep[precision] = read_ms(table, c, precision) + narrow_transform_ms(table, c, precision, cls, prep_threads)
+        direct = DIRECT_FORMS.get(precision)
+        if direct in c["read_ms"]:
+            prep[direct] = read_ms(table, c, direct)
+        out += [(c["variant"], form, ms, first_execute_ms(c, form, cls, threads)) for form, ms in prep.items()]
+    return out
+
+
+def narrow_pairs(pairs, precision):
+    """A layer's pairs that store its weights at the asked `precision`
+    (narrow, widened or read in place) where it has any: narrow weights are
+    the user's choice, so the plan keeps a layer wide only where narrowing
+    is not available (compiler/measure/error.py keeps layers wide for
+    accuracy after the plan)."""
+    if precision == "fp32":
+        return pairs
+    return [p for p in pairs if p[1] in PAIR_FORMS] or pairs
+
+
+def _undominated(pairs):
+    """Pairs that no other pair beats in both preparation and execution."""
+    def beaten(p):
+        return any(o[2] <= p[2] and o[3] <= p[3] and (o[2] < p[2] or o[3] < p[3]) for o in pairs)
+
+    return [p for p in pairs if not beaten(p)] or pairs[:1]
+
+
+def _greedy(layer, table, threads, objective, precision="fp32"):
+    pairs = layer_pairs(layer, table, threads, threads, precision)
+    if objective == "warm":
+        cls = table["classes"][0]["name"]
+        best = min(layer["candidates"], key=lambda c: median_ms(c["execute_ms"], cls, threads))
+        return next(p for p in pairs if p[0] == best["variant"] and p[1] == "cached")
+    return min(narrow_pairs(pairs, precision), key=lambda p: p[2] + p[3])
+
+
+def _steps(table, sel, queues):
+    return [{"layer": layer["name"], "variant": p[0], "form": p[1], "prep_queue": q, "exec_queue": 0}
+            for layer, p, q in zip(table["layers"], sel, queues)]
+
+
+def simulated_plan(table, chosen):
+    """choose()'s result as the simulator's plan (every layer a step)."""
+    return {"threads": chosen["threads"], "steps": [
+        {"layer": layer["name"], "variant": chosen["variants"].get(layer["name"], layer["candidates"][0]["variant"]),
+         "form": _form(chosen, layer["name"]), "prep_queue": chosen["queues"][layer["name"]],
+         "exec_queue": 0} for layer in table["layers"]]}
+
+
+def _form(chosen, name):
+    """A chosen layer's simulator form: direct, its narrow precision, else its form."""
+    form, p = chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32")
+    if form == "direct":
+        return DIRECT_FORMS[p]
+    return p if p in NARROW else form
+
+
+# a pair's form -> (weight form, precision) of the plan
+PAIR_FORMS = {"fp16": ("cached", "fp16"), "int8": ("raw", "int8"),
+              **{d: ("direct", p) for p, d in DIRECT_FORMS.items()}}
+
+
+def _predict(table, sel, queues, threads):
+    return simulate({"threads": threads, "steps": _steps(table, sel, queues)}, table)["latency_ms"]
+
+
+def _result(table, sel, queues, threads):
+    # layers with one candidate and no transform have nothing to choose
+    chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
+              if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"])
+              or p[1] in PAIR_FORMS]
+    return {"variants": {name: p[0] for name, p in chosen},
+            # fp16 in the kernel's layout where the variant allows it (compiler/passes/plan_weights.py)
+            "forms": {name: PAIR_FORMS.get(p[1], (p[1],))[0] for name, p in chosen},
+            "precisions": {name: PAIR_FORMS.get(p[1], (None, "fp32"))[1] for name, p in chosen},
+            "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
+            "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
+
+
+def configurations(table):
+    """(execution threads, preparation worker?) pairs worth planning for."""
+    threads = table["threads"]
+    configs = [(threads, False), (threads, True)]
+    if threads > 1:
+        configs.append((threads - 1, True))
+    return configs
+
+
+def _schedule(table, precision="fp32"):
+    best = {}  # worker? -> the plan with the least predicted completion
+    for threads, worker in configurations(table):
+        plan = schedule_config(table, threads, worker, precision)
+        if worker not in best or plan["predicted_ms"] < best[worker]["predicted_ms"]:
+            best[worker] = plan
+    inline, pipelined = best[False], best.get(True)
+    if pipelined and pipelined["predicted_ms"] < inline["predicted_ms"] * (1 - WORKER_MARGIN):
+        return pipelined
+    return inline
+
+
+def schedule_config(table, threads, worker, precision="fp32"):
+    layers = table["layers"]
+    # preparation on a worker runs on one thread; inline, on the execution threads
+    options = [_undominated(narrow_pairs(layer_pairs(layer, table, threads, 1 if worker else threads, precision),
+                                         precision)) for layer in layers]
+    sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
+    queues = [0] + [1 if worker else 0] * (len(layers) - 1)
+    cost = _predict(table, sel, queues, threads)
+    # big-core loop: the worker's head moves inline while that helps
+    for i in range(1, len(layers) if worker else 1):
+        trial = queues[:i] + [0] + queues[i + 1:]
+        c = _predict(table, sel, trial, threads)
+        if c >= cost:
+            break
+        queues, cost = trial, c
+    # coordinate search over each layer's remaining pairs
+    changed = True
+    while changed:
+        changed = False
+        for i, opts in enumerate(options):
+            for p in opts:
+                if p == sel[i]:
+                    continue
+                trial = sel[:i] + [p] + sel[i + 1:]
+                c = _predict(table, trial, queues, threads)
+                if c < cost - 1e-9:
+                    sel, cost, changed = trial, c, True
+    return _result(table, sel, queues, threads)

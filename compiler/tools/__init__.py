@@ -1,0 +1,1 @@
+"""The command line and the tools around a bundle (inspect, trace export)."""
