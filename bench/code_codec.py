@@ -22,7 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import cold_process, cold_protocol, host_isa, zoo  # noqa: E402
+from common import host_isa, zoo  # noqa: E402
+from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 import peers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

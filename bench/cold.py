@@ -26,7 +26,8 @@ import sys
 import tempfile
 import time
 
-from common import ROOT, cold_process, cold_protocol, geomean, zoo
+from common import ROOT, geomean, zoo
+from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
 

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, cold_process, cold_protocol, geomean, zoo
+from common import ROOT, geomean, zoo
+from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 from coldbrew.compiler import compile_model
 import coldbrew.compiler.passes.write_bundle as wb

@@ -23,7 +23,6 @@ common.save_ort_best), loaded memory-mapped with optimizations off, initializers
 used in place and weight prepacking off.
 """
 import json
-import os
 import sys
 import time
 
@@ -38,23 +37,19 @@ if ORT:
 else:
     import coldbrew
 t_import = time.perf_counter() - t_import
-from common import settle_memory  # noqa: E402  (bench/ is this script's folder)
+from coldbrew.compiler.measure.protocol import cold_start  # noqa: E402  (after the engine's import)
 if not ORT:  # the tool that reads the inputs from the header: not the engine's import
     from coldbrew.compiler.bundle.reader import input_specs
 
 
 def evict(path):
-    """Settle memory (common.settle_memory: the CPU caches cleared, fresh
-    memory alike for every sample), then drop the file from the page
-    cache (--file-cached: then read it whole back in)."""
-    settle_memory()
-    fd = os.open(path, os.O_RDONLY)
-    os.fdatasync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    """The protocol's cold start (memory settled, the file evicted);
+    --file-cached: then the file read whole back into the page cache."""
+    cold_start(path)
     if "--file-cached" in sys.argv:  # read whole into the page cache instead
-        while os.read(fd, 8 << 20):
-            pass
-    os.close(fd)
+        with open(path, "rb", buffering=0) as f:
+            while f.read(8 << 20):
+                pass
 
 
 def ort_sample(path, threads):

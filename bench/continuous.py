@@ -22,7 +22,8 @@ import statistics
 import sys
 import tempfile
 
-from common import ROOT, cold_process, cold_protocol, geomean, host_isa, zoo
+from common import ROOT, geomean, host_isa, zoo
+from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 from coldbrew.compiler import compile_model
 

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, cold_process, cold_protocol, geomean, zoo
+from common import ROOT, geomean, zoo
+from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 

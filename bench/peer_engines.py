@@ -309,11 +309,9 @@ def child(engine, inputs, out, warm, threads, paths, mode="cold"):
     __import__(MODULES[base.split()[0]])
     t_import = time.perf_counter() - t0
     feeds = dict(np.load(inputs))
-    from common import settle_memory  # bench/ is this script's folder
+    from coldbrew.compiler.measure.protocol import cold_start
 
-    settle_memory()  # the CPU caches cleared, fresh memory alike for every engine
-    for f in _files(paths):
-        evict(f)
+    cold_start(_files(paths))  # memory settled, every artifact evicted
     io0 = _io_read_bytes()
     t1 = time.perf_counter()
     handle = load(paths, threads, mode) if engine.startswith("coldbrew") else load(paths, threads)

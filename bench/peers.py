@@ -25,16 +25,16 @@ Protocol (DESIGN.md), for every engine alike: conversion untimed; then
 per sample the whole page cache dropped (root only; the header says
 whether it was), then a fresh process (bench/peer_engines.py child) that
 imports the engine (import time apart), settles memory (writes and frees
-1 GiB, common.settle_memory: on this VM a first write to memory it has
+1 GiB, the protocol's settle_memory: on this VM a first write to memory it has
 handed back to its host costs a stall that depends on what the samples
 before freed, so every engine starts on the same memory), evicts the
 engine's files from the page cache, and times load + first result;
 samples rotate over engines and models in rounds, each round in its own shuffled order; the first round
 also times --warm runs after the first (warm = their median). Read
 bandwidth is measured in the same run, at the start of every round (files
-written once, read back after the same drop and settling, the best of
-plain reads, many 1 MiB requests in flight, and a mapping brought in 2 MB
-at a time; the median over rounds);
+written once, read back after the same drop and settling the runtime's
+way, compiler/measure/protocol.py read_rate, as the profiler reads; the
+median over rounds);
 the floor per model = max(the faster warm latency of coldbrew's best plan
 and onnxruntime, coldbrew's bundle bytes ÷ that bandwidth), the cold-path
 issue's.
@@ -53,10 +53,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (ROOT, cold_process, cold_protocol, drop_page_cache, geomean, host_isa,  # noqa: E402
-                    settle_memory, zoo)
+from common import ROOT, geomean, host_isa, zoo  # noqa: E402
 import peer_engines as pe  # noqa: E402
-from coldbrew.compiler.measure.protocol import populate_read  # noqa: E402
+from coldbrew.compiler.measure.protocol import cold_process, read_rate  # noqa: E402
+from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
 COLDBREW = {  # label -> compile_model options (the ablation, in order)
     "coldbrew [default]": {"weights": "raw"},
@@ -114,44 +114,10 @@ def bandwidth_files(work, size=128 << 20):
 
 
 def time_reads(paths):
-    """Bytes per second of a cold sequential read on this machine now: the
-    best of three ways, so the floor is not set by a reader that leaves the
-    device idle or copies what it reads: plain read() calls (the kernel's
-    read-ahead alone) on the first file; the second asked for first in
-    1 MiB requests (many in flight); and the first mapped and brought into
-    the mapping 2 MB at a time (MADV_POPULATE_READ, huge folios asked for),
-    no copy, the way coldbrew's runtime reads a bundle (Linux 5.14 on)."""
-    best = 0.0
-    for read, path in ((_read_plain, paths[0]), (_read_requested, paths[1]), (_populate, paths[0])):
-        drop_page_cache()  # as before every sample
-        settle_memory()
-        pe.evict(path)
-        size = os.path.getsize(path)
-        t = time.perf_counter()
-        if read(path, size):
-            best = max(best, size / (time.perf_counter() - t))
-    return best
-
-
-def _read_plain(path, size, requested=False):
-    """read() calls; `requested`: the whole file asked for first in 1 MiB
-    requests."""
-    with open(path, "rb", buffering=0) as f:
-        if requested:
-            for off in range(0, size, 1 << 20):
-                os.posix_fadvise(f.fileno(), off, 1 << 20, os.POSIX_FADV_WILLNEED)
-        while f.read(8 << 20):
-            pass
-    return True
-
-
-def _read_requested(path, size):
-    return _read_plain(path, size, requested=True)
-
-
-# mapped and brought in 2 MB at a time, the runtime's way; False where the
-# kernel cannot (the measurement is then left out)
-_populate = populate_read
+    """Bytes per second of a cold read on this machine now: the protocol's
+    read_rate (compiler/measure/protocol.py), the runtime's way of reading
+    a bundle, as the profiler measures it for the cost table."""
+    return read_rate(paths)
 
 
 def read_bandwidth(work):

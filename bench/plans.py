@@ -36,8 +36,8 @@ is checked two ways: strictly (the orders of the six medians equal), and
 with ties (no two plans ordered one way by the simulator and the other
 way by the measurement where either puts them more than 5 % apart, the
 criterion's own margin for "fastest"). Storage bandwidth is measured in
-every round (the largest bundle evicted and read whole by the peer
-benchmark's three readers, the best of them). Floor per model = max(faster warm of coldbrew and
+every round (the largest bundle read cold by the protocol's read_rate,
+the runtime's way, as the profiler measures it). Floor per model = max(faster warm of coldbrew and
 onnxruntime, bundle bytes / bandwidth). Under each model's medians, each
 arm's first to third quartile (q1-q3), and every sample is written to
 out/plans/samples.json: this host's cold samples can fall in two clusters
@@ -57,7 +57,9 @@ import sys
 import tempfile
 
 from common import save_ort_best
-from common import ROOT, cold_process, cold_protocol, geomean, host_isa, read_alone_ms, zoo
+from common import ROOT, geomean, host_isa, zoo
+from coldbrew.compiler.measure.protocol import cold_process, cold_read_ms, read_rate  # noqa: E402
+from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
 from coldbrew.compiler import compile_model, tuned_front
 from coldbrew.compiler.plan.scheduler import choose, layer_pairs
@@ -160,11 +162,8 @@ def verdicts(cold, predicted, models, margin):
 
 
 def bandwidth_mb_s(path):
-    """The peer benchmark's measure (the best of its three readers), on
-    this file."""
-    from peers import time_reads
-
-    return time_reads([path, path]) / 1e6
+    """The protocol's storage bandwidth (read_rate), on this file."""
+    return read_rate(path) / 1e6
 
 
 def sample(argv):
@@ -235,7 +234,7 @@ def main():
                 m, arm = key
                 bundle = arms[alias[(m, "cold")]][0]  # the scheduler's, as its arm measures it
                 if arm == "read alone":  # brought in, nothing run
-                    alone.setdefault(m, []).append(read_alone_ms(bundle))
+                    alone.setdefault(m, []).append(cold_read_ms(bundle))
                 elif arm == "file cached":  # its cold start from a file in the page cache
                     cached.setdefault(m, []).append(sample([bundle, "--file-cached"])["cold_ms"])
                 else:

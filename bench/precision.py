@@ -35,7 +35,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, cold_protocol, geomean, host_isa, zoo  # noqa: E402
+from common import ROOT, geomean, host_isa, zoo  # noqa: E402
+from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 import peers  # noqa: E402
 
 FP32, FP16, INT8, ORT = "coldbrew [pipeline]", "coldbrew fp16 [pipeline]", "coldbrew int8 [pipeline]", "onnxruntime best"

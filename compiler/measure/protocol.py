@@ -1,20 +1,29 @@
-"""Timing kernels: the one way coldbrew measures a kernel.
+"""The cold-run protocol: the one way coldbrew times a cold start, used by
+the profiler that fills the cost table, the tuner, and every benchmark
+that judges the plan made from it (bench/).
 
-A kernel is timed where it will run: inside a bundle, by coldbrew's own
-runtime and thread pool, in a fresh process pinned to chosen cores, from the
-runtime's trace (per plan step: read, transform, execute, with the open
-phases). The profiler (compiler/measure/profile.py) takes its cold samples and warm
-runs this way, and the tuner (compiler/measure/tune.py) its search.
+A cold sample, step by step:
 
-    populate_read(path)   read a file the runtime's way (the profile's
-        storage bandwidth and the peer benchmark's floor time it)
-    sample(bundle, cores, threads, warm)   one fresh process: evict the bundle,
-        open it, run once (the cold run), then `warm` more runs; returns
-        {"open": {phase: ms}, "read" | "transform" | "execute_first" |
-        "execute": {layer: [ms, ...]}}
+    1. cold_process(cmd)   the whole page cache dropped (root only), then a
+                           fresh process, pinned where the caller says
+    2. the process imports its engine (benchmarks time this apart) and
+       makes its inputs
+    3. cold_start(paths)   settle_memory(): fresh memory written and freed
+                           (the CPU caches cleared, the heap and page cache
+                           starting on memory as a freshly started app
+                           finds it); then evict(path) for each artifact
+    4. the clock: load + first result
 
-The worker side imports only the runtime (no TVM): what it measures is what
-an app pays.
+Storage is measured the same way the runtime reads a bundle:
+cold_read_ms(path) brings a file in through populate_read (mapped, huge
+folios asked for, 2 MB at a time) after the same steps 1 and 3;
+read_rate(paths) is the storage bandwidth every figure uses.
+
+Kernel samples (the profiler's and the tuner's): sample(bundle, cores,
+threads, warm) runs steps 1-4 on a bundle in a worker that imports only the
+runtime (no TVM: what it measures is what an app pays), with the runtime's
+trace on, then `warm` more runs; it returns {"open": {phase: ms}, "read" |
+"transform" | "execute_first" | "execute": {layer: [ms, ...]}}.
 """
 import json
 import os
@@ -38,6 +47,71 @@ def core_classes(target):
     return classes or [("core", sorted(usable))]
 
 
+def drop_page_cache():
+    """Write back and drop the whole page cache (root only): step 1, before
+    a sample's process starts, so that it imports its engine from storage
+    and finds memory as a freshly started app does. True when dropped."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def can_drop_page_cache():
+    return os.access("/proc/sys/vm/drop_caches", os.W_OK)
+
+
+def describe():
+    """The words every cold figure's header carries."""
+    if can_drop_page_cache():
+        return ("cold protocol: page cache dropped before each sample's process, memory settled and artifact "
+                "evicted after its import")
+    return "page cache NOT dropped (drop_caches needs root): only the artifact evicted after the import"
+
+
+def cold_process(cmd, **kw):
+    """Step 1 and the sample's fresh process: subprocess.run(cmd, **kw)."""
+    drop_page_cache()
+    return subprocess.run(cmd, **kw)
+
+
+SETTLE_BYTES = 1 << 30
+
+
+def settle_memory(nbytes=SETTLE_BYTES):
+    """Write `nbytes` of fresh memory and free it (step 3, after the
+    engine's import and the inputs, before the artifact's eviction). It
+    clears the CPU caches of what came before, and it gives every engine
+    the same memory to start on: on a VM that hands freed memory back to
+    its host, the first write to a 2 MB block handed back costs about
+    4.7 ms of the writing thread's CPU instead of 0.1-0.2 ms, and how much
+    of it a sample meets depends on what the samples before it freed
+    (alexnet's bundle, 6 rounds interleaved with onnxruntime samples:
+    median 169 ms, 95-211, without this step; 94-100 ms medians with every
+    sample settling). At most a quarter of what is available;
+    CB_SETTLE_MB sets the size in MiB (0: off), to compare protocols."""
+    import numpy as np
+
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(ln.split()[1]) << 10 for ln in f if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        avail = 4 * nbytes
+    n = min(int(os.environ.get("CB_SETTLE_MB", nbytes >> 20)) << 20, avail // 4) // 4
+    if n:
+        buf = np.empty(n, np.float32)
+        buf.fill(1.0)
+        del buf
+        try:  # the process's peak resident set starts again from here (Linux 4.0 on)
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+
 def evict(path):
     """Drop a file from the page cache so the next read is cold."""
     fd = os.open(path, os.O_RDONLY)
@@ -46,6 +120,13 @@ def evict(path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def cold_start(paths):
+    """Step 3: memory settled, then every artifact in `paths` evicted."""
+    settle_memory()
+    for path in [paths] if isinstance(paths, str) else paths:
+        evict(path)
 
 
 MADV_POPULATE_READ = 22  # Linux 5.14; Python's mmap module names it from 3.13 on
@@ -76,14 +157,34 @@ def populate_read(path, size=None):
             m.close()
 
 
-def flush_cpu_caches(nbytes=96 << 20):
-    """Write and read a buffer larger than the last-level cache, so a cold
-    sample does not find the previous process's data still cached."""
-    import numpy as np
+def _read_plain(path):
+    with open(path, "rb", buffering=0) as f:
+        while f.read(8 << 20):
+            pass
 
-    buf = np.empty(nbytes // 4, np.float32)
-    buf.fill(1.0)
-    return float(buf[::1024].sum())
+
+def cold_read_ms(path):
+    """Milliseconds to bring `path` in from storage, cold (steps 1 and 3),
+    the runtime's way (populate_read; plain read() calls where the kernel
+    cannot populate a mapping)."""
+    drop_page_cache()
+    cold_start(path)
+    t = time.perf_counter()
+    if not populate_read(path):
+        cold_start(path)
+        t = time.perf_counter()
+        _read_plain(path)
+    return (time.perf_counter() - t) * 1e3
+
+
+def read_rate(paths):
+    """Bytes per second of a cold read of `paths` on this machine now (the
+    median over the files, each read by cold_read_ms): the storage
+    bandwidth of the cost table and of every benchmark's floor."""
+    import statistics
+
+    paths = [paths] if isinstance(paths, str) else paths
+    return statistics.median(os.path.getsize(p) / cold_read_ms(p) * 1e3 for p in paths)
 
 
 def code_hash(roots):
@@ -103,7 +204,7 @@ def code_hash(roots):
 
 
 def _worker(args):
-    """Evict the bundle, open it, run it once (the cold run: open phases,
+    """Settle memory and evict the bundle (cold_start), open it, run it once (the cold run: open phases,
     read, transform, first execute per layer), then `warm` more runs."""
     os.sched_setaffinity(0, set(args["cores"]))
     import numpy as np
@@ -121,8 +222,7 @@ def _worker(args):
                 key = execute_key if e["phase"] == "execute" else e["phase"]
                 out[key].setdefault(e["layer"], []).append(ms)
 
-    flush_cpu_caches()
-    evict(args["bundle"])
+    cold_start(args["bundle"])
     t = time.perf_counter()
     sess = coldbrew.load(args["bundle"], threads=args["threads"], trace=True)
     load_ms = (time.perf_counter() - t) * 1e3
@@ -151,8 +251,8 @@ def sample(bundle, cores, threads, warm=0, into=None):
     runs), merged into `into` (lists of samples per phase and layer)."""
     into = {} if into is None else into
     args = {"bundle": bundle, "cores": list(cores), "threads": threads, "warm": warm}
-    proc = subprocess.run([sys.executable, "-m", "coldbrew.compiler.measure.protocol", json.dumps(args)],
-                          capture_output=True, text=True)
+    proc = cold_process([sys.executable, "-m", "coldbrew.compiler.measure.protocol", json.dumps(args)],
+                        capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"measurement worker failed: {proc.stderr.strip()[-2000:]}")
     for key, per in json.loads(proc.stdout).items():

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import POPULATE_READ, ROOT
+from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import peer_engines as pe  # noqa: E402
-from common import SETTLE_BYTES  # noqa: E402
+from coldbrew.compiler.measure.protocol import SETTLE_BYTES  # noqa: E402
 import peers  # noqa: E402
 
 
@@ -138,19 +138,3 @@ def test_scheduler_goals_use_the_cold_path_issues_floor():
     assert any("ncnn fp32: failed or not run" in ln for ln in lines)
     del rows["a"]["onnxruntime"]
     assert "not measured" in peers.scheduler_goals(rows, 1e9)[0]
-
-
-def test_read_bandwidth_takes_the_best_of_three_readers_one_of_them_mapped(tmp_path, monkeypatch):
-    p = tmp_path / "f.bin"
-    p.write_bytes(np.random.default_rng(0).bytes(4 << 20))
-    calls, real = [], peers._populate
-
-    def spy(path, size):
-        calls.append((path, size))
-        return real(path, size)
-
-    monkeypatch.setattr(peers, "_populate", spy)
-    assert peers.time_reads([str(p), str(p)]) > 0
-    assert calls == [(str(p), 4 << 20)]
-    if POPULATE_READ:
-        assert real(str(p), 4 << 20)

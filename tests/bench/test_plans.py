@@ -63,15 +63,6 @@ def test_the_cold_and_file_cached_samples_run_the_bundle(small_bundle):
         assert len(s["runs_ms"]) == plans.WARM_RUNS
 
 
-def test_read_alone_times_the_file_it_is_given(tmp_path):
-    from common import read_alone_ms
-
-    path = tmp_path / "f.bin"
-    path.write_bytes(os.urandom(3 << 20))
-    ms = read_alone_ms(str(path))
-    assert ms is None or ms > 0  # None: a kernel without MADV_POPULATE_READ
-
-
 def test_the_a_a_control_is_the_gap_between_two_medians_of_one_bundle():
     cold = {("a", "cold"): 10.0, ("a", plans.AA): 11.0, ("b", "cold"): 8.0, ("b", plans.AA): 8.0,
             ("c", "cold"): 6.0, ("c", plans.AA): 5.0}
