@@ -6,7 +6,7 @@ trace's overhead and the profiler's cost, measured side by side in one run.
 Per model: compile the default bundle, profile the model (the device cost
 table; cached after the first time: the time printed is this run's) and
 predict the cold latency with the simulator. Then take fresh-process cold
-samples (bench/cold_sample.py: import first, evict, time load + first
+samples (bench/harness/cold_sample.py: import first, evict, time load + first
 result) of each bundle untraced and traced, and of onnxruntime on the ONNX
 file, in rounds over all models, so that each median spans the whole run
 as each table's samples span its profile (shared machines drift over
@@ -26,10 +26,10 @@ import sys
 import tempfile
 import time
 
-from common import ROOT, geomean, zoo
+from harness.common import ROOT, geomean, zoo
 from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
-SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
+SAMPLER = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
 
 
 def samples(n, *kinds):

@@ -2,7 +2,7 @@
 second and third runs of a `--plan cold --continuous` bundle opened with
 mode="continuous", against the warm latency of the `--plan warm` bundle
 (the warm-fastest variants). Every sample is a fresh process
-(bench/cold_sample.py: bundle evicted, load + first result timed, then
+(bench/harness/cold_sample.py: bundle evicted, load + first result timed, then
 runs back to back with no idle time between them); the two bundles'
 samples alternate in rounds.
 
@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 
-from common import ROOT, geomean, host_isa, zoo
+from harness.common import ROOT, geomean, host_isa, zoo
 from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 from coldbrew.compiler import compile_model
@@ -34,7 +34,7 @@ def main():
     args = sys.argv[1:]
     models = args[0].split(",") if args else ["mobilenet_v2", "resnet50", "squeezenet", "googlenet"]
     rounds = int(args[1]) if len(args) > 1 else 5
-    sampler = os.path.join(ROOT, "bench", "cold_sample.py")
+    sampler = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
     with tempfile.TemporaryDirectory(prefix="coldbrew-continuous-") as d:
         arms = []
         for m in models:

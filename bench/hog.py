@@ -7,7 +7,7 @@ Per model, a bundle whose layers (all but the first) are prepared by a
 worker (`--prep-queue 1 --prep-queue c0=0`) and one with all preparation
 inline. Each round takes one cold sample of every bundle unloaded and one
 with a busy-looping process pinned to core N (default: the last core this
-process may use), in turns (bench/cold_sample.py: fresh process, bundle
+process may use), in turns (bench/harness/cold_sample.py: fresh process, bundle
 evicted, load + first result). The worker bundle is also run with its
 executing thread placed on another core than the hog and parallel loops
 split 2:1 toward it ("split": the app tells the runtime that the second
@@ -22,14 +22,14 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, geomean, zoo
+from harness.common import ROOT, geomean, zoo
 from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
 def sample(path, *flags):
-    out = cold_process([sys.executable, os.path.join(ROOT, "bench", "cold_sample.py"), path, *flags],
+    out = cold_process([sys.executable, os.path.join(ROOT, "bench", "harness", "cold_sample.py"), path, *flags],
                        capture_output=True, text=True, check=True)
     j = json.loads(out.stdout)
     return j["load_ms"] + j["first_run_ms"]

@@ -13,7 +13,7 @@ than 2x).
 import argparse
 import json
 
-from common import geomean, host_isa, median_ms, ort_session, zoo
+from harness.common import geomean, host_isa, median_ms, ort_session, zoo
 import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 

@@ -6,7 +6,7 @@ run: a markdown table, PNG charts and a geomean line per engine.
 
 Models: zoo names (default: all ten), and ONNX files given with --onnx
 (their input shapes with --shape when not fixed in the file). The engines
-(bench/peer_engines.py) come from the optional extra `pip install -e
+(bench/harness/peer_engines.py) come from the optional extra `pip install -e
 .[bench]` (`.ci/setup-bench.sh`); one that is missing, fails to convert,
 fails to run or gives an output that differs from onnxruntime's is shown
 as such in the table with its error, never dropped.
@@ -23,7 +23,7 @@ times the tuned kernels).
 
 Protocol (DESIGN.md), for every engine alike: conversion untimed; then
 per sample the whole page cache dropped (root only; the header says
-whether it was), then a fresh process (bench/peer_engines.py child) that
+whether it was), then a fresh process (bench/harness/peer_engines.py child) that
 imports the engine (import time apart), settles memory (writes and frees
 1 GiB, the protocol's settle_memory: on this VM a first write to memory it has
 handed back to its host costs a stall that depends on what the samples
@@ -53,8 +53,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, geomean, host_isa, zoo  # noqa: E402
-import peer_engines as pe  # noqa: E402
+from harness.common import ROOT, geomean, host_isa, zoo  # noqa: E402
+from harness import peer_engines as pe  # noqa: E402
 from coldbrew.compiler.measure.protocol import cold_process, read_rate  # noqa: E402
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
@@ -213,7 +213,7 @@ def sample(engine, prep, threads, warm):
     if isinstance(arts, Exception):
         return {"error": str(arts)}
     outs = os.path.join(prep["dir"], "out.npz")
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "peer_engines.py"), "child", engine,
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "harness", "peer_engines.py"), "child", engine,
            os.path.join(prep["dir"], "inputs.npz"), outs, str(warm), str(threads), *arts]
     try:
         r = cold_process(cmd, capture_output=True, text=True, timeout=900)

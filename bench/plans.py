@@ -25,7 +25,7 @@ tuned kernels):
 
 and onnxruntime default and its best cold configuration (ORT format
 optimized offline, memory mapped, optimizations and prepacking off).
-Samples are fresh processes (bench/cold_sample.py: memory settled, file
+Samples are fresh processes (bench/harness/cold_sample.py: memory settled, file
 evicted, load + first result), all arms interleaved in rounds, each round
 in its own shuffled order; each sample also times 20 warm runs. Arms
 whose bundles carry the same plan (the same variant, weight form and
@@ -56,8 +56,8 @@ import statistics
 import sys
 import tempfile
 
-from common import save_ort_best
-from common import ROOT, geomean, host_isa, zoo
+from harness.common import save_ort_best
+from harness.common import ROOT, geomean, host_isa, zoo
 from coldbrew.compiler.measure.protocol import cold_process, cold_read_ms, read_rate  # noqa: E402
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
@@ -66,7 +66,7 @@ from coldbrew.compiler.plan.scheduler import choose, layer_pairs
 from coldbrew.compiler.measure.profile import profile
 from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
-SAMPLER = os.path.join(ROOT, "bench", "cold_sample.py")
+SAMPLER = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
 OUT = os.path.join(ROOT, "out", "plans")  # samples.json: every arm's cold samples
 COMPARED = ["default", "warm", "cold-greedy", "all-raw", "all-cached", "cold"]
 AA = "cold (A/A)"  # the scheduler's bundle sampled a second time in every round

@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, geomean, host_isa, zoo  # noqa: E402
+from harness.common import ROOT, geomean, host_isa, zoo  # noqa: E402
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 import peers  # noqa: E402
 

@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 
-from common import geomean, host_isa, ort_session, zoo
+from harness.common import geomean, host_isa, ort_session, zoo
 import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
 
 DEFAULT = ["resnet50", "mobilenet_v2", "squeezenet", "googlenet"]

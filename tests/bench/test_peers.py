@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import peer_engines as pe  # noqa: E402
+from harness import peer_engines as pe  # noqa: E402
 from coldbrew.compiler.measure.protocol import SETTLE_BYTES  # noqa: E402
 import peers  # noqa: E402
 

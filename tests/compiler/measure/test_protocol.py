@@ -119,7 +119,7 @@ def imported_from_protocol(path):
     return names
 
 
-@pytest.mark.parametrize("script", ["bench/cold_sample.py", "bench/peer_engines.py"])
+@pytest.mark.parametrize("script", ["bench/harness/cold_sample.py", "bench/harness/peer_engines.py"])
 def test_the_benchmarks_samplers_start_cold_through_the_protocol(script):
     assert "cold_start" in imported_from_protocol(os.path.join(ROOT, script))
 

@@ -6,7 +6,7 @@
 - `load(paths, threads)` and `run(handle, feeds)` (in a fresh child
   process per sample, timed by `child`).
 
-    python bench/peer_engines.py child ENGINE INPUTS.npz OUT.npz WARM THREADS ARTIFACT...
+    python bench/harness/peer_engines.py child ENGINE INPUTS.npz OUT.npz WARM THREADS ARTIFACT...
 
 prints one JSON line: import_ms (the engine's modules, timed apart),
 load_ms, first_run_ms, cold_ms (load + first), warm_ms (WARM runs after
@@ -24,8 +24,8 @@ import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/harness/ -> the repo
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # harness.common, run as the child script too
 
 
 def evict(path):
@@ -84,7 +84,7 @@ def coldbrew_run(sess, feeds):
 
 def ort_convert_best(model, work, threads):
     """Optimized offline (ORT_ENABLE_ALL), saved in ORT format."""
-    from common import save_ort_best
+    from harness.common import save_ort_best
 
     out = os.path.join(work, "model.ort")
     save_ort_best(model, out, threads)
@@ -93,7 +93,7 @@ def ort_convert_best(model, work, threads):
 
 def ort_load(paths, threads, best=False):
     import onnxruntime as ort
-    from common import ort_options
+    from harness.common import ort_options
 
     return ort.InferenceSession(paths[0], ort_options(ort, threads, best), providers=["CPUExecutionProvider"])
 
@@ -254,7 +254,7 @@ def iree_run(module, feeds):
 # --- MNN (the wheel's converter module, never its telemetry path) ---
 
 def mnn_convert(model, work, threads):
-    import MNN  # noqa: F401  (registers the converter's extension module)
+    __import__("MNN")  # registers the converter's extension module (_tools)
     import _tools
 
     out = os.path.join(work, "model.mnn")

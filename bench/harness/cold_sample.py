@@ -4,9 +4,9 @@ cache, then time load + first result (the inputs are made before the
 clock starts; onnxruntime's, which need its session, between load and run).
 Prints one JSON line.
 
-    python bench/cold_sample.py BUNDLE [--trace] [--threads N] [--mode continuous] [--runs N]
-    python bench/cold_sample.py MODEL.onnx --ort [--threads N] [--runs N]
-    python bench/cold_sample.py MODEL.ort --ort-best [--threads N] [--runs N]
+    python bench/harness/cold_sample.py BUNDLE [--trace] [--threads N] [--mode continuous] [--runs N]
+    python bench/harness/cold_sample.py MODEL.onnx --ort [--threads N] [--runs N]
+    python bench/harness/cold_sample.py MODEL.ort --ort-best [--threads N] [--runs N]
 
 --runs N times N more runs after the first, back to back (runs_ms).
 --file-cached reads the file into the page cache where the others evict
@@ -18,8 +18,8 @@ C before loading, so the runtime's executing thread is placed there and its
 worker on the next core.
 
 --ort-best is onnxruntime's best cold configuration: a model optimized
-offline (ORT_ENABLE_ALL) and saved in ORT format (bench/cold_sample.py's
-common.save_ort_best), loaded memory-mapped with optimizations off, initializers
+offline (ORT_ENABLE_ALL) and saved in ORT format (bench/harness/common.py's
+save_ort_best), loaded memory-mapped with optimizations off, initializers
 used in place and weight prepacking off.
 """
 import json
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 if ORT:
     import onnxruntime as ort
-    from common import ort_options  # bench/ is this script's folder
+    from common import ort_options  # bench/harness/ is this script's folder
 else:
     import coldbrew
 t_import = time.perf_counter() - t_import

@@ -2,7 +2,7 @@
 not built: a weight form is worth adding only if a preparation core
 decompresses faster than the bytes it saves take to read.
 
-    python bench/compress.py [models...]     (codecs: zlib from Python; zstandard, lz4 from `.[bench]`)
+    python bench/experiments/compress.py [models...]     (codecs: zlib from Python; zstandard, lz4 from `.[bench]`)
 
 Per zoo model: its conv/dense weights as the fp16 bundle stores them (raw
 layout), byte-shuffled (all low bytes, then all high bytes: the exponent
@@ -28,8 +28,8 @@ import zlib
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import geomean, host_isa, zoo  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: harness, peers
+from harness.common import geomean, host_isa, zoo  # noqa: E402
 from peers import read_bandwidth  # noqa: E402
 
 

@@ -5,7 +5,7 @@ dedicated preparation core beside 2 execution threads, and the exact
 optimum of the same model (compiler/plan/exact.py, MILP). Prints the gap
 distribution and the scheduler's planning time.
 
-    python bench/plan_gap.py [--tables 200] [--layers 4,6,8] [--seed 1]
+    python bench/experiments/plan_gap.py [--tables 200] [--layers 4,6,8] [--seed 1]
 """
 import argparse
 import random

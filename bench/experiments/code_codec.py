@@ -6,11 +6,11 @@ bundle compiled twice, its code stored plain and as an LZ4 block
 - the runtime's decoder rate (cb_lz4_decode, one thread, median of 200)
   and the time to read the saved bytes at the storage bandwidth measured
   in the same run (bench/peers.py's measurement);
-- cold load + first result of both bundles (bench/cold_sample.py: a fresh
+- cold load + first result of both bundles (bench/harness/cold_sample.py: a fresh
   process per sample, the page cache dropped before each, each arm reading
   its own file, the arms' order alternating per round), medians.
 
-    python bench/code_codec.py [models...] [--rounds 10]
+    python bench/experiments/code_codec.py [models...] [--rounds 10]
 """
 import argparse
 import ctypes
@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import host_isa, zoo  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: harness, peers
+from harness.common import host_isa, zoo  # noqa: E402
 from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 import peers  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "harness", "cold_sample.py")
 
 
 def compile_both(model, out):
@@ -71,7 +71,7 @@ def decode_rate(path):
 
 
 def cold_ms(path):
-    out = cold_process([sys.executable, os.path.join(HERE, "cold_sample.py"), path], capture_output=True, text=True,
+    out = cold_process([sys.executable, SAMPLER, path], capture_output=True, text=True,
                        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["cold_ms"]
 

@@ -2,7 +2,7 @@
 (modeled: the simulator over the host's cost table scaled per core class,
 targets/README.md) against the even split.
 
-    python bench/split.py [models...] [--threads 2 4 8]
+    python bench/experiments/split.py [models...] [--threads 2 4 8]
 
 Per model and preset, for T execution threads (the runtime's order: fastest
 class first), the predicted execution time of one run (every layer's first
@@ -12,13 +12,16 @@ and the scheduler's cold plan predicted both ways. Everything printed here
 is modeled.
 """
 import argparse
+import os
+import sys
 
-from common import geomean, host_isa, zoo
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: harness
+from harness.common import geomean, host_isa, zoo  # noqa: E402
 
-from coldbrew.compiler.plan.scheduler import choose, simulated_plan
-from coldbrew.compiler.measure.profile import modeled_table, profile
-from coldbrew.compiler.plan.simulate import loop_factor, simulate
-from coldbrew.targets import resolve, task_shares
+from coldbrew.compiler.plan.scheduler import choose, simulated_plan  # noqa: E402
+from coldbrew.compiler.measure.profile import modeled_table, profile  # noqa: E402
+from coldbrew.compiler.plan.simulate import loop_factor, simulate  # noqa: E402
+from coldbrew.targets import resolve, task_shares  # noqa: E402
 
 PRESETS = ["sd855", "sd765g", "helio_g80", "jetson_tx2", "jetson_nano"]
 

@@ -2,10 +2,10 @@
 before the code, verified whole at open) on the previous runtime, against the
 current layout and runtime with preparation inline and with preparation on a
 worker ahead of execution; onnxruntime default alongside. Samples of every
-arm are interleaved in rounds (bench/cold_sample.py: fresh process, file
+arm are interleaved in rounds (bench/harness/cold_sample.py: fresh process, file
 evicted, load + first result).
 
-    python bench/cold_path.py MODEL[,MODEL...] [ROUNDS] --old-rev REV
+    python bench/experiments/cold_path.py MODEL[,MODEL...] [ROUNDS] --old-rev REV
 
 The previous arm needs the writer and the runtime of git revision REV: the
 script builds that runtime into a temporary folder and loads that writer.
@@ -19,24 +19,28 @@ import subprocess
 import sys
 import tempfile
 
-from common import ROOT, geomean, zoo
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: harness
+from harness.common import ROOT, geomean, zoo  # noqa: E402
 from coldbrew.compiler.measure.protocol import cold_process, describe as cold_protocol  # noqa: E402
 
-from coldbrew.compiler import compile_model
-import coldbrew.compiler.passes.write_bundle as wb
+from coldbrew.compiler import compile_model  # noqa: E402
+import coldbrew.compiler.passes.write_bundle as wb  # noqa: E402
 
 
 def previous(rev, tmp):
     """(write_bundle module, runtime library path) of git revision `rev`."""
     src = os.path.join(tmp, "src")
     os.makedirs(src)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "runtime", "schemas", "compiler/passes/write_bundle.py"],
+    # the writer's path at REV: compiler/passes/ since the compiler's folders, compiler/ before
+    writer = next(p for p in ("compiler/passes/write_bundle.py", "compiler/write_bundle.py")
+                  if subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{rev}:{p}"], capture_output=True).returncode == 0)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "runtime", "schemas", writer],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
     subprocess.run([sys.executable, os.path.join(src, "runtime", "build.py"), os.path.join(tmp, "lib")], check=True,
                    capture_output=True)
     spec = importlib.util.spec_from_file_location("coldbrew.compiler.previous_write_bundle",
-                                                  os.path.join(src, "compiler", "write_bundle.py"))
+                                                  os.path.join(src, writer))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod, os.path.join(tmp, "lib", "libcoldbrew.so")
@@ -49,7 +53,7 @@ def main():
         args.remove(rev)
     models = args[0].split(",") if args else ["mobilenet_v2", "resnet50", "squeezenet", "googlenet"]
     rounds = int(args[1]) if len(args) > 1 else 5
-    sampler = os.path.join(ROOT, "bench", "cold_sample.py")
+    sampler = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
     with tempfile.TemporaryDirectory(prefix="coldbrew-coldpath-") as d:
         old = previous(rev, d) if rev else None
         arms = []
