@@ -28,7 +28,7 @@ def main():
 
     target = resolve(args.target)
     print(f"host: {host_isa()}; kernels built for {target.name} ({target.vector.isa}); {args.threads} threads")
-    anchors = anchors_of(zoo().build(args.model), target.vector)
+    anchors = anchors_of(zoo().build(args.model), target)
     specs = {spec_key(a.spec): a for a in anchors}
     print(f"measuring {len(specs)} distinct layers ...", flush=True)
     found = measure_shapes([a.spec for a in specs.values()], target, args.threads, lambda *a: None)

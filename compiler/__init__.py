@@ -35,7 +35,7 @@ if _missing:  # a runtime-only install (pip install coldbrew)
                       f"(missing: {', '.join(_missing)}): pip install 'coldbrew[compiler]'")
 
 from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
-from .ir.graph import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
+from .ir.forms import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
 
 _FROM_PIPELINE = ("PASSES", "GPU_PASSES", "compile_graph", "front_end", "Compilation")
 
@@ -93,55 +93,33 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
 
     Returns the bundle bytes, and writes them to `output` when given.
     """
-    warm, narrow_only, later_threads = None, None, 0  # narrow_only: the layers a plan chose narrow (None: all)
-    if precision not in PRECISIONS:
-        raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision != "fp32" and _pipeline().on_gpu(target):
-        raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
-    if max_error is not None and precision == "fp32":
-        raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
+    on_gpu = _pipeline().on_gpu(target)
+    _check_options(precision, max_error, plan, continuous, tune, on_gpu)
     if not weights:  # narrow weights default to the direct form: the fewest bytes and nothing to widen
-        weights = "auto" if _pipeline().on_gpu(target) else "direct" if precision in NARROW and plan == "default" else "cached"
-    if (plan != "default" or continuous or tune) and _pipeline().on_gpu(target):
-        raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
-                           "(compile with the default plan)")
-    tuning = front = accuracy = None
+        weights = "auto" if on_gpu else "direct" if precision in NARROW and plan == "default" else "cached"
+    tuning = front = accuracy = warm = None
     if tune:  # before the plan: the cost table then times the tuned kernels the bundle ships
         front, tuning = tuned_front(model, target, threads, input_shapes, constants, progress, dump_ir)
+    chosen = {"variants": variants, "weights": weights, "queues": queues, "threads": threads, "later_threads": 0,
+              "narrow_only": None}  # narrow_only: the layers a plan chose narrow (None: all)
     if plan != "default" or continuous:
-        from .plan.scheduler import choose
         from .measure.profile import profile
 
         table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning, front=front)
         if continuous:
+            from .plan.scheduler import choose
+
             best = choose(table, "warm")
             warm = (best["variants"], best["threads"])
-    if plan != "default":
-        planned = choose(table, plan, precision)
-        if on_plan:
-            on_plan(planned)
-        given = weights if isinstance(weights, dict) else {"*": weights}
-        variants = {**planned["variants"], **(variants or {})}
-        weights = {**{"*": "cached"}, **planned["forms"], **given}
-        given_queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
-        queues = {**planned["queues"], **given_queues}
-        # a first run that keeps cores for preparation: later runs execute on all of them
-        later_threads = threads if planned["threads"] < threads and not continuous else 0
-        threads = planned["threads"]
-        narrow_only = {name for name, p in planned["precisions"].items() if p != "fp32"}
-    if precision != "fp32" and narrow_only != set():
-        from .measure import error as measure_error
-
+        if plan != "default":
+            chosen = _planned(table, plan, precision, chosen, continuous, on_plan)
+    if precision != "fp32" and chosen["narrow_only"] != set():
         front = front or _pipeline().front_end(model, input_shapes, constants, dump_ir)
-
-        if progress:
-            progress(0, 1, f"measure the {precision} weights' error")
-        chosen, solo, accuracy = measure_error.choose(front, precision, max_error, calibration, narrow_only)
-        accuracy["layers"] = solo
-        precision = {"*": "fp32", **chosen}
-    data, _ = _pipeline().compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir, variants,
-                            weights, threads, front=front, tuning=tuning, queues=queues, warm=warm,
-                            precision=precision, accuracy=accuracy, later_threads=later_threads)
+        precision, accuracy = _narrow(front, precision, max_error, calibration, chosen["narrow_only"], progress)
+    data, _ = _pipeline().compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir,
+                                        chosen["variants"], chosen["weights"], chosen["threads"], front=front,
+                                        tuning=tuning, queues=chosen["queues"], warm=warm, precision=precision,
+                                        accuracy=accuracy, later_threads=chosen["later_threads"])
     if sign:
         from .bundle.sign import sign as sign_with
 
@@ -150,6 +128,51 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
             with open(output, "wb") as f:
                 f.write(data)
     return data
+
+
+def _check_options(precision, max_error, plan, continuous, tune, on_gpu):
+    """CompileError for options that do not go together."""
+    if precision not in PRECISIONS:
+        raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision != "fp32" and on_gpu:
+        raise CompileError(f"{precision} weights are not available for GPU targets yet (compile with fp32)")
+    if max_error is not None and precision == "fp32":
+        raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
+    if (plan != "default" or continuous or tune) and on_gpu:
+        raise CompileError("plans, tuning and continuous mode are not available for GPU targets yet "
+                           "(compile with the default plan)")
+
+
+def _planned(table, objective, precision, given, continuous, on_plan):
+    """The plan's choices (compiler/plan/scheduler.py) under the given ones:
+    forced variants, weight forms and queues win over the plan's."""
+    from .plan.scheduler import choose
+
+    planned = choose(table, objective, precision)
+    if on_plan:
+        on_plan(planned)
+    weights, queues, threads = given["weights"], given["queues"], given["threads"]
+    weights = weights if isinstance(weights, dict) else {"*": weights}
+    queues = queues if isinstance(queues, dict) else ({"*": queues} if queues else {})
+    return {"variants": {**planned["variants"], **(given["variants"] or {})},
+            "weights": {**{"*": "cached"}, **planned["forms"], **weights},
+            "queues": {**planned["queues"], **queues},
+            "threads": planned["threads"],
+            # a first run that keeps cores for preparation: later runs execute on all of them
+            "later_threads": threads if planned["threads"] < threads and not continuous else 0,
+            "narrow_only": {name for name, p in planned["precisions"].items() if p != "fp32"}}
+
+
+def _narrow(front, precision, max_error, calibration, narrow_only, progress):
+    """(per-layer precisions, accuracy): the narrow weights' measured error
+    (compiler/measure/error.py) and the layers that stay fp32 under max_error."""
+    from .measure import error as measure_error
+
+    if progress:
+        progress(0, 1, f"measure the {precision} weights' error")
+    chosen, solo, accuracy = measure_error.choose(front, precision, max_error, calibration, narrow_only)
+    accuracy["layers"] = solo
+    return {"*": "fp32", **chosen}, accuracy
 
 
 def tuned_front(model, target, threads, input_shapes=None, constants=None, progress=None, dump_ir=None):

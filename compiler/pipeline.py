@@ -130,6 +130,14 @@ def _from_front(front, **options):
                                data=None, warm_graph=None, **options)
 
 
+def variant_anchors(front, tgt):
+    """The passes block_layout and select_variants on `front` for target
+    `tgt`, options left at their defaults: the anchors (conv and dense
+    layers) with the variants made for the target (the layers the tuner
+    and the profiler measure)."""
+    return run(PASSES, _from_front(front, target=tgt), block_layout.NAME, select_variants.NAME).anchors
+
+
 def lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
     """The CPU passes from block_layout to plan_memory on `front`: the Graph."""
     c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, weights=weights, threads=threads,

@@ -10,7 +10,7 @@ import struct
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
-from ..ir.graph import DTYPES
+from ..ir.forms import DTYPES
 
 WEIGHT_FORMS = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
 

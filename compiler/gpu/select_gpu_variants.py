@@ -11,13 +11,13 @@ shapes in push constants, instead of lowering that function. Everything else
 keeps the dlight path (schedule_gpu).
 """
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir.anchors import GPU_ANCHOR_RE
 from ..errors import CompileError
+from ..ir.relax import clip_half, const_value, layer_id, shape_of
 from . import conv as gpu_conv
 
 NAME = "select_gpu_variants"
@@ -57,22 +57,11 @@ def _vars_in(expr, out):
     return out
 
 
-def _const(e):
-    return e.value.numpy() if type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value") else None
-
-
-def _shape(e):
-    try:
-        return tuple(int(d) for d in e.ty.shape.values)
-    except (AttributeError, TypeError):
-        return None
-
-
 def _conv_of(call, op):
     """GpuConv and weights of a float32 NCHW conv2d with constant weights."""
     if not call.op.same_as(op):
         return None
-    a, xs, w = call.attrs, _shape(call.args[0]), _const(call.args[1])
+    a, xs, w = call.attrs, shape_of(call.args[0]), const_value(call.args[1])
     if (w is None or xs is None or len(xs) != 4 or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
             or str(a.out_layout) != "NCHW" or str(call.args[0].ty.dtype) != "float32" or w.dtype != np.float32
             or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", "float32"))):
@@ -106,14 +95,11 @@ def _chains(func, choice):
         """(lo, hi) of relu or of a legalized ONNX Clip half (max/min by a constant)."""
         if call.op.same_as(ops["nn.relu"]):
             return 0.0, math.inf
-        if call.op.same_as(ops["call_tir"]) and len(call.args[1].fields) == 2:
-            name, bound = call.args[0].name_hint, _const(call.args[1].fields[1])
-            if bound is not None and bound.size == 1 and bound.dtype == np.float32:
-                if re.fullmatch(r"maximum\d*", name):
-                    return float(bound.reshape(())), math.inf
-                if re.fullmatch(r"minimum\d*", name):
-                    return -math.inf, float(bound.reshape(()))
-        return None
+        half = clip_half(call)
+        if half is None or half[2].dtype != np.float32:
+            return None
+        kind, _, bound = half
+        return (float(bound), math.inf) if kind == "maximum" else (-math.inf, float(bound))
 
     anchors, claimed = [], set()  # claimed: bindings already inside an earlier chain
     for b in bindings:
@@ -133,12 +119,12 @@ def _chains(func, choice):
                 break
             if call.op.same_as(ops["add"]) and stage < 2:
                 other = call.args[1] if call.args[0].same_as(cur.var) else call.args[0]
-                c = _const(other)
+                c = const_value(other)
                 if c is not None and stage == 0 and c.dtype == np.float32 and c.size == conv.k and \
                         c.shape in ((conv.k,), (conv.k, 1, 1), (1, conv.k, 1, 1)):
                     bias, stage = c.reshape(conv.k).astype(np.float32), 1
                     names.append("bias")
-                elif c is None and _shape(other) == out_shape and str(other.ty.dtype) == "float32" and \
+                elif c is None and shape_of(other) == out_shape and str(other.ty.dtype) == "float32" and \
                         not other.same_as(cur.var):
                     res, stage = other, 2
                     names.append("add")
@@ -152,13 +138,13 @@ def _chains(func, choice):
             cur = nxt
             claimed.add(nxt.var)
         conv = gpu_conv.GpuConv(**{**conv.__dict__, "residual": res is not None, "lo": lo, "hi": hi})
-        anchor_id = f"c{len(anchors)}"
+        anchor_id = layer_id("conv2d", len(anchors))
         want = choice.get(anchor_id)
         if want and want != "auto" and gpu_conv.full_name(want) not in gpu_conv.applicable(conv):
             raise CompileError(f"GPU variant {want} does not apply to {anchor_id} "
                                f"(it takes {', '.join(gpu_conv.applicable(conv))})")
         v = gpu_conv.choose(conv, want or choice.get("conv2d") or choice.get("*"))
-        anchors.append(GpuAnchor(f"c{len(anchors)}", len(anchors), conv, v, end=cur.value,
+        anchors.append(GpuAnchor(anchor_id, len(anchors), conv, v, end=cur.value,
                                  x=b.value.args[0], weight=np.ascontiguousarray(w), bias=bias, res=res,
                                  ops="_".join(names + ([] if stage < 3 else
                                                        ["relu" if (lo, hi) == (0.0, math.inf) else "clip"]))))
@@ -205,7 +191,7 @@ def apply(mod, choice=None):
         if isinstance(func, relax.Function):
             anchors += _chains(func, choice)
     for i, a in enumerate(anchors):
-        a.id, a.index = f"c{i}", i
+        a.id, a.index = layer_id("conv2d", i), i
         a.const = relax.const(a.weight)
 
     @mutator

@@ -11,17 +11,6 @@ import numpy as np
 
 from ..errors import CompileError
 
-DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
-          "uint8", "uint16", "uint32", "uint64", "bool"]  # index = schema DType
-
-# Weight precisions a bundle can store (compiler/passes/plan_weights.py) and their
-# dtypes; the narrow ones are widened to fp32 on the first run.
-PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
-NARROW = ("fp16", "int8")
-# a narrow precision's direct form (weights read in place by their own kernel),
-# as the cost table, the simulator and the scheduler name it
-DIRECT_FORMS = {"fp16": "direct", "int8": "direct_int8"}
-PRECISION_OF_DTYPE = {DTYPES.index(d): p for p, d in PRECISIONS.items()}  # schema DType -> precision
 
 
 @dataclass

@@ -4,7 +4,7 @@ select_variants and plan_weights, and by the error and cost measurements).
 """
 import numpy as np
 
-from .graph import NARROW
+from .forms import NARROW
 
 FP16_MAX = 65504.0
 

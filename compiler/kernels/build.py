@@ -4,7 +4,7 @@ kernel benchmark."""
 import tvm
 from tvm import s_tir, te
 
-from ..ir.graph import PRECISIONS
+from ..ir.forms import PRECISIONS
 from .contract import ANCHOR
 
 

@@ -44,7 +44,7 @@ import statistics
 import tempfile
 import time
 
-from ..ir.graph import DIRECT_FORMS, NARROW
+from ..ir.forms import DIRECT_FORMS, NARROW
 from .protocol import cache_dir, code_hash, cold_read_ms, core_classes, evict, sample
 
 FORMAT = "coldbrew-costs"
@@ -208,84 +208,107 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
 
     t_start = time.perf_counter()
     front = front or front_end(proto, input_shapes, constants)  # shared by every column's compile
-    anchors = anchors_of(proto, tgt.vector, front=front)
-    columns = _columns(anchors)
+    columns = _columns(anchors_of(proto, tgt, front=front))
     classes = core_classes(tgt)
+    configs = _configs(classes, threads)
+    rounds, narrow = max(1, repeat["cold"]), len(DIRECT_FORMS)
+    step = _Steps(progress, (1 + narrow) * len(columns) + 2
+                  + rounds * (len(columns) * len(configs) * (1 + narrow) + 1) + 1)
+
+    def compile_column(path, c, **options):
+        return compile_graph(proto, path, tgt, input_shapes, constants, variants=columns[c], threads=threads,
+                             front=front, tuning=tuning, **options)[1]
+
+    layers = {}
+    with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
+        step("storage")
+        storage = _storage(tmp)
+        bundles, graphs, default = _compile_columns(compile_column, len(columns), tmp, step)
+        runs, default_runs = _sample_rounds(bundles, default, configs, rounds, repeat, step)
+        load = {k: stat(v) for k, v in default_runs["open"].items()}
+        load["bundle_bytes"] = os.path.getsize(default)
+        for c, graph in enumerate(graphs["fp32"]):
+            cached_runs = {configs[-1][:2]: default_runs} if c == 0 else {}
+            _add_column(layers, graph, c, runs["fp32"][c], tmp, repeat["reads"], cached_runs)
+        for p, form in DIRECT_FORMS.items():
+            for graph, runs_c in zip(graphs[p], runs[p]):
+                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], form)
+    progress(step.total, step.total, "done")
+    return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
+            "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
+            "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
+            "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes],
+            "storage": storage, "load": load, "layers": list(layers.values()), "repeat": repeat,
+            "tuned": bool(tuning), "profile_s": round(time.perf_counter() - t_start, 1)}
+
+
+class _Steps:
+    """The profile's progress: step(what) reports the next step of `total`."""
+
+    def __init__(self, progress, total):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, what):
+        self.progress(self.done, self.total, what)
+        self.done += 1
+
+
+def _configs(classes, threads):
+    """(core class, threads, core ids) to measure: one core of each class,
+    and `threads` of them."""
     configs = []
     for name, ids in classes:
         configs.append((name, 1, ids[:1]))
         if threads > 1:
             wide = ids[:threads] if len(ids) >= threads else sorted(os.sched_getaffinity(0))[:threads]
             configs.append((name, threads, wide))
-    rounds = max(1, repeat["cold"])
-    narrow = len(DIRECT_FORMS)
-    total = (1 + narrow) * len(columns) + 2 + rounds * (len(columns) * len(configs) * (1 + narrow) + 1) + 1
-    done = 0
-    layers, graphs, bundles = {}, [], []
-    with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
-        progress(done, total, "storage")
-        storage = _storage(tmp)
-        done += 1
-        for c, choice in enumerate(columns):
-            progress(done, total, f"compile column {c + 1}/{len(columns)}")
-            bundles.append(os.path.join(tmp, f"column{c}.brew"))
-            graphs.append(compile_graph(proto, bundles[-1], tgt, input_shapes, constants, variants=choice,
-                                        weights="raw", threads=threads, front=front, tuning=tuning)[1])
-            done += 1
-        direct_bundles, direct_graphs = {p: [] for p in DIRECT_FORMS}, {p: [] for p in DIRECT_FORMS}
-        for p in DIRECT_FORMS:
-            for c, choice in enumerate(columns):
-                progress(done, total, f"compile column {c + 1}/{len(columns)}, direct {p} weights")
-                direct_bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
-                direct_graphs[p].append(compile_graph(proto, direct_bundles[p][-1], tgt, input_shapes, constants,
-                                                      variants=choice, weights="direct", threads=threads,
-                                                      front=front, precision=p, tuning=tuning)[1])
-                done += 1
-        # the default plan as shipped (cached weights): its open costs and first executions
-        progress(done, total, "compile the default bundle")
-        default = os.path.join(tmp, "default.brew")
-        compile_graph(proto, default, tgt, input_shapes, constants, variants=columns[0], threads=threads, front=front,
-                      tuning=tuning)
-        done += 1
-        # samples are taken in rounds over every column, core config and the
-        # default bundle, so each measurement's median spans the whole
-        # profile rather than one stretch of it (shared machines drift)
-        runs = [{cfg[:2]: {} for cfg in configs} for _ in columns]
-        default_cfg, default_runs, default_left = configs[-1], {}, repeat["default"]
-        direct_runs = {p: [{cfg[:2]: {} for cfg in configs} for _ in columns] for p in DIRECT_FORMS}
-        for k in range(rounds):
-            for c, bundle in enumerate(bundles):
-                for cls, n, cores in configs:
-                    progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)} on {cls} x{n}")
-                    sample(bundle, cores, n, repeat["warm"] if k == rounds - 1 else 0, runs[c][(cls, n)])
-                    done += 1
-                for p in DIRECT_FORMS:
-                    for cls, n, cores in configs:
-                        progress(done, total, f"round {k + 1}/{rounds}: column {c + 1}/{len(columns)}, direct {p} "
-                                 f"on {cls} x{n}")
-                        sample(direct_bundles[p][c], cores, n, repeat["warm"] if k == rounds - 1 else 0,
-                               direct_runs[p][c][(cls, n)])
-                        done += 1
-            progress(done, total, f"round {k + 1}/{rounds}: default bundle")
-            for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
-                sample(default, default_cfg[2], default_cfg[1], 0, default_runs)
-                default_left -= 1
-            done += 1
-        load = {k: stat(v) for k, v in default_runs["open"].items()}
-        load["bundle_bytes"] = os.path.getsize(default)
-        for c, graph in enumerate(graphs):
-            cached_runs = {default_cfg[:2]: default_runs} if c == 0 else {}
-            _add_column(layers, graph, c, runs[c], tmp, repeat["reads"], cached_runs)
-        for p, form in DIRECT_FORMS.items():
-            for graph, runs_c in zip(direct_graphs[p], direct_runs[p]):
-                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], form)
-    progress(total, total, "done")
-    return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
-        "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
-        "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
-        "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes], "storage": storage, "load": load,
-        "layers": list(layers.values()), "repeat": repeat, "tuned": bool(tuning), "profile_s": round(time.perf_counter() - t_start, 1),
-    }
+    return configs
+
+
+def _compile_columns(compile_column, n, tmp, step):
+    """({"fp32" | precision: [bundle path per column]}, the same of Graphs,
+    the default bundle's path): every column with raw weights and with each
+    narrow precision's direct weights, and the default plan as shipped
+    (cached weights: its open costs and first executions)."""
+    bundles, graphs = {"fp32": [], **{p: [] for p in DIRECT_FORMS}}, {"fp32": [], **{p: [] for p in DIRECT_FORMS}}
+    for c in range(n):
+        step(f"compile column {c + 1}/{n}")
+        bundles["fp32"].append(os.path.join(tmp, f"column{c}.brew"))
+        graphs["fp32"].append(compile_column(bundles["fp32"][-1], c, weights="raw"))
+    for p in DIRECT_FORMS:
+        for c in range(n):
+            step(f"compile column {c + 1}/{n}, direct {p} weights")
+            bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
+            graphs[p].append(compile_column(bundles[p][-1], c, weights="direct", precision=p))
+    step("compile the default bundle")
+    default = os.path.join(tmp, "default.brew")
+    compile_column(default, 0)
+    return bundles, graphs, default
+
+
+def _sample_rounds(bundles, default, configs, rounds, repeat, step):
+    """Cold samples (the last round with warm runs) of every bundle on
+    every core config, and repeat["default"] of the default bundle on the
+    last config: ({"fp32" | precision: [{(class, threads): samples} per
+    column]}, the default's samples). Taken in rounds over all of them, so
+    each measurement's median spans the whole profile rather than one
+    stretch of it (shared machines drift)."""
+    runs = {kind: [{cfg[:2]: {} for cfg in configs} for _ in paths] for kind, paths in bundles.items()}
+    default_runs, default_left = {}, repeat["default"]
+    n = len(bundles["fp32"])
+    for k in range(rounds):
+        warm = repeat["warm"] if k == rounds - 1 else 0
+        for c in range(n):
+            for kind in bundles:
+                for cls, threads, cores in configs:
+                    extra = "" if kind == "fp32" else f", direct {kind}"
+                    step(f"round {k + 1}/{rounds}: column {c + 1}/{n}{extra} on {cls} x{threads}")
+                    sample(bundles[kind][c], cores, threads, warm, runs[kind][c][(cls, threads)])
+        step(f"round {k + 1}/{rounds}: default bundle")
+        for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
+            sample(default, configs[-1][2], configs[-1][1], 0, default_runs)
+            default_left -= 1
+    return runs, default_runs
 
 
 def _per_config(runs, key, layer):

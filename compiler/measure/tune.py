@@ -55,16 +55,17 @@ def spec_key(spec):
     return repr(spec)
 
 
-def anchors_of(model, isa, input_shapes=None, constants=None, front=None):
+def anchors_of(model, target, input_shapes=None, constants=None, front=None):
     """The anchors (conv / dense layers with their specs) of an ONNX model
     (or of its `front`, compiler.front_end's result), with the variants made
-    for the vector unit `isa`."""
-    from ..passes import block_layout, select_variants
-    from ..pipeline import front_end
+    for `target` (a Target or a name): the pipeline's passes up to
+    select_variants (pipeline.variant_anchors)."""
+    from coldbrew.targets import resolve
 
-    mod = block_layout.apply((front or front_end(model, input_shapes, constants)).mod, isa)
-    _, anchors = select_variants.apply(mod, isa)
-    return anchors
+    from ..pipeline import front_end, variant_anchors
+
+    tgt = resolve(target) if isinstance(target, str) else target
+    return variant_anchors(front or front_end(model, input_shapes, constants), tgt)
 
 
 def layers_model(specs, weights=None):
@@ -121,7 +122,7 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
         with open(path) as f:
             entries = json.load(f)
     front = front or front_end(model, input_shapes, constants)
-    anchors = anchors_of(None, tgt.vector, front=front)
+    anchors = anchors_of(None, tgt, front=front)
     mine = {spec_key(a.spec): a.spec for a in anchors}
     todo = [spec for key, spec in mine.items() if key not in entries]
     if todo:
@@ -141,7 +142,7 @@ def measure_shapes(specs, target, threads, progress):
     isa = target.vector
     model = layers_model(specs)
     front = front_end(model)
-    anchors = anchors_of(None, isa, front=front)
+    anchors = anchors_of(None, target, front=front)
     cores = core_classes(target)[0][1][:threads]
     found = {a.id: {"execute_ms": {}, "transform_ms": {}, "params": {}} for a in anchors}
 

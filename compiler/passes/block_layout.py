@@ -26,11 +26,10 @@ The decision for a convolution depends on its own shape only
 (`conv_blocks`), so a layer measured alone (compiler/measure/tune.py, profile.py)
 runs in the layout it has in the model. Model inputs and outputs stay NCHW.
 """
-import re
-
 import numpy as np
 
 from ..ir.anchors import forced
+from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, shape_of
 from ..kernels.schedule_util import round_up
 
 NAME = "block_layout"
@@ -38,7 +37,6 @@ NAME = "block_layout"
 _UNARY = ("nn.relu", "sigmoid", "tanh", "exp", "negative", "sqrt", "nn.silu", "clip", "abs")
 _BINARY = ("add", "multiply", "subtract", "maximum", "minimum")  # no divide: padded lanes may hold zeros
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d")
-_FOLDED = ("reshape", "permute_dims", "isnan", "where")  # what constants go through before their use
 
 
 def _fills(c, lanes):
@@ -112,199 +110,14 @@ def apply(mod, isa, choice=None):
     is not one dataflow block. A convolution whose forced variant (`choice`,
     as select_variants takes it) is an NCHW one stays NCHW."""
     import tvm
-    from tvm import relax, topi
-
-    lanes, choice = isa.lanes, dict(choice or {})
-    count = [0]  # convolutions seen, numbered as select_variants numbers its anchors (c0, c1, ...)
+    from tvm import relax
 
     main = mod["main"]
     blocks = main.body.blocks
     if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
         return mod
-    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in
-          ("nn.conv2d", "concat", "mean", "call_tir", *_FOLDED,
-           *_UNARY, *_BINARY, *_POOLS)}
-    bound = {b.var: b.value for b in blocks[0].bindings}
-    layout = f"NCHW{lanes}c"
-    bb = relax.BlockBuilder(mod)
-    nchw, blocked = {}, {}  # original Var -> its NCHW / blocked value in the new function
-
-    def shape_of(e):
-        ty = e.ty
-        if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-            return None
-        try:
-            return tuple(int(d) for d in ty.shape.values)
-        except TypeError:
-            return None
-
-    def const_value(e):
-        """The numpy value of a constant, or of a Var computed from
-        constants only by reshapes, transposes and NaN guards; else None."""
-        if type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value"):
-            return e.value.numpy()
-        call = bound.get(e) if isinstance(e, relax.Var) else None
-        if not isinstance(call, relax.Call) or not any(call.op.same_as(op[n]) for n in _FOLDED):
-            return None
-        args = [const_value(a) if not isinstance(a, relax.ShapeExpr) else a for a in call.args]
-        if any(a is None for a in args):
-            return None
-        if call.op.same_as(op["reshape"]):
-            return args[0].reshape(shape_of(e))
-        if call.op.same_as(op["permute_dims"]):
-            axes = call.attrs.axes
-            return np.transpose(args[0], None if axes is None else [int(i) for i in axes])
-        if call.op.same_as(op["isnan"]):
-            return np.isnan(args[0])
-        if call.op.same_as(op["where"]):
-            return np.where(*args).astype(args[1].dtype)
-        return None
-
-    def channels(v):
-        shape = shape_of(v)
-        return shape[1] if shape is not None and len(shape) == 4 else None
-
-    def get_blocked(v):
-        """The blocked form of Var v (made from its NCHW one if need be), or None."""
-        if v in blocked:
-            return blocked[v]
-        c = channels(v)
-        if not isinstance(v, relax.Var) or c is None or not _fills(c, lanes) or v not in nchw:
-            return None
-        blocked[v] = bb.emit_te(_block_te, nchw[v], c, lanes, primfunc_name_hint="cb_block")
-        return blocked[v]
-
-    def get_nchw(v):
-        if v not in nchw:
-            shape = shape_of(v)
-            if shape[2] * shape[3] == 1 and shape[1] % lanes == 0:  # the same bytes: an alias (elide_copies)
-                nchw[v] = bb.emit(relax.op.reshape(blocked[v], shape))
-            else:
-                nchw[v] = bb.emit_te(_unblock_te, blocked[v], shape[1], primfunc_name_hint="cb_unblock")
-        return nchw[v]
-
-    def plain(e):
-        """e with every Var replaced by its NCHW value."""
-        if isinstance(e, relax.Var):
-            return get_nchw(e) if e in nchw or e in blocked else e
-        if isinstance(e, relax.Tuple):
-            return relax.Tuple([plain(f) for f in e.fields])
-        if isinstance(e, relax.TupleGetItem):
-            return relax.TupleGetItem(plain(e.tuple_value), e.index)
-        if isinstance(e, relax.Call):
-            return relax.Call(e.op, [plain(a) for a in e.args], e.attrs, e.ty_args)
-        return e
-
-    def per_channel(v, c):
-        """A per-channel constant [.., c, 1, 1] as a blocked one, padded with zeros."""
-        out = np.zeros(round_up(c, lanes), v.dtype)
-        out[:c] = v.reshape(c)
-        return relax.const(out.reshape(1, -1, 1, 1, lanes))
-
-    def operand(a, c):
-        """A binary operand in blocked form: a blocked value of c channels,
-        a per-channel constant, a scalar constant; None if none of these."""
-        v = const_value(a)
-        if v is not None:
-            if v.size == 1:
-                return relax.const(v.reshape(()))
-            if v.ndim in (3, 4) and v.shape[-3] == c and v.size == c:
-                return per_channel(v, c)
-            return None
-        return get_blocked(a) if isinstance(a, relax.Var) and channels(a) == c else None
-
-    def clip_half(call):
-        """topi.maximum / minimum of an ONNX Clip: (topi function, x, bound)."""
-        if not call.op.same_as(op["call_tir"]) or len(call.args[1].fields) != 2:
-            return None
-        kind = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
-        x, b = call.args[1].fields
-        value = const_value(b)
-        if kind and isinstance(x, relax.Var) and value is not None and value.size == 1:
-            return getattr(topi, kind.group(1)), x, relax.const(value.reshape(()))
-        return None
-
-    def conv(call, c_out):
-        """The convolution reading and writing its blocks (padded weights), or None."""
-        a = call.attrs
-        x, w = call.args
-        w = const_value(w)
-        c = channels(x)
-        if (w is None or c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
-                or str(a.out_layout) != "NCHW"):
-            return None
-        anchor_id = f"c{count[0]}"
-        count[0] += 1
-        ib, ob = conv_blocks(c, c_out, int(a.groups), lanes)
-        if not ob or _forced_nchw(choice, anchor_id, isa):
-            return None
-        xin = get_blocked(x) if ib else plain(x)
-        if xin is None:
-            return None
-        kp = round_up(c_out, lanes)
-        groups = int(a.groups)
-        if groups == 1:
-            cp = round_up(c, lanes) if ib else c
-            wp = np.zeros((kp, cp) + w.shape[2:], w.dtype)
-            wp[:c_out, :c] = w
-        else:  # depthwise: one zero filter per padded channel
-            wp = np.zeros((kp,) + w.shape[1:], w.dtype)
-            wp[:c_out] = w
-            groups = kp
-        return relax.op.nn.conv2d(xin, relax.const(wp), strides=a.strides, padding=a.padding, dilation=a.dilation,
-                                  groups=groups, data_layout=layout if ib else "NCHW", kernel_layout="OIHW",
-                                  out_layout=layout, out_dtype=a.out_dtype)
-
-    def rewrite(call, out_shape):
-        """The blocked form of `call`'s result, or None to run it in NCHW."""
-        if call.op.same_as(op["nn.conv2d"]):
-            return conv(call, out_shape[1])
-        if len(out_shape) != 4 or not _fills(out_shape[1], lanes) or not any(v in blocked for v in _vars(call)):
-            return None  # blocked operators follow blocked inputs, never start a chain
-        c, a = out_shape[1], call.attrs
-        half = clip_half(call)
-        if half is not None:
-            fn, x, b = half
-            xb = get_blocked(x) if shape_of(x) == out_shape else None
-            return None if xb is None else (fn, xb, b)
-        if any(call.op.same_as(op[n]) for n in _UNARY):
-            x, rest = call.args[0], list(call.args[1:])  # rest: scalar operands (clip's bounds)
-            if any(isinstance(r, relax.Var) for r in rest):
-                return None
-            xb = get_blocked(x) if isinstance(x, relax.Var) and shape_of(x) == out_shape else None
-            return None if xb is None else relax.Call(call.op, [xb, *rest], a, call.ty_args)
-        if any(call.op.same_as(op[n]) for n in _BINARY):
-            args = [operand(x, c) for x in call.args]
-            if any(x is None for x in args):
-                return None
-            return relax.Call(call.op, args, a, call.ty_args)
-        if any(call.op.same_as(op[n]) for n in _POOLS):
-            xb = get_blocked(call.args[0])
-            if xb is None or str(a.layout) != "NCHW":
-                return None
-            make = relax.op.nn.max_pool2d if call.op.same_as(op["nn.max_pool2d"]) else relax.op.nn.avg_pool2d
-            return make(xb, a.pool_size, a.strides, a.padding, a.dilation, a.ceil_mode, a.count_include_pad,
-                        layout=layout, out_layout=layout)
-        if call.op.same_as(op["concat"]):
-            # the parts' blocks end to end: no part may be padded
-            parts = call.args[0].fields
-            if int(a.axis) not in (1, -3) or not all(isinstance(p, relax.Var) and channels(p) is not None
-                                                     and channels(p) % lanes == 0 for p in parts):
-                return None
-            bs = [get_blocked(p) for p in parts]
-            return None if None in bs else relax.op.concat(bs, axis=1)
-        return None
-
-    def global_mean(call, out_shape):
-        """mean over H and W of a blocked value (blocked, keepdims) or None."""
-        if not call.op.same_as(op["mean"]) or call.attrs.axis is None or len(out_shape) != 4:
-            return None
-        x = call.args[0]
-        if not isinstance(x, relax.Var) or x not in blocked or sorted(int(i) % 4 for i in call.attrs.axis) != [2, 3]:
-            return None
-        m = relax.op.mean(blocked[x], axis=[2, 3], keepdims=True)
-        return m if call.attrs.keepdims else None
-
+    r = _Rewrite(mod, isa, choice, bindings_of(blocks[0]))
+    bb, nchw, blocked = r.bb, r.nchw, r.blocked
     with bb.function("cb_blocked_main", list(main.params), attrs=dict(main.attrs or {})):
         with bb.dataflow():
             for p in main.params:
@@ -314,21 +127,201 @@ def apply(mod, isa, choice=None):
                 out_shape = shape_of(var)
                 new = None
                 if isinstance(value, relax.Call) and out_shape is not None:
-                    new = rewrite(value, out_shape)
-                    new = global_mean(value, out_shape) if new is None else new
+                    new = r.rewrite(value, out_shape)
+                    new = r.global_mean(value, out_shape) if new is None else new
                 if isinstance(new, tuple):  # a Clip half as a TE function
                     blocked[var] = bb.emit_te(*new)
                 elif new is not None:
                     blocked[var] = bb.emit(new)
                 else:
-                    nchw[var] = bb.emit(plain(value))
-            result = bb.emit_output(plain(main.body.body))
+                    nchw[var] = bb.emit(r.plain(value))
+            result = bb.emit_output(r.plain(main.body.body))
         bb.emit_func_output(result)
     out = bb.get()
     new_main = out[out.get_global_var("cb_blocked_main")]
     out = tvm.IRModule({gv: f for gv, f in out.functions.items() if gv.name_hint not in ("main", "cb_blocked_main")})
     out["main"] = new_main.with_attr("global_symbol", "main")
     return relax.transform.DeadCodeElimination()(out)
+
+
+class _Rewrite:
+    """The new function being built: each original value's NCHW and blocked
+    forms (made once each), and the rewrite of one call at a time."""
+
+    def __init__(self, mod, isa, choice, bound):
+        import tvm
+        from tvm import relax
+
+        self.isa, self.lanes, self.choice = isa, isa.lanes, dict(choice or {})
+        self.ids = LayerIds()  # convolutions seen, numbered as select_variants numbers its anchors
+        self.op = {name: tvm.ir.Op.get(f"relax.{name}") for name in
+                   ("nn.conv2d", "concat", "mean", "call_tir", *FOLDED, *_UNARY, *_BINARY, *_POOLS)}
+        self.bound = bound  # binding(var) of the original block
+        self.layout = f"NCHW{isa.lanes}c"
+        self.bb = relax.BlockBuilder(mod)
+        self.nchw, self.blocked = {}, {}  # original Var -> its NCHW / blocked value in the new function
+
+    def channels(self, v):
+        shape = shape_of(v)
+        return shape[1] if shape is not None and len(shape) == 4 else None
+
+    def get_blocked(self, v):
+        """The blocked form of Var v (made from its NCHW one if need be), or None."""
+        from tvm import relax
+
+        if v in self.blocked:
+            return self.blocked[v]
+        c = self.channels(v)
+        if not isinstance(v, relax.Var) or c is None or not _fills(c, self.lanes) or v not in self.nchw:
+            return None
+        self.blocked[v] = self.bb.emit_te(_block_te, self.nchw[v], c, self.lanes, primfunc_name_hint="cb_block")
+        return self.blocked[v]
+
+    def get_nchw(self, v):
+        from tvm import relax
+
+        if v not in self.nchw:
+            shape = shape_of(v)
+            if shape[2] * shape[3] == 1 and shape[1] % self.lanes == 0:  # the same bytes: an alias (elide_copies)
+                self.nchw[v] = self.bb.emit(relax.op.reshape(self.blocked[v], shape))
+            else:
+                self.nchw[v] = self.bb.emit_te(_unblock_te, self.blocked[v], shape[1], primfunc_name_hint="cb_unblock")
+        return self.nchw[v]
+
+    def plain(self, e):
+        """e with every Var replaced by its NCHW value."""
+        from tvm import relax
+
+        if isinstance(e, relax.Var):
+            return self.get_nchw(e) if e in self.nchw or e in self.blocked else e
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([self.plain(f) for f in e.fields])
+        if isinstance(e, relax.TupleGetItem):
+            return relax.TupleGetItem(self.plain(e.tuple_value), e.index)
+        if isinstance(e, relax.Call):
+            return relax.Call(e.op, [self.plain(a) for a in e.args], e.attrs, e.ty_args)
+        return e
+
+    def per_channel(self, v, c):
+        """A per-channel constant [.., c, 1, 1] as a blocked one, padded with zeros."""
+        from tvm import relax
+
+        out = np.zeros(round_up(c, self.lanes), v.dtype)
+        out[:c] = v.reshape(c)
+        return relax.const(out.reshape(1, -1, 1, 1, self.lanes))
+
+    def operand(self, a, c):
+        """A binary operand in blocked form: a blocked value of c channels,
+        a per-channel constant, a scalar constant; None if none of these."""
+        from tvm import relax
+
+        v = const_value(a, self.bound)
+        if v is not None:
+            if v.size == 1:
+                return relax.const(v.reshape(()))
+            if v.ndim in (3, 4) and v.shape[-3] == c and v.size == c:
+                return self.per_channel(v, c)
+            return None
+        return self.get_blocked(a) if isinstance(a, relax.Var) and self.channels(a) == c else None
+
+    def blocked_clip_half(self, call):
+        """topi.maximum / minimum of an ONNX Clip: (topi function, x, bound)."""
+        from tvm import relax, topi
+
+        half = clip_half(call, self.bound)
+        if half is None or not isinstance(half[1], relax.Var):
+            return None
+        kind, x, limit = half
+        return getattr(topi, kind), x, relax.const(limit)
+
+    def conv(self, call, c_out):
+        """The convolution reading and writing its blocks (padded weights), or None."""
+        from tvm import relax
+
+        a = call.attrs
+        x, w = call.args
+        w = const_value(w, self.bound)
+        if w is None:
+            return None
+        anchor_id = self.ids.next("conv2d")
+        c = self.channels(x)
+        if c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW":
+            return None
+        ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
+        if not ob or _forced_nchw(self.choice, anchor_id, self.isa):
+            return None
+        xin = self.get_blocked(x) if ib else self.plain(x)
+        if xin is None:
+            return None
+        kp = round_up(c_out, self.lanes)
+        groups = int(a.groups)
+        if groups == 1:
+            cp = round_up(c, self.lanes) if ib else c
+            wp = np.zeros((kp, cp) + w.shape[2:], w.dtype)
+            wp[:c_out, :c] = w
+        else:  # depthwise: one zero filter per padded channel
+            wp = np.zeros((kp,) + w.shape[1:], w.dtype)
+            wp[:c_out] = w
+            groups = kp
+        return relax.op.nn.conv2d(xin, relax.const(wp), strides=a.strides, padding=a.padding, dilation=a.dilation,
+                                  groups=groups, data_layout=self.layout if ib else "NCHW", kernel_layout="OIHW",
+                                  out_layout=self.layout, out_dtype=a.out_dtype)
+
+    def rewrite(self, call, out_shape):
+        """The blocked form of `call`'s result, or None to run it in NCHW."""
+        from tvm import relax
+
+        if call.op.same_as(self.op["nn.conv2d"]):
+            return self.conv(call, out_shape[1])
+        if (len(out_shape) != 4 or not _fills(out_shape[1], self.lanes)
+                or not any(v in self.blocked for v in _vars(call))):
+            return None  # blocked operators follow blocked inputs, never start a chain
+        c, a = out_shape[1], call.attrs
+        half = self.blocked_clip_half(call)
+        if half is not None:
+            fn, x, b = half
+            xb = self.get_blocked(x) if shape_of(x) == out_shape else None
+            return None if xb is None else (fn, xb, b)
+        if any(call.op.same_as(self.op[n]) for n in _UNARY):
+            x, rest = call.args[0], list(call.args[1:])  # rest: scalar operands (clip's bounds)
+            if any(isinstance(r, relax.Var) for r in rest):
+                return None
+            xb = self.get_blocked(x) if isinstance(x, relax.Var) and shape_of(x) == out_shape else None
+            return None if xb is None else relax.Call(call.op, [xb, *rest], a, call.ty_args)
+        if any(call.op.same_as(self.op[n]) for n in _BINARY):
+            args = [self.operand(x, c) for x in call.args]
+            if any(x is None for x in args):
+                return None
+            return relax.Call(call.op, args, a, call.ty_args)
+        if any(call.op.same_as(self.op[n]) for n in _POOLS):
+            xb = self.get_blocked(call.args[0])
+            if xb is None or str(a.layout) != "NCHW":
+                return None
+            make = relax.op.nn.max_pool2d if call.op.same_as(self.op["nn.max_pool2d"]) else relax.op.nn.avg_pool2d
+            return make(xb, a.pool_size, a.strides, a.padding, a.dilation, a.ceil_mode, a.count_include_pad,
+                        layout=self.layout, out_layout=self.layout)
+        if call.op.same_as(self.op["concat"]):
+            # the parts' blocks end to end: no part may be padded
+            parts = call.args[0].fields
+            if int(a.axis) not in (1, -3) or not all(isinstance(p, relax.Var) and self.channels(p) is not None
+                                                     and self.channels(p) % self.lanes == 0 for p in parts):
+                return None
+            bs = [self.get_blocked(p) for p in parts]
+            return None if None in bs else relax.op.concat(bs, axis=1)
+        return None
+
+    def global_mean(self, call, out_shape):
+        """mean over H and W of a blocked value (blocked, keepdims) or None."""
+        from tvm import relax
+
+        if not call.op.same_as(self.op["mean"]) or call.attrs.axis is None or len(out_shape) != 4:
+            return None
+        x = call.args[0]
+        if (not isinstance(x, relax.Var) or x not in self.blocked
+                or sorted(int(i) % 4 for i in call.attrs.axis) != [2, 3]):
+            return None
+        m = relax.op.mean(self.blocked[x], axis=[2, 3], keepdims=True)
+        return m if call.attrs.keepdims else None
 
 
 def run(c):

@@ -9,7 +9,9 @@ in the arena.
 import numpy as np
 
 from ..errors import CompileError
-from ..ir.graph import DTYPES, Graph, Layer, Tensor
+from ..ir.forms import DTYPES
+from ..ir.graph import Graph, Layer, Tensor
+from ..ir.relax import is_const
 
 NAME = "extract_layers"
 
@@ -22,106 +24,119 @@ def _copy_kernel(shape, dtype):
     return te.create_prim_func([src, dst])
 
 
-def _is_constant(expr):
-    return type(expr).__name__ in ("GenericConst", "Constant") and hasattr(expr, "value")
-
-
 def apply(mod, model_name, input_names, output_names, anchors=()):
-    import tvm
+    """The coldbrew Graph of `mod`'s main function: a tensor per value, a
+    layer per call_tir (an anchor's layer named and typed after it)."""
     from tvm import relax
 
+    x = _Extractor(mod, model_name, anchors)
     main = mod["main"]
-    g = Graph(model_name)
-    env = {}  # relax Var -> tensor index, or tuple of indices
-
-    def sinfo_tensor(ty, name, kind):
-        try:
-            shape = tuple(int(d) for d in ty.shape.values)
-        except (AttributeError, TypeError):
-            raise CompileError(f"value '{name}' has no static tensor type ({ty})") from None
-        dtype = str(ty.dtype)
-        if dtype not in DTYPES:
-            raise CompileError(f"value '{name}' has unsupported dtype {dtype}")
-        return Tensor(name, dtype, shape, kind)
-
-    anchor_of = {a.const: a for a in anchors}
-
-    def const_tensor(c):
-        key = c  # constants hash by identity
-        if key not in env:
-            data = c.value.numpy()
-            a = anchor_of.get(c)
-            env[key] = g.add_tensor(Tensor(f"w{len(g.tensors)}", str(data.dtype), data.shape, "weight",
-                                           np.ascontiguousarray(data), cached=a is not None and
-                                           a.transform_func is not None, anchor=a))
-        return env[key]
-
-    def value_of(expr):
-        if _is_constant(expr):
-            return const_tensor(expr)
-        if isinstance(expr, relax.Var):
-            if expr not in env:
-                raise CompileError(f"value '{expr.name}' is used before it is defined")
-            return env[expr]
-        if isinstance(expr, relax.Tuple):
-            return tuple(value_of(f) for f in expr.fields)
-        raise CompileError(f"unsupported Relax expression {type(expr).__name__}")
-
     for k, param in enumerate(main.params):
-        t = sinfo_tensor(param.ty, input_names[k], "input")
-        env[param] = g.add_tensor(t)
-        g.inputs.append(env[param])
-
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    body = main.body
-    for block in body.blocks:
+        x.env[param] = x.g.add_tensor(_tensor(param.ty, input_names[k], "input"))
+        x.g.inputs.append(x.env[param])
+    for block in main.body.blocks:
         for binding in block.bindings:
             var, value = binding.var, binding.value
-            if isinstance(value, relax.Call) and value.op.same_as(call_tir):
-                func_name = value.args[0].name_hint
-                args = [value_of(a) for a in value.args[1].fields]
-                if any(isinstance(a, tuple) for a in args):
-                    raise CompileError(f"kernel {func_name} takes a tuple argument")
-                sinfo = var.ty
-                outs = list(sinfo.fields) if isinstance(sinfo, relax.TupleType) else [sinfo]
-                out_ids = [g.add_tensor(sinfo_tensor(s, f"{var.name}.{k}" if len(outs) > 1 else var.name,
-                                                     "intermediate")) for k, s in enumerate(outs)]
-                env[var] = tuple(out_ids) if isinstance(sinfo, relax.TupleType) else out_ids[0]
-                g.kernels[func_name] = mod[func_name]
-                op = func_name[len("fused_"):] if func_name.startswith("fused_") else func_name
-                layer = Layer(f"L{len(g.layers)}", op, func_name, args + out_ids, len(out_ids))
-                anchor = next((g.tensors[a].anchor for a in args if g.tensors[a].anchor is not None), None)
-                if anchor is not None:
-                    layer.name, layer.variant = anchor.id, anchor.variant.name
-                    layer.params, layer.tuned = dict(anchor.params), anchor.tuned
-                    layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
-                g.layers.append(layer)
+            if isinstance(value, relax.Call) and value.op.same_as(x.call_tir):
+                x.kernel_layer(var, value)
             elif isinstance(value, relax.TupleGetItem):
-                env[var] = value_of(value.tuple_value)[value.index]
-            elif isinstance(value, (relax.Var, relax.Tuple)) or _is_constant(value):
-                env[var] = value_of(value)
+                x.env[var] = x.value_of(value.tuple_value)[value.index]
+            elif isinstance(value, (relax.Var, relax.Tuple)) or is_const(value):
+                x.env[var] = x.value_of(value)
             else:
                 op = getattr(value, "op", None)
                 raise CompileError(f"unsupported Relax binding for '{var.name}': "
                                    f"{getattr(op, 'name', type(value).__name__)}")
+    x.outputs(main.body.body, output_names)
+    return x.g
 
-    result = value_of(body.body)
-    results = list(result) if isinstance(result, tuple) else [result]
-    if len(results) != len(output_names):
-        raise CompileError(f"model declares {len(output_names)} outputs, lowering produced {len(results)}")
-    for idx, name in zip(results, output_names):
-        t = g.tensors[idx]
-        if t.kind != "intermediate" or idx in g.outputs:
-            # pass-through output: copy it into an arena tensor of its own
-            sym = f"copy_{len(g.kernels)}"
-            g.kernels[sym] = _copy_kernel(t.shape, t.dtype)
-            out = g.add_tensor(Tensor(name, t.dtype, t.shape, "output"))
-            g.layers.append(Layer(f"L{len(g.layers)}", "copy", sym, [idx, out], 1))
-            idx = out
-        t = g.tensors[idx]
-        t.kind, t.name = "output", name
-        g.outputs.append(idx)
-    return g
+
+def _tensor(ty, name, kind):
+    """A Tensor of a Relax tensor type (static shape, a dtype the bundle has)."""
+    try:
+        shape = tuple(int(d) for d in ty.shape.values)
+    except (AttributeError, TypeError):
+        raise CompileError(f"value '{name}' has no static tensor type ({ty})") from None
+    dtype = str(ty.dtype)
+    if dtype not in DTYPES:
+        raise CompileError(f"value '{name}' has unsupported dtype {dtype}")
+    return Tensor(name, dtype, shape, kind)
+
+
+class _Extractor:
+    """The Graph being built and what maps Relax values onto its tensors."""
+
+    def __init__(self, mod, model_name, anchors):
+        import tvm
+
+        self.mod, self.g = mod, Graph(model_name)
+        self.env = {}  # relax Var (or constant) -> tensor index, or tuple of indices
+        self.anchor_of = {a.const: a for a in anchors}
+        self.call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def const_tensor(self, c):
+        if c not in self.env:  # constants hash by identity
+            data, a = c.value.numpy(), self.anchor_of.get(c)
+            self.env[c] = self.g.add_tensor(Tensor(f"w{len(self.g.tensors)}", str(data.dtype), data.shape, "weight",
+                                                   np.ascontiguousarray(data), cached=a is not None and
+                                                   a.transform_func is not None, anchor=a))
+        return self.env[c]
+
+    def value_of(self, expr):
+        from tvm import relax
+
+        if is_const(expr):
+            return self.const_tensor(expr)
+        if isinstance(expr, relax.Var):
+            if expr not in self.env:
+                raise CompileError(f"value '{expr.name}' is used before it is defined")
+            return self.env[expr]
+        if isinstance(expr, relax.Tuple):
+            return tuple(self.value_of(f) for f in expr.fields)
+        raise CompileError(f"unsupported Relax expression {type(expr).__name__}")
+
+    def kernel_layer(self, var, call):
+        """The layer of `var = call_tir(kernel, args)`, its outputs' tensors."""
+        from tvm import relax
+
+        g, func_name = self.g, call.args[0].name_hint
+        args = [self.value_of(a) for a in call.args[1].fields]
+        if any(isinstance(a, tuple) for a in args):
+            raise CompileError(f"kernel {func_name} takes a tuple argument")
+        ty = var.ty
+        outs = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+        out_ids = [g.add_tensor(_tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name, "intermediate"))
+                   for k, t in enumerate(outs)]
+        self.env[var] = tuple(out_ids) if isinstance(ty, relax.TupleType) else out_ids[0]
+        g.kernels[func_name] = self.mod[func_name]
+        op = func_name[len("fused_"):] if func_name.startswith("fused_") else func_name
+        layer = Layer(f"L{len(g.layers)}", op, func_name, args + out_ids, len(out_ids))
+        anchor = next((g.tensors[a].anchor for a in args if g.tensors[a].anchor is not None), None)
+        if anchor is not None:
+            layer.name, layer.variant = anchor.id, anchor.variant.name
+            layer.params, layer.tuned = dict(anchor.params), anchor.tuned
+            layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
+        g.layers.append(layer)
+
+    def outputs(self, body, output_names):
+        """The model's outputs, named; one that is not a layer's own output
+        (an input, a weight, an output twice) gets a copy layer."""
+        g = self.g
+        result = self.value_of(body)
+        results = list(result) if isinstance(result, tuple) else [result]
+        if len(results) != len(output_names):
+            raise CompileError(f"model declares {len(output_names)} outputs, lowering produced {len(results)}")
+        for idx, name in zip(results, output_names):
+            t = g.tensors[idx]
+            if t.kind != "intermediate" or idx in g.outputs:
+                sym = f"copy_{len(g.kernels)}"
+                g.kernels[sym] = _copy_kernel(t.shape, t.dtype)
+                out = g.add_tensor(Tensor(name, t.dtype, t.shape, "output"))
+                g.layers.append(Layer(f"L{len(g.layers)}", "copy", sym, [idx, out], 1))
+                idx = out
+            t = g.tensors[idx]
+            t.kind, t.name = "output", name
+            g.outputs.append(idx)
 
 
 def run(c):

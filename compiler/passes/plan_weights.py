@@ -51,7 +51,8 @@ q >= 1 preparation worker q, ahead of execution, in plan order. An int, or
 import numpy as np
 
 from ..errors import CompileError
-from ..ir.graph import PRECISIONS, Tensor
+from ..ir.graph import Tensor
+from ..ir.forms import PRECISIONS
 from ..ir.narrow import choice as _choice
 from ..ir.narrow import fits_fp16, narrow_weights, weight_error
 

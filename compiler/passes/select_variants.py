@@ -21,6 +21,7 @@ import numpy as np
 from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
+from ..ir.relax import LayerIds, const_value
 from ..kernels import ConvSpec, DenseSpec, applicable, get
 from ..kernels import build as kbuild
 from ..kernels.conv import channel_vectors
@@ -98,7 +99,9 @@ def _block(layout):
     return None if m is None else int(m.group(1) or 0)
 
 
-def _spec_of(call, op_name, const_value):
+def _spec_of(call, op_name, w):
+    """The ConvSpec or DenseSpec of a layer with constant weights `w`, or
+    None where no variant takes it."""
     x_ty = call.args[0].ty
     xs = [int(d) for d in x_ty.shape.values]
     dtype = str(x_ty.dtype)
@@ -108,20 +111,16 @@ def _spec_of(call, op_name, const_value):
         if (ib is None or ob is None or (ib and not ob) or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
             return None
-        w = const_value(call.args[1])
-        if w is None:
-            return None
         pad = [int(p) for p in a.padding]
         pad = pad * 2 if len(pad) == 2 else pad
         return ConvSpec(xs[0], xs[1] * (ib or 1), xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
                         tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
-                        int(a.groups), dtype, ib, ob), w
-    w = const_value(call.args[1])
+                        int(a.groups), dtype, ib, ob)
     # rows: x [M, K], or a batch-1 sequence [1, ..., 1, M, K]
-    if (w is None or w.ndim != 2 or len(xs) < 2 or any(d != 1 for d in xs[:-2]) or dtype != "float32"
+    if (w.ndim != 2 or len(xs) < 2 or any(d != 1 for d in xs[:-2]) or dtype != "float32"
             or str(w.dtype) != dtype):
         return None
-    return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2), w
+    return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
 
 
 def apply(mod, isa, choice=None, tuning=None, direct=None):
@@ -141,43 +140,35 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
 
     choice = dict(choice or {})
     ops = {"conv2d": tvm.ir.Op.get("relax.nn.conv2d"), "dense": tvm.ir.Op.get("relax.matmul")}
-    permute, reshape = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.reshape")
-
-    def is_const(e):
-        return type(e).__name__ in ("GenericConst", "Constant") and hasattr(e, "value")
 
     @mutator
     class Rewriter(PyExprMutator):
         def __init__(self, mod, phase, anchors):
             super().__init__(mod)
-            self.mod_, self.phase, self.anchors, self.count = mod, phase, anchors, {"conv2d": 0, "dense": 0}
-
-        def const_value(self, e):
-            if is_const(e):
-                return e.value.numpy()
-            if isinstance(e, relax.Var):
-                b = self.lookup_binding(e)
-                if b is not None and hasattr(b, "op") and len(b.args) >= 1 and is_const(b.args[0]):
-                    v = b.args[0].value.numpy()
-                    if b.op.same_as(permute):
-                        axes = b.attrs.axes
-                        return np.transpose(v, None if axes is None else [int(i) for i in axes])
-                    if b.op.same_as(reshape):
-                        return v.reshape([int(d) for d in b.ty.shape.values])
-            return None
+            self.mod_, self.phase, self.anchors, self.ids = mod, phase, anchors, LayerIds()
+            self.errors = []
 
         def visit_call_(self, call):
+            # TVM hands an exception raised in here back as a RuntimeError
+            # holding its text: keep the first CompileError to raise after
+            try:
+                return self.rewrite(call)
+            except CompileError as e:
+                self.errors.append(e)
+                return call
+
+        def rewrite(self, call):
             call = self.visit_expr_post_order(call)
             op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
             if op_name is None:
                 return call
-            found = _spec_of(call, op_name, self.const_value)
-            if found is None:
+            w = const_value(call.args[1], self.lookup_binding)
+            if w is None:
                 return call
-            spec, w = found
-            k = self.count[op_name]
-            self.count[op_name] += 1
-            anchor_id = f"{op_name[0]}{k}"
+            anchor_id = self.ids.next(op_name)
+            spec = _spec_of(call, op_name, w)
+            if spec is None:
+                return call
             if self.phase == "collect":
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
@@ -195,11 +186,27 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
             for gv, func in self.mod_.functions.items():
                 if isinstance(func, relax.Function):
                     self.builder_.update_func(gv, self.visit_expr(func))
+            if self.errors:
+                raise self.errors[0]
             return self.builder_.get()
 
     anchors = []
     Rewriter(mod, "collect", anchors).transform()
-    transform = _transform_weights(anchors)
+    _stored_weights(anchors, direct, _transform_weights(anchors))
+    new_mod = Rewriter(mod, "rewrite", anchors).transform()
+    # anchors fuse with their elementwise epilogue (OutEWiseFusable)
+    for gv, func in list(new_mod.functions.items()):
+        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
+            new_mod[gv] = func.with_attr("op_pattern", 4)
+    return new_mod, anchors
+
+
+def _stored_weights(anchors, direct, transform):
+    """Each anchor's weights as its kernel reads them (a.const): fp32
+    transformed, or in the direct form narrow (fp16; int8 with per-channel
+    scales, a.scale) where `direct(a.id)` asks for it and it applies."""
+    from tvm import relax
+
     for a in anchors:
         want = (direct and direct(a.id)) or ""
         a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
@@ -213,12 +220,6 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
             a.scale = relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
         else:
             a.const = relax.const(a.transformed.astype(np.float16))
-    new_mod = Rewriter(mod, "rewrite", anchors).transform()
-    # anchors fuse with their elementwise epilogue (OutEWiseFusable)
-    for gv, func in list(new_mod.functions.items()):
-        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
-            new_mod[gv] = func.with_attr("op_pattern", 4)
-    return new_mod, anchors
 
 
 def _transform_weights(anchors):

@@ -23,7 +23,8 @@ from coldbrew.schemas.generated import bundle_generated as fb
 from coldbrew.targets import task_shares
 
 from ..bundle.checksum import checksum64
-from ..ir.graph import DTYPES, PRECISIONS, signatures
+from ..ir.graph import signatures
+from ..ir.forms import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
 SCHEMA_VERSION = 2

@@ -41,7 +41,7 @@ interleaved, medians 8.95 against 8.25 ms).
 """
 import time
 
-from ..ir.graph import DIRECT_FORMS, NARROW
+from ..ir.forms import DIRECT_FORMS, cost_form, is_narrow_form, plan_form
 from .simulate import first_execute_ms, median_ms, narrow_transform_ms, read_ms, simulate
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
@@ -100,7 +100,7 @@ def narrow_pairs(pairs, precision):
     accuracy after the plan)."""
     if precision == "fp32":
         return pairs
-    return [p for p in pairs if p[1] in PAIR_FORMS] or pairs
+    return [p for p in pairs if is_narrow_form(p[1])] or pairs
 
 
 def _undominated(pairs):
@@ -135,15 +135,7 @@ def simulated_plan(table, chosen):
 
 def _form(chosen, name):
     """A chosen layer's simulator form: direct, its narrow precision, else its form."""
-    form, p = chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32")
-    if form == "direct":
-        return DIRECT_FORMS[p]
-    return p if p in NARROW else form
-
-
-# a pair's form -> (weight form, precision) of the plan
-PAIR_FORMS = {"fp16": ("cached", "fp16"), "int8": ("raw", "int8"),
-              **{d: ("direct", p) for p, d in DIRECT_FORMS.items()}}
+    return cost_form(chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32"))
 
 
 def _predict(table, sel, queues, threads):
@@ -154,11 +146,11 @@ def _result(table, sel, queues, threads):
     # layers with one candidate and no transform have nothing to choose
     chosen = [(layer["name"], p) for layer, p in zip(table["layers"], sel)
               if len(layer["candidates"]) > 1 or any(c["has_transform"] for c in layer["candidates"])
-              or p[1] in PAIR_FORMS]
+              or is_narrow_form(p[1])]
     return {"variants": {name: p[0] for name, p in chosen},
             # fp16 in the kernel's layout where the variant allows it (compiler/passes/plan_weights.py)
-            "forms": {name: PAIR_FORMS.get(p[1], (p[1],))[0] for name, p in chosen},
-            "precisions": {name: PAIR_FORMS.get(p[1], (None, "fp32"))[1] for name, p in chosen},
+            "forms": {name: plan_form(p[1])[0] for name, p in chosen},
+            "precisions": {name: plan_form(p[1])[1] for name, p in chosen},
             "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
             "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
 

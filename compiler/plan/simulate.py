@@ -40,7 +40,7 @@ predicted latency and a timeline of events shaped like the runtime's trace.
 
 from coldbrew.targets import split_factor, task_shares
 
-from ..ir.graph import DIRECT_FORMS, NARROW, PRECISION_OF_DTYPE
+from ..ir.forms import FORM_BYTES, NARROW, PRECISION_OF_DTYPE, cost_form, is_direct
 from ..measure.protocol import STREAM_CHUNK
 
 
@@ -62,10 +62,8 @@ def plan_of_bundle(data):
         # the cost table knows narrow forms of variant layers only: a generic
         # layer's fp16 weights are costed as its fp32 ones
         p = PRECISION_OF_DTYPE.get(s.weightPrecision, "fp32")
-        narrow = p if p in NARROW and _s(s.variant) != "generic" else None
-        form = WEIGHT_FORMS.get(s.weightForm, "cached")
-        steps.append({"layer": _s(layer.name), "variant": _s(s.variant),
-                      "form": DIRECT_FORMS[p] if form == "direct" else narrow or form,
+        form = cost_form(WEIGHT_FORMS.get(s.weightForm, "cached"), p, _s(s.variant) != "generic")
+        steps.append({"layer": _s(layer.name), "variant": _s(s.variant), "form": form,
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
     return {"steps": steps, "threads": bundle.plan.threads or 1,
@@ -110,10 +108,6 @@ def narrow_transform_ms(table, c, precision, cls, threads):
     return median_ms(c["transform_ms"], cls, threads) if c["has_transform"] else widen
 
 
-FORM_BYTES = {"raw": "raw_bytes", "cached": "transformed_bytes", "fp16": "fp16_bytes", "int8": "int8_bytes",
-              **{d: f"{d}_bytes" for d in DIRECT_FORMS.values()}}
-
-
 def stream_rate(table):
     """Bytes per ms the disk delivers (the table's storage bandwidth), or
     None where it was not measured or modeled."""
@@ -144,7 +138,7 @@ def step_costs(table, step, threads, prep_cls, exec_cls, inline):
     `widen_ms_per_byte` of fp32 output)."""
     c = candidate(table, step["layer"], step["variant"])
     form = step["form"]
-    direct = form in DIRECT_FORMS.values()
+    direct = is_direct(form)
     raw = form != "cached" and not direct
     if form not in c["read_ms"]:
         raise PlanError(f"cost table has no {form} weights for {step['variant']} of layer {step['layer']}")
@@ -173,7 +167,7 @@ def first_execute_ms(c, form, cls, threads):
     first = median_ms(c["execute_first_ms"], cls, threads)
     shipped = c.get("execute_first_cached_ms", {}).get(cls, {}).get(str(threads))
     in_place = shipped["median"] / first if shipped and first > 0 else 1.0
-    if form in DIRECT_FORMS.values():
+    if is_direct(form):
         return median_ms(c[f"execute_first_{form}_ms"], cls, threads) * in_place
     return first * in_place if form == "cached" else first
 

@@ -8,7 +8,7 @@ from coldbrew.schemas.generated import bundle_generated as fb
 
 from ..bundle.reader import WEIGHT_FORMS, read_bytes
 from ..bundle.reader import text as _s
-from ..ir.graph import DTYPES, PRECISION_OF_DTYPE
+from ..ir.forms import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
@@ -118,7 +118,7 @@ def accuracy_line(b):
 
 def signature_line(data):
     """Who signed the bundle, and whether the signature holds for its bytes."""
-    from .sign import signer
+    from ..bundle.sign import signer
 
     s = signer(data)
     if s is None:

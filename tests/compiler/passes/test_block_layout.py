@@ -89,9 +89,8 @@ def test_a_layer_alone_gets_the_layout_it_has_in_the_model(target):
     # the tuner and the profiler measure each layer in a model of its own
     from coldbrew.compiler.measure.tune import anchors_of, layers_model
 
-    isa = resolve(target).vector
-    for a in anchors_of(_model(), isa):
-        (alone,) = anchors_of(layers_model([a.spec]), isa)
+    for a in anchors_of(_model(), target):
+        (alone,) = anchors_of(layers_model([a.spec]), target)
         assert alone.spec == a.spec
 
 
