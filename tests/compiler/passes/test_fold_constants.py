@@ -1,0 +1,63 @@
+"""compiler/passes/fold_constants.py: shape subgraphs (Shape, Gather, Range,
+ConstantOfShape, Expand, ...) fold to constants, and a folded constant is
+stored at its smallest broadcast shape only where the other operand spans
+the output."""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import coldbrew
+from coldbrew.compiler import compile_model
+from coldbrew.compiler.passes import fold_constants, load_onnx
+from conftest import ROOT, assert_close, ort_run
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
+from onnx_graphs import _model  # noqa: E402
+
+
+def test_shape_subgraph_folds_to_constants(small_model):
+    m = onnx.ModelProto()
+    m.CopyFrom(small_model)
+    folded = fold_constants.apply(load_onnx.apply(m))
+    ops = [n.op_type for n in folded.graph.node]
+    assert ops == ["Conv", "Relu", "GlobalAveragePool", "Reshape", "Gemm"], ops
+
+
+def test_expand_range_constantofshape_fold():
+    # positions = Range(0, W) expanded to x's shape, W read from Shape(x)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 5])
+    i = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "k3"], ["w"], axis=0),
+        helper.make_node("Range", ["zero", "w", "one"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        helper.make_node("Expand", ["rf", "s"], ["pos"]),
+        helper.make_node("Mul", ["pos", "ones"], ["p2"]),
+        helper.make_node("Add", ["x", "p2"], ["y"]),
+    ]
+    m = _model(nodes, [x], [y], [i("k3", 3), i("zero", 0), i("one", 1)])
+    folded = fold_constants.apply(load_onnx.apply(onnx.load_from_string(m.SerializeToString())))
+    assert [n.op_type for n in folded.graph.node] == ["Add"]
+    # the folded positions repeat along channels and rows: stored at their broadcast shape
+    assert [list(t.dims) for t in folded.graph.initializer] == [[1, 1, 1, 5]]
+    a = np.random.default_rng(0).standard_normal((1, 2, 3, 5)).astype(np.float32)
+    assert_close(coldbrew.load(compile_model(m)).run(None, {"x": a})[0], ort_run(m, {"x": a})[0])
+
+
+def test_folded_constant_keeps_its_extent_where_the_activation_broadcasts():
+    """A constant is compacted only along axes the other operand already
+    spans: one that also widens the output keeps its full extent."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 5])
+    c = numpy_helper.from_array(np.full((1, 2, 3, 5), 0.5, np.float32), "c")
+    m = _model([helper.make_node("Mul", ["x", "c"], ["y"])], [x], [y], [c])
+    folded = fold_constants.apply(load_onnx.apply(onnx.load_from_string(m.SerializeToString())))
+    assert [list(t.dims) for t in folded.graph.initializer] == [[1, 2, 1, 1]]
+    a = np.random.default_rng(1).standard_normal((1, 1, 3, 5)).astype(np.float32)
+    assert_close(coldbrew.load(compile_model(m)).run(None, {"x": a})[0], ort_run(m, {"x": a})[0])

@@ -1,0 +1,171 @@
+"""compiler/passes/write_bundle.py: the bundle's bytes. A 64-byte preamble
+(magic, schema version, the header's size and checksum, the file's size),
+the FlatBuffer header (the graph's tensors, layers, steps and kernel
+signatures, read back by bundle/reader.py), the CPU code (LZ4, on 64 bytes
+after the header; plain code on a page), then the weights in the order the
+plan first uses them, one segment per run of one form (the first on a page,
+later ones on 64 bytes, each tensor on 64 bytes, each with its checksum),
+continuous mode's warm weights after all of them."""
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from coldbrew.compiler import pipeline
+from coldbrew.compiler.bundle.checksum import checksum64
+from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.ir.graph import signatures
+from coldbrew.compiler.passes import codegen, write_bundle
+from coldbrew.schemas.generated import bundle_generated as fb
+
+DTYPES = write_bundle.DTYPES  # index = schema DType
+HASH = "ab" * 32
+WINOGRAD = {"conv2d": "conv2d.winograd_f2"}
+
+
+def _align(n, a):
+    return -(-n // a) * a
+
+
+@pytest.fixture(scope="module")
+def host():
+    from coldbrew.targets import resolve
+
+    return resolve("host")
+
+
+@pytest.fixture(scope="module")
+def front(small_model):
+    return pipeline.front_end(small_model)
+
+
+@pytest.fixture(scope="module")
+def mixed(front, host):
+    """(graph, code, bundle): the conv's weights raw (Winograd, transformed on
+    the first run), the dense layer's cached: weights of both forms."""
+    graph = pipeline.lower(front, host, None, WINOGRAD, {"*": "cached", "c0": "raw"}, 2, None, 0)
+    code = codegen.apply(graph, host)
+    return graph, code, write_bundle.apply(graph, code, host, "coldbrew test", HASH)
+
+
+def _tensor_bytes(data, b, t):
+    start = b.segments[t.segment].offset + t.segmentOffset
+    return data[start:start + t.nbytes]
+
+
+def test_preamble_and_header_read_back_as_the_graph(mixed):
+    graph, _, data = mixed
+    magic, version, preamble, hdr_size, hdr_sum, file_size = struct.unpack_from("<8sIIQQQ", data, 0)
+    assert magic == b"COLDBREW" and data.startswith(write_bundle.MAGIC)
+    assert (version, preamble, file_size) == (write_bundle.SCHEMA_VERSION, 64, len(data))
+    assert checksum64(data[64:64 + hdr_size]) == hdr_sum
+    b, size, read_version = read_bytes(data)
+    assert (size, read_version) == (len(data), write_bundle.SCHEMA_VERSION)
+    assert (b.producer, b.modelHash, b.modelName) == (b"coldbrew test", HASH.encode(), graph.name.encode())
+    assert [(t.name.decode(), DTYPES[t.dtype], tuple(int(d) for d in t.shape), t.kind, t.nbytes) for t in b.tensors] == [
+        (t.name, t.dtype, tuple(t.shape), write_bundle.KINDS[t.kind], t.nbytes) for t in graph.tensors]
+    for t, ours in zip(b.tensors, graph.tensors):
+        if ours.kind != "weight":
+            assert t.arenaOffset == ours.arena_offset
+    assert (list(b.inputs), list(b.outputs)) == (graph.inputs, graph.outputs)
+    assert [(x.name.decode(), x.op.decode(), list(x.args)) for x in b.layers] == [
+        (x.name, x.op, list(x.args)) for x in graph.layers]
+    steps = [(s.layer, s.variant.decode(), s.kernel.decode(), s.transform.decode(),
+              list(s.transformArgs if s.transformArgs is not None else []), s.weightForm) for s in b.plan.steps]
+    assert steps == [(k, x.variant, x.kernel, x.transform, list(x.transform_args), getattr(fb.WeightForm, x.weight_form))
+                     for k, x in enumerate(graph.layers)]
+    assert [s.weightForm for s in b.plan.steps if s.variant != b"generic"] == [fb.WeightForm.raw, fb.WeightForm.cached]
+    assert (b.plan.arenaSize, b.plan.preparedSize, b.plan.threads) == (graph.arena_size, graph.prepared_size,
+                                                                        graph.threads)
+    # each kernel's calling contract, sorted by symbol
+    assert [(k.symbol.decode(), [DTYPES[d] for d in k.argDtypes], [int(n) for n in k.argNbytes])
+            for k in b.kernels] == [(s, [d for d, _ in a], [n for _, n in a]) for s, a in signatures(graph)]
+
+
+def test_segments_and_weights_lie_where_the_layout_puts_them(mixed):
+    graph, code, data = mixed
+    b = read_bytes(data)[0]
+    hdr_size = struct.unpack_from("<Q", data, 16)[0]
+    head, *segments = b.segments
+    # the code, compressed, follows the header on 64 bytes and decodes to the shared object
+    assert head.kind == fb.SegmentKind.cpu_code_lz4 and head.offset == _align(64 + hdr_size, 64)
+    assert write_bundle.unpack_code(head.kind, data[head.offset:head.offset + head.size], head.rawSize) == code
+    # one segment per run of one form, in the order the plan first needs the weights (a transform's before
+    # its layer's own), then any no layer reads
+    every = [i for i, t in enumerate(graph.tensors) if t.kind == "weight"]
+    order = list(dict.fromkeys([i for x in graph.layers for i in list(x.transform_args) + list(x.args)
+                                if graph.tensors[i].kind == "weight"] + every))
+    assert order != sorted(order)  # first use is not the tensors' own order
+    kinds = [fb.SegmentKind.weights_cached if graph.tensors[i].cached else fb.SegmentKind.weights_raw for i in order]
+    runs = [k for j, k in enumerate(kinds) if j == 0 or kinds[j - 1] != k]
+    assert len(runs) >= 3 and [s.kind for s in segments] == runs
+    assert segments[0].offset == _align(head.offset + head.size, write_bundle.PAGE)
+    for prev, s in zip(segments, segments[1:]):
+        assert s.offset == _align(prev.offset + prev.size, 64)
+    assert len(data) == _align(segments[-1].offset + segments[-1].size, 64)
+    for s in b.segments:
+        assert s.checksum == checksum64(data[s.offset:s.offset + s.size])
+    # each weight on 64 bytes, holding its data, with its checksum, in need order
+    places = []
+    for i in order:
+        t, ours = b.tensors[i], graph.tensors[i]
+        assert t.segmentOffset % 64 == 0
+        stored = _tensor_bytes(data, b, t)
+        assert stored == np.ascontiguousarray(ours.data).astype(ours.dtype).tobytes()
+        assert t.checksum == checksum64(stored)
+        places.append(b.segments[t.segment].offset + t.segmentOffset)
+    assert places == sorted(places) and len(places) == len(set(places))
+
+
+def test_plain_code_is_stored_on_a_page(mixed, host):
+    graph, _, _ = mixed
+    plain = os.urandom(3000)  # does not compress
+    assert write_bundle.pack_code(plain) == (fb.SegmentKind.cpu_code, plain, 0)
+    data = write_bundle.apply(graph, plain, host, "coldbrew test", HASH)
+    head = read_bytes(data)[0].segments[0]
+    assert head.kind == fb.SegmentKind.cpu_code and head.offset % write_bundle.PAGE == 0 and head.rawSize == 0
+    assert data[head.offset:head.offset + head.size] == plain
+    kind, packed, raw_size = write_bundle.pack_code(b"\x90" * 3000)
+    assert kind == fb.SegmentKind.cpu_code_lz4 and len(packed) < 3000 and raw_size == 3000
+    assert write_bundle.unpack_code(kind, packed, raw_size) == b"\x90" * 3000
+
+
+def test_warm_weights_come_after_every_weight_the_plan_reads(front, host):
+    from coldbrew.compiler.passes import add_warm_steps
+
+    cold = pipeline.lower(front, host, None, {"conv2d": "conv2d.im2col_gemm"}, "raw", 2, None, 0)
+    warm = pipeline.lower(front, host, None, WINOGRAD, "cached", 2, None, 0)
+    cold = add_warm_steps.apply(cold, warm, 2)
+    data = write_bundle.apply(cold, b"\x90" * 1000, host, "coldbrew test", HASH)
+    b = read_bytes(data)[0]
+    place = lambda i: b.segments[b.tensors[i].segment].offset + b.tensors[i].segmentOffset  # noqa: E731
+    read_by_plan = {i for layer in cold.layers for i in list(layer.args) + list(layer.transform_args)
+                    if cold.tensors[i].kind == "weight"}
+    warm_only = {i for layer in cold.layers if layer.warm for i in layer.warm["args"]
+                 if cold.tensors[i].kind == "weight"} - read_by_plan
+    assert warm_only and all(cold.tensors[i].name.endswith(".warm") for i in warm_only)
+    assert min(place(i) for i in warm_only) >= max(place(i) + b.tensors[i].nbytes for i in read_by_plan)
+    step = next(s for s in b.plan.steps if s.warmVariant)
+    assert step.warmKernel.decode().startswith("warm_") and set(warm_only) <= set(step.warmArgs)
+    assert b.plan.warmThreads == 2
+
+
+def test_run_stores_the_measured_accuracy_of_narrowed_layers(front, host):
+    from coldbrew.compiler.pipeline import Compilation
+
+    graph = pipeline.lower(front, host, None, None, "cached", 2, None, 0, precision={"*": "fp32", "c0": "fp16"})
+    assert {x.name: x.weight_precision for x in graph.layers if x.variant != "generic"} == {"c0": "fp16", "d0": "fp32"}
+    accuracy = {"output_error": 0.02, "samples": 3, "inputs": "3 generated", "max_error": 0.05,
+                "layers": {"c0": 0.01, "d0": 0.007}}
+    c = write_bundle.run(Compilation(graph=graph, code=b"\x90" * 1000, target=host, producer="coldbrew test",
+                                     model_hash=HASH, accuracy=accuracy))
+    b = read_bytes(c.data)[0]
+    acc = b.accuracy
+    assert (acc.outputError, acc.samples, acc.inputs, acc.maxError) == (pytest.approx(0.02), 3, b"3 generated",
+                                                                        pytest.approx(0.05))
+    errors = {b.layers[s.layer].name.decode(): s.outputError for s in b.plan.steps if s.variant != b"generic"}
+    assert errors == {"c0": pytest.approx(0.01), "d0": 0.0}  # a layer kept fp32 has no error of its own
+    plain = write_bundle.run(Compilation(graph=pipeline.lower(front, host, None, None, "cached", 2, None, 0),
+                                         code=b"\x90" * 1000, target=host, model_hash=HASH))
+    assert read_bytes(plain.data)[0].accuracy is None
