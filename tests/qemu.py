@@ -49,7 +49,7 @@ def build_runner(out_dir):
 
 def tensors(path):
     """[(name, dtype, shape)] of a bundle's inputs and of its outputs, read from its header."""
-    from coldbrew.compiler.ir.graph import DTYPES
+    from coldbrew.compiler.ir.forms import DTYPES
     from coldbrew.compiler.bundle.reader import read
 
     b = read(path)[0]

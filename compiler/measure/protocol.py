@@ -20,9 +20,14 @@ folios asked for, 2 MB at a time) after the same steps 1 and 3;
 read_rate(paths) is the storage bandwidth every figure uses.
 
 Kernel samples (the profiler's and the tuner's): sample(bundle, cores,
-threads, warm) runs steps 1-4 on a bundle in a worker that imports only the
+threads, warm) runs steps 2-4 on a bundle in a worker that imports only the
 runtime (no TVM: what it measures is what an app pays), with the runtime's
-trace on, then `warm` more runs; it returns {"open": {phase: ms}, "read" |
+trace on, then `warm` more runs. Step 1 is left out there: it matters for
+what a sample times before its cold_start (an engine's import, which the
+benchmarks report apart), and the kernel samples time only what follows
+(the open's phases and each layer's read, transform and execute, from the
+trace), while a dropped page cache made every sample's Python start from
+storage (the profile tests took several times longer); it returns {"open": {phase: ms}, "read" |
 "transform" | "execute_first" | "execute": {layer: [ms, ...]}}.
 """
 import json
@@ -72,9 +77,13 @@ def describe():
     return "page cache NOT dropped (drop_caches needs root): only the artifact evicted after the import"
 
 
-def cold_process(cmd, **kw):
-    """Step 1 and the sample's fresh process: subprocess.run(cmd, **kw)."""
-    drop_page_cache()
+def cold_process(cmd, drop=True, **kw):
+    """Step 1 and the sample's fresh process: subprocess.run(cmd, **kw).
+    `drop=False` keeps the page cache: for a sample that times nothing
+    before its cold_start (the kernel samples, timed from the runtime's
+    trace), where the drop would only slow the process's own start."""
+    if drop:
+        drop_page_cache()
     return subprocess.run(cmd, **kw)
 
 
@@ -251,7 +260,7 @@ def sample(bundle, cores, threads, warm=0, into=None):
     runs), merged into `into` (lists of samples per phase and layer)."""
     into = {} if into is None else into
     args = {"bundle": bundle, "cores": list(cores), "threads": threads, "warm": warm}
-    proc = cold_process([sys.executable, "-m", "coldbrew.compiler.measure.protocol", json.dumps(args)],
+    proc = cold_process([sys.executable, "-m", "coldbrew.compiler.measure.protocol", json.dumps(args)], drop=False,
                         capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"measurement worker failed: {proc.stderr.strip()[-2000:]}")

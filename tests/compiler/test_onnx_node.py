@@ -17,7 +17,7 @@ import pytest
 
 import coldbrew
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler.ir.graph import DTYPES
+from coldbrew.compiler.ir.forms import DTYPES
 from coldbrew.compiler.ir.ops import MAX_OPSET, MIN_OPSET, STATIC_INPUTS, SUPPORTED_OPS
 
 # Modes refused by ops.check_static, with the words its message uses.
