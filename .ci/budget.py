@@ -29,7 +29,7 @@ KNOWN_LONG = {  # "path:function": its length when it was listed
 }
 PARTS = {
     "compiler": ["compiler/**/*.py", "targets/*.py", "schemas/*.py"],
-    "runtime": ["runtime/src/*.c", "runtime/src/*.cc", "runtime/src/*.h", "runtime/include/*.h",
+    "runtime": ["runtime/src/**/*.c", "runtime/src/**/*.cc", "runtime/src/**/*.h", "runtime/include/*.h",
                 "runtime/python/*.py"],
 }
 

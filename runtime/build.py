@@ -4,7 +4,7 @@ Used by the package build (setup.py) and runnable alone:
     python runtime/build.py OUT_DIR [TRIPLE]
 The runtime needs only libc, libdl and libstdc++ (for the generated
 FlatBuffer verifier); the FlatBuffers headers come from the `flatc` package.
-The Vulkan executor (src/vulkan*.c) compiles against the Vulkan headers
+The Vulkan executor (src/vulkan/) compiles against the Vulkan headers
 (Debian libvulkan-dev) and opens libvulkan.so.1 at run time, never links it.
 
 With a TRIPLE (`aarch64-linux-gnu`) it cross-builds with the GNU toolchain
@@ -19,10 +19,16 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-C_SOURCES = ["base.c", "alloc.c", "stream.c", "open.c", "code.c", "open_gpu.c", "session.c", "run.c", "warmer.c",
-             "backend.c", "signature.c", "target.c", "vulkan.c", "vulkan_pipelines.c", "vulkan_weights.c",
-             "vulkan_session.c", "widen.c", "lz4.c"]
-CXX_SOURCES = ["model.cc"]
+# by runtime/src's folders, its layers from the bottom up (base, bundle, cpu,
+# vulkan, exec): a source includes headers of its own folder or of folders
+# below it (tests/runtime/test_layers.py)
+C_SOURCES = ["base/base.c", "base/alloc.c", "base/lz4.c",
+             "bundle/stream.c", "bundle/open.c", "bundle/signature.c", "bundle/target.c",
+             "cpu/backend.c", "cpu/code.c", "cpu/widen.c",
+             "vulkan/vulkan.c", "vulkan/vulkan_pipelines.c", "vulkan/vulkan_weights.c", "vulkan/vulkan_session.c",
+             "vulkan/open_gpu.c",
+             "exec/load.c", "exec/session.c", "exec/run.c", "exec/warmer.c"]
+CXX_SOURCES = ["bundle/model.cc"]
 LIB_NAME = "libcoldbrew.so"
 
 
@@ -83,7 +89,7 @@ def build(out_dir, cc=None, cxx=None, triple=None, flags=()):
         objects = []
         for src in C_SOURCES + CXX_SOURCES:
             is_c = src.endswith(".c")
-            obj = os.path.join(tmp, src + ".o")
+            obj = os.path.join(tmp, src.replace("/", "_") + ".o")
             cmd = [cc if is_c else cxx, "-std=c11" if is_c else "-std=c++17", *common, *includes,
                    "-c", os.path.join(HERE, "src", src), "-o", obj]
             if not is_c:

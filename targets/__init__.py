@@ -4,7 +4,7 @@ in classes, caches, storage and GPU.
 `host` is detected (LLVM's view of this machine's CPU, the usable cores, sysfs);
 other targets are JSON files in this folder, checked by `schema.validate`
 (format: targets/README.md). The features a bundle records are those the
-runtime can check on the running CPU (runtime/src/target.c), so a bundle for
+runtime can check on the running CPU (runtime/src/bundle/target.c), so a bundle for
 another CPU is refused with a message instead of dying on an illegal
 instruction. They are never fewer than LLVM enables for the triple and cpu
 (the code is compiled for exactly those): a file's `features` are added to
@@ -210,7 +210,7 @@ def split_factor(speeds, shares):
 # all, aarch64's neon, dotprod, rdm, lse, crc, rcpc, i8mm, bf16, sve, sve2,
 # aes, sha2, sha3). LLVM lists implied features too (cortex-a76: fullfp16
 # with dotprod, rdm, lse, rcpc, crc, aes, sha2), and its aes and sha2 are
-# what runtime/src/target.c checks as aes (+PMULL) and sha2 (+SHA1).
+# what runtime/src/bundle/target.c checks as aes (+PMULL) and sha2 (+SHA1).
 LLVM_NAMES = {"aarch64": {"fp16": "fullfp16", "fhm": "fp16fml", "fcma": "complxnum"}}
 
 

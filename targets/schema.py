@@ -5,7 +5,7 @@
 and the field. targets/README.md describes the format.
 """
 
-# Features the runtime checks (keep in sync with runtime/src/target.c).
+# Features the runtime checks (keep in sync with runtime/src/bundle/target.c).
 CHECKED_FEATURES = {
     "x86_64": ["sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16", "bmi", "bmi2"],

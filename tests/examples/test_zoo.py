@@ -49,7 +49,7 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
         assert_close(a, b)
     # a code segment that runs past the open's first read (128 KiB) is read
     # once the header is parsed, with the first weights: its last byte is still
-    # checked (tests/runtime/test_hostile.py makes such a front on purpose)
+    # checked (tests/runtime/test_bundle.py makes such a front on purpose)
     code = code_segment(path)
     if code.offset + code.size > FIRST_REQUEST:
         data = bytearray(path.read_bytes())
@@ -61,7 +61,7 @@ def test_zoo_model_matches_onnxruntime(name, target, tmp_path):
         assert e.value.status == "CORRUPT"
 
 
-FIRST_REQUEST = 128 << 10  # runtime/src/bundle.h: CB_STREAM_FIRST
+FIRST_REQUEST = 128 << 10  # runtime/src/bundle/bundle.h: CB_STREAM_FIRST
 
 
 def code_segment(path):

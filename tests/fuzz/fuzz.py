@@ -48,7 +48,7 @@ ENV = {  # a GPU bundle's open fails fast at the Vulkan loader (no driver): its 
     "VK_ICD_FILENAMES": "/nonexistent/coldbrew-fuzz.json",
 }
 # Functions whose coverage the summary names: the header's checks, the plan's, the session's and the run's.
-KEY_FUNCTIONS = ("cb_bundle_open_memory_with", "parse", "parse_gpu", "cb_target_check", "open_verified", "cb_kernels_resolve",
+KEY_FUNCTIONS = ("cb_bundle_from_memory", "parse", "parse_gpu", "cb_target_check", "cb_bundle_verify", "cb_open_cpu",
                  "cb_session_create", "cb_session_run", "cb_read_tensors", "cb_check_tensor", "cb_session_release",
                  "cb_lz4_decode")
 
@@ -79,7 +79,7 @@ def build_target(name, out_dir):
                build.vulkan_include(tmp)]
         objects = []
         for s in build.C_SOURCES + build.CXX_SOURCES:
-            obj = os.path.join(objdir, s + ".o")
+            obj = os.path.join(objdir, s.replace("/", "_") + ".o")
             objects.append(obj if os.path.exists(obj) else _compile(os.path.join(src, s), obj, inc))
         harness = "fuzz_lz4.c" if name == "decode" else "fuzz_bundle.c"
         objects.append(_compile(os.path.join(HERE, harness), os.path.join(tmp, harness + ".o"), inc,

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "bundle/model.h"
 
 /* The code segment is native code: trusted through its checksum against
  * accidents and through a signature against intent, never through parsing.

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bundle_generated.h"
-#include "internal.h"
+#include "bundle/model.h"
 
 namespace fbs = coldbrew::schema;
 

@@ -71,7 +71,7 @@ def test_missing_linker_is_named(small_model, monkeypatch):
         compile_model(small_model, target="sd855")
 
 
-# CPU features (runtime/src/target.c's aarch64 table, read from AT_HWCAP / AT_HWCAP2)
+# CPU features (runtime/src/bundle/target.c's aarch64 table, read from AT_HWCAP / AT_HWCAP2)
 
 @pytest.fixture(scope="module")
 def sd855_bundle(small_model, tmp_path_factory):
@@ -83,11 +83,11 @@ def sd855_bundle(small_model, tmp_path_factory):
 
 
 def _target_c_names(table):
-    """The feature names of one of runtime/src/target.c's tables (k_arm, k_x86), in order."""
-    with open(os.path.join(ROOT, "runtime", "src", "target.c")) as f:
+    """The feature names of one of runtime/src/bundle/target.c's tables (k_arm, k_x86), in order."""
+    with open(os.path.join(ROOT, "runtime", "src", "bundle", "target.c")) as f:
         src = f.read()
     body = re.search(rf"\b{table}\[\] = \{{(.*?)\n\}};", src, re.S)
-    assert body, f"runtime/src/target.c has no table {table}"
+    assert body, f"runtime/src/bundle/target.c has no table {table}"
     return re.findall(r'\{"([^"]+)",', body.group(1))
 
 

@@ -9,7 +9,7 @@ import coldbrew
 from conftest import ROOT
 
 INCLUDE = os.path.join(ROOT, "runtime", "include")
-KERNEL_HOOKS = {"TVMFFIErrorSetRaisedFromCStrParts"}  # the kernels' one undefined symbol (runtime/src/backend.c)
+KERNEL_HOOKS = {"TVMFFIErrorSetRaisedFromCStrParts"}  # the kernels' one undefined symbol (runtime/src/cpu/backend.c)
 
 
 def declared(header):

@@ -15,7 +15,7 @@ from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.compiler.tools.inspect import describe
 from coldbrew.schemas.generated import bundle_generated as fb
-from test_hostile import expect, repack
+from hostile import expect, repack
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import zoo  # noqa: E402

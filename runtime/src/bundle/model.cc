@@ -1,0 +1,487 @@
+// Header verification: the generated FlatBuffer verifier first, then
+// hand-written, overflow-safe bounds checks of everything the runtime will
+// index with. The result is a plain C description (cb_model) so the rest of
+// the runtime never touches the FlatBuffer API.
+#include <stdlib.h>
+#include <string.h>
+
+#include "bundle_generated.h"
+#include "bundle/model.h"
+
+namespace fbs = coldbrew::schema;
+
+namespace {
+
+// off + len <= size, without overflow.
+bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+uint64_t dtype_size(fbs::DType d) {
+  switch (d) {
+    case fbs::DType::f32: case fbs::DType::i32: case fbs::DType::u32: return 4;
+    case fbs::DType::f16: case fbs::DType::i16: case fbs::DType::u16: return 2;
+    case fbs::DType::f64: case fbs::DType::i64: case fbs::DType::u64: return 8;
+    case fbs::DType::i8: case fbs::DType::u8: case fbs::DType::boolean: return 1;
+  }
+  return 0;
+}
+
+template <typename T>
+T* alloc_array(uint32_t n) { return static_cast<T*>(cb_calloc(n ? n : 1, sizeof(T))); }
+
+// A plan's per-thread task shares: empty (even split), or one share of 1 to
+// 255 per execution thread. They point into the header.
+cb_status read_shares(const flatbuffers::Vector<uint8_t>* v, uint32_t threads, const char* what,
+                      const uint8_t** out) {
+  *out = nullptr;
+  if (!v || v->size() == 0) return CB_OK;
+  if (v->size() != threads)
+    return cb_fail(CB_ERR_CORRUPT, "plan %s has %u entries for %u execution threads", what, v->size(), threads);
+  for (uint32_t k = 0; k < v->size(); k++)
+    if (v->Get(k) == 0) return cb_fail(CB_ERR_CORRUPT, "plan %s gives thread %u no share", what, k);
+  *out = v->data();
+  return CB_OK;
+}
+
+static bool prepared_by(const cb_step_desc* st, uint32_t t) {
+  return st->ntransform_args == 2 && st->transform_args[1] == t;
+}
+
+// A CPU step that names the runtime's own transform (widen.c): pairs of
+// fp16 weights in, a prepared fp32 tensor of the same shape out.
+static cb_status check_widen(const cb_model* m, uint32_t i) {
+  const cb_step_desc* st = &m->steps[i];
+  if (!st->transform || strcmp(st->transform, CB_WIDEN_F16) != 0) return CB_OK;
+  if (st->ntransform_args < 2 || st->ntransform_args % 2)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes pairs of tensors", i, CB_WIDEN_F16);
+  for (uint32_t k = 0; k < st->ntransform_args; k += 2) {
+    const cb_tensor_desc* in = &m->tensors[st->transform_args[k]];
+    const cb_tensor_desc* out = &m->tensors[st->transform_args[k + 1]];
+    bool same = in->ndim == out->ndim && in->nbytes * 2 == out->nbytes;
+    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+    if (in->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || in->dtype != CB_F16 || out->dtype != CB_F32 ||
+        !same)
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs fp16 weights and a prepared fp32 tensor of their shape",
+                     i, CB_WIDEN_F16);
+  }
+  return CB_OK;
+}
+
+// A GPU step's weight transform is one the runtime runs on the CPU
+// (vulkan.c): gpu.winograd_f23, raw float32 [K][C][3][3] -> [C][16][K].
+static cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
+  const cb_step_desc* st = &m->steps[i];
+  if (!st->transform) return CB_OK;
+  if (strcmp(st->transform, CB_GPU_WINOGRAD_F23) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u names GPU weight transform '%s', which this runtime does not have", i,
+                   st->transform);
+  if (st->ntransform_args != 2) return cb_fail(CB_ERR_CORRUPT, "plan step %u: its transform takes 2 tensors", i);
+  const cb_tensor_desc* raw = &m->tensors[st->transform_args[0]];
+  const cb_tensor_desc* out = &m->tensors[st->transform_args[1]];
+  if (raw->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || raw->dtype != out->dtype ||
+      raw->ndim != 4 || raw->shape[2] != 3 || raw->shape[3] != 3 ||
+      out->nbytes != (uint64_t)raw->shape[0] * (uint64_t)raw->shape[1] * 16u * 4u || raw->nbytes * 16 != out->nbytes * 9)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: its Winograd transform's tensors have the wrong kinds or shapes", i);
+  return CB_OK;
+}
+
+// One shader of the SPIR-V segment: inside it, with a sane workgroup.
+cb_status parse_shader(const fbs::Shader* sh, const cb_segment_desc* spirv, uint32_t i, cb_shader_desc* d) {
+  if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
+  auto ls = sh->local_size();
+  if (!ls || ls->size() != 3 || sh->bindings() > 64)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u has an invalid workgroup size or binding count", i);
+  uint64_t invocations = 1;
+  for (uint32_t k = 0; k < 3; k++) {
+    d->local_size[k] = ls->Get(k);
+    invocations *= d->local_size[k];
+  }
+  if (invocations == 0 || invocations > 1024)
+    return cb_fail(CB_ERR_CORRUPT, "shader %u has a workgroup of %llu invocations", i,
+                   (unsigned long long)invocations);
+  d->name = sh->name() ? sh->name()->c_str() : "";
+  d->offset = spirv->offset + sh->offset();
+  d->size = sh->size();
+  d->bindings = sh->bindings();
+  return CB_OK;
+}
+
+// Dispatch `j` of step `i`: a shader of the bundle, a grid in Vulkan's
+// limits, one valid tensor per binding, push constants that fit.
+cb_status parse_dispatch(const fbs::Dispatch* d, const cb_model* m, uint32_t i, uint32_t j, cb_dispatch_desc* out) {
+  if (d->shader() >= m->nshaders) return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u names shader %u of %u", i, j, d->shader(), m->nshaders);
+  auto grid = d->grid();
+  auto binds = d->bindings();
+  if (!grid || grid->size() != 3 || !binds || binds->size() != m->shaders[d->shader()].bindings)
+    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has an invalid grid or binding count", i, j);
+  out->shader = d->shader();
+  for (uint32_t a = 0; a < 3; a++) {
+    out->grid[a] = grid->Get(a);
+    if (out->grid[a] == 0 || out->grid[a] > 65535)
+      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has a grid dimension of %u", i, j, out->grid[a]);
+  }
+  for (uint32_t a = 0; a < binds->size(); a++) {
+    uint32_t t = binds->Get(a);
+    if (t >= m->ntensors || (m->tensors[t].kind == CB_KIND_PREPARED && !prepared_by(&m->steps[i], t)))
+      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
+  }
+  out->nbindings = binds->size();
+  out->bindings = binds->data();
+  auto push = d->push();
+  if (push && push->size() > CB_MAX_PUSH_WORDS)
+    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has %u push-constant words (at most %d)", i, j,
+                   push->size(), CB_MAX_PUSH_WORDS);
+  out->npush = push ? push->size() : 0;
+  out->push = push ? push->data() : nullptr;
+  return CB_OK;
+}
+
+// GPU bundles: shaders inside the one SPIR-V segment, and every step's
+// dispatches (shader index, grid, one tensor per binding of the shader).
+cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
+  m->gpu_api = b->target()->gpu_class() ? b->target()->gpu_class()->c_str() : "";
+  bool gpu = m->gpu_api[0] != 0;
+  if (gpu && strcmp(m->gpu_api, "vulkan") != 0)
+    return cb_fail(CB_ERR_TARGET, "bundle is for a '%s' GPU; this runtime runs Vulkan", m->gpu_api);
+  const cb_segment_desc* spirv = nullptr;
+  for (uint32_t i = 0; i < m->nsegments; i++)
+    if (m->segments[i].kind == CB_SEG_SPIRV) {
+      if (spirv) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one SPIR-V segment");
+      spirv = &m->segments[i];
+    }
+  auto shaders = b->shaders();
+  m->nshaders = shaders ? shaders->size() : 0;
+  if (!gpu && (m->nshaders || spirv)) return cb_fail(CB_ERR_CORRUPT, "a CPU bundle carries GPU shaders");
+  if (gpu && (!spirv || !m->nshaders)) return cb_fail(CB_ERR_CORRUPT, "GPU bundle has no shaders");
+  m->shaders = alloc_array<cb_shader_desc>(m->nshaders);
+  if (!m->shaders) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nshaders; i++)
+    if (cb_status st = parse_shader(shaders->Get(i), spirv, i, &m->shaders[i])) return st;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i);
+    if (ts) return ts;
+    auto ds = b->plan()->steps()->Get(i)->dispatches();
+    uint32_t n = ds ? ds->size() : 0;
+    if (gpu != (n > 0))
+      return cb_fail(CB_ERR_CORRUPT, gpu ? "plan step %u of a GPU bundle has no dispatches"
+                                         : "plan step %u of a CPU bundle has GPU dispatches", i);
+    total += n;
+  }
+  if (total > UINT32_MAX) return cb_fail(CB_ERR_CORRUPT, "too many dispatches");
+  m->dispatches = alloc_array<cb_dispatch_desc>(static_cast<uint32_t>(total));
+  if (!m->dispatches) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    auto ds = b->plan()->steps()->Get(i)->dispatches();
+    m->steps[i].dispatches = &m->dispatches[k];
+    m->steps[i].ndispatches = ds ? ds->size() : 0;
+    for (uint32_t j = 0; ds && j < ds->size(); j++, k++)
+      if (cb_status st = parse_dispatch(ds->Get(j), m, i, j, &m->dispatches[k])) return st;
+  }
+  return CB_OK;
+}
+
+// The kernel named `symbol` in a list sorted by symbol (binary search; an
+// unsorted list finds fewer, which check_call reports), or NULL.
+const fbs::Kernel* find_kernel(const flatbuffers::Vector<flatbuffers::Offset<fbs::Kernel>>* ks, const char* symbol) {
+  uint32_t lo = 0, hi = ks->size();
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    const fbs::Kernel* k = ks->Get(mid);
+    int c = strcmp(k->symbol() ? k->symbol()->c_str() : "", symbol);
+    if (c == 0) return k;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return nullptr;
+}
+
+// One CPU kernel call (a step's execute, transform or warm kernel with its
+// argument tensors) against the kernel's recorded contract (Bundle.kernels):
+// as many arguments as it takes, each of its dtype and byte size. Kernels of
+// schema 2 do not check their arguments, so a call let through here is one
+// whose kernel reads and writes inside the tensors it is given.
+cb_status check_call(const fbs::Bundle* b, const cb_model* m, uint32_t i, const char* what, const char* symbol,
+                     const uint32_t* args, uint32_t nargs) {
+  const fbs::Kernel* k = find_kernel(b->kernels(), symbol);
+  if (!k)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s', which the bundle's kernel list lacks", i, what,
+                   symbol);
+  auto dtypes = k->arg_dtypes();
+  auto sizes = k->arg_nbytes();
+  uint32_t takes = dtypes ? dtypes->size() : 0;
+  if (nargs == 0)  // every kernel takes at least its output
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s' with no arguments", i, what, symbol);
+  if (takes != nargs || (sizes ? sizes->size() : 0) != nargs)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u calls %s kernel '%s' with %u arguments; it takes %u", i, what, symbol,
+                   nargs, takes);
+  // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
+  if (reinterpret_cast<uintptr_t>(sizes->Data()) % alignof(uint64_t) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "kernel '%s' has a misaligned argument size list", symbol);
+  for (uint32_t a = 0; a < nargs; a++) {
+    const cb_tensor_desc* t = &m->tensors[args[a]];
+    if (static_cast<uint8_t>(dtypes->Get(a)) != t->dtype || sizes->Get(a) != t->nbytes)
+      return cb_fail(CB_ERR_CORRUPT,
+                     "plan step %u passes tensor '%s' as argument %u of %s kernel '%s', which was compiled for "
+                     "another dtype or size", i, t->name, a, what, symbol);
+  }
+  return CB_OK;
+}
+
+// Every kernel call of a CPU plan against Bundle.kernels: required from
+// schema 2, checked whenever present.
+cb_status check_calls(const fbs::Bundle* b, const cb_model* m, uint32_t version) {
+  if (m->gpu_api[0]) return CB_OK;
+  if (!b->kernels()) {
+    if (version >= 2) return cb_fail(CB_ERR_CORRUPT, "CPU bundle of schema %u lacks its kernel list", version);
+    return CB_OK;  // schema 1: each kernel checks its own arguments
+  }
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    const cb_step_desc* st = &m->steps[i];
+    cb_status s = check_call(b, m, i, "execute", st->kernel, st->args, st->nargs);
+    if (!s && st->transform && strcmp(st->transform, CB_WIDEN_F16) != 0)
+      s = check_call(b, m, i, "transform", st->transform, st->transform_args, st->ntransform_args);
+    if (!s && st->warm_kernel) s = check_call(b, m, i, "warm", st->warm_kernel, st->warm_args, st->nwarm_args);
+    if (s) return s;
+  }
+  return CB_OK;
+}
+
+// The header verified as a FlatBuffer of this schema with every required
+// field; its root table in `out`.
+cb_status verify_header(const uint8_t* header, uint64_t header_size, uint32_t version, const fbs::Bundle** out) {
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 16;
+  opts.max_tables = 10000000;
+  flatbuffers::Verifier verifier(header, header_size, opts);
+  // the identifier sits at bytes 4..7: a shorter header has none (and is not read past its end)
+  if (header_size < sizeof(flatbuffers::uoffset_t) + flatbuffers::kFileIdentifierLength ||
+      !fbs::BundleBufferHasIdentifier(header))
+    return cb_fail(CB_ERR_BAD_MAGIC, "header has no coldbrew file identifier");
+  if (!fbs::VerifyBundleBuffer(verifier))
+    return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
+  const fbs::Bundle* b = fbs::GetBundle(header);
+  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version > CB_SCHEMA_VERSION)
+    return cb_fail(CB_ERR_VERSION,
+                   "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
+                   b->schema_version(), version, CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);
+  if (!b->target() || !b->target()->triple() || !b->tensors() || !b->inputs() || !b->outputs() ||
+      !b->layers() || !b->plan() || !b->plan()->steps() || !b->segments())
+    return cb_fail(CB_ERR_CORRUPT, "bundle header lacks a required field");
+  *out = b;
+  return CB_OK;
+}
+
+// The CPU the code needs: triple, cpu and features (checked by target.c).
+cb_status parse_target(const fbs::Bundle* b, cb_model* m) {
+  m->triple = b->target()->triple()->c_str();
+  m->cpu = b->target()->cpu() ? b->target()->cpu()->c_str() : "";
+  auto feats = b->target()->features();
+  m->nfeatures = feats ? feats->size() : 0;
+  m->features = alloc_array<const char*>(m->nfeatures);
+  if (!m->features) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nfeatures; i++) m->features[i] = feats->Get(i)->c_str();
+  return CB_OK;
+}
+
+// Segments: every byte range inside the file.
+cb_status parse_segments(const fbs::Bundle* b, uint64_t file_size, cb_model* m) {
+  m->nsegments = b->segments()->size();
+  m->segments = alloc_array<cb_segment_desc>(m->nsegments);
+  if (!m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsegments; i++) {
+    const fbs::Segment* s = b->segments()->Get(i);
+    if (!in_bounds(s->offset(), s->size(), file_size))
+      return cb_fail(CB_ERR_CORRUPT, "segment %u [%llu, +%llu) lies outside the %llu-byte file", i,
+                     (unsigned long long)s->offset(), (unsigned long long)s->size(),
+                     (unsigned long long)file_size);
+    if (s->offset() % 64 != 0) return cb_fail(CB_ERR_CORRUPT, "segment %u is not 64-byte aligned", i);
+    // decoded code becomes one shared object in memory: far beyond any real one is damage
+    const uint64_t kMaxCode = 1ull << 32;
+    if (s->kind() == fbs::SegmentKind::cpu_code_lz4 && (s->raw_size() == 0 || s->raw_size() > kMaxCode))
+      return cb_fail(CB_ERR_CORRUPT, "segment %u: compressed code of %llu bytes decoded", i,
+                     (unsigned long long)s->raw_size());
+    m->segments[i] = {static_cast<uint8_t>(s->kind()), s->offset(), s->size(), s->checksum(), s->raw_size()};
+  }
+  return CB_OK;
+}
+
+// Tensor `i`: its byte size recomputed with checked arithmetic, its storage
+// (segment, arena or prepared area) in bounds and aligned.
+cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
+  cb_tensor_desc* d = &m->tensors[i];
+  d->name = t->name() ? t->name()->c_str() : "";
+  d->dtype = static_cast<uint8_t>(t->dtype());
+  d->kind = static_cast<uint8_t>(t->kind());
+  uint64_t n = dtype_size(t->dtype());
+  if (n == 0) return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown dtype", i);
+  static const int64_t kScalarShape[1] = {1};
+  d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
+  d->shape = t->shape() ? t->shape()->data() : kScalarShape;
+  if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+  // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
+  if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape", i);
+  for (int32_t k = 0; k < d->ndim; k++) {
+    if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);
+  }
+  if (n != t->nbytes())
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') size %llu does not match its shape (%llu)", i,
+                   d->name, (unsigned long long)t->nbytes(), (unsigned long long)n);
+  d->nbytes = n;
+  d->arena_offset = t->arena_offset();
+  d->segment = t->segment();
+  d->segment_offset = t->segment_offset();
+  d->checksum = t->checksum();
+  if (d->kind == CB_KIND_WEIGHT) {
+    if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
+      return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
+    if (d->segment_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
+  } else if (d->kind == CB_KIND_PREPARED) {
+    if (!in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the prepared area", i, d->name);
+  } else if (d->kind <= CB_KIND_INTERMEDIATE) {
+    if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
+  } else {
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown kind", i);
+  }
+  return CB_OK;
+}
+
+// Tensors, and the arena and prepared area they live in.
+cb_status parse_tensors(const fbs::Bundle* b, cb_model* m) {
+  m->arena_size = b->plan()->arena_size();
+  m->prepared_size = b->plan()->prepared_size();
+  // sessions allocate these (rounded up): sizes near 2^64 would wrap to a tiny block
+  const uint64_t kMaxArea = 1ull << 48;
+  if (m->arena_size > kMaxArea || m->prepared_size > kMaxArea)
+    return cb_fail(CB_ERR_CORRUPT, "plan asks for a %llu-byte arena and %llu prepared bytes",
+                   (unsigned long long)m->arena_size, (unsigned long long)m->prepared_size);
+  m->threads = b->plan()->threads();
+  m->weight_checksums = b->weight_checksums();
+  m->ntensors = b->tensors()->size();
+  m->tensors = alloc_array<cb_tensor_desc>(m->ntensors);
+  if (!m->tensors) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->ntensors; i++)
+    if (cb_status st = parse_tensor(b->tensors()->Get(i), i, m)) return st;
+  return CB_OK;
+}
+
+// Inputs and outputs: tensors of those kinds.
+cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
+  auto check_io = [&](const flatbuffers::Vector<uint32_t>* v, uint8_t kind, const char* what) {
+    for (uint32_t i = 0; i < v->size(); i++)
+      if (v->Get(i) >= m->ntensors || m->tensors[v->Get(i)].kind != kind)
+        return cb_fail(CB_ERR_CORRUPT, "%s %u names an invalid tensor", what, i);
+    return CB_OK;
+  };
+  m->ninputs = b->inputs()->size();
+  m->inputs = b->inputs()->data();
+  m->noutputs = b->outputs()->size();
+  m->outputs = b->outputs()->data();
+  if (cb_status s = check_io(b->inputs(), CB_KIND_INPUT, "input")) return s;
+  if (cb_status s = check_io(b->outputs(), CB_KIND_OUTPUT, "output")) return s;
+  return CB_OK;
+}
+
+// Plan step `i`: its layer, kernel symbol and every argument checked.
+cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_model* m) {
+  if (s->layer() >= b->layers()->size())
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(),
+                   b->layers()->size());
+  const fbs::Layer* l = b->layers()->Get(s->layer());
+  if (!s->kernel() || s->kernel()->size() == 0 || !l->args())
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel or arguments", i);
+  for (uint32_t a = 0; a < l->args()->size(); a++)
+    if (l->args()->Get(a) >= m->ntensors)
+      return cb_fail(CB_ERR_CORRUPT, "layer %u argument %u names tensor %u of %u", s->layer(), a,
+                     l->args()->Get(a), m->ntensors);
+  m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
+  m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
+  m->steps[i].kernel = s->kernel()->c_str();
+  m->steps[i].prep_queue = s->prep_queue();
+  if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
+  m->steps[i].nargs = l->args()->size();
+  m->steps[i].args = l->args()->data();
+  auto targs = s->transform_args();
+  bool has_transform = s->transform() && s->transform()->size() > 0;
+  if (has_transform != (targs && targs->size() > 0))
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
+  if (has_transform) {
+    for (uint32_t a = 0; a < targs->size(); a++) {
+      uint32_t t = targs->Get(a);
+      if (t >= m->ntensors)
+        return cb_fail(CB_ERR_CORRUPT, "plan step %u transform argument %u names tensor %u of %u", i, a, t,
+                       m->ntensors);
+    }
+    m->steps[i].transform = s->transform()->c_str();
+    m->steps[i].ntransform_args = targs->size();
+    m->steps[i].transform_args = targs->data();
+  }
+  if (s->warm_kernel() && s->warm_kernel()->size() > 0) {
+    auto wargs = s->warm_args();
+    if (!wargs || wargs->size() == 0)
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm kernel without arguments", i);
+    for (uint32_t a = 0; a < wargs->size(); a++)
+      if (wargs->Get(a) >= m->ntensors)
+        return cb_fail(CB_ERR_CORRUPT, "plan step %u warm argument %u names tensor %u of %u", i, a,
+                       wargs->Get(a), m->ntensors);
+    m->steps[i].warm_variant = s->warm_variant() ? s->warm_variant()->c_str() : "";
+    m->steps[i].warm_kernel = s->warm_kernel()->c_str();
+    m->steps[i].nwarm_args = wargs->size();
+    m->steps[i].warm_args = wargs->data();
+    m->nwarm++;
+  }
+  return CB_OK;
+}
+
+cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {
+  auto steps = b->plan()->steps();
+  m->nsteps = steps->size();
+  m->steps = alloc_array<cb_step_desc>(m->nsteps);
+  if (!m->steps) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t i = 0; i < m->nsteps; i++)
+    if (cb_status st = parse_step(b, steps->Get(i), i, m)) return st;
+  return CB_OK;
+}
+
+cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version, cb_model* m) {
+  const fbs::Bundle* b = nullptr;
+  cb_status st = verify_header(header, header_size, version, &b);
+  if (st) return st;
+  if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
+      (st = parse_io(b, m)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
+      (st = check_calls(b, m, version)))
+    return st;
+  m->warm_threads = b->plan()->warm_threads();
+  st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);
+  if (st) return st;
+  return read_shares(b->plan()->warm_exec_shares(), m->warm_threads ? m->warm_threads : m->threads,
+                     "warm_exec_shares", &m->warm_exec_shares);
+}
+
+}  // namespace
+
+extern "C" cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
+                                    uint32_t version, cb_model* out) {
+  memset(out, 0, sizeof(*out));
+  cb_status s = parse(header, header_size, file_size, version, out);
+  if (s != CB_OK) cb_model_free(out);
+  return s;
+}
+
+extern "C" void cb_model_free(cb_model* m) {
+  cb_free(m->features);
+  cb_free(m->segments);
+  cb_free(m->tensors);
+  cb_free(m->steps);
+  cb_free(m->shaders);
+  cb_free(m->dispatches);
+  memset(m, 0, sizeof(*m));
+}

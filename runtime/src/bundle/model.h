@@ -1,0 +1,152 @@
+/* A bundle's format as the runtime reads it (bundle/): the preamble and
+ * signature block, the verified description of the header (model.cc), the
+ * checks that need only bytes or that description (signature.c, target.c).
+ * Includes only base/; C and C++ (the verifier) alike. Not installed. */
+#ifndef COLDBREW_MODEL_H_
+#define COLDBREW_MODEL_H_
+
+#include "base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Container preamble (schemas/README.md): the FlatBuffer header follows it. */
+#define CB_MAGIC "COLDBREW"
+#define CB_PREAMBLE_SIZE 64u
+/* Signature block (signed bundles, at the end of the file; its offset at
+ * preamble byte 40): magic, the signer's public key, the Ed25519 signature
+ * of CB_SIG_CONTEXT followed by the BLAKE2b-256 hash of the bytes before it. */
+#define CB_SIG_MAGIC "CBSIGNv1"
+#define CB_SIG_BLOCK_SIZE 104u
+#define CB_SIG_CONTEXT "coldbrew signed bundle v1"
+
+/* Check the signature of the bundle `data` (size bytes) by `public_key`
+ * (signature.c): CB_OK or CB_ERR_SIGNATURE with its reason. */
+cb_status cb_signature_check(const uint8_t* data, uint64_t size, const uint8_t* public_key);
+
+enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4 };
+enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3, CB_SEG_CPU_CODE_LZ4 = 4 };
+
+/* A verified tensor description. Strings and shapes point into the mapped
+ * header and live as long as the bundle. */
+typedef struct cb_tensor_desc {
+  const char* name;
+  uint8_t dtype;
+  uint8_t kind;
+  int32_t ndim;
+  const int64_t* shape;
+  uint64_t nbytes;
+  uint64_t arena_offset;
+  uint32_t segment;
+  uint64_t segment_offset;
+  uint64_t checksum; /* weights, when cb_model.weight_checksums */
+} cb_tensor_desc;
+
+/* A GPU launch (GPU bundles): shader, workgroup grid, tensors bound in order. */
+typedef struct cb_dispatch_desc {
+  uint32_t shader;
+  uint32_t grid[3];
+  uint32_t nbindings;
+  const uint32_t* bindings;
+  uint32_t npush; /* push-constant words, at most CB_MAX_PUSH_WORDS */
+  const uint32_t* push;
+} cb_dispatch_desc;
+
+#define CB_MAX_PUSH_WORDS 32 /* 128 bytes: every Vulkan device's minimum */
+/* The runtime's own CPU weight transform (cpu/widen.c, cb_widen_f16): fp16
+ * weights -> the fp32 tensor the kernel reads, same shape. */
+#define CB_WIDEN_F16 "cb.widen_f16"
+
+/* The GPU weight transform the runtime runs on the CPU (vulkan/vulkan.c). */
+#define CB_GPU_WINOGRAD_F23 "gpu.winograd_f23"
+
+typedef struct cb_shader_desc {
+  const char* name;
+  uint64_t offset; /* SPIR-V bytes: from the start of the file */
+  uint64_t size;
+  uint32_t local_size[3];
+  uint32_t bindings;
+} cb_shader_desc;
+
+typedef struct cb_step_desc {
+  const char* layer_name;
+  const char* variant;
+  const char* kernel;
+  uint32_t nargs;
+  const uint32_t* args; /* tensor indices, kernel call order */
+  const char* transform; /* weight transform kernel, or NULL */
+  uint32_t ntransform_args;
+  const uint32_t* transform_args; /* raw weights, then prepared outputs */
+  uint8_t prep_queue; /* 0: prepared inline by the executing thread; q > 0: by preparation worker q */
+  const char* warm_variant; /* continuous mode's alternate, or NULL */
+  const char* warm_kernel;
+  uint32_t nwarm_args;
+  const uint32_t* warm_args;
+  uint32_t ndispatches; /* GPU bundles: the layer's launches, in order */
+  const cb_dispatch_desc* dispatches;
+} cb_step_desc;
+
+typedef struct cb_segment_desc {
+  uint8_t kind;
+  uint64_t offset;
+  uint64_t size;
+  uint64_t checksum;
+  uint64_t raw_size; /* cpu_code_lz4: the shared object's size once decoded */
+} cb_segment_desc;
+
+typedef struct cb_model {
+  const char* triple;
+  const char* cpu;
+  uint32_t nfeatures;
+  const char** features;
+  uint32_t ntensors;
+  cb_tensor_desc* tensors;
+  uint32_t ninputs, noutputs;
+  const uint32_t* inputs;
+  const uint32_t* outputs;
+  uint32_t nsteps;
+  cb_step_desc* steps;
+  uint32_t nsegments;
+  cb_segment_desc* segments;
+  uint64_t arena_size;
+  uint64_t prepared_size;
+  uint32_t threads;
+  int weight_checksums; /* weights verified per tensor when first read, not per segment at open */
+  uint32_t prep_queues; /* highest prep_queue of any step */
+  uint32_t warm_threads; /* execution threads after the first run (0: threads) */
+  uint32_t nwarm;        /* steps with a warm alternate */
+  const uint8_t* exec_shares;      /* per execution thread (threads of them), or NULL: even */
+  const uint8_t* warm_exec_shares; /* per warm thread, or NULL: even */
+  const char* gpu_api;   /* "vulkan": the steps run as GPU dispatches; "": on the CPU */
+  uint32_t nshaders;
+  cb_shader_desc* shaders;
+  cb_dispatch_desc* dispatches; /* every step's, back to back */
+} cb_model;
+
+/* Where weight tensor `t` lies in the mapped bundle at `base`. */
+static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model* m, uint32_t t) {
+  return base + m->segments[m->tensors[t].segment].offset + m->tensors[t].segment_offset;
+}
+
+/* Verify the FlatBuffer header (generated verifier), then bounds-check every
+ * index, size and offset against the file, and every CPU kernel call against
+ * the kernel's recorded argument contract. `version`: the preamble's schema
+ * version, which the header's must equal. Fills `out` (arrays malloc'ed;
+ * free with cb_model_free). Returns CB_ERR_CORRUPT / CB_ERR_VERSION. */
+cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version,
+                         cb_model* out);
+void cb_model_free(cb_model* model);
+
+/* Whether this CPU has an ISA feature by its LLVM name (target.c: CPUID and
+ * the OS's saved register state): 1 yes, 0 no, -1 cannot tell. */
+int cb_host_has(const char* feature);
+
+/* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
+cb_status cb_target_check(const cb_model* model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLDBREW_MODEL_H_ */

@@ -1,0 +1,291 @@
+/* A session's run: each step's weights read, checked and prepared (on the
+ * first run, by preparation workers where the plan says), then executed. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+
+#include "exec/session.h"
+
+/* Bring a step's weights (execute and transform arguments living in the
+ * bundle) into memory, checking each tensor's checksum the first time any
+ * run reads it (a corrupt weight is an error, never a wrong result); a
+ * tensor already checked, or one of a bundle opened without weight checks,
+ * is touched once per page. */
+cb_status cb_read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer, int on_pool) {
+  cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  uint64_t sum = 0;
+  for (uint32_t a = 0; a < n; a++) {
+    const cb_tensor_desc* d = &m->tensors[ids[a]];
+    if (d->kind != CB_KIND_WEIGHT) continue;
+    const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
+    if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
+      cb_status c = cb_check_tensor(b, ids[a], data, layer, on_pool ? cb_backend_parallel : NULL);
+      if (c) return c;
+      continue;
+    }
+    sum += cb_bring_in(b, data, d->nbytes);
+  }
+  s->read_sink += sum;
+  return CB_OK;
+}
+
+static cb_status read_weights(cb_session* s, uint32_t step, int on_pool) {
+  const cb_step_desc* st = &s->bundle->model.steps[step];
+  cb_status c = cb_read_tensors(s, st->args, st->nargs, st->layer_name, on_pool);
+  return c ? c : cb_read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name, on_pool);
+}
+
+cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate) {
+  if (!s->trace) return NULL;
+  size_t k = atomic_fetch_add(&s->ntrace, 1);
+  if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
+  cb_trace_event* ev = &s->trace[k];
+  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->start_ns = cb_now_ns();
+  return ev;
+}
+
+static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
+  return cb_trace_step(s, step, phase, 0);
+}
+
+void cb_trace_end(cb_trace_event* ev) {
+  if (ev) ev->end_ns = cb_now_ns();
+}
+
+/* One kernel or transform call: its error message cleared before, its
+ * thread's workspace blocks freed for reuse after a failure (a failing
+ * kernel may return without freeing them). Nonzero on failure. */
+static int call_kernel(cb_kernel_fn fn, cb_ffi_any* args, uint32_t nargs) {
+  cb_ffi_any ret = {0};
+  cb_backend_clear_kernel_error();
+  int rc = fn(NULL, args, (int32_t)nargs, &ret);
+  if (rc) cb_backend_kernel_failed();
+  return rc;
+}
+
+/* Step `i`'s raw weights turned into its kernel's layout, once. */
+static cb_status prepare_transform(cb_session* s, uint32_t i) {
+  const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  cb_trace_event* ev;
+  if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
+    ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
+    uint32_t t = s->targ_start[i];
+    if (call_kernel(b->transforms[i], &s->targs[t], s->targ_start[i + 1] - t)) {
+      return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
+                     m->steps[i].transform, cb_backend_kernel_error());
+    }
+    s->is_prepared[i] = 1;
+    cb_trace_end(ev);
+  }
+  return CB_OK;
+}
+
+/* Step `i`'s preparation: read (and check) its weights on the first run,
+ * then transform raw weights once. */
+static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
+  const cb_model* m = &s->bundle->model;
+  if (first) {
+    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+    cb_status st = read_weights(s, i, 1); /* a preparation worker's launches run inline */
+    cb_trace_end(ev);
+    if (st) return st;
+  }
+  cb_status done = prepare_transform(s, i);
+  if (!done && first && atomic_fetch_add(&s->prepared_steps, 1) + 1 == m->nsteps && s->continuous) {
+    pthread_mutex_lock(&s->mu); /* the warmer waits for the first run's reads */
+    pthread_cond_broadcast(&s->ready_cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return done;
+}
+
+/* Preparation workers. Worker q, pinned to a core after the execution
+ * cores, takes its queue's steps in plan order; when its queue is empty it
+ * steals the pending step at the head of another worker's queue, and the
+ * executing thread prepares a step itself when it reaches one that nobody
+ * has taken yet (a worker slowed by a busy core delays nothing it has not
+ * started). A step is taken by whoever claims it first. Workers' transforms
+ * run their parallel loops inline, off the execution pool. */
+typedef struct {
+  cb_session* s;
+  uint32_t queue, nworkers;
+} cb_prep_worker;
+
+static int claim(cb_session* s, uint32_t i) {
+  uint8_t free_ = 0;
+  return atomic_compare_exchange_strong(&s->claimed[i], &free_, 1);
+}
+
+static void publish(cb_session* s, uint32_t i, cb_status st) {
+  pthread_mutex_lock(&s->mu);
+  if (st && !s->prep_status) {
+    s->prep_status = st;
+    snprintf(s->prep_error, sizeof s->prep_error, "%s", cb_last_error());
+  }
+  atomic_store(&s->ready[i], st ? 2 : 1);
+  pthread_cond_broadcast(&s->ready_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The next step worker `w` should prepare, claimed: its own queue's first
+ * pending step, else the first pending step of any worker's queue; or -1. */
+static int64_t next_item(cb_session* s, const cb_prep_worker* w, uint32_t* own, uint32_t* other) {
+  const cb_model* m = &s->bundle->model;
+  for (; *own < m->nsteps; ++*own)
+    if (m->steps[*own].prep_queue == w->queue && claim(s, *own)) return (*own)++;
+  for (; *other < m->nsteps; ++*other) {
+    uint8_t q = m->steps[*other].prep_queue;
+    if (q > 0 && q <= w->nworkers && claim(s, *other)) return (*other)++;
+  }
+  return -1;
+}
+
+static void* prep_main(void* arg) {
+  cb_prep_worker* w = arg;
+  cb_session* s = w->s;
+  cb_backend_enter_prep_worker(w->queue);
+  uint32_t own = 0, other = 0;
+  for (int64_t i; !atomic_load(&s->abort) && (i = next_item(s, w, &own, &other)) >= 0;) {
+    cb_status st = prepare_step(s, (uint32_t)i, 1);
+    publish(s, (uint32_t)i, st);
+    if (st) break;
+  }
+  cb_backend_leave_thread();
+  return NULL;
+}
+
+/* Step `i` of a worker's queue, needed now: prepare it here if nobody has
+ * taken it, else block until its preparer is done (its failure becomes ours). */
+static cb_status take_or_wait(cb_session* s, uint32_t i) {
+  if (claim(s, i)) {
+    cb_status st = prepare_step(s, i, 1);
+    publish(s, i, st);
+    return st;
+  }
+  if (!atomic_load(&s->ready[i])) {
+    pthread_mutex_lock(&s->mu);
+    while (!atomic_load(&s->ready[i])) pthread_cond_wait(&s->ready_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (atomic_load(&s->ready[i]) == 2) return cb_fail(s->prep_status, "%s", s->prep_error);
+  return CB_OK;
+}
+
+#define CB_MAX_PREP_QUEUES 8
+
+/* `queues`: the preparation queues workers serve on this run (0: none). */
+static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
+  const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  for (uint32_t i = 0; i < m->nsteps; i++) {
+    cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues
+                       ? take_or_wait(s, i) : prepare_step(s, i, first);
+    if (st) return st;
+    int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
+    /* an alternate nobody has taken (a plain load first: the warmer's or a
+     * finished one costs no syscall), with its bytes resident: ready it here */
+    if (!first && !alt && s->continuous && b->alternates[i] && !atomic_load(&s->alt_claimed[i]) &&
+        cb_alternate_resident(s, i) && cb_alternate_claim(s, i)) {
+      if ((st = cb_alternate_ready(s, i))) return st;
+      alt = 1;
+    }
+    cb_trace_event* ev = cb_trace_step(s, i, CB_PHASE_EXECUTE, (uint32_t)alt);
+    const uint32_t* start = alt ? s->aarg_start : s->arg_start;
+    uint32_t a = start[i];
+    if (call_kernel((alt ? b->alternates : b->kernels)[i], &(alt ? s->aargs : s->args)[a], start[i + 1] - a)) {
+      return cb_fail(CB_ERR_KERNEL, "layer '%s' (kernel '%s') failed: %s", m->steps[i].layer_name,
+                     alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
+    }
+    cb_trace_end(ev);
+  }
+  return CB_OK;
+}
+
+/* A GPU bundle's run: it submits the recorded command buffer and waits. The
+ * open read, checked and uploaded the weights; where it could not (a tensor
+ * failed its checksum), the first run reads them itself and names it. */
+static cb_status run_gpu(cb_session* s, int first) {
+  cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  s->ntrace = 0;
+  if (s->trace && first) {
+    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
+    s->trace[s->ntrace++] = s->create_event;
+  }
+  cb_status st = CB_OK;
+  if (first && !cb_gpu_weights_ready(b->gpu)) { /* the open could not check them all */
+    for (uint32_t i = 0; i < m->nsteps && !st; i++) {
+      cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+      st = read_weights(s, i, 0);
+      cb_trace_end(ev);
+    }
+    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_UPLOAD);
+    if (!st) st = cb_gpu_upload_weights(b->gpu, b->base, m);
+    cb_trace_end(ev);
+  }
+  if (!st) {
+    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE);
+    if (ev) ev->cpu = -1; /* the GPU's lane */
+    st = cb_gpu_session_run(s->gpu);
+    cb_trace_end(ev);
+  }
+  if (!st) s->warm = 1;
+  return st;
+}
+
+cb_status cb_session_run(cb_session* s) {
+  if (!s) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session is required");
+  const cb_bundle* b = s->bundle;
+  const cb_model* m = &b->model;
+  int first = !s->warm; /* until a run completes (a failed first run leaves it cold) */
+  pthread_mutex_lock(&s->mu);
+  cb_status alt_status = s->alt_status;
+  pthread_mutex_unlock(&s->mu);
+  if (alt_status) return cb_fail(alt_status, "%s", s->alt_error);
+  if (s->gpu) return run_gpu(s, first);
+  /* the pool holds the larger of the two thread counts; this run launches on its own */
+  cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));
+  if (ts) return ts;
+  cb_backend_set_split((int)(first ? s->threads : s->later_threads), first ? s->shares : s->later_shares);
+  s->ntrace = 0;
+  if (s->trace && first) {
+    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
+    s->trace[s->ntrace++] = s->create_event;
+  }
+  /* the executing thread stays on its core, and the first run's
+   * preparation workers, placed after it, start before anything executes */
+  cpu_set_t saved;
+  int pinned = cb_backend_pin_caller(&saved);
+  pthread_t workers[CB_MAX_PREP_QUEUES];
+  cb_prep_worker args[CB_MAX_PREP_QUEUES];
+  uint32_t nworkers = 0, want = 0;
+  pthread_attr_t attr; /* workers start on the caller's cores as they were before its pin */
+  int attr_ok = first && pthread_attr_init(&attr) == 0;
+  if (attr_ok && pinned) pthread_attr_setaffinity_np(&attr, sizeof saved, &saved);
+  if (first) {
+    atomic_store(&s->abort, 0);
+    atomic_store(&s->prepared_steps, 0);
+    s->prep_status = CB_OK;
+    for (uint32_t i = 0; i < m->nsteps; i++) atomic_store(&s->ready[i], 0), atomic_store(&s->claimed[i], 0);
+    want = m->prep_queues < CB_MAX_PREP_QUEUES ? m->prep_queues : CB_MAX_PREP_QUEUES;
+    for (uint32_t q = 1; q <= want; q++) {
+      args[q - 1] = (cb_prep_worker){s, q, want};
+      if (pthread_create(&workers[q - 1], attr_ok ? &attr : NULL, prep_main, &args[q - 1]) != 0) break;
+      nworkers = q;
+    }
+  }
+  if (attr_ok) pthread_attr_destroy(&attr);
+  if (first) cb_warmer_start(s);
+  /* a worker that could not start leaves its queue to the others (they
+   * steal) and to the executing thread (it claims what nobody took) */
+  cb_status st = run_steps(s, first, nworkers ? want : 0);
+  if (pinned) cb_backend_restore_caller(&saved);
+  if (nworkers) {
+    atomic_store(&s->abort, 1);
+    for (uint32_t q = 0; q < nworkers; q++) pthread_join(workers[q], NULL);
+  }
+  if (!st) s->warm = 1;
+  return st;
+}

@@ -1,0 +1,38 @@
+/* The GPU executor (vulkan/) as the layers above see it (exec/): a
+ * bundle's device, pipelines (made on up to `threads` CPU threads, through
+ * the pipeline cache keyed by `bundle_key`) and weights buffer; a
+ * session's arena, staging (its host view of inputs and outputs, at their
+ * arena offsets) and recorded command buffer; a GPU bundle's open
+ * (open_gpu.c). Includes only base/, bundle/ and vulkan/; its internals,
+ * with the Vulkan headers, are vk.h's. */
+#ifndef COLDBREW_GPU_H_
+#define COLDBREW_GPU_H_
+
+#include "bundle/bundle.h"
+
+typedef struct cb_gpu cb_gpu;
+typedef struct cb_gpu_session cb_gpu_session;
+/* The loader, an instance and the device (the GPU context). */
+cb_status cb_gpu_open(cb_gpu** out);
+/* The weights buffer of a bundle, and its pipelines started (through the
+ * cache) on `threads` - 1 worker threads. */
+cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);
+/* The caller helps make the remaining pipelines, then waits for all. */
+cb_status cb_gpu_pipelines_finish(cb_gpu* g);
+/* Per shader: when and on which core its pipeline was made (after finish). */
+const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g);
+int cb_gpu_weights_ready(cb_gpu* g);
+void cb_gpu_release(cb_gpu* g);
+const char* cb_gpu_device_name(const cb_gpu* g);
+const char* cb_gpu_cache_path(const cb_gpu* g);
+/* Copy every weight tensor (already read and checked) to the device, once per bundle. */
+cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* m);
+cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** out, void** host_view);
+cb_status cb_gpu_session_run(cb_gpu_session* gs);
+void cb_gpu_session_release(cb_gpu_session* gs);
+
+/* open_gpu.c: a GPU bundle's open, after bundle/'s checks (cb_bundle_verify:
+ * `t0` when the open began, `key` names its pipeline cache) */
+cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key);
+
+#endif /* COLDBREW_GPU_H_ */

@@ -1,0 +1,242 @@
+/* The Vulkan device a GPU bundle runs on: the loader opened at run time,
+ * the device picked, the pipeline cache file named, read and written.
+ * (vk.h: how the GPU executor is laid out.) */
+#define _GNU_SOURCE
+#include "vulkan/vk.h"
+
+cb_status cb_vk_fail(VkResult r, const char* what) {
+  return cb_fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? CB_ERR_OUT_OF_MEMORY
+                                                                                       : CB_ERR_GPU,
+                 "Vulkan: %s failed (VkResult %d)", what, (int)r);
+}
+
+static cb_status load_loader(cb_vk* vk) {
+  vk->lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!vk->lib) vk->lib = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
+  if (!vk->lib)
+    return cb_fail(CB_ERR_GPU, "this bundle runs on a Vulkan GPU, but the Vulkan loader (libvulkan.so.1) "
+                               "could not be opened: install it (Debian: libvulkan1) and a driver");
+  vk->vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)dlsym(vk->lib, "vkGetInstanceProcAddr");
+  if (!vk->vkGetInstanceProcAddr) return cb_fail(CB_ERR_GPU, "the Vulkan loader lacks vkGetInstanceProcAddr");
+#define CB_VK_LOAD_GLOBAL(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(NULL, #name);
+  CB_VK_GLOBAL(CB_VK_LOAD_GLOBAL)
+  if (!vk->vkCreateInstance) return cb_fail(CB_ERR_GPU, "the Vulkan loader lacks vkCreateInstance");
+  return CB_OK;
+}
+
+static int device_rank(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+    default: return 0;
+  }
+}
+
+/* A queue family with compute, or UINT32_MAX. */
+static uint32_t compute_family(cb_vk* vk, VkPhysicalDevice d) {
+  uint32_t n = 0;
+  vk->vkGetPhysicalDeviceQueueFamilyProperties(d, &n, NULL);
+  VkQueueFamilyProperties fam[32];
+  if (n > 32) n = 32;
+  vk->vkGetPhysicalDeviceQueueFamilyProperties(d, &n, fam);
+  for (uint32_t i = 0; i < n; i++)
+    if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT) return i;
+  return UINT32_MAX;
+}
+
+/* The device: COLDBREW_VULKAN_DEVICE=<index> picks one; otherwise the
+ * first discrete GPU, else integrated, virtual, then a CPU implementation. */
+static cb_status pick_device(cb_gpu* g) {
+  cb_vk* vk = &g->vk;
+  uint32_t n = 0;
+  VK_TRY(vk->vkEnumeratePhysicalDevices(g->instance, &n, NULL), "vkEnumeratePhysicalDevices");
+  if (n == 0) return cb_fail(CB_ERR_GPU, "no Vulkan device found (is a Vulkan driver installed?)");
+  VkPhysicalDevice devs[16];
+  if (n > 16) n = 16;
+  VK_TRY(vk->vkEnumeratePhysicalDevices(g->instance, &n, devs), "vkEnumeratePhysicalDevices");
+  const char* want = getenv("COLDBREW_VULKAN_DEVICE");
+  int best = -1, best_rank = -1;
+  for (uint32_t i = 0; i < n; i++) {
+    VkPhysicalDeviceProperties p;
+    vk->vkGetPhysicalDeviceProperties(devs[i], &p);
+    if (p.apiVersion < VK_API_VERSION_1_1 || compute_family(vk, devs[i]) == UINT32_MAX) continue;
+    if (want && *want) {
+      if ((uint32_t)atoi(want) == i) best = (int)i;
+      continue;
+    }
+    if (device_rank(p.deviceType) > best_rank) best = (int)i, best_rank = device_rank(p.deviceType);
+  }
+  if (best < 0)
+    return want && *want ? cb_fail(CB_ERR_GPU, "COLDBREW_VULKAN_DEVICE=%s names no Vulkan 1.1 device with compute "
+                                               "(%u devices)", want, n)
+                         : cb_fail(CB_ERR_GPU, "no Vulkan 1.1 device with a compute queue (%u devices)", n);
+  g->phys = devs[best];
+  vk->vkGetPhysicalDeviceProperties(g->phys, &g->props);
+  vk->vkGetPhysicalDeviceMemoryProperties(g->phys, &g->mem);
+  g->family = compute_family(vk, g->phys);
+  return CB_OK;
+}
+
+static cb_status create_device(cb_gpu* g) {
+  cb_vk* vk = &g->vk;
+  VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "coldbrew", 1, "coldbrew", 1,
+                           VK_API_VERSION_1_1};
+  VkInstanceCreateInfo ici = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, NULL, 0, &app, 0, NULL, 0, NULL};
+  VkResult r = vk->vkCreateInstance(&ici, NULL, &g->instance);
+  if (r != VK_SUCCESS)
+    return cb_fail(CB_ERR_GPU, "Vulkan: no instance (VkResult %d): is a Vulkan 1.1 driver installed?", (int)r);
+#define CB_VK_LOAD_INSTANCE(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(g->instance, #name);
+  CB_VK_INSTANCE(CB_VK_LOAD_INSTANCE)
+  cb_status s = pick_device(g);
+  if (s) return s;
+  float prio = 1.0f;
+  VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, g->family, 1, &prio};
+  VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, NULL, 0, 1, &qci, 0, NULL, 0, NULL, NULL};
+  VK_TRY(vk->vkCreateDevice(g->phys, &dci, NULL, &g->device), "vkCreateDevice");
+#define CB_VK_LOAD_DEVICE(name) vk->name = (PFN_##name)vk->vkGetDeviceProcAddr(g->device, #name);
+  CB_VK_DEVICE(CB_VK_LOAD_DEVICE)
+  vk->vkGetDeviceQueue(g->device, g->family, 0, &g->queue);
+  return CB_OK;
+}
+
+#define CB_CACHE_MAGIC "CBVKPC01"
+typedef struct cache_header {
+  char magic[8];
+  uint32_t vendor, device, driver, reserved;
+  uint8_t uuid[VK_UUID_SIZE];
+  uint64_t size, checksum;
+} cache_header;
+
+/* <dir>/<vendor>-<device>-<driver>-<uuid>/<bundle header checksum>.vkcache,
+ * dir = $COLDBREW_CACHE_DIR, else $XDG_CACHE_HOME/coldbrew, else
+ * ~/.cache/coldbrew. Empty when none can be named. */
+static void cache_path(cb_gpu* g, uint64_t bundle_key) {
+  const char* dir = getenv("COLDBREW_CACHE_DIR");
+  char base[768];
+  if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
+  else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) snprintf(base, sizeof base, "%s/coldbrew", dir);
+  else if ((dir = getenv("HOME")) && *dir) snprintf(base, sizeof base, "%s/.cache/coldbrew", dir);
+  else return;
+  char uuid[2 * VK_UUID_SIZE + 1];
+  for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", g->props.pipelineCacheUUID[i]);
+  snprintf(g->cache_path, sizeof g->cache_path, "%s/%04x-%04x-%08x-%s/%016llx.vkcache", base,
+           g->props.vendorID, g->props.deviceID, g->props.driverVersion, uuid, (unsigned long long)bundle_key);
+}
+
+static cache_header expected_header(const cb_gpu* g) {
+  cache_header h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, CB_CACHE_MAGIC, 8);
+  h.vendor = g->props.vendorID, h.device = g->props.deviceID, h.driver = g->props.driverVersion;
+  memcpy(h.uuid, g->props.pipelineCacheUUID, VK_UUID_SIZE);
+  return h;
+}
+
+/* The cache file's data if its header matches this device and its data its
+ * checksum; else NULL (ignored whole). */
+void* cb_vk_read_cache(const cb_gpu* g, size_t* size) {
+  *size = 0;
+  if (!g->cache_path[0]) return NULL;
+  FILE* f = fopen(g->cache_path, "rb");
+  if (!f) return NULL;
+  cache_header h, want = expected_header(g);
+  void* data = NULL;
+  if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, want.magic, 8) == 0 && h.vendor == want.vendor &&
+      h.device == want.device && h.driver == want.driver && memcmp(h.uuid, want.uuid, VK_UUID_SIZE) == 0 &&
+      h.size > 0 && h.size < (1ull << 31) && (data = cb_malloc(h.size)) && fread(data, h.size, 1, f) == 1 &&
+      cb_checksum64(data, h.size) == h.checksum) {
+    *size = h.size;
+  } else {
+    cb_free(data);
+    data = NULL;
+  }
+  fclose(f);
+  return data;
+}
+
+static void make_dirs(char* path) {
+  for (char* p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(path, 0755);
+      *p = '/';
+    }
+}
+
+/* Write the cache atomically (a temporary file renamed over the old one). */
+void cb_vk_write_cache(cb_gpu* g) {
+  if (!g->cache_path[0]) return;
+  size_t size = 0;
+  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, NULL) != VK_SUCCESS || !size) return;
+  void* data = cb_malloc(size);
+  if (!data) return;
+  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, data) == VK_SUCCESS) {
+    cache_header h = expected_header(g);
+    h.size = size, h.checksum = cb_checksum64(data, size);
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", g->cache_path, (int)getpid());
+    make_dirs(tmp);
+    FILE* f = fopen(tmp, "wb");
+    if (f) {
+      int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(data, size, 1, f) == 1;
+      ok = fclose(f) == 0 && ok;
+      if (!ok || rename(tmp, g->cache_path) != 0) unlink(tmp);
+    }
+  }
+  cb_free(data);
+}
+
+cb_status cb_gpu_open(cb_gpu** out) {
+  *out = NULL;
+  cb_gpu* g = cb_calloc(1, sizeof *g);
+  if (!g) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  pthread_mutex_init(&g->weights_mu, NULL);
+  cb_status s = load_loader(&g->vk);
+  if (!s) s = create_device(g);
+  if (s) {
+    cb_gpu_release(g);
+    return s;
+  }
+  *out = g;
+  return CB_OK;
+}
+
+cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads) {
+  cache_path(g, bundle_key);
+  cb_status s = cb_vk_pipelines_start(g, base, m, threads); /* the workers start first: pipelines are the longest */
+  return s ? s : cb_vk_layout_weights(g, m);
+}
+
+const char* cb_gpu_device_name(const cb_gpu* g) { return g ? g->props.deviceName : ""; }
+const char* cb_gpu_cache_path(const cb_gpu* g) { return g ? g->cache_path : ""; }
+
+void cb_gpu_release(cb_gpu* g) {
+  if (!g) return;
+  cb_vk* vk = &g->vk;
+  cb_vk_pipelines_stop(g);
+  cb_free(g->weight_offset);
+  cb_free(g->uploaded);
+  if (g->device) {
+    vk->vkDeviceWaitIdle(g->device);
+    for (uint32_t i = 0; i < g->nshaders; i++) {
+      if (g->pipelines && g->pipelines[i]) vk->vkDestroyPipeline(g->device, g->pipelines[i], NULL);
+      if (g->modules && g->modules[i]) vk->vkDestroyShaderModule(g->device, g->modules[i], NULL);
+    }
+    if (g->weights) vk->vkDestroyBuffer(g->device, g->weights, NULL);
+    if (g->weights_mem) vk->vkFreeMemory(g->device, g->weights_mem, NULL);
+    if (g->cache) vk->vkDestroyPipelineCache(g->device, g->cache, NULL);
+    for (uint32_t n = 0; n <= CB_MAX_BINDINGS; n++) {
+      if (g->layouts[n]) vk->vkDestroyPipelineLayout(g->device, g->layouts[n], NULL);
+      if (g->set_layouts[n]) vk->vkDestroyDescriptorSetLayout(g->device, g->set_layouts[n], NULL);
+    }
+    vk->vkDestroyDevice(g->device, NULL);
+  }
+  cb_free(g->modules);
+  cb_free(g->pipelines);
+  if (g->instance) vk->vkDestroyInstance(g->instance, NULL);
+  if (vk->lib) dlclose(vk->lib);
+  pthread_mutex_destroy(&g->weights_mu);
+  cb_free(g);
+}

@@ -1,0 +1,279 @@
+"""exec/ (runtime/src/exec): a bundle opened to run (load.c), sessions
+(session.c), their runs with each step's weights read, checked and
+prepared, inline or on preparation workers (run.c), and continuous mode
+(warmer.c): the first run follows the cold plan, later runs switch to each
+layer's warm alternate once its weights are read; outputs equal
+onnxruntime's in every mode and on every run."""
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import assert_close, ort_run
+
+import coldbrew
+from coldbrew.compiler import compile_graph
+from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.tools.cli import main
+from coldbrew.schemas.generated import bundle_generated as fb
+
+
+def test_matches_onnxruntime(small_model, small_bundle):
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    sess = coldbrew.load(small_bundle)
+    assert_close(sess.run(None, {"x": x})[0], ort_run(small_model, {"x": x})[0])
+    # repeated runs give identical results (the arena is reused)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], sess.run(None, {"x": x})[0])
+
+
+def test_raw_and_cached_weights_agree_across_thread_counts(tmp_path):
+    """A bundle whose layers carry raw weights + transform kernels and one
+    that carries the transformed weights give the same results, at any
+    thread count; the raw one runs each transform once."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    model = small_cnn()
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    outs = []
+    for form in ("raw", "cached"):
+        data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights=form)
+        b = read_bytes(data)[0]
+        steps = {s.variant.decode(): s for s in b.plan.steps}
+        conv = steps["conv2d.winograd_f2"]
+        assert bool(conv.transform) == (form == "raw") and (b.plan.preparedSize > 0) == (form == "raw")
+        transforms = sum(1 for s in b.plan.steps if s.transform)
+        for threads in (1, 2, 3):
+            sess = coldbrew.load(data, threads=threads, trace=True)
+            for run in range(2):
+                outs.append(sess.run(None, {"x": x})[0])
+                phases = [e["phase"] for e in sess.trace()]
+                assert phases.count("transform") == (transforms if run == 0 else 0)
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-6, atol=1e-6)
+    assert_close(outs[0], ort_run(model, {"x": x})[0])
+
+
+def test_preparation_workers_prepare_ahead_of_execution(tmp_path):
+    """Steps placed on preparation queue 1 are read, checked and transformed
+    by a worker on another core while the executing thread runs; results
+    equal the inline plan's at any thread count, and only the first run
+    prepares."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    model = small_cnn()
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    inline = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")
+    ahead = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
+    steps = read_bytes(ahead)[0].plan.steps
+    assert {s.prepQueue for s in steps} == {0, 1}
+    ref = coldbrew.load(inline).run(None, {"x": x})[0]
+    for threads in (1, 2, 3):
+        sess = coldbrew.load(ahead, threads=threads, trace=True)
+        for run in range(3):
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref)
+            events = sess.trace()
+            prep = [e for e in events if e["phase"] in ("read", "transform")]
+            if run == 0:
+                assert {e["step"] for e in prep} == set(range(len(steps)))
+                assert any(e["phase"] == "transform" for e in prep)
+                # every step executes after its preparation ended
+                done = {}
+                for e in prep:
+                    done[e["step"]] = max(done.get(e["step"], 0), e["end_ns"])
+                for e in events:
+                    if e["phase"] == "execute":
+                        assert e["start_ns"] >= done[e["step"]]
+            else:
+                assert not prep
+
+
+def test_outputs_correct_under_a_cpu_hog():
+    """A busy process pinned to a preparation worker's core: whoever claims a
+    step first prepares it (the executing thread steals what the worker has
+    not started), and the outputs do not change."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+
+    cores = sorted(os.sched_getaffinity(0))
+    model = small_cnn()
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
+    ref = coldbrew.load(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")).run(None, {"x": x})[0]
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cores[-1]}}})\nwhile True: pass"])
+    try:
+        for threads in (1, 2):
+            for _ in range(10):
+                sess = coldbrew.load(data, threads=threads, trace=True)
+                np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref)
+                prepared = [e["step"] for e in sess.trace() if e["phase"] == "read"]
+                assert sorted(prepared) == sorted(set(prepared))  # every step prepared exactly once
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_corrupt_weight_found_by_a_preparation_worker(tmp_path):
+    """The worker that reads a corrupt weight reports it; the executing
+    thread returns that error, and nothing hangs."""
+    from conftest import small_cnn
+
+    from coldbrew.compiler import compile_model
+
+    data = bytearray(compile_model(small_cnn(), variants={"conv2d": "winograd_f2"}, weights="raw", queues=1))
+    b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[64:]), 0))
+    last = max((t for t in b.tensors if t.kind == fb.TensorKind.weight),
+               key=lambda t: b.segments[t.segment].offset + t.segmentOffset)
+    data[b.segments[last.segment].offset + last.segmentOffset] ^= 0x01
+    sess = coldbrew.load(bytes(data), threads=2)
+    with pytest.raises(coldbrew.BundleError) as e:
+        sess.run(None, {"x": np.zeros((1, 3, 16, 16), np.float32)})
+    assert e.value.status == "CORRUPT" and last.name.decode() in str(e.value), str(e.value)
+
+
+COLD = {"conv2d": "conv2d.im2col_gemm"}
+
+
+WARM = {"conv2d": "conv2d.winograd_f2"}
+
+
+@pytest.fixture(scope="module")
+def continuous_bundle(tmp_path_factory, small_model):
+    path = tmp_path_factory.mktemp("continuous") / "small.brew"
+    data, graph = compile_graph(small_model, str(path), variants=COLD, weights="raw", queues=1, warm=(WARM, 2))
+    return str(path), data, graph
+
+
+@pytest.fixture(scope="module")
+def feeds():
+    return {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def _wait_ready(sess, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, total = sess.alternates()
+        if ready == total:
+            return ready
+        time.sleep(0.01)
+    raise AssertionError(f"warm alternates not ready after {timeout} s: {sess.alternates()}")
+
+
+def test_bundle_stores_the_warm_alternate_after_the_plans_weights(continuous_bundle):
+    _, data, graph = continuous_bundle
+    conv = next(layer for layer in graph.layers if layer.name == "c0")
+    assert conv.variant == "conv2d.im2col_gemm" and conv.warm["variant"] == "conv2d.winograd_f2"
+    b, _, _ = read_bytes(data)
+    step = next(s for s in b.plan.steps if b.layers[s.layer].name == b"c0")
+    assert step.warmVariant == b"conv2d.winograd_f2" and step.warmKernel.startswith(b"warm_")
+    assert b.plan.warmThreads == 2
+    # the warm weights lie behind every weight the plan reads
+    plan_ends = [b.segments[t.segment].offset + t.segmentOffset + t.nbytes for s in b.plan.steps
+                 for t in (b.tensors[a] for a in list(b.layers[s.layer].args) + list(s.transformArgs if s.transformArgs is not None else []))
+                 if t.kind == 3]
+    warm = [b.tensors[a] for a in step.warmArgs if b.tensors[a].kind == 3 and b.tensors[a].name.endswith(b".warm")]
+    assert warm and min(b.segments[t.segment].offset + t.segmentOffset for t in warm) >= max(plan_ends)
+
+
+def test_continuous_runs_switch_to_the_alternate_and_stay_correct(continuous_bundle, small_model, feeds):
+    path, _, _ = continuous_bundle
+    ref = ort_run(small_model, feeds)[0]
+    sess = coldbrew.load(path, mode="continuous", trace=True)
+    assert sess.alternates() == (0, 1)
+    assert_close(sess.run(None, feeds)[0], ref)
+    first = [e for e in sess.trace() if e["phase"] == "execute"]
+    assert not any(e["alternate"] for e in first)
+    assert _wait_ready(sess) == 1
+    for _ in range(3):
+        assert_close(sess.run(None, feeds)[0], ref)
+        conv = [e for e in sess.trace() if e["phase"] == "execute" and e["layer"] == "c0"]
+        assert conv[0]["alternate"] and conv[0]["variant"] == "conv2d.winograd_f2"
+    sess.close()
+
+
+def test_cold_mode_never_uses_the_alternate(continuous_bundle, small_model, feeds):
+    path, _, _ = continuous_bundle
+    ref = ort_run(small_model, feeds)[0]
+    with coldbrew.load(path, trace=True) as sess:
+        for _ in range(3):
+            assert_close(sess.run(None, feeds)[0], ref)
+            assert not any(e["alternate"] for e in sess.trace())
+        assert sess.alternates() == (0, 1)
+
+
+def test_bad_mode_is_a_clear_error(continuous_bundle):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        coldbrew.load(continuous_bundle[0], mode="turbo")
+
+
+def test_corrupt_warm_weight_fails_the_next_run(continuous_bundle, feeds):
+    _, data, _ = continuous_bundle
+    b, _, _ = read_bytes(data)
+    step = next(s for s in b.plan.steps if s.warmKernel)
+    t = next(b.tensors[a] for a in step.warmArgs if b.tensors[a].name.endswith(b".warm"))
+    bad = bytearray(data)
+    bad[b.segments[t.segment].offset + t.segmentOffset] ^= 0x10
+    sess = coldbrew.load(bytes(bad), mode="continuous")
+    sess.run(None, feeds)  # the plan's weights are intact
+    end = time.monotonic() + 10
+    with pytest.raises(coldbrew.BundleError, match="CORRUPT.*warm"):
+        while time.monotonic() < end:  # until the warmer has read the damaged tensor
+            sess.run(None, feeds)
+            time.sleep(0.01)
+    # a cold-mode session of the same bytes never reads it
+    cold = coldbrew.load(bytes(bad))
+    for _ in range(2):
+        cold.run(None, feeds)
+
+
+def test_cli_compile_continuous_and_run(tmp_path, small_model):
+    import onnx
+
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model, str(model))
+    out = tmp_path / "c.brew"
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(out), "--plan", "cold", "--continuous",
+                                  "--no-tune"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", str(out), "--mode", "continuous", "--repeat", "3"])
+    assert r.exit_code == 0 and "run 2" in r.output, r.output
+
+
+@pytest.mark.parametrize("mode", ["cold", "continuous"])
+def test_later_runs_use_the_cores_the_first_run_kept_for_preparation(tmp_path, small_model, feeds, mode):
+    """A cold plan of 1 execution thread and a preparation worker stores 2
+    threads for later runs (compile_model does so when the scheduler keeps
+    cores for preparation): the first run's parallel loops use 1 thread,
+    every later run 2, in either mode, with the same outputs."""
+    import ctypes
+
+    from coldbrew.compiler.tools.inspect import describe
+    from coldbrew.runtime import _lib
+
+    path = tmp_path / "later.brew"
+    compile_graph(small_model, str(path), variants=COLD, weights="raw", queues=1, threads=1, later_threads=2)
+    plan = read_bytes(path.read_bytes())[0].plan
+    assert (plan.threads, plan.warmThreads) == (1, 2)
+    assert "threads 1, later runs on 2" in "\n".join(describe(str(path)))
+    active = _lib.cb_backend_active_threads
+    active.restype = ctypes.c_int
+    sess = coldbrew.load(str(path), mode=mode)
+    ref = ort_run(small_model, feeds)
+    for run in range(3):
+        assert_close(sess.run(None, feeds), ref)
+        assert active() == (1 if run == 0 else 2), run
+    # a caller's thread count holds for every run
+    fixed = coldbrew.load(str(path), threads=1, mode=mode)
+    for _ in range(2):
+        assert_close(fixed.run(None, feeds), ref)
+        assert active() == 1
