@@ -5,7 +5,7 @@ A signed bundle ends in a 104-byte block (schemas/README.md): magic
 `coldbrew signed bundle v1\\0` followed by the BLAKE2b-256 hash of every byte
 before the block. Preamble byte 40 holds the block's offset, and the
 declared file size counts it, so the preamble itself is signed. The runtime
-checks it with libsodium (runtime/src/signature.c) when an app gives a
+checks it with libsodium (runtime/src/bundle/signature.c) when an app gives a
 public key. Signing uses PyNaCl (libsodium); the hash is hashlib's BLAKE2b.
 
 Key files (`coldbrew keygen KEY`): KEY holds the secret seed, KEY.pub the

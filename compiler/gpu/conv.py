@@ -22,7 +22,7 @@ Variants:
   are U = G g G^T in a [C][16][K] layout: either computed here and stored
   in the bundle (weight form `cached`, 16/9 of the bytes) or computed at
   load by the runtime's CPU threads from the raw OIHW weights (`raw`:
-  runtime transform `gpu.winograd_f23`, runtime/src/vulkan.c).
+  runtime transform `gpu.winograd_f23`, runtime/src/vulkan/vulkan.c).
 - `gpu.conv_direct`: one output element per invocation (grouped and
   depthwise convolutions, where a GEMM has no reduction to share).
 

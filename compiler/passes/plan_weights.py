@@ -153,7 +153,7 @@ def _narrow_generic(graph, layer, ids):
     layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "fp16", err
 
 
-WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/widen.c)
+WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/cpu/widen.c)
 
 
 def _narrow(graph, layer, idx, precision, form):

@@ -206,7 +206,7 @@ CODE_KINDS = (fb.SegmentKind.cpu_code, fb.SegmentKind.cpu_code_lz4, fb.SegmentKi
 
 def pack_code(code):
     """The CPU code segment: the shared object as one LZ4 block (the `lz4`
-    package's high-compression mode; runtime/src/lz4.c decodes it), kept
+    package's high-compression mode; runtime/src/base/lz4.c decodes it), kept
     plain where that is not smaller. (kind, bytes, decoded size or 0)."""
     import lz4.block
 

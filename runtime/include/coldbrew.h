@@ -39,16 +39,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library exports exactly what this header (and, for the runtime's own
+ * tests and tools, coldbrew_testing.h) declares, between CB_API_BEGIN and
+ * CB_API_END: C linkage, default visibility (the library is built with
+ * -fvisibility=hidden). */
 #ifdef __cplusplus
-extern "C" {
+#define CB_EXTERN_C_BEGIN extern "C" {
+#define CB_EXTERN_C_END }
+#else
+#define CB_EXTERN_C_BEGIN
+#define CB_EXTERN_C_END
+#endif
+#if defined(__GNUC__)
+#define CB_API_BEGIN CB_EXTERN_C_BEGIN _Pragma("GCC visibility push(default)")
+#define CB_API_END _Pragma("GCC visibility pop") CB_EXTERN_C_END
+#else
+#define CB_API_BEGIN CB_EXTERN_C_BEGIN
+#define CB_API_END CB_EXTERN_C_END
 #endif
 
-/* The library exports exactly what this header (and, for the runtime's own
- * tests and tools, coldbrew_testing.h) declares; it is built with
- * -fvisibility=hidden. */
-#if defined(__GNUC__)
-#pragma GCC visibility push(default)
-#endif
+CB_API_BEGIN
 
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION
  * (schema 2 records each CPU kernel's argument contract, checked at open) */
@@ -221,12 +231,6 @@ cb_status cb_session_trace(const cb_session* session, const cb_trace_event** out
 cb_status cb_bundle_step_info(const cb_bundle* bundle, size_t step, const char** out_layer, const char** out_variant);
 cb_status cb_bundle_step_alternate(const cb_bundle* bundle, size_t step, const char** out_variant);
 
-#if defined(__GNUC__)
-#pragma GCC visibility pop
-#endif
-
-#ifdef __cplusplus
-}
-#endif
+CB_API_END
 
 #endif /* COLDBREW_H_ */

@@ -11,13 +11,7 @@
 
 #include "coldbrew.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-#if defined(__GNUC__)
-#pragma GCC visibility push(default)
-#endif
+CB_API_BEGIN
 
 /* Allocation failures on demand.
  * cb_debug_fail_allocation(n): the n-th heap allocation the runtime makes
@@ -49,12 +43,6 @@ void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
  * switches to the warm plan's count). */
 int cb_backend_active_threads(void);
 
-#if defined(__GNUC__)
-#pragma GCC visibility pop
-#endif
-
-#ifdef __cplusplus
-}
-#endif
+CB_API_END
 
 #endif /* COLDBREW_TESTING_H_ */

@@ -118,7 +118,7 @@ def test_unusable_precision_requests_are_refused(small_model):
 
 def test_runtime_refuses_a_widening_whose_tensors_do_not_fit(small_model, tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "tests", "runtime"))
-    from test_hostile import expect, repack
+    from hostile import expect, repack
 
     data = bytearray(compile_model(small_model, precision="fp16", weights="cached"))
     b, steps = _steps(bytes(data))
