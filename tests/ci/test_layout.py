@@ -75,3 +75,25 @@ def test_the_check_sees_a_module_without_a_test(tmp_path):
     assert untested(str(tmp_path)) == ["compiler/plan/exact.py"]
     (tmp_path / "tests" / "compiler" / "plan" / "test_other.py").write_text("from coldbrew.compiler.plan import exact\n")
     assert untested(str(tmp_path)) == []
+
+
+def untested_runtime_python(root):
+    """runtime/python modules (the coldbrew package) without tests/runtime/test_<module>.py."""
+    import glob
+
+    mods = [os.path.basename(p)[:-3] for p in glob.glob(os.path.join(root, "runtime", "python", "*.py"))]
+    return sorted(f"runtime/python/{m}.py" for m in mods if m != "__init__"
+                  and not os.path.exists(os.path.join(root, "tests", "runtime", f"test_{m}.py")))
+
+
+def test_every_runtime_python_module_has_a_test_named_after_it():
+    assert untested_runtime_python(ROOT) == []  # runtime/src's folders: tests/runtime/test_layers.py
+
+
+def test_the_runtime_check_sees_a_module_without_a_test(tmp_path):
+    (tmp_path / "runtime" / "python").mkdir(parents=True)
+    (tmp_path / "tests" / "runtime").mkdir(parents=True)
+    for m in ("__init__", "runtime", "extra"):
+        (tmp_path / "runtime" / "python" / f"{m}.py").write_text("")
+    (tmp_path / "tests" / "runtime" / "test_runtime.py").write_text("")
+    assert untested_runtime_python(str(tmp_path)) == ["runtime/python/extra.py"]
