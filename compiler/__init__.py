@@ -34,7 +34,7 @@ if _missing:  # a runtime-only install (pip install coldbrew)
     raise ImportError(f"coldbrew's compiler needs packages that are not installed here "
                       f"(missing: {', '.join(_missing)}): pip install 'coldbrew[compiler]'")
 
-from .errors import CompileError, UnsupportedOperatorError  # noqa: E402
+from .errors import CompileError, InternalError, UnsupportedOperatorError  # noqa: E402
 from .ir.forms import NARROW, PRECISIONS  # noqa: E402  (stored weight precisions)
 
 _FROM_PIPELINE = ("PASSES", "GPU_PASSES", "compile_graph", "front_end", "Compilation")
@@ -50,7 +50,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'coldbrew.compiler' has no attribute '{name}'")
 
 __all__ = ["compile_model", "compile_graph", "front_end", "tuned_front", "Compilation", "CompileError",
-           "UnsupportedOperatorError", "PASSES", "GPU_PASSES"]
+           "InternalError", "UnsupportedOperatorError", "PASSES", "GPU_PASSES"]
 
 
 def compile_model(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
@@ -92,7 +92,20 @@ def compile_model(model, output=None, target="host", input_shapes=None, constant
     (compiler/measure/error.py).
 
     Returns the bundle bytes, and writes them to `output` when given.
+    Every failure is a CompileError (an unexpected one an InternalError
+    that names where it happened).
     """
+    try:
+        return _compile(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads, plan,
+                        progress, tune, queues, on_plan, continuous, sign, precision, max_error, calibration)
+    except CompileError:
+        raise
+    except Exception as e:
+        raise InternalError("compile_model", e) from e
+
+
+def _compile(model, output, target, input_shapes, constants, dump_ir, variants, weights, threads, plan, progress,
+             tune, queues, on_plan, continuous, sign, precision, max_error, calibration):
     on_gpu = _pipeline().on_gpu(target)
     _check_options(precision, max_error, plan, continuous, tune, on_gpu)
     if not weights:  # narrow weights default to the direct form: the fewest bytes and nothing to widen

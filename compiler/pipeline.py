@@ -6,7 +6,8 @@ modules in order (compiler/__init__.py says what each does). Every pass is
 `run(c) -> c`: it reads what it needs of the Compilation (options, target,
 the IR in hand) and leaves what it makes there. `run(passes, c, start,
 stop)` runs a stretch of a list and writes the IR after each pass
-(`--dump-ir`, numbered by the pass's place in its list).
+(`--dump-ir`, numbered by the pass's place in its list); an exception that
+is not a CompileError leaves it as an InternalError naming the pass.
 
 Stretches in use: `front_end` (load_onnx to import_relax: what does not
 depend on the variant choice, shared by the tuner, the profiler's columns
@@ -22,7 +23,7 @@ from .passes import (add_warm_steps, block_layout, codegen, elide_copies, extrac
                      fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory,
                      plan_weights, schedule_kernels, select_variants, write_bundle)
 from .gpu import codegen_spirv, schedule_gpu, select_gpu_variants
-from .errors import CompileError
+from .errors import CompileError, InternalError
 
 FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
 PASSES = FRONT + [block_layout, select_variants, fuse_layers, schedule_kernels, extract_layers, plan_weights,
@@ -111,7 +112,12 @@ def run(passes, c, start=None, stop=None):
     first = names.index(start) if start else 0
     last = names.index(stop) if stop else len(passes) - 1
     for k in range(first, last + 1):
-        c = passes[k].run(c)
+        try:
+            c = passes[k].run(c)
+        except CompileError:
+            raise
+        except Exception as e:  # a bug: one sentence naming the pass, not a traceback
+            raise InternalError(f"pass {names[k]}", e) from e
         _dump(c.dump_ir, k, names[k], c.in_hand())
     return c
 

@@ -1,4 +1,11 @@
-"""Pass `import_relax`: ONNX (shapes fixed, constants folded) -> TVM Relax module."""
+"""Pass `import_relax`: ONNX (shapes fixed, constants folded) -> TVM Relax module.
+
+A node TVM's importer cannot convert is a CompileError naming the node, its
+operator and the importer's reason; nothing it prints reaches the terminal.
+"""
+import contextlib
+import io
+
 import onnx
 
 from ..errors import CompileError
@@ -15,12 +22,51 @@ def apply(model):
         tt = inp.type.tensor_type
         shapes[inp.name] = [d.dim_value for d in tt.shape.dim]
         dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+    failed = []
     try:
-        return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
-                         sanitize_input_names=False)
+        with _node_watch(failed), contextlib.redirect_stdout(io.StringIO()):  # the importer prints its inputs' IR
+            return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
+                             sanitize_input_names=False)
     except Exception as e:
-        msg = str(e).strip().splitlines()
-        raise CompileError(f"importing the ONNX graph failed: {msg[-1] if msg else type(e).__name__}") from None
+        raise CompileError(_message(failed[0] if failed else None, e)) from None
+
+
+def _message(node, error):
+    """One sentence: the node and operator TVM's importer failed on, its
+    reason (the error's last line, never the IR), what the user can do."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    reason = lines[-1] if lines else type(error).__name__
+    reason = reason if len(reason) <= 300 else reason[:297] + "..."
+    if node is None:
+        return f"importing the ONNX graph failed: {reason}"
+    op, name = node
+    return (f"{op} node '{name}': the ONNX importer cannot convert it ({reason}). If an input of it depends on a "
+            f"model input, fixing that input (--input-shape NAME=DIMS, or --bind NAME=FILE.npy for a value) may "
+            f"make it convertible; otherwise coldbrew does not support this form of {op} yet")
+
+
+@contextlib.contextmanager
+def _node_watch(failed):
+    """Note in `failed` the (operator, node name) whose conversion raised:
+    TVM's importer hands each node's name to its converter in its
+    attributes, and raises without it."""
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    real = ONNXGraphImporter._convert_operator
+
+    def convert(self, op_name, inputs, attrs, opset):
+        try:
+            return real(self, op_name, inputs, attrs, opset)
+        except Exception:
+            if not failed:
+                failed.append((op_name, attrs.get("tvm_custom", {}).get("name") or "?"))
+            raise
+
+    ONNXGraphImporter._convert_operator = convert
+    try:
+        yield
+    finally:
+        ONNXGraphImporter._convert_operator = real
 
 
 def run(c):

