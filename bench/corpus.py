@@ -17,6 +17,7 @@ outputs must be equal). Prints a line per model and a summary:
     INTERNAL  a bug: an InternalError (one sentence naming where), or an
               exception that escaped compile_model ("traceback: ...")
     CRASH     the process died or timed out
+    noref     onnxruntime itself cannot run the model so (nothing to compare)
 
 --ci checks only the models marked "ci" in the manifest and exits 1 unless
 each is ok.
@@ -87,10 +88,23 @@ def error(ref, got):
     return worst
 
 
-def check_one(name):
-    """The result of one model (run in its own process)."""
+def reference(path, shapes):
+    """onnxruntime's session on the model with the same input shapes fixed
+    as coldbrew's (an exporter's placeholder shape replaced the same way)."""
+    import onnx
     import onnxruntime as ort
 
+    from coldbrew.compiler.passes.load_onnx import fix_input_shapes
+
+    model = onnx.load(path)
+    fix_input_shapes(model, shapes)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def check_one(name):
+    """The result of one model (run in its own process)."""
     import coldbrew
     from coldbrew.compiler import CompileError, InternalError, compile_model
 
@@ -98,12 +112,13 @@ def check_one(name):
     path = fetch.fetched(entry)
     if path is None:
         return {"status": "missing", "message": f"not fetched: python bench/corpus/fetch.py {name}"}
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    try:
+        sess = reference(path, shapes)
+    except Exception as e:
+        return {"status": "noref", "message": f"onnxruntime cannot run it: {str(e).strip()}"}
     x = feeds(entry, sess.get_inputs())
     binds = {k: x[k] for k, v in entry["inputs"].items() if "bind" in v}
-    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
     t = time.perf_counter()
     try:
         data = compile_model(path, input_shapes=shapes, constants=binds)
@@ -167,7 +182,7 @@ def main(argv=None):
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    order = ["ok", "refused", "WRONG", "INTERNAL", "CRASH", "missing"]
+    order = ["ok", "refused", "WRONG", "INTERNAL", "CRASH", "noref", "missing"]
     print("summary: " + ", ".join(f"{counts[s]} {s}" for s in order if s in counts) + f" of {len(results)}")
     if args.json:
         with open(args.json, "w") as f:

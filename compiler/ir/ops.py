@@ -12,8 +12,8 @@ LayerNormalization LeakyRelu Less LessOrEqual Log MatMul Max MaxPool Mean Min
 Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceMax ReduceMean ReduceMin
 ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
 Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
-Unsqueeze Where
-""".split())
+Unsqueeze Where If
+""".split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch)
 
 MIN_OPSET = 1
 MAX_OPSET = 25
@@ -25,8 +25,22 @@ STATIC_INPUTS = {
     "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Clip": {1, 2},
     "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
-    "ReduceSumSquare": {1},
+    "ReduceSumSquare": {1}, "If": {0},
 }
+
+
+def check_supported(model):
+    """UnsupportedOperatorError naming every node (of the graph itself, not
+    of its subgraphs) whose operator coldbrew does not support."""
+    from ..errors import UnsupportedOperatorError
+
+    unsupported = {}
+    for i, node in enumerate(model.graph.node):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        if key not in SUPPORTED_OPS:
+            unsupported.setdefault(key, []).append(node.name or f"#{i}")
+    if unsupported:
+        raise UnsupportedOperatorError(unsupported)
 
 
 def _attr(node, name, default=None):
@@ -133,3 +147,58 @@ def graph_inputs(model):
     """The graph inputs that are real inputs (not initializers)."""
     inits = {t.name for t in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
+
+
+def inline_branch(branch, prefix):
+    """A subgraph (an If's branch) made part of the graph around it: (nodes,
+    initializers, output names), every name it defines prefixed with
+    `prefix` so none can meet a name of the graph around it, its
+    references to that graph kept. None where the branch holds subgraphs
+    of its own."""
+    from onnx import AttributeProto, NodeProto, TensorProto
+
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in branch.node for a in n.attribute):
+        return None
+    defined = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
+    rename = {d: f"{prefix}{d}" for d in defined}
+    nodes = []
+    for k, n in enumerate(branch.node):
+        copy = NodeProto()
+        copy.CopyFrom(n)
+        copy.input[:] = [rename.get(i, i) for i in n.input]
+        copy.output[:] = [rename.get(o, o) for o in n.output]
+        copy.name = f"{prefix}{n.name or f'{n.op_type}_{k}'}"  # messages name the If it came from
+        nodes.append(copy)
+    inits = []
+    for t in branch.initializer:
+        copy = TensorProto()
+        copy.CopyFrom(t)
+        copy.name = rename[t.name]
+        inits.append(copy)
+    return nodes, inits, [rename.get(o.name, o.name) for o in branch.output]
+
+
+def branches(node):
+    """(then_branch, else_branch) GraphProtos of an If node."""
+    from onnx import helper
+
+    got = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return got["then_branch"], got["else_branch"]
+
+
+def outer_names(node):
+    """The names a node's subgraphs (an If's branches, a Loop's body) read
+    from the graph around them: what must stay defined while the node does."""
+    from onnx import AttributeProto
+
+    used = set()
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        for g in graphs:
+            defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+            defined |= {o for n in g.node for o in n.output}
+            for n in g.node:
+                used |= {i for i in n.input if i and i not in defined}
+                used |= outer_names(n) - defined
+            used |= {o.name for o in g.output if o.name not in defined}
+    return used

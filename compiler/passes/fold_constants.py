@@ -7,6 +7,12 @@ statically shaped tensors by constants and evaluates every node whose inputs
 are all constants with ONNX's reference implementation, until nothing
 changes. Constant nodes become initializers; dead nodes are removed.
 
+An `If` whose condition folds to a constant is replaced by the branch it
+takes (its nodes inlined, its outputs renamed to the If's): a model's mode
+switches (a sample rate, a batch-size check) fold away once the inputs that
+decide them are bound (`--bind`); an If whose condition depends on a model
+input stays, and legalize_onnx names it.
+
 Folding can materialize a broadcast (Expand, ConstantOfShape, `x * zeros`)
 into a full-size constant that an elementwise op then broadcasts against an
 activation. Such a constant is stored at its smallest broadcast shape: an
@@ -20,9 +26,11 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import CompileError
+from ..ir.ops import branches, inline_branch, outer_names
 
 NAME = "fold_constants"
 _NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+_CONTROL_FLOW = {"If", "Loop", "Scan"}  # their bodies may read values of the graph around them
 
 
 def _static_shapes(model):
@@ -78,12 +86,18 @@ def apply(model):
         kept = []
         for node in nodes:
             value = None
+            if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input[0] in consts:
+                inlined = _taken_branch(node, consts)
+                if inlined is not None:
+                    kept.extend(inlined)
+                    changed = True
+                    continue
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 value = [_evaluate(node, consts, model.opset_import)[0]]
             elif node.op_type in ("Shape", "Size") and shapes.get(node.input[0]) is not None:
                 value = [_shape_value(node, shapes)]
-            elif (node.op_type not in _NON_DETERMINISTIC and all(i in consts for i in node.input if i)
-                  and any(node.input)):
+            elif (node.op_type not in _NON_DETERMINISTIC and node.op_type not in _CONTROL_FLOW
+                  and all(i in consts for i in node.input if i) and any(node.input)):
                 value = _evaluate(node, consts, model.opset_import)
             if value is None:
                 kept.append(node)
@@ -97,6 +111,24 @@ def apply(model):
     if _compact_broadcasts(list(model.graph.node), consts, shapes):
         _rewrite(model, list(model.graph.node), consts, graph_outputs)
     return model
+
+
+def _taken_branch(node, consts):
+    """The nodes that replace an If with a constant condition: the taken
+    branch's nodes (their names prefixed with the If's), its initializers
+    as constants, and an Identity per output; None where it cannot be
+    inlined (a branch with subgraphs of its own)."""
+    then_branch, else_branch = branches(node)
+    taken = then_branch if bool(np.asarray(consts[node.input[0]]).reshape(-1)[0]) else else_branch
+    prefix = f"{node.name or node.output[0]}/"
+    inlined = inline_branch(taken, prefix)
+    if inlined is None:
+        return None
+    nodes, inits, outs = inlined
+    for t in inits:
+        consts[t.name] = numpy_helper.to_array(t)
+    return nodes + [helper.make_node("Identity", [inner], [outer], name=f"{prefix}out{k}")
+                    for k, (inner, outer) in enumerate(zip(outs, node.output)) if outer]
 
 
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Equal", "Less", "Greater", "Where"}
@@ -150,6 +182,7 @@ def _rewrite(model, nodes, consts, graph_outputs):
         if any(o in needed for o in node.output):
             live.append(node)
             needed.update(i for i in node.input if i)
+            needed.update(outer_names(node))  # what its subgraphs read
     live.reverse()
     inputs = {i.name for i in g.input}
     g.ClearField("node")

@@ -1,7 +1,14 @@
 """Pass `legalize_onnx`: rewrite ONNX forms the Relax importer does not take
-into equivalent ones it does, then check that every shape-deciding input
-is constant (ops.check_static).
+into equivalent ones it does, then check that every operator is supported
+(again: an If's inlined branch may bring new ones) and that every
+shape-deciding input, an If's condition among them, is constant
+(ops.check_static).
 
+- If whose condition is not a constant (fold_constants inlined the others):
+  computed both ways and selected, both branches inlined and each output a
+  Where(condition, then, else), where the two branches' outputs have one
+  known type and shape each (a verifier run on a detector's score, a mode
+  switch on a value); other Ifs stay, and check_static names them.
 - Pow with an exponent of another dtype: cast the exponent to the base's type.
 - Pow on integers: compute in float64 and cast back (exact for the integer
   range where the result fits).
@@ -9,7 +16,7 @@ is constant (ops.check_static).
 import onnx
 from onnx import TensorProto, helper
 
-from ..ir.ops import check_static
+from ..ir.ops import branches, check_static, check_supported, inline_branch
 
 NAME = "legalize_onnx"
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
@@ -23,8 +30,50 @@ def _types(model):
     return types
 
 
+def _same_outputs(a, b):
+    """Whether two branches' outputs pair up with one known type and shape each."""
+    def sig(v):
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
+        return t.elem_type, dims
+    pairs = [(sig(x), sig(y)) for x, y in zip(a.output, b.output)]
+    return len(a.output) == len(b.output) and all(
+        x == y and x[1] is not None and None not in x[1] for x, y in pairs)
+
+
+def _if_to_where(model):
+    """Every If with a non-constant condition and branches that pair up
+    (_same_outputs), computed both ways and selected (module docstring)."""
+    g = model.graph
+    consts = {t.name for t in g.initializer}
+    if not any(n.op_type == "If" and n.input[0] not in consts for n in g.node):
+        return
+    nodes, inits = [], []
+    for node in g.node:
+        then_b, else_b = branches(node) if node.op_type == "If" else (None, None)
+        if node.op_type != "If" or node.input[0] in consts or not _same_outputs(then_b, else_b):
+            nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        t, e = inline_branch(then_b, f"{name}/then/"), inline_branch(else_b, f"{name}/else/")
+        if t is None or e is None:
+            nodes.append(node)
+            continue
+        scalar = f"{name}/cond_scalar"
+        inits.append(helper.make_tensor(f"{name}/scalar_shape", TensorProto.INT64, [0], []))
+        nodes += t[0] + e[0] + [helper.make_node("Reshape", [node.input[0], f"{name}/scalar_shape"], [scalar],
+                                                 name=f"{name}/cond")]
+        nodes += [helper.make_node("Where", [scalar, a, b], [out], name=f"{name}/select{k}")
+                  for k, (a, b, out) in enumerate(zip(t[2], e[2], node.output)) if out]
+        inits += t[1] + e[1]
+    g.ClearField("node")
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+
+
 def apply(model):
     g = model.graph
+    _if_to_where(model)
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)
         nodes = []
@@ -47,6 +96,7 @@ def apply(model):
                 nodes.append(node)
         g.ClearField("node")
         g.node.extend(nodes)
+    check_supported(model)  # again: fold_constants may have inlined an If's branch
     check_static(model)
     return model
 

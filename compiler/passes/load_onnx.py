@@ -12,8 +12,8 @@ import os
 import onnx
 from onnx import TensorProto
 
-from ..errors import CompileError, UnsupportedOperatorError
-from ..ir.ops import MAX_OPSET, MIN_OPSET, SUPPORTED_OPS, graph_inputs
+from ..errors import CompileError
+from ..ir.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs
 
 NAME = "load_onnx"
 
@@ -37,17 +37,35 @@ def read_model(source):
         raise CompileError(f"not an ONNX model (protobuf parse failed: {e})") from None
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
         raise CompileError("not an ONNX model (no graph)")
+    _load_external_data(model, None if isinstance(source, (onnx.ModelProto, bytes, bytearray))
+                        else os.path.dirname(os.path.abspath(os.fspath(source))))
     return model, hashlib.sha256(data).hexdigest()
 
 
+def _load_external_data(model, folder):
+    """Weights a model keeps in files beside it (ONNX external data), read
+    from `folder` (the model file's); a CompileError naming the files where
+    there is no folder or a file is missing."""
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    files = sorted({e.value for t in model.graph.initializer if uses_external_data(t)
+                    for e in t.external_data if e.key == "location"})
+    if not files:
+        return
+    if folder is None:
+        raise CompileError(f"the model keeps its weights in external data file(s) {', '.join(files)}: "
+                           f"give the model's path (with the files beside it), not its bytes")
+    missing = [f for f in files if not os.path.exists(os.path.join(folder, f))]
+    if missing:
+        raise CompileError(f"the model's external data file(s) {', '.join(missing)} are not beside it in {folder}")
+    try:
+        load_external_data_for_model(model, folder)
+    except Exception as e:
+        raise CompileError(f"reading the model's external data failed: {e}") from None
+
+
 def apply(model, input_shapes=None, constants=None):
-    unsupported = {}
-    for i, node in enumerate(model.graph.node):
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        if key not in SUPPORTED_OPS:
-            unsupported.setdefault(key, []).append(node.name or f"#{i}")
-    if unsupported:
-        raise UnsupportedOperatorError(unsupported)
+    check_supported(model)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -112,6 +130,16 @@ def bind_constants(model, constants):
         model.graph.input.extend(kept)
 
 
+def _forget_shapes(model):
+    """Drop the shapes recorded for intermediate values and outputs (their
+    types stay): shape inference works them out anew from the inputs."""
+    g = model.graph
+    g.ClearField("value_info")
+    for out in g.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+
+
 def fix_input_shapes(model, input_shapes):
     inputs = graph_inputs(model)
     names = {i.name for i in inputs}
@@ -126,6 +154,8 @@ def fix_input_shapes(model, input_shapes):
             shape = [int(d) for d in input_shapes[inp.name]]
             if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
                 raise CompileError(f"input '{inp.name}' has rank {len(tt.shape.dim)}, --input-shape gives {len(shape)}")
+            if [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] != shape:
+                _forget_shapes(model)  # what the exporter recorded for its own input shape no longer holds
             tt.ClearField("shape")
             tt.shape.SetInParent()
             for d in shape:

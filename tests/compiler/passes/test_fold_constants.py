@@ -6,6 +6,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -61,3 +62,24 @@ def test_folded_constant_keeps_its_extent_where_the_activation_broadcasts():
     assert [list(t.dims) for t in folded.graph.initializer] == [[1, 2, 1, 1]]
     a = np.random.default_rng(1).standard_normal((1, 1, 3, 5)).astype(np.float32)
     assert_close(coldbrew.load(compile_model(m)).run(None, {"x": a})[0], ort_run(m, {"x": a})[0])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_an_if_with_a_bound_condition_becomes_the_branch_it_takes(flag):
+    from if_models import if_model
+
+    x = np.array([[-1.0, 0.5, 2.0, -3.0]], np.float32)
+    model = load_onnx.apply(if_model(), constants={"flag": np.array([flag])})
+    folded = fold_constants.apply(model)
+    assert [n.op_type for n in folded.graph.node] == (["Mul", "Relu", "Identity"] if flag else ["Sub", "Identity"])
+    assert all(n.name.startswith("gate/") for n in folded.graph.node)
+    (y,) = ort_run(folded, {"x": x})
+    np.testing.assert_allclose(y, np.maximum(x * 2, 0) if flag else x - 1)
+
+
+def test_values_read_only_inside_a_branch_are_kept():
+    from if_models import if_model
+
+    folded = fold_constants.apply(load_onnx.apply(if_model(cond_from="x")))
+    assert [n.op_type for n in folded.graph.node][-1] == "If"
+    assert {"w", "one"} <= {t.name for t in folded.graph.initializer}

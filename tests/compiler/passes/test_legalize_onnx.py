@@ -39,3 +39,42 @@ def test_a_shape_deciding_input_that_is_not_constant_is_refused():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(CompileError, match="shape"):
         legalize_onnx.apply(m)
+
+
+def test_an_if_on_a_computed_condition_is_computed_both_ways_and_selected():
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
+    from if_models import if_model
+
+    import coldbrew
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.passes import fold_constants, load_onnx
+
+    model = if_model(cond_from="x")
+    legal = legalize_onnx.apply(fold_constants.apply(load_onnx.apply(if_model(cond_from="x"))))
+    ops = [n.op_type for n in legal.graph.node]
+    assert "If" not in ops and ops.count("Where") == 1
+    sess = coldbrew.load(compile_model(model))
+    for x in (np.array([[1.0, 2.0, -0.5, 0.25]], np.float32), np.array([[-1.0, 0.5, -2.0, 0.25]], np.float32)):
+        (want,) = ort_run(model, {"x": x})
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+def test_an_if_whose_branches_differ_in_shape_is_named_with_what_to_bind():
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
+    from if_models import if_model
+
+    from coldbrew.compiler import compile_model
+
+    with pytest.raises(CompileError, match=r"If node 'gate': input 0 \('cond'\) must be a compile-time constant but "
+                                           r"depends on model input\(s\) flag; bind them with --bind"):
+        compile_model(if_model(shapes_differ=True))

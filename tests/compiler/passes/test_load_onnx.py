@@ -89,3 +89,59 @@ def test_non_constant_shape_input_is_named():
         compile_model(m)
     sess = coldbrew.load(compile_model(m, constants={"shape": np.array([3, 4], np.int64)}))
     assert sess.get_outputs()[0].shape == [3, 4] and [i.name for i in sess.get_inputs()] == ["x"]
+
+
+def _external(small_model, folder):
+    """small_model saved with its weights in an external data file beside it."""
+    import copy
+
+    import onnx
+
+    m = copy.deepcopy(small_model)
+    path = str(folder / "m.onnx")
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.onnx.data",
+                    size_threshold=0)
+    return path
+
+
+def test_weights_in_an_external_data_file_are_read_from_beside_the_model(small_model, tmp_path):
+    import coldbrew
+    from conftest import ort_run
+
+    path = _external(small_model, tmp_path)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (want,) = ort_run(small_model, {"x": x})
+    got = coldbrew.load(compile_model(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_external_data_that_cannot_be_found_is_named(small_model, tmp_path):
+    import os
+
+    path = _external(small_model, tmp_path)
+    with pytest.raises(CompileError, match="external data file.*m.onnx.data: give the model's path"):
+        compile_model(open(path, "rb").read())
+    os.remove(tmp_path / "m.onnx.data")
+    with pytest.raises(CompileError, match=r"external data file\(s\) m.onnx.data are not beside it"):
+        compile_model(path)
+
+
+def test_an_exporters_placeholder_shape_gives_way_to_the_input_shape(small_model):
+    """An old export records the shapes of its own input everywhere (value_info,
+    outputs); another --input-shape must not meet them."""
+    import copy
+
+    import onnx
+
+    import coldbrew
+    from conftest import ort_run
+
+    m = onnx.shape_inference.infer_shapes(copy.deepcopy(small_model))
+    assert len(m.graph.value_info) > 0  # the recorded shapes, for [1, 3, 16, 16]
+    data = compile_model(m, input_shapes={"x": [1, 3, 24, 20]})
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 20)).astype(np.float32)
+    fixed = copy.deepcopy(small_model)
+    fixed.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 24
+    fixed.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 20
+    (want,) = ort_run(fixed, {"x": x})
+    np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
