@@ -12,7 +12,8 @@ LayerNormalization LeakyRelu Less LessOrEqual Log MatMul Max MaxPool Mean Min
 Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceMax ReduceMean ReduceMin
 ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
 Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
-Unsqueeze Where If
+Unsqueeze Where If LogSoftmax Mod Xor GatherElements GatherND IsNaN QuantizeLinear
+DequantizeLinear DynamicQuantizeLinear MatMulInteger
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch)
 
 MIN_OPSET = 1
@@ -98,6 +99,12 @@ def check_static(model):
             problems.append(f"{label}: bool inputs are not supported")
         if node.op_type == "Resize":
             problems.extend(_resize_problems(node, label, consts, shapes))
+        if (node.op_type == "Mod" and not _attr(node, "fmod", 0)
+                and types.get(node.input[0]) in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)):
+            problems.append(f"{label}: Mod of floating-point values with fmod=0 is not supported yet "
+                            "(integer Mod and fmod=1 are)")
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and _attr(node, "block_size", 0):
+            problems.append(f"{label}: blocked quantization (block_size) is not supported yet")
         for o in node.output:
             if o in shapes and 0 in shapes[o]:
                 problems.append(f"{label}: zero-size tensors are not supported ('{o}' has shape {shapes[o]})")

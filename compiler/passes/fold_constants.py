@@ -61,6 +61,16 @@ def _evaluate(node, consts, opset_imports):
     return ReferenceEvaluator(model).run(None, {})
 
 
+def _try_evaluate(node, consts, opset_imports):
+    """_evaluate, or None (the node stays, computed at run time) where ONNX's
+    reference implementation has no kernel for it at this opset (it lacks
+    DequantizeLinear-18, for one)."""
+    try:
+        return _evaluate(node, consts, opset_imports)
+    except Exception:
+        return None
+
+
 def _shape_value(node, shapes):
     src = shapes.get(node.input[0])
     if src is None:
@@ -98,7 +108,7 @@ def apply(model):
                 value = [_shape_value(node, shapes)]
             elif (node.op_type not in _NON_DETERMINISTIC and node.op_type not in _CONTROL_FLOW
                   and all(i in consts for i in node.input if i) and any(node.input)):
-                value = _evaluate(node, consts, model.opset_import)
+                value = _try_evaluate(node, consts, model.opset_import)
             if value is None:
                 kept.append(node)
                 continue

@@ -9,6 +9,8 @@ shape-deciding input, an If's condition among them, is constant
   Where(condition, then, else), where the two branches' outputs have one
   known type and shape each (a verifier run on a detector's score, a mode
   switch on a value); other Ifs stay, and check_static names them.
+- Empty optional inputs given as empty tensors (a Resize's unused `roi` or
+  `scales` beside its `sizes`): left out, as ONNX means them.
 - Pow with an exponent of another dtype: cast the exponent to the base's type.
 - Pow on integers: compute in float64 and cast back (exact for the integer
   range where the result fits).
@@ -71,9 +73,22 @@ def _if_to_where(model):
     g.initializer.extend(inits)
 
 
+_EMPTY_MEANS_ABSENT = {"Resize": (1, 2)}  # optional inputs that an empty tensor leaves out
+
+
+def _drop_empty_optionals(model):
+    g = model.graph
+    empty = {t.name for t in g.initializer if 0 in t.dims}
+    for node in g.node:
+        for pos in _EMPTY_MEANS_ABSENT.get(node.op_type, ()):
+            if pos < len(node.input) and node.input[pos] in empty:
+                node.input[pos] = ""
+
+
 def apply(model):
     g = model.graph
     _if_to_where(model)
+    _drop_empty_optionals(model)
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)
         nodes = []

@@ -78,3 +78,21 @@ def test_an_if_whose_branches_differ_in_shape_is_named_with_what_to_bind():
     with pytest.raises(CompileError, match=r"If node 'gate': input 0 \('cond'\) must be a compile-time constant but "
                                            r"depends on model input\(s\) flag; bind them with --bind"):
         compile_model(if_model(shapes_differ=True))
+
+
+def test_an_empty_scales_beside_sizes_is_an_absent_input():
+    import coldbrew
+    from coldbrew.compiler import compile_model
+
+    inits = [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+             numpy_helper.from_array(np.zeros(0, np.float32), "scales"),
+             numpy_helper.from_array(np.array([1, 2, 8, 8], np.int64), "sizes")]
+    g = helper.make_graph([helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode="nearest")], "r",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    legal = legalize_onnx.apply(onnx.load_model_from_string(model.SerializeToString()))
+    assert list(legal.graph.node[0].input) == ["x", "", "", "sizes"]
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    (want,) = ort_run(model, {"x": x})
+    np.testing.assert_array_equal(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want)
