@@ -89,15 +89,21 @@ def error(ref, got):
 
 
 def reference(path, shapes):
-    """onnxruntime's session on the model with the same input shapes fixed
-    as coldbrew's (an exporter's placeholder shape replaced the same way)."""
+    """onnxruntime's session on the model; an input the exporter fixed to a
+    placeholder shape other than the manifest's is given the manifest's
+    (as coldbrew's --input-shape gives it)."""
     import onnx
     import onnxruntime as ort
 
     from coldbrew.compiler.passes.load_onnx import fix_input_shapes
 
     model = onnx.load(path)
-    fix_input_shapes(model, shapes)
+    declared = {i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+                for i in model.graph.input}
+    placeholders = {k: v for k, v in shapes.items()  # fixed by the exporter to other values: replaced
+                    if None not in declared.get(k, [None]) and declared[k] != v}
+    if placeholders:
+        fix_input_shapes(model, placeholders)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

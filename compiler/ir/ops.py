@@ -13,8 +13,9 @@ Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceMax ReduceMean ReduceMin
 ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
 Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
 Unsqueeze Where If LogSoftmax Mod Xor GatherElements GatherND IsNaN QuantizeLinear
-DequantizeLinear DynamicQuantizeLinear MatMulInteger
-""".split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch)
+DequantizeLinear DynamicQuantizeLinear MatMulInteger LSTM GRU
+""".split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
+# LSTM, GRU: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py)
 
 MIN_OPSET = 1
 MAX_OPSET = 25
@@ -26,7 +27,7 @@ STATIC_INPUTS = {
     "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Clip": {1, 2},
     "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
-    "ReduceSumSquare": {1}, "If": {0},
+    "ReduceSumSquare": {1}, "If": {0}, "LSTM": {1, 2, 3, 4}, "GRU": {1, 2, 3, 4},
 }
 
 

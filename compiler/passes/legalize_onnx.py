@@ -9,6 +9,8 @@ shape-deciding input, an If's condition among them, is constant
   Where(condition, then, else), where the two branches' outputs have one
   known type and shape each (a verifier run on a detector's score, a mode
   switch on a value); other Ifs stay, and check_static names them.
+- LSTM and GRU: unrolled over their sequence, fixed at compile time, into
+  MatMuls, gates and state updates (ir/recurrent.py).
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.
 - Pow with an exponent of another dtype: cast the exponent to the base's type.
@@ -18,7 +20,8 @@ shape-deciding input, an If's condition among them, is constant
 import onnx
 from onnx import TensorProto, helper
 
-from ..ir.ops import branches, check_static, check_supported, inline_branch
+from ..ir.ops import _types_and_shapes, branches, check_static, check_supported, inline_branch
+from ..ir.recurrent import GATES, unroll
 
 NAME = "legalize_onnx"
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
@@ -85,10 +88,30 @@ def _drop_empty_optionals(model):
                 node.input[pos] = ""
 
 
+def _unroll_recurrent(model):
+    g = model.graph
+    if not any(n.op_type in GATES for n in g.node):
+        return
+    consts = {t.name: t for t in g.initializer}
+    _, shapes = _types_and_shapes(model)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    nodes = []
+    for i, node in enumerate(g.node):
+        if node.op_type not in GATES or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        new, inits = unroll(node, f"{node.op_type} node '{node.name or f'#{i}'}'", consts, shapes, opset)
+        nodes += new
+        g.initializer.extend(inits)
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
 def apply(model):
     g = model.graph
     _if_to_where(model)
     _drop_empty_optionals(model)
+    _unroll_recurrent(model)
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)
         nodes = []

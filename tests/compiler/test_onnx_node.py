@@ -24,7 +24,7 @@ from coldbrew.compiler.ir.ops import MAX_OPSET, MIN_OPSET, STATIC_INPUTS, SUPPOR
 REFUSED = ("training_mode", "optional outputs", "output_shape attribute", "zero-size tensors",
            "bool inputs are not supported", "axes attribute", "antialias", "keep_aspect_ratio_policy",
            "half_pixel_symmetric", "whole output sizes", "fmod=0 is not supported yet",
-           "blocked quantization (block_size) is not supported yet")
+           "blocked quantization (block_size) is not supported yet", "unrolling it is not supported")
 
 
 # Operators whose only node tests are at an opset past MAX_OPSET, with the

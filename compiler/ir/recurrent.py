@@ -1,0 +1,181 @@
+"""Recurrent cells (ONNX LSTM and GRU) unrolled into plain ONNX nodes over
+a sequence whose length is fixed at compile time: one MatMul for the whole
+input sequence's projection, then per step one MatMul by the recurrent
+weights, the gates (Sigmoid, Tanh) and the state updates. What the
+passes cannot unroll (other activations, clipping, peepholes, coupled
+gates, ragged sequence lengths) is named in a CompileError.
+
+ONNX's gate orders: LSTM i, o, f, c (W [dirs, 4h, in], R [dirs, 4h, h],
+B [dirs, 8h]); GRU z, r, h (W [dirs, 3h, in], R [dirs, 3h, h], B [dirs, 6h]).
+"""
+import numpy as np
+from onnx import helper, numpy_helper
+
+from ..errors import CompileError
+
+GATES = {"LSTM": 4, "GRU": 3}
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+
+
+def _attrs(node):
+    out = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return {k: (v.decode() if isinstance(v, bytes) else [x.decode() if isinstance(x, bytes) else x for x in v]
+                if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def _checked(node, label, consts, x_shape):
+    """The cell's attributes, after refusing what unrolling does not cover."""
+    a = _attrs(node)
+    kind, dirs = node.op_type, 2 if a.get("direction", "forward") == "bidirectional" else 1
+    acts = a.get("activations", DEFAULT_ACTIVATIONS[kind] * dirs)
+    problems = []
+    if [s.lower() for s in acts] != [s.lower() for s in DEFAULT_ACTIVATIONS[kind] * dirs]:
+        problems.append(f"activations {acts} (only the default {DEFAULT_ACTIVATIONS[kind]})")
+    for name in ("clip", "activation_alpha", "activation_beta"):
+        if name in a:
+            problems.append(f"the {name} attribute")
+    if a.get("input_forget", 0):
+        problems.append("input_forget=1")
+    if a.get("layout", 0):
+        problems.append("layout=1 (batch first)")
+    inputs = list(node.input) + [""] * 8
+    for pos, what in ((1, "W"), (2, "R"), (3, "B")):
+        if inputs[pos] and inputs[pos] not in consts:
+            problems.append(f"{what} ('{inputs[pos]}') must be constant")
+    if kind == "LSTM" and inputs[7]:
+        problems.append("peepholes (P)")
+    if x_shape is None:
+        problems.append(f"its input '{node.input[0]}' has no static shape")
+    elif inputs[4]:
+        lens = consts.get(inputs[4])
+        if lens is None or not np.all(numpy_helper.to_array(lens) == x_shape[0]):
+            problems.append("sequence_lens other than the whole sequence")
+    if problems:
+        raise CompileError(f"{label}: unrolling it is not supported with {', '.join(problems)}")
+    return a, dirs, inputs
+
+
+class _Builder:
+    """New nodes and initializers, named after the cell, in the forms the
+    model's opset takes."""
+
+    def __init__(self, prefix, opset, hidden):
+        self.prefix, self.opset, self.hidden, self.nodes, self.inits, self.k = prefix, opset, hidden, [], [], 0
+        self.names = set()
+
+    def const(self, value, tag):
+        name = f"{self.prefix}/{tag}"
+        if name not in self.names:
+            self.names.add(name)
+            self.inits.append(numpy_helper.from_array(np.array(value, order="C"), name))  # keeps 0-d arrays 0-d
+        return name
+
+    def op(self, op_type, inputs, **attrs):
+        self.k += 1
+        out = f"{self.prefix}/{op_type.lower()}{self.k}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def take(self, x, index, axis):
+        """x's slice `index` along `axis`, that axis dropped."""
+        return self.op("Gather", [x, self.const(np.array(index, np.int64), f"i{index}")], axis=axis)
+
+    def split(self, x, parts):
+        """x [rows, parts * hidden] in `parts` column blocks."""
+        self.k += 1
+        outs = [f"{self.prefix}/split{self.k}_{j}" for j in range(parts)]
+        sizes = [self.hidden] * parts
+        if self.opset >= 13:
+            node = helper.make_node("Split", [x, self.const(np.array(sizes, np.int64), f"sizes{parts}")], outs,
+                                    name=f"{self.prefix}/split{self.k}", axis=1)
+        else:
+            node = helper.make_node("Split", [x], outs, name=f"{self.prefix}/split{self.k}", axis=1, split=sizes)
+        self.nodes.append(node)
+        return outs
+
+
+def unroll(node, label, consts, shapes, opset):
+    """(nodes, initializers) computing `node` (an LSTM or a GRU) step by
+    step, in ONNX nodes of `opset`."""
+    x_shape = shapes.get(node.input[0])
+    a, dirs, inputs = _checked(node, label, consts, x_shape)
+    kind, hidden = node.op_type, int(a["hidden_size"])
+    gates = GATES[kind]
+    seq, batch, _ = x_shape
+    W = numpy_helper.to_array(consts[inputs[1]]).astype(np.float32)
+    R = numpy_helper.to_array(consts[inputs[2]]).astype(np.float32)
+    B = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
+         else np.zeros((dirs, 2 * gates * hidden), np.float32))
+    b = _Builder(node.name or next(o for o in node.output if o), opset, hidden)
+    ys, hs, cs = [], [], []
+    for d in range(dirs):
+        reverse = a.get("direction", "forward") == "reverse" or d == 1
+        h = _initial(b, inputs[5], d, batch, hidden, "h")
+        c = _initial(b, inputs[6], d, batch, hidden, "c") if kind == "LSTM" else None
+        wb, rb = B[d, :gates * hidden], B[d, gates * hidden:]
+        # the whole sequence's input projection at once: [seq, batch, gates * hidden]
+        bias = wb + rb if kind == "LSTM" else np.concatenate([wb[:2 * hidden] + rb[:2 * hidden], wb[2 * hidden:]])
+        xw = b.op("Add", [b.op("MatMul", [node.input[0], b.const(W[d].T, f"W{d}T")]), b.const(bias, f"bias{d}")])
+        out = [None] * seq
+        for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
+            xt = b.take(xw, t, 0)  # [batch, gates * hidden]
+            if kind == "LSTM":
+                h, c = _lstm_step(b, xt, h, c, b.const(R[d].T, f"R{d}T"))
+            else:
+                h = _gru_step(b, xt, h, R[d], d, rb, a.get("linear_before_reset", 0))
+            out[t] = h
+        ys.append(out)
+        hs.append(h)
+        cs.append(c)
+    return _outputs(b, node, ys, hs, cs, seq, batch, hidden, dirs), b.inits
+
+
+def _initial(b, name, d, batch, hidden, tag):
+    """Direction d's initial state [batch, hidden] (zeros when not given)."""
+    if not name:
+        return b.const(np.zeros((batch, hidden), np.float32), f"{tag}0_{d}")
+    return b.take(name, d, 0)
+
+
+def _lstm_step(b, xt, h, c, rt):
+    g = b.op("Add", [xt, b.op("MatMul", [h, rt])])
+    i, o, f, cand = b.split(g, 4)
+    i, o, f = b.op("Sigmoid", [i]), b.op("Sigmoid", [o]), b.op("Sigmoid", [f])
+    c = b.op("Add", [b.op("Mul", [f, c]), b.op("Mul", [i, b.op("Tanh", [cand])])])
+    return b.op("Mul", [o, b.op("Tanh", [c])]), c
+
+
+def _gru_step(b, xt, h, r, d, rb, linear_before_reset):
+    """One GRU step; r: the direction's recurrent weights [3h, h]."""
+    hidden = b.hidden
+    xz, xr, xh = b.split(xt, 3)
+    if linear_before_reset:  # h's projection, reset after: r * (h Rh^T + Rbh)
+        rbh = np.concatenate([np.zeros(2 * hidden, np.float32), rb[2 * hidden:]])
+        hz, hr, hh = b.split(b.op("Add", [b.op("MatMul", [h, b.const(r.T, f"R{d}T")]), b.const(rbh, f"rbh{d}")]), 3)
+        z, rg = b.op("Sigmoid", [b.op("Add", [xz, hz])]), b.op("Sigmoid", [b.op("Add", [xr, hr])])
+        cand = b.op("Tanh", [b.op("Add", [xh, b.op("Mul", [rg, hh])])])
+    else:  # reset first: (r * h) Rh^T + Rbh
+        hz, hr = b.split(b.op("MatMul", [h, b.const(r[:2 * hidden].T, f"Rzr{d}T")]), 2)
+        z, rg = b.op("Sigmoid", [b.op("Add", [xz, hz])]), b.op("Sigmoid", [b.op("Add", [xr, hr])])
+        rh = b.op("MatMul", [b.op("Mul", [rg, h]), b.const(r[2 * hidden:].T, f"Rh{d}T")])
+        cand = b.op("Tanh", [b.op("Add", [b.op("Add", [xh, rh]), b.const(rb[2 * hidden:], f"rbh{d}")])])
+    return b.op("Add", [cand, b.op("Mul", [z, b.op("Sub", [h, cand])])])  # (1 - z) cand + z h
+
+
+def _outputs(b, node, ys, hs, cs, seq, batch, hidden, dirs):
+    """Identity nodes giving the cell's outputs: Y [seq, dirs, batch, hidden],
+    Y_h and Y_c [dirs, batch, hidden]."""
+    outs = list(node.output) + ["", "", ""]
+    shape4 = b.const(np.array([1, 1, batch, hidden], np.int64), "step4")
+    shape3 = b.const(np.array([1, batch, hidden], np.int64), "state3")
+    if outs[0]:
+        per_t = [b.op("Concat", [b.op("Reshape", [ys[d][t], shape4]) for d in range(dirs)], axis=1) if dirs > 1
+                 else b.op("Reshape", [ys[0][t], shape4]) for t in range(seq)]
+        y = b.op("Concat", per_t, axis=0) if seq > 1 else per_t[0]
+        b.nodes.append(helper.make_node("Identity", [y], [outs[0]], name=f"{b.prefix}/Y"))
+    for k, states in ((1, hs), (2, cs)):
+        if outs[k] and states[0] is not None:
+            parts = [b.op("Reshape", [s, shape3]) for s in states]
+            b.nodes.append(helper.make_node("Identity", [b.op("Concat", parts, axis=0) if dirs > 1 else parts[0]],
+                                            [outs[k]], name=f"{b.prefix}/Y{'hc'[k - 1]}"))
+    return b.nodes
