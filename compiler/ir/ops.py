@@ -24,7 +24,7 @@ MAX_OPSET = 25
 # constants (after constant folding): {op_type: input positions}.
 STATIC_INPUTS = {
     "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
-    "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Clip": {1, 2},
+    "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3},
     "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
     "ReduceSumSquare": {1}, "If": {0}, "LSTM": {1, 2, 3, 4}, "GRU": {1, 2, 3, 4},

@@ -9,6 +9,8 @@ shape-deciding input, an If's condition among them, is constant
   Where(condition, then, else), where the two branches' outputs have one
   known type and shape each (a verifier run on a detector's score, a mode
   switch on a value); other Ifs stay, and check_static names them.
+- Clip with a bound computed at run time (legal ONNX; the importer takes
+  constant bounds only): Max by the lower bound, then Min by the upper.
 - LSTM and GRU: unrolled over their sequence, fixed at compile time, into
   MatMuls, gates and state updates (ir/recurrent.py).
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
@@ -88,6 +90,27 @@ def _drop_empty_optionals(model):
                 node.input[pos] = ""
 
 
+def _clip_bounds(model):
+    g = model.graph
+    consts = {t.name for t in g.initializer}
+    nodes = []
+    for node in g.node:
+        bounds = list(node.input[1:3])
+        if node.op_type != "Clip" or all(not b or b in consts for b in bounds):
+            nodes.append(node)
+            continue
+        x, name = node.input[0], node.name or node.output[0]
+        for k, (op, bound) in enumerate(zip(("Max", "Min"), bounds + [""] * (2 - len(bounds)))):
+            if not bound:
+                continue
+            out = f"{name}/{op.lower()}"
+            nodes.append(helper.make_node(op, [x, bound], [out], name=out))
+            x = out
+        nodes.append(helper.make_node("Identity", [x], [node.output[0]], name=f"{name}/out"))
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
 def _unroll_recurrent(model):
     g = model.graph
     if not any(n.op_type in GATES for n in g.node):
@@ -111,6 +134,7 @@ def apply(model):
     g = model.graph
     _if_to_where(model)
     _drop_empty_optionals(model)
+    _clip_bounds(model)
     _unroll_recurrent(model)
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)

@@ -96,3 +96,20 @@ def test_an_empty_scales_beside_sizes_is_an_absent_input():
     x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
     (want,) = ort_run(model, {"x": x})
     np.testing.assert_array_equal(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want)
+
+
+def test_a_clip_with_bounds_computed_at_run_time_becomes_max_then_min():
+    import coldbrew
+    from coldbrew.compiler import compile_model
+
+    nodes = [helper.make_node("ReduceMin", ["x"], ["lo"], keepdims=0), helper.make_node("ReduceMean", ["x"], ["hi"],
+                                                                                           keepdims=0),
+             helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")]
+    g = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    legal = legalize_onnx.apply(onnx.load_model_from_string(model.SerializeToString()))
+    assert [n.op_type for n in legal.graph.node][2:] == ["Max", "Min", "Identity"]
+    x = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
+    (want,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want, rtol=1e-6)
