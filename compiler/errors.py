@@ -1,4 +1,9 @@
-"""Errors the compiler raises for bad input: one type, clear messages."""
+"""Errors the compiler raises for bad input: one type, clear messages; and
+quiet(), which keeps what TVM prints and logs off the user's terminal."""
+import contextlib
+import io
+import os
+import sys
 
 
 class CompileError(Exception):
@@ -32,3 +37,30 @@ class InternalError(CompileError):
         super().__init__(f"internal error in {where}: {type(error).__name__}{': ' + first if first else ''}. "
                          f"This is a coldbrew bug: please report it with the model (coldbrew compile --dump-ir "
                          f"DIR writes the IR after each pass)")
+
+
+@contextlib.contextmanager
+def quiet():
+    """Nothing TVM says while a pass runs reaches the terminal: its prints (a
+    failed node's inputs, with their IR, from the ONNX importer), its Python
+    warnings, and what its C++ logs to stderr (a BlockBuilder dropped after
+    a failure, logged when it is collected, so collected here; topi's
+    warnings while lowering)."""
+    import gc
+    import tempfile
+    import warnings
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                try:
+                    yield
+                finally:
+                    gc.collect()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

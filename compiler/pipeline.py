@@ -23,7 +23,7 @@ from .passes import (add_warm_steps, block_layout, codegen, elide_copies, extrac
                      fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory,
                      plan_weights, schedule_kernels, select_variants, write_bundle)
 from .gpu import codegen_spirv, schedule_gpu, select_gpu_variants
-from .errors import CompileError, InternalError
+from .errors import CompileError, InternalError, quiet
 
 FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
 PASSES = FRONT + [block_layout, select_variants, fuse_layers, schedule_kernels, extract_layers, plan_weights,
@@ -113,7 +113,8 @@ def run(passes, c, start=None, stop=None):
     last = names.index(stop) if stop else len(passes) - 1
     for k in range(first, last + 1):
         try:
-            c = passes[k].run(c)
+            with quiet():
+                c = passes[k].run(c)
         except CompileError:
             raise
         except Exception as e:  # a bug: one sentence naming the pass, not a traceback

@@ -161,22 +161,13 @@ def inline_branch(branch, prefix):
     """A subgraph (an If's branch) made part of the graph around it: (nodes,
     initializers, output names), every name it defines prefixed with
     `prefix` so none can meet a name of the graph around it, its
-    references to that graph kept. None where the branch holds subgraphs
-    of its own."""
-    from onnx import AttributeProto, NodeProto, TensorProto
+    references to that graph kept (its own subgraphs' references to its
+    names follow the renaming)."""
+    from onnx import TensorProto
 
-    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in branch.node for a in n.attribute):
-        return None
     defined = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
     rename = {d: f"{prefix}{d}" for d in defined}
-    nodes = []
-    for k, n in enumerate(branch.node):
-        copy = NodeProto()
-        copy.CopyFrom(n)
-        copy.input[:] = [rename.get(i, i) for i in n.input]
-        copy.output[:] = [rename.get(o, o) for o in n.output]
-        copy.name = f"{prefix}{n.name or f'{n.op_type}_{k}'}"  # messages name the If it came from
-        nodes.append(copy)
+    nodes = [_renamed(n, rename, f"{prefix}{n.name or f'{n.op_type}_{k}'}") for k, n in enumerate(branch.node)]
     inits = []
     for t in branch.initializer:
         copy = TensorProto()
@@ -184,6 +175,27 @@ def inline_branch(branch, prefix):
         copy.name = rename[t.name]
         inits.append(copy)
     return nodes, inits, [rename.get(o.name, o.name) for o in branch.output]
+
+
+def _renamed(node, rename, name=None):
+    """A copy of `node` reading and writing the renamed names, inside its
+    subgraphs too (names there are unique: SSA across the whole model)."""
+    from onnx import AttributeProto, NodeProto
+
+    copy = NodeProto()
+    copy.CopyFrom(node)
+    copy.input[:] = [rename.get(i, i) for i in node.input]
+    copy.output[:] = [rename.get(o, o) for o in node.output]
+    if name is not None:
+        copy.name = name
+    for a in copy.attribute:
+        for g in [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []:
+            inner = [_renamed(n, rename) for n in g.node]
+            g.ClearField("node")
+            g.node.extend(inner)
+            for o in g.output:
+                o.name = rename.get(o.name, o.name)
+    return copy
 
 
 def branches(node):

@@ -11,7 +11,8 @@ as long as any of its parts.
 
 An input is aliased only when it is an intermediate of this graph (not a
 model input or output, not a weight), appears once in the layer's inputs,
-has the output's dtype, and is not already part of another alias; one
+has the output's dtype, starts at a multiple of 64 bytes in the output (the
+runtime's tensor alignment), and is not already part of another alias; one
 that is not keeps the copy layer whole. Aliases chain: a concatenation's
 output may itself be a part of a later one. CPU graphs only (a GPU binds
 each tensor at an aligned offset).
@@ -21,6 +22,7 @@ import re
 import numpy as np
 
 NAME = "elide_copies"
+ALIGN = 64  # every arena tensor starts at a multiple of this (the runtime checks it)
 
 # a fused layer made of one concatenation and/or reshapes, in that order
 # (FuseOps names a fused function after its ops in dataflow order)
@@ -68,11 +70,11 @@ def _parts(graph, layer):
 
 
 def _aliasable(graph, parts, out, aliases):
-    """Every part an intermediate of the output's dtype, once, in no other alias."""
+    """Every part an intermediate of the output's dtype, once, aligned, in no other alias."""
     ins = [i for i, _ in parts]
     return len(set(ins)) == len(ins) and all(
-        graph.tensors[i].kind == "intermediate" and i not in aliases
-        and graph.tensors[i].dtype == graph.tensors[out].dtype for i in ins)
+        graph.tensors[i].kind == "intermediate" and i not in aliases and offset % ALIGN == 0
+        and graph.tensors[i].dtype == graph.tensors[out].dtype for i, offset in parts)
 
 
 def apply(graph):

@@ -97,11 +97,9 @@ def apply(model):
         for node in nodes:
             value = None
             if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input[0] in consts:
-                inlined = _taken_branch(node, consts)
-                if inlined is not None:
-                    kept.extend(inlined)
-                    changed = True
-                    continue
+                kept.extend(_taken_branch(node, consts))
+                changed = True
+                continue
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 value = [_evaluate(node, consts, model.opset_import)[0]]
             elif node.op_type in ("Shape", "Size") and shapes.get(node.input[0]) is not None:
@@ -126,15 +124,11 @@ def apply(model):
 def _taken_branch(node, consts):
     """The nodes that replace an If with a constant condition: the taken
     branch's nodes (their names prefixed with the If's), its initializers
-    as constants, and an Identity per output; None where it cannot be
-    inlined (a branch with subgraphs of its own)."""
+    as constants, and an Identity per output."""
     then_branch, else_branch = branches(node)
     taken = then_branch if bool(np.asarray(consts[node.input[0]]).reshape(-1)[0]) else else_branch
     prefix = f"{node.name or node.output[0]}/"
-    inlined = inline_branch(taken, prefix)
-    if inlined is None:
-        return None
-    nodes, inits, outs = inlined
+    nodes, inits, outs = inline_branch(taken, prefix)
     for t in inits:
         consts[t.name] = numpy_helper.to_array(t)
     return nodes + [helper.make_node("Identity", [inner], [outer], name=f"{prefix}out{k}")

@@ -4,13 +4,10 @@ A node TVM's importer cannot convert is a CompileError naming the node, its
 operator and the importer's reason; nothing it prints reaches the terminal.
 """
 import contextlib
-import io
-import os
-import sys
 
 import onnx
 
-from ..errors import CompileError
+from ..errors import CompileError, quiet
 from ..ir.ops import graph_inputs
 
 NAME = "import_relax"
@@ -25,13 +22,13 @@ def apply(model):
         shapes[inp.name] = [d.dim_value for d in tt.shape.dim]
         dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
     failed, message = [], None
-    with _node_watch(failed), _quiet():
+    with _node_watch(failed), quiet():
         try:
             return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
                              sanitize_input_names=False)
         except Exception as e:
             message = _message(failed[0] if failed else None, e)
-            e.__traceback__ = None  # its frames hold the importer: collected inside _quiet, not later
+            e.__traceback__ = None  # its frames hold the importer: collected inside quiet(), not later
     raise CompileError(message)
 
 
@@ -47,32 +44,6 @@ def _message(node, error):
     return (f"{op} node '{name}': the ONNX importer cannot convert it ({reason}). If an input of it depends on a "
             f"model input, fixing that input (--input-shape NAME=DIMS, or --bind NAME=FILE.npy for a value) may "
             f"make it convertible; otherwise coldbrew does not support this form of {op} yet")
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Nothing the importer says reaches the terminal: its prints (a failed
-    node's inputs, with their IR), its Python warnings, and what TVM's C++
-    logs to stderr (a BlockBuilder dropped after a failure, logged when
-    it is collected, so collected here)."""
-    import gc
-    import tempfile
-    import warnings
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-                warnings.simplefilter("ignore")
-                try:
-                    yield
-                finally:
-                    gc.collect()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 @contextlib.contextmanager

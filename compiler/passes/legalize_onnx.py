@@ -63,9 +63,6 @@ def _if_to_where(model):
             continue
         name = node.name or node.output[0]
         t, e = inline_branch(then_b, f"{name}/then/"), inline_branch(else_b, f"{name}/else/")
-        if t is None or e is None:
-            nodes.append(node)
-            continue
         scalar = f"{name}/cond_scalar"
         inits.append(helper.make_tensor(f"{name}/scalar_shape", TensorProto.INT64, [0], []))
         nodes += t[0] + e[0] + [helper.make_node("Reshape", [node.input[0], f"{name}/scalar_shape"], [scalar],

@@ -62,3 +62,23 @@ def test_variant_anchors_run_the_list_up_to_select_variants(small_model):
     convs = [a.id for a in anchors if a.id.startswith("c")]
     assert convs == [f"c{k}" for k in range(len(convs))] and convs and [a.index for a in anchors] == list(
         range(len(anchors)))
+
+
+def test_nothing_a_pass_prints_or_logs_reaches_the_terminal(small_model, monkeypatch, capfd):
+    import os
+    import warnings
+
+    from coldbrew.compiler.passes import fuse_layers
+
+    real = fuse_layers.run
+
+    def noisy(c):
+        print("# from tvm.script import ir as I")
+        warnings.warn("Field 'shape' of 'type' is required but missing.")
+        os.write(2, b"[07:04:02] transform.h:1261: Warning: Fast mode segfaults\n")  # as TVM's C++ logs
+        return real(c)
+
+    monkeypatch.setattr(fuse_layers, "run", noisy)
+    compile_model(small_model)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""

@@ -87,3 +87,18 @@ def test_copies_that_move_bytes_stay_layers():
     assert not graph.aliases
     for ours, ref in zip(got, ort_run(model, {"x": x})):
         assert_close(ours, ref, 1e-4)
+
+
+def test_a_part_that_would_start_off_alignment_keeps_its_copy():
+    """A part at byte 100 of its concatenation (one 5x5 channel first) would
+    sit off the runtime's 64-byte tensor alignment: the copy stays, and the
+    bundle opens and matches onnxruntime."""
+    rng = np.random.default_rng(4)
+    made = [_conv(rng, "a", "x", 3, 1), _conv(rng, "b", "x", 3, 2)]
+    nodes = [made[0][0], made[1][0], helper.make_node("Relu", ["a"], ["ar"]), helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Concat", ["ar", "br"], ["y"], axis=1)]
+    model = _model(nodes, [w for _, w in made], ["y"], x_shape=(1, 3, 5, 5))
+    x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    graph, (got,) = _run(model, x)
+    assert graph.aliases == {} and any("concatenate" in layer.op for layer in graph.layers)
+    assert_close(got, ort_run(model, {"x": x})[0])
