@@ -193,8 +193,10 @@ def _rewrite(model, nodes, consts, graph_outputs):
     g.node.extend(live)
     g.ClearField("initializer")
     g.initializer.extend(numpy_helper.from_array(consts[n], n) for n in sorted(needed) if n in consts)
-    # Graph inputs that were also initializers and are no longer used disappear.
-    kept_inputs = [i for i in g.input if i.name in needed or i.name not in consts]
+    # Graph inputs that are constants now (initializers listed as inputs, as
+    # IR 3 exporters list every one, or values a node computes under an
+    # input's name) are inputs no more.
+    kept_inputs = [i for i in g.input if i.name not in consts]
     if len(kept_inputs) != len(inputs):
         g.ClearField("input")
         g.input.extend(kept_inputs)

@@ -83,3 +83,28 @@ def test_values_read_only_inside_a_branch_are_kept():
     folded = fold_constants.apply(load_onnx.apply(if_model(cond_from="x")))
     assert [n.op_type for n in folded.graph.node][-1] == "If"
     assert {"w", "one"} <= {t.name for t in folded.graph.initializer}
+
+
+def test_inputs_that_are_constants_are_inputs_no_more():
+    """An IR-3 export lists its initializers as graph inputs: after folding,
+    the model's only input is its real one. (Before, a BatchNormalization's
+    parameters stayed inputs after fold_batchnorm took their values, and
+    extract_layers failed on them.)"""
+    from conftest import ort_run
+
+    rng = np.random.default_rng(9)
+    params = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.random(4).astype(np.float32) + 0.5,
+              "b": rng.standard_normal(4).astype(np.float32), "mean": rng.standard_normal(4).astype(np.float32),
+              "var": rng.random(4).astype(np.float32) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "mean", "var"], ["y"])]
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    vi += [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in params.items()]
+    g = helper.make_graph(nodes, "ir3", vi, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [numpy_helper.from_array(v, k) for k, v in params.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    folded = fold_constants.apply(load_onnx.apply(onnx.load_model_from_string(model.SerializeToString())))
+    assert [i.name for i in folded.graph.input] == ["x"]
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert_close(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], ort_run(model, {"x": x})[0])
