@@ -13,7 +13,7 @@ Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceMax ReduceMean ReduceMin
 ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
 Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
 Unsqueeze Where If LogSoftmax Mod Xor GatherElements GatherND IsNaN QuantizeLinear
-DequantizeLinear DynamicQuantizeLinear MatMulInteger LSTM GRU
+DequantizeLinear DynamicQuantizeLinear MatMulInteger LSTM GRU LRN
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
 # LSTM, GRU: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py)
 
@@ -65,7 +65,7 @@ def check_static(model):
     consts = {t.name: t for t in g.initializer}
     producer = {o: n for n in g.node for o in n.output}
     problems = []
-    types, shapes = _types_and_shapes(model)
+    types, shapes = types_and_shapes(model)
 
     def roots(name, seen=None):
         seen = seen if seen is not None else set()
@@ -113,7 +113,7 @@ def check_static(model):
         raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))
 
 
-def _types_and_shapes(model):
+def types_and_shapes(model):
     import onnx
 
     g = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
