@@ -51,6 +51,21 @@ def apply(mod, model_name, input_names, output_names, anchors=()):
     return x.g
 
 
+MAX_SYMBOL = 120  # characters of a kernel's symbol
+
+
+def symbol(func_name):
+    """The kernel's symbol in the code: its function's name, or where fusion
+    made that long (an unrolled recurrent cell fuses hundreds of operators
+    into one name) its start and a hash of the whole, so the name stays
+    unique, stable and short."""
+    if len(func_name) <= MAX_SYMBOL:
+        return func_name
+    import hashlib
+
+    return f"{func_name[:MAX_SYMBOL - 13]}_{hashlib.sha256(func_name.encode()).hexdigest()[:12]}"
+
+
 def _tensor(ty, name, kind):
     """A Tensor of a Relax tensor type (static shape, a dtype the bundle has)."""
     try:
@@ -108,9 +123,10 @@ class _Extractor:
         out_ids = [g.add_tensor(_tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name, "intermediate"))
                    for k, t in enumerate(outs)]
         self.env[var] = tuple(out_ids) if isinstance(ty, relax.TupleType) else out_ids[0]
-        g.kernels[func_name] = self.mod[func_name]
+        sym = symbol(func_name)
+        g.kernels[sym] = self.mod[func_name]
         op = func_name[len("fused_"):] if func_name.startswith("fused_") else func_name
-        layer = Layer(f"L{len(g.layers)}", op, func_name, args + out_ids, len(out_ids))
+        layer = Layer(f"L{len(g.layers)}", op, sym, args + out_ids, len(out_ids))
         anchor = next((g.tensors[a].anchor for a in args if g.tensors[a].anchor is not None), None)
         if anchor is not None:
             layer.name, layer.variant = anchor.id, anchor.variant.name

@@ -57,11 +57,25 @@ static cb_status code_load(cb_bundle* b, const cb_segment_desc* seg) {
 
 static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result);
 
-static cb_kernel_fn find_kernel(const cb_bundle* b, const char* name) {
-  if (strcmp(name, CB_WIDEN_F16) == 0) return widen_f16_kernel; /* shapes checked at open (model.cc) */
-  char sym[512];
-  snprintf(sym, sizeof sym, "__tvm_ffi_%s", name);
-  return b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+#define CB_SYMBOL_MAX 512 /* the compiler keeps kernel symbols far shorter (extract_layers.MAX_SYMBOL) */
+
+/* The kernel `name` of a layer (`what`: "kernel", "transform kernel", ...):
+ * CB_OK with *out set, or a LOAD error that says why it is not there. */
+static cb_status find_kernel(const cb_bundle* b, const cb_step_desc* st, const char* what, const char* variant,
+                             const char* name, cb_kernel_fn* out) {
+  if (strcmp(name, CB_WIDEN_F16) == 0) { /* shapes checked at open (model.cc) */
+    *out = widen_f16_kernel;
+    return CB_OK;
+  }
+  char sym[CB_SYMBOL_MAX];
+  if ((size_t)snprintf(sym, sizeof sym, "__tvm_ffi_%s", name) >= sizeof sym)
+    return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): %s name is longer than %d characters", st->layer_name,
+                   variant, what, CB_SYMBOL_MAX - 11);
+  *out = b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+  if (!*out)
+    return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): %s '%s' is missing from the bundle", st->layer_name,
+                   variant, what, name);
+  return CB_OK;
 }
 
 static cb_status kernels_resolve(cb_bundle* b) {
@@ -72,15 +86,12 @@ static cb_status kernels_resolve(cb_bundle* b) {
   if (!b->kernels || !b->transforms || !b->alternates) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsteps; i++) {
     const cb_step_desc* st = &m->steps[i];
-    if (!(b->kernels[i] = find_kernel(b, st->kernel)))
-      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): kernel '%s' is missing from the bundle",
-                     st->layer_name, st->variant, st->kernel);
-    if (st->transform && !(b->transforms[i] = find_kernel(b, st->transform)))
-      return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): transform kernel '%s' is missing from the bundle",
-                     st->layer_name, st->variant, st->transform);
-    if (st->warm_kernel && !(b->alternates[i] = find_kernel(b, st->warm_kernel)))
-      return cb_fail(CB_ERR_LOAD, "layer '%s' (warm variant '%s'): kernel '%s' is missing from the bundle",
-                     st->layer_name, st->warm_variant, st->warm_kernel);
+    cb_status s = find_kernel(b, st, "kernel", st->variant, st->kernel, &b->kernels[i]);
+    if (s == CB_OK && st->transform)
+      s = find_kernel(b, st, "transform kernel", st->variant, st->transform, &b->transforms[i]);
+    if (s == CB_OK && st->warm_kernel)
+      s = find_kernel(b, st, "warm kernel", st->warm_variant, st->warm_kernel, &b->alternates[i]);
+    if (s != CB_OK) return s;
   }
   return CB_OK;
 }

@@ -43,3 +43,14 @@ def test_outputs_no_layer_writes_get_copy_layers():
     np.testing.assert_array_equal(a, x)
     np.testing.assert_array_equal(b, np.maximum(x, 0))
     np.testing.assert_array_equal(c, np.maximum(x, 0))
+
+
+def test_a_long_fused_name_gets_a_short_stable_symbol():
+    from coldbrew.compiler.passes.extract_layers import MAX_SYMBOL, symbol
+
+    short = "fused_conv2d_add_relu"
+    long_a = "fused_" + "_".join(["split_sigmoid_tanh_multiply"] * 20)
+    long_b = long_a + "_add"
+    assert symbol(short) == short
+    assert len(symbol(long_a)) == MAX_SYMBOL and symbol(long_a).startswith(long_a[:MAX_SYMBOL - 13])
+    assert symbol(long_a) == symbol(long_a) != symbol(long_b)
