@@ -1,1 +1,2 @@
-"""Shared IR: the coldbrew Graph, ONNX operator facts, anchor names, Relax helpers, narrow weights' numbers."""
+"""What the passes share: the coldbrew Graph, weight forms and precisions, ONNX operator facts,
+anchor names, Relax helpers, narrow weights' numbers, recurrent cells unrolled."""

@@ -4,6 +4,7 @@ A node TVM's importer cannot convert is a CompileError naming the node, its
 operator and the importer's reason; nothing it prints reaches the terminal.
 """
 import contextlib
+import gc
 
 import onnx
 
@@ -28,7 +29,9 @@ def apply(model):
                              sanitize_input_names=False)
         except Exception as e:
             message = _message(failed[0] if failed else None, e)
-            e.__traceback__ = None  # its frames hold the importer: collected inside quiet(), not later
+            e.__traceback__ = None  # its frames hold the importer: collected here, inside quiet()
+            del e
+            gc.collect()
     raise CompileError(message)
 
 
