@@ -13,13 +13,14 @@ class CompileError(Exception):
 class UnsupportedOperatorError(CompileError):
     """The model uses operators coldbrew does not support (all are listed)."""
 
-    def __init__(self, unsupported):
-        # unsupported: {op_type: [node names]}
+    def __init__(self, unsupported, reasons=None):
+        # unsupported: {op_type: [node names]}; reasons: {op_type: why} where known
         self.unsupported = dict(sorted(unsupported.items()))
         parts = []
         for op, names in self.unsupported.items():
             shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            parts.append(f"{op} (nodes {shown})")
+            why = (reasons or {}).get(op)
+            parts.append(f"{op} (nodes {shown}{': ' + why if why else ''})")
         super().__init__(f"unsupported operators: {'; '.join(parts)}")
 
 

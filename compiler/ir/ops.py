@@ -14,8 +14,25 @@ ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Shape Sigmoid Sign Sin
 Size Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile Transpose
 Unsqueeze Where If LogSoftmax Mod Xor GatherElements GatherND IsNaN QuantizeLinear
 DequantizeLinear DynamicQuantizeLinear MatMulInteger LSTM GRU LRN
+Selu Celu Mish Softsign ThresholdedRelu Shrink Round IsInf Trilu Hardmax
+ScatterND ScatterElements GroupNormalization RMSNormalization GridSample RoiAlign
+DepthToSpace SpaceToDepth OneHot Einsum CumSum ReduceL1 ReduceL2 ReduceLogSumExp
+ReduceLogSum Upsample TopK Loop ReverseSequence RNN ConvInteger Scan
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
-# LSTM, GRU: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py)
+# LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py);
+# Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, ir/loops.py);
+# Scan: unrolled over its scan inputs (ir/loops.py); others rewritten in ir/decompose.py or lowered by
+# coldbrew's own kernels (kernels/lower_resize.py, kernels/lower_sequential.py)
+
+# Operators whose output's shape depends on the input values (not only on
+# the input shapes): refused, as coldbrew plans every tensor's size at
+# compile time.
+DATA_DEPENDENT_SHAPES = {
+    "NonZero": "how many entries are non-zero",
+    "NonMaxSuppression": "how many boxes survive",
+    "Unique": "how many distinct values there are",
+    "Compress": "how many entries the condition keeps",
+}
 
 MIN_OPSET = 1
 MAX_OPSET = 25
@@ -27,7 +44,9 @@ STATIC_INPUTS = {
     "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3},
     "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
-    "ReduceSumSquare": {1}, "If": {0}, "LSTM": {1, 2, 3, 4}, "GRU": {1, 2, 3, 4},
+    "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
+    "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1}, "OneHot": {1, 2}, "Upsample": {1},
+    "TopK": {1}, "Loop": {0, 1}, "ReverseSequence": {1},
 }
 
 
@@ -42,7 +61,9 @@ def check_supported(model):
         if key not in SUPPORTED_OPS:
             unsupported.setdefault(key, []).append(node.name or f"#{i}")
     if unsupported:
-        raise UnsupportedOperatorError(unsupported)
+        raise UnsupportedOperatorError(unsupported, {
+            op: f"its output's size depends on {why} in the input values, and coldbrew sizes every tensor "
+                "at compile time" for op, why in DATA_DEPENDENT_SHAPES.items()})
 
 
 def _attr(node, name, default=None):
@@ -104,6 +125,12 @@ def check_static(model):
                 and types.get(node.input[0]) in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)):
             problems.append(f"{label}: Mod of floating-point values with fmod=0 is not supported yet "
                             "(integer Mod and fmod=1 are)")
+        if node.op_type == "Loop" and all(i in consts for i in node.input[:2] if i):
+            problems.append(f"{label}: its loop condition is computed from the data, so its trip count is not "
+                            "known at compile time; coldbrew unrolls loops whose iterations can be counted once "
+                            "the inputs are fixed (--input-shape, --bind)")
+        if node.op_type == "RoiAlign" and _attr(node, "mode", b"avg") in (b"max", "max"):
+            problems.append(f"{label}: RoiAlign mode=max is not supported (mode=avg is)")
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and _attr(node, "block_size", 0):
             problems.append(f"{label}: blocked quantization (block_size) is not supported yet")
         for o in node.output:

@@ -1,4 +1,4 @@
-"""Recurrent cells (ONNX LSTM and GRU) unrolled into plain ONNX nodes over
+"""Recurrent cells (ONNX LSTM, GRU and RNN) unrolled into plain ONNX nodes over
 a sequence whose length is fixed at compile time: one MatMul for the whole
 input sequence's projection, then per step one MatMul by the recurrent
 weights, the gates (Sigmoid, Tanh) and the state updates. What the
@@ -6,15 +6,18 @@ passes cannot unroll (other activations, clipping, peepholes, coupled
 gates, ragged sequence lengths) is named in a CompileError.
 
 ONNX's gate orders: LSTM i, o, f, c (W [dirs, 4h, in], R [dirs, 4h, h],
-B [dirs, 8h]); GRU z, r, h (W [dirs, 3h, in], R [dirs, 3h, h], B [dirs, 6h]).
+B [dirs, 8h]); GRU z, r, h (W [dirs, 3h, in], R [dirs, 3h, h], B [dirs, 6h]);
+RNN one gate (W [dirs, h, in], R [dirs, h, h], B [dirs, 2h]), its activation
+Tanh, Relu or Sigmoid.
 """
 import numpy as np
 from onnx import helper, numpy_helper
 
 from ..errors import CompileError
 
-GATES = {"LSTM": 4, "GRU": 3}
-DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+RNN_ACTIVATIONS = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid"}
 
 
 def _attrs(node):
@@ -29,21 +32,22 @@ def _checked(node, label, consts, x_shape):
     kind, dirs = node.op_type, 2 if a.get("direction", "forward") == "bidirectional" else 1
     acts = a.get("activations", DEFAULT_ACTIVATIONS[kind] * dirs)
     problems = []
-    if [s.lower() for s in acts] != [s.lower() for s in DEFAULT_ACTIVATIONS[kind] * dirs]:
+    if kind == "RNN":
+        if any(s.lower() not in RNN_ACTIVATIONS for s in acts):
+            problems.append(f"activations {acts} (only {sorted(RNN_ACTIVATIONS.values())})")
+    elif [s.lower() for s in acts] != [s.lower() for s in DEFAULT_ACTIVATIONS[kind] * dirs]:
         problems.append(f"activations {acts} (only the default {DEFAULT_ACTIVATIONS[kind]})")
     for name in ("clip", "activation_alpha", "activation_beta"):
         if name in a:
             problems.append(f"the {name} attribute")
     if a.get("input_forget", 0):
         problems.append("input_forget=1")
-    if a.get("layout", 0):
-        problems.append("layout=1 (batch first)")
     inputs = list(node.input) + [""] * 8
     for pos, what in ((1, "W"), (2, "R"), (3, "B")):
         if inputs[pos] and inputs[pos] not in consts:
             problems.append(f"{what} ('{inputs[pos]}') must be constant")
-    if kind == "LSTM" and inputs[7]:
-        problems.append("peepholes (P)")
+    if kind == "LSTM" and inputs[7] and inputs[7] not in consts:
+        problems.append(f"P ('{inputs[7]}') must be constant")
     if x_shape is None:
         problems.append(f"its input '{node.input[0]}' has no static shape")
     elif inputs[4]:
@@ -98,6 +102,9 @@ def unroll(node, label, consts, shapes, opset):
     """(nodes, initializers) computing `node` (an LSTM or a GRU) step by
     step, in ONNX nodes of `opset`."""
     x_shape = shapes.get(node.input[0])
+    batch_first = any(t.name == "layout" and t.i for t in node.attribute)
+    if batch_first and x_shape is not None:  # [batch, seq, in]: computed as [seq, batch, in]
+        x_shape = [x_shape[1], x_shape[0], x_shape[2]]
     a, dirs, inputs = _checked(node, label, consts, x_shape)
     kind, hidden = node.op_type, int(a["hidden_size"])
     gates = GATES[kind]
@@ -107,6 +114,10 @@ def unroll(node, label, consts, shapes, opset):
     B = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
          else np.zeros((dirs, 2 * gates * hidden), np.float32))
     b = _Builder(node.name or next(o for o in node.output if o), opset, hidden)
+    x = node.input[0]
+    if batch_first:
+        x = b.op("Transpose", [x], perm=[1, 0, 2])
+        inputs[5:7] = [b.op("Transpose", [i], perm=[1, 0, 2]) if i else "" for i in inputs[5:7]]
     ys, hs, cs = [], [], []
     for d in range(dirs):
         reverse = a.get("direction", "forward") == "reverse" or d == 1
@@ -114,20 +125,24 @@ def unroll(node, label, consts, shapes, opset):
         c = _initial(b, inputs[6], d, batch, hidden, "c") if kind == "LSTM" else None
         wb, rb = B[d, :gates * hidden], B[d, gates * hidden:]
         # the whole sequence's input projection at once: [seq, batch, gates * hidden]
-        bias = wb + rb if kind == "LSTM" else np.concatenate([wb[:2 * hidden] + rb[:2 * hidden], wb[2 * hidden:]])
-        xw = b.op("Add", [b.op("MatMul", [node.input[0], b.const(W[d].T, f"W{d}T")]), b.const(bias, f"bias{d}")])
+        bias = wb + rb if kind != "GRU" else np.concatenate([wb[:2 * hidden] + rb[:2 * hidden], wb[2 * hidden:]])
+        acts = a.get("activations", DEFAULT_ACTIVATIONS[kind] * dirs)
+        xw = b.op("Add", [b.op("MatMul", [x, b.const(W[d].T, f"W{d}T")]), b.const(bias, f"bias{d}")])
         out = [None] * seq
         for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
             xt = b.take(xw, t, 0)  # [batch, gates * hidden]
             if kind == "LSTM":
-                h, c = _lstm_step(b, xt, h, c, b.const(R[d].T, f"R{d}T"))
+                h, c = _lstm_step(b, xt, h, c, b.const(R[d].T, f"R{d}T"), _peepholes(b, consts, inputs[7], d, hidden))
+            elif kind == "RNN":
+                act = RNN_ACTIVATIONS[acts[d if len(acts) > 1 else 0].lower()]
+                h = b.op(act, [b.op("Add", [xt, b.op("MatMul", [h, b.const(R[d].T, f"R{d}T")])])])
             else:
                 h = _gru_step(b, xt, h, R[d], d, rb, a.get("linear_before_reset", 0))
             out[t] = h
         ys.append(out)
         hs.append(h)
         cs.append(c)
-    return _outputs(b, node, ys, hs, cs, seq, batch, hidden, dirs), b.inits
+    return _outputs(b, node, ys, hs, cs, (seq, batch, hidden, dirs), batch_first), b.inits
 
 
 def _initial(b, name, d, batch, hidden, tag):
@@ -137,12 +152,27 @@ def _initial(b, name, d, batch, hidden, tag):
     return b.take(name, d, 0)
 
 
-def _lstm_step(b, xt, h, c, rt):
+def _peepholes(b, consts, name, d, hidden):
+    """Direction d's peephole weights (i, o, f) as constants, or None."""
+    if not name:
+        return None
+    p = numpy_helper.to_array(consts[name]).astype(np.float32)[d]
+    return [b.const(p[k * hidden:(k + 1) * hidden], f"P{d}{'iof'[k]}") for k in range(3)]
+
+
+def _lstm_step(b, xt, h, c, rt, peep=None):
+    """One LSTM step; with peepholes the input and forget gates see the old
+    cell state, the output gate the new one."""
     g = b.op("Add", [xt, b.op("MatMul", [h, rt])])
     i, o, f, cand = b.split(g, 4)
-    i, o, f = b.op("Sigmoid", [i]), b.op("Sigmoid", [o]), b.op("Sigmoid", [f])
+    if peep:
+        i = b.op("Add", [i, b.op("Mul", [c, peep[0]])])
+        f = b.op("Add", [f, b.op("Mul", [c, peep[2]])])
+    i, f = b.op("Sigmoid", [i]), b.op("Sigmoid", [f])
     c = b.op("Add", [b.op("Mul", [f, c]), b.op("Mul", [i, b.op("Tanh", [cand])])])
-    return b.op("Mul", [o, b.op("Tanh", [c])]), c
+    if peep:
+        o = b.op("Add", [o, b.op("Mul", [c, peep[1]])])
+    return b.op("Mul", [b.op("Sigmoid", [o]), b.op("Tanh", [c])]), c
 
 
 def _gru_step(b, xt, h, r, d, rb, linear_before_reset):
@@ -162,9 +192,11 @@ def _gru_step(b, xt, h, r, d, rb, linear_before_reset):
     return b.op("Add", [cand, b.op("Mul", [z, b.op("Sub", [h, cand])])])  # (1 - z) cand + z h
 
 
-def _outputs(b, node, ys, hs, cs, seq, batch, hidden, dirs):
+def _outputs(b, node, ys, hs, cs, dims, batch_first):
     """Identity nodes giving the cell's outputs: Y [seq, dirs, batch, hidden],
-    Y_h and Y_c [dirs, batch, hidden]."""
+    Y_h and Y_c [dirs, batch, hidden] (batch first: [batch, seq, dirs,
+    hidden] and [batch, dirs, hidden])."""
+    seq, batch, hidden, dirs = dims
     outs = list(node.output) + ["", "", ""]
     shape4 = b.const(np.array([1, 1, batch, hidden], np.int64), "step4")
     shape3 = b.const(np.array([1, batch, hidden], np.int64), "state3")
@@ -172,10 +204,12 @@ def _outputs(b, node, ys, hs, cs, seq, batch, hidden, dirs):
         per_t = [b.op("Concat", [b.op("Reshape", [ys[d][t], shape4]) for d in range(dirs)], axis=1) if dirs > 1
                  else b.op("Reshape", [ys[0][t], shape4]) for t in range(seq)]
         y = b.op("Concat", per_t, axis=0) if seq > 1 else per_t[0]
+        y = b.op("Transpose", [y], perm=[2, 0, 1, 3]) if batch_first else y
         b.nodes.append(helper.make_node("Identity", [y], [outs[0]], name=f"{b.prefix}/Y"))
     for k, states in ((1, hs), (2, cs)):
         if outs[k] and states[0] is not None:
             parts = [b.op("Reshape", [s, shape3]) for s in states]
-            b.nodes.append(helper.make_node("Identity", [b.op("Concat", parts, axis=0) if dirs > 1 else parts[0]],
-                                            [outs[k]], name=f"{b.prefix}/Y{'hc'[k - 1]}"))
+            state = b.op("Concat", parts, axis=0) if dirs > 1 else parts[0]
+            state = b.op("Transpose", [state], perm=[1, 0, 2]) if batch_first else state
+            b.nodes.append(helper.make_node("Identity", [state], [outs[k]], name=f"{b.prefix}/Y{'hc'[k - 1]}"))
     return b.nodes

@@ -245,8 +245,9 @@ class _Rewrite:
             return None
         anchor_id = self.ids.next("conv2d")
         c = self.channels(x)
-        if c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW":
-            return None
+        if (c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"
+                or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
+            return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
         if not ob or _forced_nchw(self.choice, anchor_id, self.isa):
             return None

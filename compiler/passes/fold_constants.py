@@ -7,6 +7,10 @@ statically shaped tensors by constants and evaluates every node whose inputs
 are all constants with ONNX's reference implementation, until nothing
 changes. Constant nodes become initializers; dead nodes are removed.
 
+A `Loop` whose trip count is known once its inputs are folded (a constant M
+and a condition computed from constants and the iteration number) is
+unrolled, one copy of its body per iteration (ir/loops.py).
+
 An `If` whose condition folds to a constant is replaced by the branch it
 takes (its nodes inlined, its outputs renamed to the If's): a model's mode
 switches (a sample rate, a batch-size check) fold away once the inputs that
@@ -26,6 +30,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import CompileError
+from ..ir.loops import trip_count, unroll
 from ..ir.ops import branches, inline_branch, outer_names
 
 NAME = "fold_constants"
@@ -100,6 +105,12 @@ def apply(model):
                 kept.extend(_taken_branch(node, consts))
                 changed = True
                 continue
+            if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+                count = trip_count(node, consts, model.opset_import)
+                if count is not None:
+                    kept.extend(_unrolled(node, count, consts, model))
+                    changed = True
+                    continue
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 value = [_evaluate(node, consts, model.opset_import)[0]]
             elif node.op_type in ("Shape", "Size") and shapes.get(node.input[0]) is not None:
@@ -119,6 +130,14 @@ def apply(model):
     if _compact_broadcasts(list(model.graph.node), consts, shapes):
         _rewrite(model, list(model.graph.node), consts, graph_outputs)
     return model
+
+
+def _unrolled(node, count, consts, model):
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    nodes, inits = unroll(node, count, f"Loop node '{node.name or node.output[0]}'", opset)
+    for t in inits:
+        consts[t.name] = numpy_helper.to_array(t)
+    return nodes
 
 
 def _taken_branch(node, consts):

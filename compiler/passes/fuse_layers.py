@@ -37,11 +37,14 @@ def apply(mod, cpu=True):
     from tvm import relax
 
     from ..kernels.lower_resize import legalize_resize2d
+    from ..kernels.lower_sequential import legalize_cumsum, legalize_topk
 
-    legalize = {"relax.image.resize2d": legalize_resize2d, **({"relax.sigmoid": _legalize_sigmoid} if cpu else {})}
+    legalize = {"relax.image.resize2d": legalize_resize2d, "relax.cumsum": legalize_cumsum,
+                "relax.topk": legalize_topk, **({"relax.sigmoid": _legalize_sigmoid} if cpu else {})}
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        # Nearest resize gets coldbrew's exact lowering (see lower_resize.py);
+        # Nearest resize gets coldbrew's exact lowering (see lower_resize.py),
+        # CumSum and TopK sequential kernels (lower_sequential.py);
         # on CPUs, sigmoid a vectorizable one (_legalize_sigmoid).
         relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),

@@ -11,22 +11,26 @@ shape-deciding input, an If's condition among them, is constant
   switch on a value); other Ifs stay, and check_static names them.
 - Clip with a bound computed at run time (legal ONNX; the importer takes
   constant bounds only): Max by the lower bound, then Min by the upper.
-- LRN (local response normalization across channels): x / (bias + alpha /
-  size * sum of x^2 over the channel window)^beta, the window's sum a Conv
-  with a ones kernel over the squares.
-- LSTM and GRU: unrolled over their sequence, fixed at compile time, into
+- Scan (opset 9 on): unrolled over its scan inputs' length (ir/loops.py).
+- LSTM, GRU and RNN: unrolled over their sequence, fixed at compile time, into
   MatMuls, gates and state updates (ir/recurrent.py).
+- Single operators the importer lacks or takes in one form only (LRN,
+  IsInf, RMSNormalization, OneHot, TopK, Upsample, ReverseSequence,
+  ConvInteger, Celu; float16 products accumulated in float32):
+  ir/decompose.py.
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.
 - Pow with an exponent of another dtype: cast the exponent to the base's type.
 - Pow on integers: compute in float64 and cast back (exact for the integer
   range where the result fits).
 """
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+from ..errors import CompileError
 from ..ir.ops import types_and_shapes, branches, check_static, check_supported, inline_branch
+from ..ir import decompose
+from ..ir.loops import unroll_scan
 from ..ir.recurrent import GATES, unroll
 
 NAME = "legalize_onnx"
@@ -112,38 +116,18 @@ def _clip_bounds(model):
     g.node.extend(nodes)
 
 
-def _lrn(model):
-    g = model.graph
-    if not any(n.op_type == "LRN" for n in g.node):
-        return
+def _unroll_scans(model):
     _, shapes = types_and_shapes(model)
-    nodes = []
-    for node in g.node:
-        shape = shapes.get(node.input[0]) if node.op_type == "LRN" else None
-        if shape is None or len(shape) != 4:
-            nodes.append(node)  # not an LRN, or one check_static names
-            continue
-        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-        size, (n, c, h, w) = int(a["size"]), shape
-        name, x = node.name or node.output[0], node.input[0]
-        ones = numpy_helper.from_array(np.ones((1, 1, size, 1), np.float32), f"{name}/window")
-        dims = {k: numpy_helper.from_array(np.array(v, np.int64), f"{name}/{k}")
-                for k, v in (("flat", [n, 1, c, h * w]), ("back", [n, c, h, w]))}
-        scale = numpy_helper.from_array(np.array(a.get("alpha", 1e-4) / size, np.float32), f"{name}/scale")
-        bias = numpy_helper.from_array(np.array(a.get("bias", 1.0), np.float32), f"{name}/bias")
-        beta = numpy_helper.from_array(np.array(a.get("beta", 0.75), np.float32), f"{name}/beta")
-        g.initializer.extend([ones, scale, bias, beta, *dims.values()])
-        t = [f"{name}/t{k}" for k in range(7)]
-        nodes += [helper.make_node("Mul", [x, x], [t[0]]),
-                  helper.make_node("Reshape", [t[0], dims["flat"].name], [t[1]]),
-                  helper.make_node("Conv", [t[1], ones.name], [t[2]], pads=[(size - 1) // 2, 0, size // 2, 0]),
-                  helper.make_node("Reshape", [t[2], dims["back"].name], [t[3]]),
-                  helper.make_node("Mul", [t[3], scale.name], [t[4]]),
-                  helper.make_node("Add", [t[4], bias.name], [t[5]]),
-                  helper.make_node("Pow", [t[5], beta.name], [t[6]]),
-                  helper.make_node("Div", [x, t[6]], [node.output[0]], name=name)]
-    g.ClearField("node")
-    g.node.extend(nodes)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def expand(node, name, a, add_init):
+        if opset < 9:
+            raise CompileError(f"Scan node '{name}': the opset-8 Scan (with a batch axis) is not supported; "
+                               "re-export at opset 9 or later")
+        nodes, inits = unroll_scan(node, f"Scan node '{name}'", shapes, opset)
+        model.graph.initializer.extend(inits)
+        return nodes
+    decompose.rewrite(model, "Scan", expand)
 
 
 def _unroll_recurrent(model):
@@ -168,10 +152,11 @@ def _unroll_recurrent(model):
 def apply(model):
     g = model.graph
     _if_to_where(model)
+    _unroll_scans(model)
     _drop_empty_optionals(model)
     _clip_bounds(model)
-    _lrn(model)
     _unroll_recurrent(model)
+    decompose.apply(model)
     if any(n.op_type == "Pow" for n in g.node):
         types = _types(model)
         nodes = []

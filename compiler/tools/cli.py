@@ -412,6 +412,20 @@ def variants_cmd():
         click.echo(f"{v.name:<28} {(v.__doc__ or '').strip().splitlines()[0] if v.__doc__ else ''}")
 
 
+@main.command("ops")
+def ops_cmd():
+    """List the ONNX operators coldbrew compiles, and those it refuses on principle."""
+    from coldbrew.compiler.ir.ops import DATA_DEPENDENT_SHAPES, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
+
+    names = sorted(SUPPORTED_OPS)
+    click.echo(f"{len(names)} ONNX operators (default domain, opsets {MIN_OPSET}-{MAX_OPSET}):")
+    for k in range(0, len(names), 4):
+        click.echo("  " + "".join(f"{n:<23}" for n in names[k:k + 4]).rstrip())
+    click.echo("refused, as their output's size depends on the input values:")
+    for op, why in sorted(DATA_DEPENDENT_SHAPES.items()):
+        click.echo(f"  {op:<20} (on {why})")
+
+
 @main.command("targets")
 def targets_cmd():
     """List the targets with what the kernel schedules derive from them."""

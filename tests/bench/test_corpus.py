@@ -94,6 +94,24 @@ def test_outputs_are_compared_relative_to_their_scale():
     assert corpus.error([np.array([0.5])], [np.array([0.5004])]) == pytest.approx(4e-4, rel=1e-3)  # scale at least 1
 
 
+def test_ranked_rows_compare_as_a_set():
+    """A detector's top-k rows: near-equal scores in either order match;
+    a row with a clear score missing, or a wrong box, does not."""
+    ref = np.array([[[10, 10, 50, 50, 0.9, 0], [0, 0, 5, 5, 0.00010, 1], [1, 1, 6, 6, 0.00011, 1]]], np.float32)
+    swapped = ref[:, [0, 2, 1]]
+    assert corpus.ranked_error(ref, swapped, 4) == 0.0
+    assert corpus.error([ref], [swapped]) > 1e-3  # what a plain comparison would call wrong
+    cut = ref.copy()
+    cut[0, 2] = [7, 7, 9, 9, 0.00009, 1]  # a near-tie at the end made the cut instead
+    assert corpus.ranked_error(ref, cut, 4) == 0.0
+    lost = ref.copy()
+    lost[0, 0] = [30, 30, 60, 60, 0.00009, 0]  # the confident box is gone
+    assert corpus.ranked_error(ref, lost, 4) > 1e-3
+    moved = ref.copy()
+    moved[0, 0, 0] += 5  # the confident box moved
+    assert corpus.ranked_error(ref, moved, 4) > 1e-3
+
+
 def test_inputs_follow_the_manifest():
     from types import SimpleNamespace as I
 

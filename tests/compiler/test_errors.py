@@ -62,3 +62,16 @@ def test_an_unexpected_failure_around_the_pipeline_is_wrapped_too(small_model, m
     monkeypatch.setattr(pipeline, "compile_graph", lambda *a, **k: 1 / 0)
     with pytest.raises(InternalError, match="^internal error in compile_model: ZeroDivisionError"):
         compile_model(small_model)
+
+
+@pytest.mark.parametrize("op", ["NonZero", "NonMaxSuppression", "Unique", "Compress"])
+def test_operators_with_data_dependent_shapes_are_refused_with_the_reason(op):
+    from onnx import helper
+
+    from coldbrew.compiler.ir.ops import check_supported
+
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n1"), helper.make_node("Relu", ["x"], ["r"])],
+                          "g", [helper.make_tensor_value_info("x", 1, [3])], [])
+    with pytest.raises(UnsupportedOperatorError, match=f"{op} \\(nodes 'n1': its output's size depends on .* "
+                                                       "coldbrew sizes every tensor at compile time"):
+        check_supported(helper.make_model(g))

@@ -140,3 +140,19 @@ def test_relax_clip_keeps_its_bounds_on_blocked_values():
     from coldbrew.compiler.passes import select_variants
 
     assert_close(run(select_variants.apply(blocked, isa)[0]), run(mod), 1e-5)
+
+
+def test_float16_convolutions_stay_nchw():
+    """The blocked variants are float32: a float16 convolution that reaches
+    block_layout (legalize_onnx widens CPU ones; this one skips it) keeps
+    NCHW, where its generic lowering exists."""
+    from coldbrew.compiler.passes import block_layout, import_relax
+
+    w = numpy_helper.from_array(np.ones((32, 16, 3, 3), np.float16), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "c16",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 16, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 32, 8, 8])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    mod = block_layout.apply(import_relax.apply(m), resolve("host").vector)
+    assert "NCHW16c" not in mod.script() and "NCHW8c" not in mod.script()

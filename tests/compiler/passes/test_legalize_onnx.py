@@ -113,3 +113,4 @@ def test_a_clip_with_bounds_computed_at_run_time_becomes_max_then_min():
     x = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
     (want,) = ort_run(model, {"x": x})
     np.testing.assert_allclose(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want, rtol=1e-6)
+

@@ -46,6 +46,16 @@ def test_bad_input_gets_one_clear_line(model_file, tmp_path, args, message):
     assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
 
 
+def test_ops_lists_every_supported_operator_and_the_refused_ones():
+    from coldbrew.compiler.ir.ops import DATA_DEPENDENT_SHAPES, SUPPORTED_OPS
+
+    r = CliRunner().invoke(main, ["ops"])
+    assert r.exit_code == 0, r.output
+    words = set(r.output.split())
+    assert SUPPORTED_OPS <= words and set(DATA_DEPENDENT_SHAPES) <= words
+    assert f"{len(SUPPORTED_OPS)} ONNX operators" in r.output
+
+
 def test_targets_and_variants_are_listed():
     r = CliRunner().invoke(main, ["targets"])
     assert r.exit_code == 0 and "\nhost " in r.output and "sd855" in r.output

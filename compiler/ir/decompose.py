@@ -1,0 +1,356 @@
+"""Single ONNX operators rewritten into equivalent nodes the Relax importer
+takes and coldbrew's kernels compute exactly (run by passes/legalize_onnx.py
+in the order of DECOMPOSITIONS; each leaves a node it cannot rewrite for
+ops.check_static to name):
+
+- LRN (local response normalization across channels): x / (bias + alpha /
+  size * sum of x^2 over the channel window)^beta, the window's sum a Conv
+  with a ones kernel over the squares.
+- IsInf detecting one sign only: Equal to that infinity (Less than -inf,
+  never true, when it detects neither).
+- RMSNormalization: x / sqrt(mean(x^2 over the normalized axes) + epsilon)
+  * scale, in float32 when stash_type asks for it (the importer's own form
+  fails to lower when every axis is normalized).
+- OneHot's depth (any numeric type, a scalar or one element): an int64
+  scalar; its indices of other types cast to int64 (as ONNX says); its
+  negative axis counted from the front.
+- TopK with sorted=0 (any order allowed): sorted.
+- Upsample (opset 7 to 9): per scaled axis a Gather of the source rows
+  (nearest: floor(out / scale)), and for linear mode the weighted sum of the
+  two neighbouring rows (asymmetric coordinates, as ONNX's Upsample means).
+- ReverseSequence (constant lengths): per batch entry its first len steps
+  reversed by a Slice with step -1, the rest kept, concatenated back; one
+  Slice when every length is the whole sequence.
+- Slice before opset 10 (bounds as attributes) and Resize at opset 10 (the
+  old Upsample): Gathers of the kept or repeated rows, as above.
+- Conv, ConvTranspose, MatMul and Gemm on float16 values: computed in
+  float32 (their inputs cast up, the result cast back), as accumulating a
+  long dot product in float16 loses digits (CPUs have no faster float16
+  arithmetic; onnxruntime widens the same way).
+- ConvInteger: a Conv in float64 of the inputs less their zero points,
+  cast to int32 (exact: every int32 sum is a float64 integer).
+- Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+"""
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from .ops import types_and_shapes
+
+_INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+             TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+
+
+def lrn(model):
+    g = model.graph
+    if not any(n.op_type == "LRN" for n in g.node):
+        return
+    _, shapes = types_and_shapes(model)
+    nodes = []
+    for node in g.node:
+        shape = shapes.get(node.input[0]) if node.op_type == "LRN" else None
+        if shape is None or len(shape) != 4:
+            nodes.append(node)  # not an LRN, or one check_static names
+            continue
+        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        size, (n, c, h, w) = int(a["size"]), shape
+        name, x = node.name or node.output[0], node.input[0]
+        ones = numpy_helper.from_array(np.ones((1, 1, size, 1), np.float32), f"{name}/window")
+        dims = {k: numpy_helper.from_array(np.array(v, np.int64), f"{name}/{k}")
+                for k, v in (("flat", [n, 1, c, h * w]), ("back", [n, c, h, w]))}
+        scale = numpy_helper.from_array(np.array(a.get("alpha", 1e-4) / size, np.float32), f"{name}/scale")
+        bias = numpy_helper.from_array(np.array(a.get("bias", 1.0), np.float32), f"{name}/bias")
+        beta = numpy_helper.from_array(np.array(a.get("beta", 0.75), np.float32), f"{name}/beta")
+        g.initializer.extend([ones, scale, bias, beta, *dims.values()])
+        t = [f"{name}/t{k}" for k in range(7)]
+        nodes += [helper.make_node("Mul", [x, x], [t[0]]),
+                  helper.make_node("Reshape", [t[0], dims["flat"].name], [t[1]]),
+                  helper.make_node("Conv", [t[1], ones.name], [t[2]], pads=[(size - 1) // 2, 0, size // 2, 0]),
+                  helper.make_node("Reshape", [t[2], dims["back"].name], [t[3]]),
+                  helper.make_node("Mul", [t[3], scale.name], [t[4]]),
+                  helper.make_node("Add", [t[4], bias.name], [t[5]]),
+                  helper.make_node("Pow", [t[5], beta.name], [t[6]]),
+                  helper.make_node("Div", [x, t[6]], [node.output[0]], name=name)]
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
+def rewrite(model, op_type, expand):
+    """Every `op_type` node replaced by the nodes expand(node, name, attrs, add_init) returns."""
+    g = model.graph
+    if not any(n.op_type == op_type for n in g.node):
+        return
+    nodes = []
+
+    def add_init(name, value):
+        g.initializer.append(numpy_helper.from_array(np.array(value), name))
+        return name
+
+    for node in g.node:
+        if node.op_type != op_type:
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        nodes += expand(node, node.name or node.output[0], attrs, add_init)
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
+def _np_type(types, name):
+    return helper.tensor_dtype_to_np_dtype(types.get(name, TensorProto.FLOAT))
+
+
+def isinf(model):
+    types, _ = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        pos, neg = a.get("detect_positive", 1), a.get("detect_negative", 1)
+        if pos and neg:
+            return [node]
+        inf = add_init(f"{name}/inf", np.array(np.inf if pos else -np.inf, _np_type(types, node.input[0])))
+        return [helper.make_node("Equal" if pos or neg else "Less", [node.input[0], inf], [node.output[0]], name=name)]
+    rewrite(model, "IsInf", expand)
+
+
+def rms_norm(model):
+    types, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, scale, y = node.input[0], node.input[1], node.output[0]
+        if x not in shapes:
+            return [node]  # check_static names a value without a static shape
+        rank, dtype = len(shapes[x]), types.get(x, TensorProto.FLOAT)
+        axis = a.get("axis", -1) % rank
+        work = TensorProto.FLOAT if a.get("stash_type", 1) == TensorProto.FLOAT else dtype
+        t = [f"{name}/t{k}" for k in range(8)]
+        out = []
+        if work != dtype:
+            out.append(helper.make_node("Cast", [x], [t[0]], to=work))
+            x = t[0]
+        axes = add_init(f"{name}/axes", np.arange(axis, rank, dtype=np.int64))
+        eps = add_init(f"{name}/eps", np.array(a.get("epsilon", 1e-5), helper.tensor_dtype_to_np_dtype(work)))
+        out += [helper.make_node("Mul", [x, x], [t[1]]),
+                helper.make_node("ReduceMean", [t[1], axes], [t[2]], keepdims=1),
+                helper.make_node("Add", [t[2], eps], [t[3]]),
+                helper.make_node("Sqrt", [t[3]], [t[4]]),
+                helper.make_node("Div", [x, t[4]], [t[5]])]
+        if work != dtype:
+            out.append(helper.make_node("Cast", [t[5]], [t[6]], to=dtype))
+            t[5] = t[6]
+        return out + [helper.make_node("Mul", [t[5], scale], [y], name=name)]
+    rewrite(model, "RMSNormalization", expand)
+
+
+def small_forms(model):
+    """OneHot's depth and indices, TopK's order and Upsample's scales in the
+    forms the importer takes (module docstring)."""
+    g = model.graph
+    consts = {t.name: t for t in g.initializer}
+    types, shapes = types_and_shapes(model)
+    nodes = []
+    for node in g.node:
+        name = node.name or node.output[0]
+        if node.op_type == "OneHot" and node.input[1] in consts:
+            depth = numpy_helper.to_array(consts[node.input[1]]).reshape(-1)[0]
+            g.initializer.append(numpy_helper.from_array(np.array(int(depth), np.int64), f"{name}/depth"))
+            node.input[1] = f"{name}/depth"
+            for a in node.attribute:
+                if a.name == "axis" and a.i < 0 and node.input[0] in shapes:
+                    a.i %= len(shapes[node.input[0]]) + 1
+            if types.get(node.input[0]) not in _INTEGERS:  # ONNX casts other indices to int64
+                nodes.append(helper.make_node("Cast", [node.input[0]], [f"{name}/indices"], to=TensorProto.INT64))
+                node.input[0] = f"{name}/indices"
+        elif node.op_type == "TopK":
+            for a in node.attribute:
+                if a.name == "sorted":
+                    a.i = 1
+        nodes.append(node)
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
+def _celu(node, name, a, add_init):
+    alpha = float(a.get("alpha", 1.0))
+    x, t = node.input[0], [f"{name}/t{k}" for k in range(6)]
+    zero, al, one = (add_init(f"{name}/{k}", np.array(v, np.float32)) for k, v in (("zero", 0), ("alpha", alpha), ("one", 1)))
+    return [helper.make_node("Div", [x, al], [t[0]]), helper.make_node("Exp", [t[0]], [t[1]]),
+            helper.make_node("Sub", [t[1], one], [t[2]]), helper.make_node("Mul", [t[2], al], [t[3]]),
+            helper.make_node("Min", [t[3], zero], [t[4]]), helper.make_node("Max", [x, zero], [t[5]]),
+            helper.make_node("Add", [t[5], t[4]], [node.output[0]], name=name)]
+
+
+def reverse_sequence(model):
+    consts = {t.name: t for t in model.graph.initializer}
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, lens_name = node.input[0], node.input[1]
+        if lens_name not in consts or x not in shapes:
+            return [node]  # check_static names what is not constant
+        t_axis, b_axis = a.get("time_axis", 0), a.get("batch_axis", 1)
+        lens, steps = numpy_helper.to_array(consts[lens_name]).astype(np.int64), shapes[x][t_axis]
+        k = [0]
+
+        def piece(src, start, end, step, axis):
+            k[0] += 1
+            out = f"{name}/p{k[0]}"
+            ins = [add_init(f"{out}/{w}", np.array([v], np.int64))
+                   for w, v in (("start", start), ("end", end), ("axis", axis), ("step", step))]
+            return helper.make_node("Slice", [src] + ins, [out]), out
+
+        if np.all(lens == steps):
+            node_, out = piece(x, -1, -steps - 1, -1, t_axis)
+            return [node_, helper.make_node("Identity", [out], [node.output[0]], name=name)]
+        nodes, rows = [], []
+        for b, n in enumerate(lens.tolist()):
+            row_node, row = piece(x, b, b + 1, 1, b_axis)
+            nodes.append(row_node)
+            parts = []
+            if n > 0:
+                rev_node, rev = piece(row, n - 1, -steps - 1, -1, t_axis)
+                nodes.append(rev_node)
+                parts.append(rev)
+            if n < steps:
+                rest_node, rest = piece(row, n, steps, 1, t_axis)
+                nodes.append(rest_node)
+                parts.append(rest)
+            if len(parts) == 1:
+                rows.append(parts[0])
+            else:
+                nodes.append(helper.make_node("Concat", parts, [f"{row}/joined"], axis=t_axis))
+                rows.append(f"{row}/joined")
+        return nodes + [helper.make_node("Concat", rows, [node.output[0]], axis=b_axis, name=name)]
+    rewrite(model, "ReverseSequence", expand)
+
+
+_ACCUMULATING = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def wide_accumulation(model):
+    g = model.graph
+    types, _ = types_and_shapes(model)
+    if not any(n.op_type in _ACCUMULATING and types.get(n.input[0]) == TensorProto.FLOAT16 for n in g.node):
+        return
+    nodes = []
+    for node in g.node:
+        if node.op_type not in _ACCUMULATING or types.get(node.input[0]) != TensorProto.FLOAT16:
+            nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        for k, i in enumerate(node.input):
+            if i and types.get(i) == TensorProto.FLOAT16:
+                nodes.append(helper.make_node("Cast", [i], [f"{name}/in{k}_f32"], to=TensorProto.FLOAT))
+                node.input[k] = f"{name}/in{k}_f32"
+        out = node.output[0]
+        node.output[0] = f"{name}/out_f32"
+        nodes += [node, helper.make_node("Cast", [node.output[0]], [out], to=TensorProto.FLOAT16)]
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
+def conv_integer(model):
+    _, shapes = types_and_shapes(model)
+    d = TensorProto.DOUBLE
+
+    def expand(node, name, a, add_init):
+        ins = list(node.input) + ["", ""]
+        out = []
+        for k, (v, zp) in enumerate(((ins[0], ins[2]), (ins[1], ins[3]))):
+            wide = f"{name}/in{k}"
+            out.append(helper.make_node("Cast", [v], [wide], to=d))
+            if zp:
+                out.append(helper.make_node("Cast", [zp], [f"{wide}/zp"], to=d))
+                z = f"{wide}/zp"
+                if k == 1 and shapes.get(zp, [1]) != [1] and len(shapes.get(zp, [])) == 1:  # per output channel
+                    rank = len(shapes.get(ins[1], [0, 0, 0, 0]))
+                    shape = add_init(f"{wide}/zp_shape", np.array([-1] + [1] * (rank - 1), np.int64))
+                    out.append(helper.make_node("Reshape", [z, shape], [f"{z}/b"]))
+                    z = f"{z}/b"
+                out.append(helper.make_node("Sub", [wide, z], [f"{wide}/c"]))
+                wide = f"{wide}/c"
+            ins[k] = wide
+        return out + [helper.make_node("Conv", ins[:2], [f"{name}/f64"], name=f"{name}/conv",
+                                       **{x.name: helper.get_attribute_value(x) for x in node.attribute}),
+                      helper.make_node("Cast", [f"{name}/f64"], [node.output[0]], to=TensorProto.INT32, name=name)]
+    rewrite(model, "ConvInteger", expand)
+
+
+def upsample(model):
+    consts = {t.name: t for t in model.graph.initializer}
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x = node.input[0]
+        scales = (numpy_helper.to_array(consts[node.input[1]]) if len(node.input) > 1 and node.input[1] in consts
+                  else a.get("scales"))
+        if scales is None or x not in shapes:
+            return [node]  # check_static names the input that is not constant
+        linear = a.get("mode", b"nearest") in (b"linear", "linear", b"bilinear", "bilinear")
+        out = []
+        for axis, (d, sc) in enumerate(zip(shapes[x], np.asarray(scales, float))):
+            n = int(np.floor(d * sc))
+            if n == d:
+                continue
+            pos = np.arange(n) / sc
+            lo = np.minimum(np.floor(pos), d - 1).astype(np.int64)
+            y = f"{name}/axis{axis}"
+            if not linear:
+                out.append(helper.make_node("Gather", [x, add_init(f"{y}/idx", lo)], [y], axis=axis))
+            else:
+                hi = np.minimum(lo + 1, d - 1)
+                shape = [1] * len(shapes[node.input[0]])
+                shape[axis] = n
+                w = np.asarray(pos - lo, np.float32).reshape(shape)
+                out += [helper.make_node("Gather", [x, add_init(f"{y}/lo", lo)], [f"{y}/a"], axis=axis),
+                        helper.make_node("Gather", [x, add_init(f"{y}/hi", hi)], [f"{y}/b"], axis=axis),
+                        helper.make_node("Sub", [f"{y}/b", f"{y}/a"], [f"{y}/d"]),
+                        helper.make_node("Mul", [f"{y}/d", add_init(f"{y}/w", w)], [f"{y}/wd"]),
+                        helper.make_node("Add", [f"{y}/a", f"{y}/wd"], [y])]
+            x = y
+        return out + [helper.make_node("Identity", [x], [node.output[0]], name=name)]
+    rewrite(model, "Upsample", expand)
+    if _opset(model) == 10:  # Resize-10 is Upsample-9 under a new name
+        rewrite(model, "Resize", expand)
+
+
+def _opset(model):
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def slice_attributes(model):
+    """Slice before opset 10 (starts, ends, axes as attributes): per sliced
+    axis a Gather of the kept rows."""
+    if _opset(model) >= 10:
+        return
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x = node.input[0]
+        if x not in shapes:
+            return [node]
+        rank = len(shapes[x])
+        axes = a.get("axes", list(range(len(a["starts"]))))
+        out = []
+        for k, (axis, start, end) in enumerate(zip(axes, a["starts"], a["ends"])):
+            axis %= rank
+            size = shapes[node.input[0]][axis]
+            keep = np.arange(size)[slice(start, end)]
+            if len(keep) == size:
+                continue
+            y = f"{name}/axis{axis}"
+            out.append(helper.make_node("Gather", [x, add_init(f"{y}/idx", keep.astype(np.int64))], [y], axis=axis))
+            x = y
+        return out + [helper.make_node("Identity", [x], [node.output[0]], name=name)]
+    rewrite(model, "Slice", expand)
+
+
+def celu(model):
+    rewrite(model, "Celu", _celu)
+
+
+DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence, wide_accumulation, conv_integer,
+                  celu]
+
+
+def apply(model):
+    for decompose in DECOMPOSITIONS:
+        decompose(model)

@@ -1,0 +1,208 @@
+"""ONNX Loop unrolled when its trip count is known at compile time; Scan
+unrolled over its scan inputs' fixed length.
+
+A Loop runs its body while the iteration count is below M and the condition
+is true. The count is known at compile time when M and the first condition
+are constants and the body's condition is computed from constants, the
+iteration number and loop-carried values that are themselves computed so
+(an exporter's `while i < n` over a fixed sequence): `trip_count` runs that
+static part of the body with ONNX's reference implementation to count the
+iterations. `unroll` then inlines the body once per iteration, each copy's
+names prefixed, carried values threaded from one copy to the next, and
+each scan output the copies' values stacked along a new first axis.
+A Loop whose condition depends on the data (a decoder that stops at an end
+token) is not unrolled: check_static names it. `unroll_scan` does the same
+for a Scan (opset 9 on): each copy reads its step's slice of every scan
+input (forward or reversed) and its scan outputs are stacked on their axes.
+"""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import CompileError
+from .ops import inline_branch
+
+MAX_ITERATIONS = 4096  # more would make a bundle of repeated layers; refused
+
+
+def body_of(node):
+    return next(helper.get_attribute_value(a) for a in node.attribute if a.name == "body")
+
+
+def _const_inputs(node, consts):
+    """(M or None when absent, first condition) if both are constants, else None."""
+    m_name, c_name = (list(node.input) + ["", ""])[:2]
+    if (m_name and m_name not in consts) or (c_name and c_name not in consts):
+        return None
+    m = int(np.asarray(consts[m_name]).reshape(-1)[0]) if m_name else None
+    cond = bool(np.asarray(consts[c_name]).reshape(-1)[0]) if c_name else True
+    return m, cond
+
+
+def _static_part(body, carried_const, outer_consts):
+    """The body's nodes computable without the data, and which carried
+    values (indices) stay so: a fixed point from the constant ones."""
+    it_name, cond_name = body.input[0].name, body.input[1].name
+    carried = [i.name for i in body.input[2:]]
+    keep = {j for j, known in enumerate(carried_const) if known}
+    while True:
+        known = {it_name, cond_name} | {t.name for t in body.initializer} | set(outer_consts)
+        known |= {carried[j] for j in keep}
+        nodes = []
+        for n in body.node:
+            if n.op_type in ("If", "Loop", "Scan") or not all(i in known for i in n.input if i):
+                continue
+            nodes.append(n)
+            known.update(o for o in n.output if o)
+        still = {j for j in keep if body.output[1 + j].name in known}
+        if still == keep:
+            return nodes, keep, known
+        keep = still
+
+
+def trip_count(node, consts, opset_imports):
+    """How many times the Loop runs, or None where that depends on the data."""
+    got = _const_inputs(node, consts)
+    if got is None:
+        return None
+    m, cond = got
+    body = body_of(node)
+    cond_out = body.output[0].name
+    carried_init = list(node.input[2:])
+    nodes, keep, known = _static_part(body, [i in consts for i in carried_init], consts)
+    if cond_out == body.input[1].name:  # the condition passes through unchanged
+        return None if m is None else (m if cond else 0)
+    if cond_out not in known:
+        return None
+    keep = sorted(keep)
+    used = {i for n in nodes for i in n.input} | {cond_out}
+    outer = [numpy_helper.from_array(np.asarray(consts[k]), k) for k in sorted(used & set(consts))]
+    ins = [body.input[0], body.input[1]] + [body.input[2 + j] for j in keep]
+    outs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
+            for n in [cond_out] + [body.output[1 + j].name for j in keep]]
+    graph = helper.make_graph(nodes, "trip", ins, outs, list(body.initializer) + outer)
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        run = ReferenceEvaluator(helper.make_model(graph, opset_imports=opset_imports))
+    except Exception:
+        return None
+    state = [np.asarray(consts[carried_init[j]]) for j in keep]
+    count = 0
+    while cond and (m is None or count < m):
+        if count >= MAX_ITERATIONS:
+            return count + 1  # unroll refuses it, naming the limit
+        feeds = {body.input[0].name: np.array(count, np.int64), body.input[1].name: np.array(cond)}
+        feeds.update({body.input[2 + j].name: v for j, v in zip(keep, state)})
+        got = run.run(None, feeds)
+        cond, state = bool(np.asarray(got[0]).reshape(-1)[0]), [np.asarray(v) for v in got[1:]]
+        count += 1
+    return count
+
+
+def unroll(node, count, label, opset):
+    """(nodes, initializers) computing the Loop's outputs by `count` copies
+    of its body."""
+    if count > MAX_ITERATIONS:
+        raise CompileError(f"{label}: it runs more than {MAX_ITERATIONS} iterations; coldbrew unrolls "
+                           f"loops of at most {MAX_ITERATIONS}")
+    body = body_of(node)
+    n_carried = len(node.input) - 2
+    n_scan = len(body.output) - 1 - n_carried
+    if count == 0 and n_scan:
+        raise CompileError(f"{label}: it runs no iteration, so its scan outputs are empty "
+                           "(zero-size tensors are not supported)")
+    name = node.name or node.output[0]
+    values = list(node.input[2:])
+    nodes, inits, pieces = [], [], [[] for _ in range(n_scan)]
+    for k in range(count):
+        consts = {body.input[0].name: np.array(k, np.int64), body.input[1].name: np.array(True)}
+        outs = _inline_copy(body, f"{name}/iter{k}/", dict(zip([i.name for i in body.input[2:]], values)), consts,
+                            nodes, inits)
+        values = outs[1:1 + n_carried]
+        for j, out in enumerate(outs[1 + n_carried:]):
+            pieces[j].append(out)
+    nodes += [helper.make_node("Identity", [v], [o], name=f"{name}/out{j}")
+              for j, (v, o) in enumerate(zip(values, node.output)) if o]
+    for j, (parts, out) in enumerate(zip(pieces, node.output[n_carried:])):
+        if out:
+            _stack(parts, out, 0, opset, nodes, inits)
+    return nodes, inits
+
+
+def _inline_copy(body, prefix, bound, consts, nodes, inits):
+    """Append one copy of `body` to nodes/inits, its inputs read from the
+    outer values `bound` ({input: outer name}) or constants `consts`
+    ({input: value}); its output names returned."""
+    copy = onnx.GraphProto()
+    copy.CopyFrom(body)
+    del copy.input[:]
+    copy.initializer.extend([numpy_helper.from_array(v, k) for k, v in consts.items()])
+    del copy.node[:]
+    copy.node.extend([helper.make_node("Identity", [v], [i]) for i, v in bound.items()] + list(body.node))
+    new, more, outs = inline_branch(copy, prefix)
+    nodes += new
+    inits += more
+    return outs
+
+
+def _stack(parts, out, axis, opset, nodes, inits):
+    """`out` = the `parts` stacked along a new axis `axis`."""
+    stacked = []
+    for k, p in enumerate(parts):
+        s = f"{out}/part{k}"
+        if opset >= 13:
+            axes = f"{out}/axes"
+            if k == 0:
+                inits.append(numpy_helper.from_array(np.array([axis], np.int64), axes))
+            nodes.append(helper.make_node("Unsqueeze", [p, axes], [s]))
+        else:
+            nodes.append(helper.make_node("Unsqueeze", [p], [s], axes=[axis]))
+        stacked.append(s)
+    nodes.append(helper.make_node("Concat", stacked, [out], axis=axis, name=f"{out}/stack"))
+
+
+def unroll_scan(node, label, shapes, opset):
+    """(nodes, initializers) computing a Scan (opset 9 on) by one copy of
+    its body per step of its scan inputs."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    body = a["body"]
+    m = int(a["num_scan_inputs"])
+    n = len(node.input) - m
+    k_out = len(body.output) - n
+    in_axes = list(a.get("scan_input_axes", [0] * m))
+    in_rev = list(a.get("scan_input_directions", [0] * m))
+    out_axes = list(a.get("scan_output_axes", [0] * k_out))
+    out_rev = list(a.get("scan_output_directions", [0] * k_out))
+    scans = list(node.input[n:])
+    if any(s not in shapes for s in scans):
+        raise CompileError(f"{label}: its scan inputs need static shapes")
+    in_axes = [ax % len(shapes[s]) for ax, s in zip(in_axes, scans)]
+    steps = {shapes[s][ax] for s, ax in zip(scans, in_axes)}
+    if len(steps) != 1 or 0 in steps:
+        raise CompileError(f"{label}: its scan inputs have different or zero lengths {sorted(steps)}")
+    steps = steps.pop()
+    if steps > MAX_ITERATIONS:
+        raise CompileError(f"{label}: it runs more than {MAX_ITERATIONS} steps; coldbrew unrolls at most that")
+    name = node.name or node.output[0]
+    nodes, inits, pieces = [], [], [[] for _ in range(k_out)]
+    values = list(node.input[:n])
+    for t in range(steps):
+        bound = dict(zip([i.name for i in body.input[:n]], values))
+        for j, (s, ax, rev) in enumerate(zip(scans, in_axes, in_rev)):
+            idx = f"{name}/step{t}/index{j}"
+            inits.append(numpy_helper.from_array(np.array(steps - 1 - t if rev else t, np.int64), idx))
+            nodes.append(helper.make_node("Gather", [s, idx], [f"{idx}/slice"], axis=ax))
+            bound[body.input[n + j].name] = f"{idx}/slice"
+        outs = _inline_copy(body, f"{name}/step{t}/", bound, {}, nodes, inits)
+        values = outs[:n]
+        for j, out in enumerate(outs[n:]):
+            pieces[j].append(out)
+    nodes += [helper.make_node("Identity", [v], [o], name=f"{name}/state{j}")
+              for j, (v, o) in enumerate(zip(values, node.output)) if o]
+    for j, (parts, out) in enumerate(zip(pieces, node.output[n:])):
+        if out:
+            t = body.output[n + j].type.tensor_type
+            axis = out_axes[j] % (len(t.shape.dim) + 1) if out_axes[j] < 0 and t.HasField("shape") else out_axes[j]
+            _stack(parts[::-1] if out_rev[j] else parts, out, axis, opset, nodes, inits)
+    return nodes, inits

@@ -1,0 +1,114 @@
+"""compiler/ir/loops.py: a Loop whose trip count is known at compile time is
+unrolled and computes what onnxruntime computes (carried values and scan
+outputs, a condition that stops it before M); one whose condition depends
+on the data, or that runs too long, is refused by name."""
+import numpy as np
+import pytest
+from conftest import assert_close, ort_run
+from onnx import TensorProto, helper, numpy_helper
+
+import coldbrew
+from coldbrew.compiler import CompileError, compile_model
+from coldbrew.compiler.ir import loops
+
+F = TensorProto.FLOAT
+
+
+def while_model(m, n, data_cond=False):
+    """An exporter's `while i < n and k < M`: carried i (a counter) and h
+    (h = tanh(h @ W + x[i])), each step's h a scan output."""
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    limit = numpy_helper.from_array(np.array(n, np.int64), "n")
+    w = numpy_helper.from_array((np.random.default_rng(1).standard_normal((4, 4)) * 0.5).astype(np.float32), "W")
+    body_nodes = [
+        helper.make_node("Add", ["i_in", "one"], ["i_out"]),
+        helper.make_node("Gather", ["x", "i_in"], ["x_i"], axis=0),
+        helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+        helper.make_node("Add", ["hw", "x_i"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["h_out"]),
+        helper.make_node("Identity", ["h_out"], ["h_scan"]),
+    ]
+    if data_cond:  # go on while the state's sum is below a threshold: data-dependent
+        body_nodes += [helper.make_node("ReduceSum", ["h_out"], ["s"], keepdims=0),
+                       helper.make_node("Less", ["s", "thr"], ["cond_out"])]
+    else:
+        body_nodes.append(helper.make_node("Less", ["i_out", "n"], ["cond_out"]))
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("it", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("i_in", TensorProto.INT64, []),
+         helper.make_tensor_value_info("h_in", F, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("i_out", TensorProto.INT64, []),
+         helper.make_tensor_value_info("h_out", F, [1, 4]),
+         helper.make_tensor_value_info("h_scan", F, [1, 4])])
+    inits = [one, limit, w, numpy_helper.from_array(np.array(m, np.int64), "M"),
+             numpy_helper.from_array(np.array(True), "c0"), numpy_helper.from_array(np.array(0, np.int64), "i0"),
+             numpy_helper.from_array(np.array(1e9, np.float32), "thr")]
+    loop = helper.make_node("Loop", ["M", "c0", "i0", "h0"], ["i_end", "h_end", "hs"], name="loop", body=body)
+    g = helper.make_graph([loop], "while",
+                          [helper.make_tensor_value_info("x", F, [8, 1, 4]), helper.make_tensor_value_info("h0", F, [1, 4])],
+                          [helper.make_tensor_value_info("h_end", F, [1, 4]),
+                           helper.make_tensor_value_info("hs", F, [None, 1, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("m, n", [(5, 8), (8, 3), (8, 8)])
+def test_unrolled_loop_matches_onnxruntime(m, n):
+    model = while_model(m, n)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((8, 1, 4)).astype(np.float32), "h0": rng.standard_normal((1, 4)).astype(np.float32)}
+    ref = ort_run(model, feeds)
+    got = coldbrew.load(compile_model(model)).run(None, feeds)
+    assert got[1].shape == (min(m, n), 1, 4)  # stopped by whichever comes first: M or the condition
+    for g, r in zip(got, ref):
+        assert_close(g, r)
+
+
+def test_trip_count_runs_the_static_part_only():
+    model = while_model(8, 3)
+    node = model.graph.node[0]
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert loops.trip_count(node, consts, model.opset_import) == 3
+    assert loops.trip_count(while_model(8, 3, data_cond=True).graph.node[0], consts, model.opset_import) is None
+    del consts["M"]  # M computed at run time
+    assert loops.trip_count(node, consts, model.opset_import) is None
+
+
+def test_data_dependent_condition_is_refused_by_name():
+    with pytest.raises(CompileError, match="Loop node 'loop'.*loop condition is computed from the data"):
+        compile_model(while_model(8, 8, data_cond=True))
+
+
+def test_too_many_iterations_are_refused():
+    with pytest.raises(CompileError, match=f"more than {loops.MAX_ITERATIONS}"):
+        compile_model(while_model(loops.MAX_ITERATIONS + 5, 10**6))
+
+
+@pytest.mark.parametrize("in_axis, in_rev, out_axis, out_rev", [(0, 0, 0, 0), (1, 1, 1, 0), (1, 0, -1, 1)])
+def test_scan_is_unrolled_over_its_axes_and_directions(in_axis, in_rev, out_axis, out_rev):
+    """A running sum over a scan input (state) and each step's scaled slice
+    (a scan output), read along either axis in either direction."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Mul", ["x_t", "two"], ["y_t"])],
+        "body", [helper.make_tensor_value_info("s_in", F, [3]), helper.make_tensor_value_info("x_t", F, [3])],
+        [helper.make_tensor_value_info("s_out", F, [3]), helper.make_tensor_value_info("y_t", F, [3])],
+        [numpy_helper.from_array(np.array(2, np.float32), "two")])
+    x_shape = [5, 3] if in_axis == 0 else [3, 5]
+    scan = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], name="scan", body=body, num_scan_inputs=1,
+                            scan_input_axes=[in_axis], scan_input_directions=[in_rev],
+                            scan_output_axes=[out_axis], scan_output_directions=[out_rev])
+    g = helper.make_graph([scan], "scan", [helper.make_tensor_value_info("s0", F, [3]),
+                                           helper.make_tensor_value_info("x", F, x_shape)],
+                          [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("ys", F, [5, 3] if out_axis == 0 else [3, 5])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    rng = np.random.default_rng(2)
+    feeds = {"s0": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal(x_shape).astype(np.float32)}
+    ref = ort_run(model, feeds)
+    got = coldbrew.load(compile_model(model)).run(None, feeds)
+    for g_, r in zip(got, ref):
+        assert_close(g_, r)
