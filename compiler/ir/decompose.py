@@ -30,6 +30,10 @@ ops.check_static to name):
 - ConvInteger: a Conv in float64 of the inputs less their zero points,
   cast to int32 (exact: every int32 sum is a float64 integer).
 - Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+- Swish: x * sigmoid(alpha * x).
+- LpNormalization: x / ReduceL1 or ReduceL2 of x along the axis (0 where
+  the norm is 0).
+- EyeLike: the constant identity-like matrix of its input's static shape.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -347,8 +351,49 @@ def celu(model):
     rewrite(model, "Celu", _celu)
 
 
+def swish(model):
+    def expand(node, name, a, add_init):
+        alpha = add_init(f"{name}/alpha", np.array(a.get("alpha", 1.0), np.float32))
+        return [helper.make_node("Mul", [node.input[0], alpha], [f"{name}/ax"]),
+                helper.make_node("Sigmoid", [f"{name}/ax"], [f"{name}/s"]),
+                helper.make_node("Mul", [node.input[0], f"{name}/s"], [node.output[0]], name=name)]
+    rewrite(model, "Swish", expand)
+
+
+def lp_normalization(model):
+    types, _ = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        p = a.get("p", 2)
+        if p not in (1, 2):
+            return [node]  # check_static names it
+        axes = add_init(f"{name}/axes", np.array([a.get("axis", -1)], np.int64))
+        norm = helper.make_node(f"ReduceL{p}", [node.input[0], axes], [f"{name}/norm"], keepdims=1)
+        if _opset(model) < 18:
+            norm = helper.make_node(f"ReduceL{p}", [node.input[0]], [f"{name}/norm"], keepdims=1,
+                                    axes=[a.get("axis", -1)])
+        dtype = _np_type(types, node.input[0])
+        tiny = add_init(f"{name}/tiny", np.array(np.finfo(dtype).tiny if dtype.kind == "f" else 1, dtype))
+        return [norm, helper.make_node("Max", [f"{name}/norm", tiny], [f"{name}/safe"]),  # 0 / 0 gives 0
+                helper.make_node("Div", [node.input[0], f"{name}/safe"], [node.output[0]], name=name)]
+    rewrite(model, "LpNormalization", expand)
+
+
+def eye_like(model):
+    types, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x = node.input[0]
+        if x not in shapes or len(shapes[x]) != 2:
+            return [node]
+        dtype = helper.tensor_dtype_to_np_dtype(a.get("dtype", types.get(x, TensorProto.FLOAT)))
+        eye = add_init(f"{name}/eye", np.eye(*shapes[x], k=a.get("k", 0), dtype=dtype))
+        return [helper.make_node("Identity", [eye], [node.output[0]], name=name)]
+    rewrite(model, "EyeLike", expand)
+
+
 DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence, wide_accumulation, conv_integer,
-                  celu]
+                  celu, swish, lp_normalization, eye_like]
 
 
 def apply(model):

@@ -18,11 +18,15 @@ Selu Celu Mish Softsign ThresholdedRelu Shrink Round IsInf Trilu Hardmax
 ScatterND ScatterElements GroupNormalization RMSNormalization GridSample RoiAlign
 DepthToSpace SpaceToDepth OneHot Einsum CumSum ReduceL1 ReduceL2 ReduceLogSumExp
 ReduceLogSum Upsample TopK Loop ReverseSequence RNN ConvInteger Scan
+Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
+BitwiseNot LpPool EyeLike LpNormalization Swish HannWindow HammingWindow
+BlackmanWindow MelWeightMatrix com.microsoft.DynamicQuantizeLSTM
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py);
 # Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, ir/loops.py);
 # Scan: unrolled over its scan inputs (ir/loops.py); others rewritten in ir/decompose.py or lowered by
-# coldbrew's own kernels (kernels/lower_resize.py, kernels/lower_sequential.py)
+# coldbrew's own kernels (kernels/lower_resize.py, kernels/lower_sequential.py); the window functions
+# and MelWeightMatrix: constants, folded (their inputs must be)
 
 # Operators whose output's shape depends on the input values (not only on
 # the input shapes): refused, as coldbrew plans every tensor's size at
@@ -47,6 +51,7 @@ STATIC_INPUTS = {
     "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
     "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1}, "OneHot": {1, 2}, "Upsample": {1},
     "TopK": {1}, "Loop": {0, 1}, "ReverseSequence": {1},
+    "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
 }
 
 
@@ -129,6 +134,8 @@ def check_static(model):
             problems.append(f"{label}: its loop condition is computed from the data, so its trip count is not "
                             "known at compile time; coldbrew unrolls loops whose iterations can be counted once "
                             "the inputs are fixed (--input-shape, --bind)")
+        if node.op_type == "LpNormalization" and _attr(node, "p", 2) not in (1, 2):
+            problems.append(f"{label}: p={_attr(node, 'p')} is not supported (p=1 and p=2 are)")
         if node.op_type == "RoiAlign" and _attr(node, "mode", b"avg") in (b"max", "max"):
             problems.append(f"{label}: RoiAlign mode=max is not supported (mode=avg is)")
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and _attr(node, "block_size", 0):

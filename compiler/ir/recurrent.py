@@ -8,15 +8,21 @@ gates, ragged sequence lengths) is named in a CompileError.
 ONNX's gate orders: LSTM i, o, f, c (W [dirs, 4h, in], R [dirs, 4h, h],
 B [dirs, 8h]); GRU z, r, h (W [dirs, 3h, in], R [dirs, 3h, h], B [dirs, 6h]);
 RNN one gate (W [dirs, h, in], R [dirs, h, h], B [dirs, 2h]), its activation
-Tanh, Relu or Sigmoid.
+Tanh, Relu or Sigmoid. onnxruntime's com.microsoft.DynamicQuantizeLSTM is an
+LSTM whose weights are int8 ([dirs, in, 4h] and [dirs, h, 4h], a scale and
+zero point per direction or per column) and whose every product quantizes
+its left operand on the fly, to uint8 over the whole tensor: the unrolled
+cell does the same (DynamicQuantizeLinear, MatMulInteger, the two scales'
+product), so it computes what onnxruntime computes.
 """
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import CompileError
 
-GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"],
+                       "DynamicQuantizeLSTM": ["Sigmoid", "Tanh", "Tanh"]}
 RNN_ACTIVATIONS = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid"}
 
 
@@ -24,6 +30,22 @@ def _attrs(node):
     out = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     return {k: (v.decode() if isinstance(v, bytes) else [x.decode() if isinstance(x, bytes) else x for x in v]
                 if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def contrib_output_types(node, shapes):
+    """value_info for the outputs of onnxruntime's DynamicQuantizeLSTM (float
+    Y [seq, dirs, batch, hidden], Y_h and Y_c [dirs, batch, hidden]) where
+    its input's shape is known; [] otherwise."""
+    x = shapes.get(node.input[0]) if node.input else None
+    if node.op_type != "DynamicQuantizeLSTM" or x is None or len(x) != 3:
+        return []
+    a = _attrs(node)
+    dirs, hidden = 2 if a.get("direction", "forward") == "bidirectional" else 1, int(a["hidden_size"])
+    seq, batch = (x[1], x[0]) if a.get("layout", 0) else (x[0], x[1])
+    y = [batch, seq, dirs, hidden] if a.get("layout", 0) else [seq, dirs, batch, hidden]
+    state = [batch, dirs, hidden] if a.get("layout", 0) else [dirs, batch, hidden]
+    return [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape)
+            for o, shape in zip(node.output, (y, state, state)) if o]
 
 
 def _checked(node, label, consts, x_shape):
@@ -42,11 +64,12 @@ def _checked(node, label, consts, x_shape):
             problems.append(f"the {name} attribute")
     if a.get("input_forget", 0):
         problems.append("input_forget=1")
-    inputs = list(node.input) + [""] * 8
-    for pos, what in ((1, "W"), (2, "R"), (3, "B")):
+    inputs = list(node.input) + [""] * 12
+    quantized = ((8, "W_scale"), (9, "W_zero_point"), (10, "R_scale"), (11, "R_zero_point"))
+    for pos, what in ((1, "W"), (2, "R"), (3, "B")) + (quantized if kind == "DynamicQuantizeLSTM" else ()):
         if inputs[pos] and inputs[pos] not in consts:
             problems.append(f"{what} ('{inputs[pos]}') must be constant")
-    if kind == "LSTM" and inputs[7] and inputs[7] not in consts:
+    if GATES[kind] == 4 and inputs[7] and inputs[7] not in consts:
         problems.append(f"P ('{inputs[7]}') must be constant")
     if x_shape is None:
         problems.append(f"its input '{node.input[0]}' has no static shape")
@@ -80,6 +103,13 @@ class _Builder:
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
         return out
 
+    def ops(self, op_type, inputs, count):
+        """A node of `count` outputs."""
+        self.k += 1
+        outs = [f"{self.prefix}/{op_type.lower()}{self.k}_{j}" for j in range(count)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=outs[0]))
+        return outs
+
     def take(self, x, index, axis):
         """x's slice `index` along `axis`, that axis dropped."""
         return self.op("Gather", [x, self.const(np.array(index, np.int64), f"i{index}")], axis=axis)
@@ -98,6 +128,48 @@ class _Builder:
         return outs
 
 
+class _Float:
+    """Products by float weights, ONNX's layout [dirs, out, in]."""
+
+    def __init__(self, w, tag):
+        self.w, self.tag = w, tag
+
+    def times(self, b, a, d, rows=1):
+        return b.op("MatMul", [a, b.const(self.w[d].T, f"{self.tag}{d}T")])
+
+
+class _Quantized:
+    """Products by int8 weights [dirs, in, out] as onnxruntime's quantized
+    LSTM computes them: `a` quantized to uint8, an integer product, scaled
+    by a's scale times the weights'. The input sequence is quantized as one
+    tensor; the state per batch row (onnxruntime's multi-threaded path; run
+    on one thread it quantizes the whole state, which differs in the last
+    bits where the batch has more than one row)."""
+
+    def __init__(self, q, scale, zero, tag):
+        self.q, self.scale, self.zero, self.tag = q, scale.astype(np.float32), zero, tag
+
+    def times(self, b, a, d, rows=1):
+        if rows > 1:
+            parts = [self.times(b, b.op("Slice", [a, b.const(np.array([r], np.int64), f"r{r}"),
+                                                  b.const(np.array([r + 1], np.int64), f"r{r + 1}")]), d)
+                     for r in range(rows)]
+            return b.op("Concat", parts, axis=0)
+        qa, sa, za = b.ops("DynamicQuantizeLinear", [a], 3)
+        prod = b.op("MatMulInteger", [qa, b.const(self.q[d], f"{self.tag}{d}q"), za,
+                                      b.const(self.zero[d], f"{self.tag}{d}zp")])
+        scale = b.op("Mul", [sa, b.const(self.scale[d], f"{self.tag}{d}scale")])
+        return b.op("Mul", [b.op("Cast", [prod], to=TensorProto.FLOAT), scale])
+
+
+def _weights(consts, inputs, quantized):
+    """(W, R) as _Float or _Quantized."""
+    arr = {k: numpy_helper.to_array(consts[inputs[k]]) for k in (1, 2, 8, 9, 10, 11) if inputs[k] in consts}
+    if not quantized:
+        return _Float(arr[1].astype(np.float32), "W"), _Float(arr[2].astype(np.float32), "R")
+    return _Quantized(arr[1], arr[8], arr[9], "W"), _Quantized(arr[2], arr[10], arr[11], "R")
+
+
 def unroll(node, label, consts, shapes, opset):
     """(nodes, initializers) computing `node` (an LSTM or a GRU) step by
     step, in ONNX nodes of `opset`."""
@@ -109,8 +181,8 @@ def unroll(node, label, consts, shapes, opset):
     kind, hidden = node.op_type, int(a["hidden_size"])
     gates = GATES[kind]
     seq, batch, _ = x_shape
-    W = numpy_helper.to_array(consts[inputs[1]]).astype(np.float32)
-    R = numpy_helper.to_array(consts[inputs[2]]).astype(np.float32)
+    W, R = _weights(consts, inputs, kind == "DynamicQuantizeLSTM")
+    kind = "LSTM" if gates == 4 else kind
     B = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
          else np.zeros((dirs, 2 * gates * hidden), np.float32))
     b = _Builder(node.name or next(o for o in node.output if o), opset, hidden)
@@ -127,17 +199,17 @@ def unroll(node, label, consts, shapes, opset):
         # the whole sequence's input projection at once: [seq, batch, gates * hidden]
         bias = wb + rb if kind != "GRU" else np.concatenate([wb[:2 * hidden] + rb[:2 * hidden], wb[2 * hidden:]])
         acts = a.get("activations", DEFAULT_ACTIVATIONS[kind] * dirs)
-        xw = b.op("Add", [b.op("MatMul", [x, b.const(W[d].T, f"W{d}T")]), b.const(bias, f"bias{d}")])
+        xw = b.op("Add", [W.times(b, x, d), b.const(bias, f"bias{d}")])
         out = [None] * seq
         for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
             xt = b.take(xw, t, 0)  # [batch, gates * hidden]
             if kind == "LSTM":
-                h, c = _lstm_step(b, xt, h, c, b.const(R[d].T, f"R{d}T"), _peepholes(b, consts, inputs[7], d, hidden))
+                h, c = _lstm_step(b, xt, h, c, R.times(b, h, d, batch), _peepholes(b, consts, inputs[7], d, hidden))
             elif kind == "RNN":
                 act = RNN_ACTIVATIONS[acts[d if len(acts) > 1 else 0].lower()]
-                h = b.op(act, [b.op("Add", [xt, b.op("MatMul", [h, b.const(R[d].T, f"R{d}T")])])])
+                h = b.op(act, [b.op("Add", [xt, R.times(b, h, d)])])
             else:
-                h = _gru_step(b, xt, h, R[d], d, rb, a.get("linear_before_reset", 0))
+                h = _gru_step(b, xt, h, R.w[d], d, rb, a.get("linear_before_reset", 0))
             out[t] = h
         ys.append(out)
         hs.append(h)
@@ -160,10 +232,10 @@ def _peepholes(b, consts, name, d, hidden):
     return [b.const(p[k * hidden:(k + 1) * hidden], f"P{d}{'iof'[k]}") for k in range(3)]
 
 
-def _lstm_step(b, xt, h, c, rt, peep=None):
-    """One LSTM step; with peepholes the input and forget gates see the old
-    cell state, the output gate the new one."""
-    g = b.op("Add", [xt, b.op("MatMul", [h, rt])])
+def _lstm_step(b, xt, h, c, hr, peep=None):
+    """One LSTM step (hr: h times the recurrent weights); with peepholes the
+    input and forget gates see the old cell state, the output gate the new one."""
+    g = b.op("Add", [xt, hr])
     i, o, f, cand = b.split(g, 4)
     if peep:
         i = b.op("Add", [i, b.op("Mul", [c, peep[0]])])

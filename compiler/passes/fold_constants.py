@@ -31,6 +31,7 @@ from onnx.reference import ReferenceEvaluator
 
 from ..errors import CompileError
 from ..ir.loops import trip_count, unroll
+from ..ir.recurrent import contrib_output_types
 from ..ir.ops import branches, inline_branch, outer_names
 
 NAME = "fold_constants"
@@ -39,6 +40,21 @@ _CONTROL_FLOW = {"If", "Loop", "Scan"}  # their bodies may read values of the gr
 
 
 def _static_shapes(model):
+    """{value: static shape}; the outputs of onnxruntime's contrib recurrent
+    cells (which ONNX's inference does not know) recorded as value_info
+    as soon as their input's shape is known, so the shapes after them
+    are known too."""
+    while True:
+        shapes = _inferred_shapes(model)
+        known = {v.name for v in model.graph.value_info}
+        hints = [h for n in model.graph.node if n.domain == "com.microsoft"
+                 for h in contrib_output_types(n, shapes) if h.name not in known]
+        if not hints:
+            return shapes
+        model.graph.value_info.extend(hints)
+
+
+def _inferred_shapes(model):
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:

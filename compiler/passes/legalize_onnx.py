@@ -131,22 +131,28 @@ def _unroll_scans(model):
 
 
 def _unroll_recurrent(model):
+    """Every recurrent cell unrolled, in graph order; shapes inferred again
+    after a cell whose type ONNX's inference does not know (an
+    onnxruntime contrib cell) hid the shapes of the ones after it."""
     g = model.graph
-    if not any(n.op_type in GATES for n in g.node):
-        return
-    consts = {t.name: t for t in g.initializer}
-    _, shapes = types_and_shapes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    nodes = []
-    for i, node in enumerate(g.node):
-        if node.op_type not in GATES or node.domain not in ("", "ai.onnx"):
-            nodes.append(node)
-            continue
-        new, inits = unroll(node, f"{node.op_type} node '{node.name or f'#{i}'}'", consts, shapes, opset)
-        nodes += new
-        g.initializer.extend(inits)
-    g.ClearField("node")
-    g.node.extend(nodes)
+    while any(n.op_type in GATES for n in g.node):
+        consts = {t.name: t for t in g.initializer}
+        _, shapes = types_and_shapes(model)
+        nodes, done = [], False
+        for i, node in enumerate(g.node):
+            if (node.op_type not in GATES or node.domain not in ("", "ai.onnx", "com.microsoft")
+                    or (done and node.input[0] not in shapes)):
+                nodes.append(node)
+                continue
+            new, inits = unroll(node, f"{node.op_type} node '{node.name or f'#{i}'}'", consts, shapes, opset)
+            nodes += new
+            g.initializer.extend(inits)
+            done = True
+        g.ClearField("node")
+        g.node.extend(nodes)
+        if not done:
+            return
 
 
 def apply(model):

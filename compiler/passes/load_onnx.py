@@ -92,8 +92,7 @@ def check_types(model):
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:  # InferenceError and its relatives
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CompileError(f"the model's types or shapes do not check: {first}") from None
+        raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
     g = inferred.graph
     for v in list(g.input) + list(g.value_info) + list(g.output):
         dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]
@@ -103,6 +102,22 @@ def check_types(model):
         if n > MAX_ELEMENTS:
             raise CompileError(f"tensor '{v.name}' would hold {n:,} elements (shape {dims}); coldbrew's kernels "
                                f"index at most {MAX_ELEMENTS:,}")
+
+
+def _inference_problem(e):
+    """ONNX's inference error in one line: the chain of nodes it is in (a
+    Loop's body, an If's branch inside it, ...) and its innermost message."""
+    import re
+
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    first = lines[0]
+    chain = re.findall(r"\(op_type:(\w+), node name: ([^)]*)\)", first)
+    if len(chain) < 2:
+        return first
+    inner = first.rsplit("): ", 1)[-1]
+    return "in " + " > ".join(f"{op} node '{name}'" for op, name in chain) + f": {inner}"
 
 
 def bind_constants(model, constants):

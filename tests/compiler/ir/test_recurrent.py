@@ -66,3 +66,73 @@ def test_without_initial_states_they_start_at_zero():
 def test_what_unrolling_does_not_cover_is_named(attrs, words):
     with pytest.raises(CompileError, match=f"LSTM node 'rnn': unrolling it is not supported with .*{words}"):
         compile_model(cell_model("LSTM", "forward", **attrs))
+
+
+def quantized_cell(direction, h0_zero=False, per_column=False, chained=False):
+    """onnxruntime's com.microsoft.DynamicQuantizeLSTM with int8 weights
+    (and, chained, a second one reading the first's output through a
+    Shape-computed Reshape, as exporters write it)."""
+    rng = np.random.default_rng(5)
+    dirs = 2 if direction == "bidirectional" else 1
+    inits, nodes = [], []
+
+    def cell(k, x, inp):
+        w = rng.integers(-127, 127, (dirs, inp, 4 * HID)).astype(np.int8)
+        r = rng.integers(-127, 127, (dirs, HID, 4 * HID)).astype(np.int8)
+        scale = (dirs, 4 * HID) if per_column else (dirs,)
+        inits.extend([numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"),
+                      numpy_helper.from_array((rng.standard_normal((dirs, 8 * HID)) * 0.1).astype(np.float32), f"B{k}"),
+                      numpy_helper.from_array(rng.uniform(0.005, 0.02, scale).astype(np.float32), f"ws{k}"),
+                      numpy_helper.from_array(np.zeros(scale, np.int8) if per_column  # onnxruntime: symmetric
+                                              else rng.integers(-3, 3, scale).astype(np.int8), f"wz{k}"),
+                      numpy_helper.from_array(rng.uniform(0.01, 0.03, (dirs,)).astype(np.float32), f"rs{k}"),
+                      numpy_helper.from_array(np.zeros(dirs, np.int8), f"rz{k}")])
+        nodes.append(helper.make_node("DynamicQuantizeLSTM", [x, f"W{k}", f"R{k}", f"B{k}", "", "h0", "c0", "",
+                                                              f"ws{k}", f"wz{k}", f"rs{k}", f"rz{k}"],
+                                      [f"y{k}", f"yh{k}", ""], domain="com.microsoft", direction=direction,
+                                      hidden_size=HID))
+        return f"y{k}"
+
+    y = cell(0, "x", IN)
+    if chained:  # [seq, dirs, batch, hid] -> [seq, batch, dirs * hid], its shape computed from the output's
+        inits.append(numpy_helper.from_array(np.array([0, 1, 3], np.int64), "keep"))
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "minus1"))
+        nodes += [helper.make_node("Transpose", [y], ["yt"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Shape", ["yt"], ["ys"]),
+                  helper.make_node("Gather", ["ys", "keep"], ["dims3"]),
+                  helper.make_node("Slice", ["dims3", "zero1", "two1"], ["dims2"]),
+                  helper.make_node("Concat", ["dims2", "minus1"], ["shape"], axis=0),
+                  helper.make_node("Reshape", ["yt", "shape"], ["x1"])]
+        inits += [numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+                  numpy_helper.from_array(np.array([2], np.int64), "two1")]
+        y = cell(1, "x1", dirs * HID)
+    g = helper.make_graph(nodes, "qcell", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SEQ, BATCH, IN]),
+                                           helper.make_tensor_value_info("h0", TensorProto.FLOAT, [dirs, BATCH, HID]),
+                                           helper.make_tensor_value_info("c0", TensorProto.FLOAT, [dirs, BATCH, HID])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [SEQ, dirs, BATCH, HID])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    rng2 = np.random.default_rng(6)
+    feeds = {"x": rng2.standard_normal((SEQ, BATCH, IN)).astype(np.float32),
+             "h0": np.zeros((dirs, BATCH, HID), np.float32) if h0_zero
+             else (rng2.standard_normal((dirs, BATCH, HID)) * 0.5).astype(np.float32),
+             "c0": (rng2.standard_normal((dirs, BATCH, HID)) * 0.5).astype(np.float32)}
+    return m, feeds
+
+
+@pytest.mark.parametrize("direction, h0_zero, per_column, chained", [
+    ("forward", False, False, False), ("reverse", True, False, False), ("bidirectional", False, True, False),
+    ("bidirectional", False, False, True)])
+def test_quantized_lstm_computes_what_onnxruntime_computes(direction, h0_zero, per_column, chained):
+    """Every product quantizes its left operand on the fly as onnxruntime
+    does, so the results agree to float rounding, not to int8 steps
+    (onnxruntime on two threads: on one it quantizes the state of the whole
+    batch at once, per row on more)."""
+    import onnxruntime as ort
+
+    model, feeds = quantized_cell(direction, h0_zero, per_column, chained)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = coldbrew.load(compile_model(model)).run(None, feeds)[0]
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)

@@ -145,3 +145,25 @@ def test_an_exporters_placeholder_shape_gives_way_to_the_input_shape(small_model
     fixed.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 20
     (want,) = ort_run(fixed, {"x": x})
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_inference_error_inside_a_subgraph_names_the_chain_of_nodes():
+    """A branch whose declared output contradicts its node: the message
+    names the If and the node inside it, and says what differs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from coldbrew.compiler import CompileError, compile_model
+
+    def branch(name):
+        return helper.make_graph([helper.make_node("Identity", ["x"], [f"{name}_y"], name=f"{name}_id")], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [])])  # x is [3]
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=branch("t"),
+                                            else_branch=branch("e"))], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(CompileError, match=r"do not check: in If node 'the_if' > Identity node '[te]_id': "):
+        compile_model(m)
