@@ -34,6 +34,18 @@ ops.check_static to name):
 - LpNormalization: x / ReduceL1 or ReduceL2 of x along the axis (0 where
   the norm is 0).
 - EyeLike: the constant identity-like matrix of its input's static shape.
+- LayerNormalization asked for its Mean and InvStdDev outputs: computed
+  from its parts (ReduceMean, Sub, Mul, Sqrt, Reciprocal), in float32 when
+  stash_type asks for it.
+- Mod of floats with fmod=0 (the result takes the divisor's sign): fmod,
+  plus the divisor where the remainder is non-zero and its sign differs.
+- ReduceMax and ReduceMin of bools: on uint8, cast back.
+- ConvTranspose with output_shape: the pads that give that shape.
+- Resize in the modes the TIR lowering does not implement (scales that do
+  not give whole output sizes, an axes attribute, a kept aspect ratio,
+  antialiasing, half_pixel_symmetric): per resized axis a constant matrix,
+  the ONNX reference's own 1-D resize of the identity, applied along the
+  axis (a Gather where every output row takes one input row).
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -392,8 +404,170 @@ def eye_like(model):
     rewrite(model, "EyeLike", expand)
 
 
+def layer_norm_statistics(model):
+    types, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, outs = node.input[0], list(node.output) + ["", ""]
+        if not any(outs[1:3]) or x not in shapes:
+            return [node]
+        rank, dtype = len(shapes[x]), types.get(x, TensorProto.FLOAT)
+        axes = np.arange(a.get("axis", -1) % rank, rank, dtype=np.int64)
+
+        def mean(src, dst):  # ReduceMean's axes: an input from opset 18, an attribute before
+            if _opset(model) >= 18:
+                return helper.make_node("ReduceMean", [src, add_init(f"{dst}/axes", axes)], [dst], keepdims=1)
+            return helper.make_node("ReduceMean", [src], [dst], keepdims=1, axes=axes.tolist())
+        work = TensorProto.FLOAT if a.get("stash_type", 1) == TensorProto.FLOAT else dtype
+        eps = add_init(f"{name}/eps", np.array(a.get("epsilon", 1e-5), helper.tensor_dtype_to_np_dtype(work)))
+        t = [f"{name}/t{k}" for k in range(8)]
+        out = [helper.make_node("Cast", [x], [t[0]], to=work),
+               mean(t[0], t[1]),
+               helper.make_node("Sub", [t[0], t[1]], [t[2]]),
+               helper.make_node("Mul", [t[2], t[2]], [t[3]]),
+               mean(t[3], t[4]),
+               helper.make_node("Add", [t[4], eps], [t[5]]),
+               helper.make_node("Sqrt", [t[5]], [t[6]]),
+               helper.make_node("Reciprocal", [t[6]], [outs[2] or t[7]]),
+               helper.make_node("Mul", [t[2], outs[2] or t[7]], [f"{name}/normed"]),
+               helper.make_node("Cast", [f"{name}/normed"], [f"{name}/normed_x"], to=dtype),
+               helper.make_node("Mul", [f"{name}/normed_x", node.input[1]], [f"{name}/scaled" if len(node.input) > 2
+                                                                             and node.input[2] else outs[0]])]
+        if len(node.input) > 2 and node.input[2]:
+            out.append(helper.make_node("Add", [f"{name}/scaled", node.input[2]], [outs[0]], name=name))
+        if outs[1]:
+            out.append(helper.make_node("Identity", [t[1]], [outs[1]]))
+        return out
+    rewrite(model, "LayerNormalization", expand)
+
+
+def float_mod(model):
+    types, _ = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, y = node.input
+        if a.get("fmod", 0) or types.get(x) not in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16):
+            return [node]
+        zero = add_init(f"{name}/zero", np.array(0, _np_type(types, x)))
+        t = [f"{name}/t{k}" for k in range(6)]
+        return [helper.make_node("Mod", [x, y], [t[0]], fmod=1),
+                helper.make_node("Mul", [t[0], y], [t[1]]),
+                helper.make_node("Less", [t[1], zero], [t[2]]),  # non-zero, of the other sign than y
+                helper.make_node("Add", [t[0], y], [t[3]]),
+                helper.make_node("Where", [t[2], t[3], t[0]], [node.output[0]], name=name)]
+    rewrite(model, "Mod", expand)
+
+
+def bool_extrema(model):
+    types, _ = types_and_shapes(model)
+    for op in ("ReduceMax", "ReduceMin"):
+        def expand(node, name, a, add_init):
+            if types.get(node.input[0]) != TensorProto.BOOL:
+                return [node]
+            wide = helper.make_node("Cast", [node.input[0]], [f"{name}/u8"], to=TensorProto.UINT8)
+            red = helper.make_node(op, [f"{name}/u8"] + list(node.input[1:]), [f"{name}/r"], name=name,
+                                   **{k: v for k, v in a.items()})
+            return [wide, red, helper.make_node("Cast", [f"{name}/r"], [node.output[0]], to=TensorProto.BOOL)]
+        rewrite(model, op, expand)
+
+
+def conv_transpose_output_shape(model):
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, w = node.input[0], node.input[1]
+        if "output_shape" not in a or x not in shapes or w not in shapes:
+            return [node]
+        spatial = len(shapes[x]) - 2
+        want = list(a["output_shape"])[-spatial:]
+        strides, dil = a.get("strides", [1] * spatial), a.get("dilations", [1] * spatial)
+        extra, kernel = a.get("output_padding", [0] * spatial), shapes[w][2:]
+        total = [s * (i - 1) + e + (k - 1) * d + 1 - o
+                 for s, i, e, k, d, o in zip(strides, shapes[x][2:], extra, kernel, dil, want)]
+        upper = a.get("auto_pad", b"NOTSET") in (b"SAME_UPPER", "SAME_UPPER")
+        begin = [t // 2 if upper else t - t // 2 for t in total]
+        attrs = {k: v for k, v in a.items() if k not in ("output_shape", "auto_pad")}
+        attrs["pads"] = begin + [t - b for t, b in zip(total, begin)]
+        return [helper.make_node("ConvTranspose", list(node.input), list(node.output), name=name, **attrs)]
+    rewrite(model, "ConvTranspose", expand)
+
+
+def _resize_plan(node, a, consts, shape):
+    """[(axis, in_len, out_len, scale)] for the resized axes, or None where
+    an input is not constant or the mode is tf_crop_and_resize."""
+    ins = list(node.input) + ["", "", ""]
+    mode = a.get("coordinate_transformation_mode", b"half_pixel")
+    if mode in (b"tf_crop_and_resize", "tf_crop_and_resize") or any(i and i not in consts for i in ins[1:4]):
+        return None
+    rank = len(shape)
+    axes = [x % rank for x in a.get("axes", range(rank))]
+    scales = consts[ins[2]].astype(np.float64).tolist() if ins[2] and consts[ins[2]].size else None
+    sizes = consts[ins[3]].astype(np.int64).tolist() if ins[3] and consts[ins[3]].size else None
+    if sizes is not None:
+        ratios = [o / shape[x] for o, x in zip(sizes, axes)]
+        policy = a.get("keep_aspect_ratio_policy", b"stretch")
+        policy = policy.decode() if isinstance(policy, bytes) else policy
+        if policy != "stretch":
+            common = (min if policy == "not_larger" else max)(ratios)
+            ratios = [common] * len(axes)
+            sizes = [int(np.floor(common * shape[x] + 0.5)) for x in axes]
+        scales = ratios
+    elif scales is not None:
+        sizes = [int(np.floor(shape[x] * sc)) for x, sc in zip(axes, scales)]
+    else:
+        return None
+    return [(x, shape[x], m, sc) for x, m, sc in zip(axes, sizes, scales) if m != shape[x] or sc != 1]
+
+
+def _resize_matrix(node, a, n, m, scale, opset):
+    """[m, n]: the reference's 1-D resize of the identity by `scale`."""
+    from onnx.reference import ReferenceEvaluator
+
+    keep = {k: v for k, v in a.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    g = helper.make_graph([helper.make_node("Resize", ["x", "", "s"], ["y"], **keep)], "r",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([1.0, scale], np.float32), "s")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(opset, 13))])
+    y = ReferenceEvaluator(model).run(None, {"x": np.eye(n, dtype=np.float32)})[0]
+    return y.T if y.shape == (n, m) else None
+
+
+def resize_by_matrices(model):
+    from .ops import resize_needs_fallback
+
+    protos = {t.name: t for t in model.graph.initializer}
+    consts = {k: numpy_helper.to_array(t) for k, t in protos.items()}
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x = node.input[0]
+        if x not in shapes or not resize_needs_fallback(node, protos, shapes):
+            return [node]
+        plan = _resize_plan(node, a, consts, shapes[x])
+        mats = [_resize_matrix(node, a, n, m, sc, _opset(model)) for _, n, m, sc in plan or []]
+        if plan is None or any(mt is None for mt in mats):
+            return [node]  # check_static names the mode
+        rank, out = len(shapes[x]), []
+        for (axis, n, m, _), mt in zip(plan, mats):
+            y = f"{name}/axis{axis}"
+            if np.all((mt == 0) | (mt == 1)) and np.all(mt.sum(axis=1) == 1):  # each output row one input row
+                out.append(helper.make_node("Gather", [x, add_init(f"{y}/rows", mt.argmax(axis=1))], [y], axis=axis))
+            else:
+                perm = list(range(rank))
+                perm[axis], perm[-1] = perm[-1], perm[axis]
+                t = [f"{y}/t{k}" for k in range(2)]
+                out += [helper.make_node("Transpose", [x], [t[0]], perm=perm),
+                        helper.make_node("MatMul", [t[0], add_init(f"{y}/m", np.ascontiguousarray(mt.T))], [t[1]]),
+                        helper.make_node("Transpose", [t[1]], [y], perm=perm)]
+            x = y
+        return out + [helper.make_node("Identity", [x], [node.output[0]], name=name)]
+    rewrite(model, "Resize", expand)
+
+
 DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence, wide_accumulation, conv_integer,
-                  celu, swish, lp_normalization, eye_like]
+                  celu, swish, lp_normalization, eye_like, layer_norm_statistics, float_mod, bool_extrema,
+                  conv_transpose_output_shape, resize_by_matrices]
 
 
 def apply(model):

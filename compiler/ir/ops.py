@@ -162,6 +162,12 @@ def types_and_shapes(model):
     return types, shapes
 
 
+def resize_needs_fallback(node, consts, shapes):
+    """Whether a Resize uses a mode the TIR lowering does not implement
+    (ir/decompose.py computes those with constant matrices)."""
+    return bool(_resize_problems(node, "", consts, shapes))
+
+
 def _resize_problems(node, label, consts, shapes):
     """Resize modes the TIR lowering does not implement exactly."""
     from onnx import numpy_helper

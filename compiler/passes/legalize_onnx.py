@@ -16,7 +16,9 @@ shape-deciding input, an If's condition among them, is constant
   MatMuls, gates and state updates (ir/recurrent.py).
 - Single operators the importer lacks or takes in one form only (LRN,
   IsInf, RMSNormalization, OneHot, TopK, Upsample, ReverseSequence,
-  ConvInteger, Celu; float16 products accumulated in float32):
+  ConvInteger, Celu, Swish, LpNormalization, EyeLike, LayerNormalization's
+  statistics, float Mod, extrema of bools, ConvTranspose's output_shape,
+  Resize's other modes; float16 products accumulated in float32):
   ir/decompose.py.
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.

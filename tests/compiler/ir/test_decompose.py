@@ -129,3 +129,58 @@ def test_conv_integer_is_exact_with_per_channel_zero_points():
             ref[0, :, i, j] = np.einsum("chw,mchw->m", xc[0, :, i:i + 3, j:j + 3], wc)
     assert np.abs(ref).max() > 2**24
     np.testing.assert_array_equal(got, ref)
+
+
+def _check(model, feeds, gone, ref=None):
+    """legalize leaves no node for which gone(node) holds, and the compiled
+    model computes what onnxruntime (or `ref`) computes."""
+    out = legalize_onnx.apply(onnx.ModelProto.FromString(model.SerializeToString()))
+    assert not [n for n in out.graph.node if gone(n)]
+    got = coldbrew.load(compile_model(model)).run(None, feeds)
+    for g, r in zip(got, ref or ort_run(model, feeds)):
+        assert_close(g, r)
+
+
+def test_layer_normalization_statistics_outputs():
+    scale, bias = c("scale", np.full((4, 5), 1.5, np.float32)), c("bias", np.full((4, 5), 0.25, np.float32))
+    g = helper.make_graph([helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y", "mean", "inv"],
+                                            axis=2, epsilon=1e-3)], "ln",
+                          [helper.make_tensor_value_info("x", F, [2, 3, 4, 5])],
+                          [helper.make_tensor_value_info(o, F, s) for o, s in
+                           (("y", [2, 3, 4, 5]), ("mean", [2, 3, 1, 1]), ("inv", [2, 3, 1, 1]))], [scale, bias])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    _check(m, {"x": np.nan_to_num(X, posinf=3.0, neginf=-3.0)}, lambda n: n.op_type == "LayerNormalization")
+
+
+def test_float_mod_takes_the_divisor_sign():
+    m = one_node("Mod", [("x", F, [2, 3, 4, 5]), ("d", F, [5])], [2, 3, 4, 5])
+    feeds = {"x": np.nan_to_num(X, posinf=3.0, neginf=-3.0) * 4, "d": np.array([1.5, -1.5, 0.7, -2.0, 3.0], np.float32)}
+    ref = [np.mod(feeds["x"], feeds["d"])]  # numpy's mod takes the divisor's sign too (onnxruntime: opset 28 on)
+    _check(m, feeds, lambda n: n.op_type == "Mod" and not any(a.name == "fmod" and a.i for a in n.attribute), ref)
+
+
+def test_extrema_of_bools():
+    for op in ("ReduceMax", "ReduceMin"):
+        m = one_node(op, [("x", TensorProto.BOOL, [3, 4])], [3, 1], [c("axes", np.array([1], np.int64))],
+                     opset=20, out_type=TensorProto.BOOL)
+        _check(m, {"x": X[0, :3, 0, :4] > 0}, lambda n: n.op_type == op and n.input[0] == "x")
+
+
+def test_conv_transpose_output_shape_becomes_pads():
+    w = c("w", np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float32))
+    m = one_node("ConvTranspose", [("x", F, [2, 3, 4, 5])], [2, 2, 9, 10], [w], strides=[2, 2],
+                 output_shape=[9, 10])
+    _check(m, {"x": np.nan_to_num(X, posinf=3.0, neginf=-3.0)},
+           lambda n: any(a.name == "output_shape" for a in n.attribute))
+
+
+@pytest.mark.parametrize("attrs, scales, out", [
+    ({"mode": "linear"}, [1, 1, 0.6, 1.3], [2, 3, 2, 6]),                       # scales not giving whole sizes
+    ({"mode": "cubic", "antialias": 1}, [1, 1, 0.5, 0.6], [2, 3, 2, 3]),        # antialiased downsampling
+    ({"mode": "nearest", "coordinate_transformation_mode": "half_pixel_symmetric"}, [1, 1, 1.7, 1], [2, 3, 6, 5]),
+    ({"mode": "linear", "axes": [3, 2]}, [0.6, 1.5], [2, 3, 6, 3])])
+def test_resize_modes_by_matrices(attrs, scales, out):
+    m = one_node("Resize", [("x", F, [2, 3, 4, 5])], out,
+                 [c("roi", np.array([], np.float32)), c("s", np.array(scales, np.float32))], opset=19, **attrs)
+    _check(m, {"x": np.nan_to_num(X, posinf=3.0, neginf=-3.0)}, lambda n: n.op_type == "Resize")
