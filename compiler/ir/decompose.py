@@ -187,7 +187,8 @@ def small_forms(model):
 def _celu(node, name, a, add_init):
     alpha = float(a.get("alpha", 1.0))
     x, t = node.input[0], [f"{name}/t{k}" for k in range(6)]
-    zero, al, one = (add_init(f"{name}/{k}", np.array(v, np.float32)) for k, v in (("zero", 0), ("alpha", alpha), ("one", 1)))
+    zero, al, one = (add_init(f"{name}/{k}", np.array(v, np.float32))
+                     for k, v in (("zero", 0), ("alpha", alpha), ("one", 1)))
     return [helper.make_node("Div", [x, al], [t[0]]), helper.make_node("Exp", [t[0]], [t[1]]),
             helper.make_node("Sub", [t[1], one], [t[2]]), helper.make_node("Mul", [t[2], al], [t[3]]),
             helper.make_node("Min", [t[3], zero], [t[4]]), helper.make_node("Max", [x, zero], [t[5]]),
@@ -565,9 +566,9 @@ def resize_by_matrices(model):
     rewrite(model, "Resize", expand)
 
 
-DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence, wide_accumulation, conv_integer,
-                  celu, swish, lp_normalization, eye_like, layer_norm_statistics, float_mod, bool_extrema,
-                  conv_transpose_output_shape, resize_by_matrices]
+DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence,
+                  wide_accumulation, conv_integer, celu, swish, lp_normalization, eye_like, layer_norm_statistics,
+                  float_mod, bool_extrema, conv_transpose_output_shape, resize_by_matrices]
 
 
 def apply(model):

@@ -49,7 +49,8 @@ STATIC_INPUTS = {
     "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
     "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
-    "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1}, "OneHot": {1, 2}, "Upsample": {1},
+    "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1},
+    "OneHot": {1, 2}, "Upsample": {1},
     "TopK": {1}, "Loop": {0, 1}, "ReverseSequence": {1},
     "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
 }

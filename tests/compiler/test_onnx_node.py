@@ -32,8 +32,9 @@ REFUSED = ("training_mode", "optional outputs", "output_shape attribute", "zero-
 # same meaning at MAX_OPSET for the types those tests use: their cases run
 # with the opset stamped down to MAX_OPSET.
 RESTAMPED = {"Mod", "QuantizeLinear", "DequantizeLinear", "Celu", "Einsum", "OneHot", "DepthToSpace",
-             "SpaceToDepth", "ReduceLogSumExp", "ReduceLogSum", "ReverseSequence", "Swish", "HannWindow", "HammingWindow", "BlackmanWindow",
-             "MelWeightMatrix", "LpNormalization", "EyeLike", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"}
+             "SpaceToDepth", "ReduceLogSumExp", "ReduceLogSum", "ReverseSequence", "Swish", "HannWindow",
+             "HammingWindow", "BlackmanWindow", "MelWeightMatrix", "LpNormalization", "EyeLike", "BitwiseAnd",
+             "BitwiseOr", "BitwiseXor", "BitwiseNot"}
 
 
 def _dtypes_ok(model):

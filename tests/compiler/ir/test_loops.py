@@ -48,7 +48,8 @@ def while_model(m, n, data_cond=False):
              numpy_helper.from_array(np.array(1e9, np.float32), "thr")]
     loop = helper.make_node("Loop", ["M", "c0", "i0", "h0"], ["i_end", "h_end", "hs"], name="loop", body=body)
     g = helper.make_graph([loop], "while",
-                          [helper.make_tensor_value_info("x", F, [8, 1, 4]), helper.make_tensor_value_info("h0", F, [1, 4])],
+                          [helper.make_tensor_value_info("x", F, [8, 1, 4]),
+                           helper.make_tensor_value_info("h0", F, [1, 4])],
                           [helper.make_tensor_value_info("h_end", F, [1, 4]),
                            helper.make_tensor_value_info("hs", F, [None, 1, 4])], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -60,7 +61,8 @@ def while_model(m, n, data_cond=False):
 def test_unrolled_loop_matches_onnxruntime(m, n):
     model = while_model(m, n)
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((8, 1, 4)).astype(np.float32), "h0": rng.standard_normal((1, 4)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((8, 1, 4)).astype(np.float32),
+             "h0": rng.standard_normal((1, 4)).astype(np.float32)}
     ref = ort_run(model, feeds)
     got = coldbrew.load(compile_model(model)).run(None, feeds)
     assert got[1].shape == (min(m, n), 1, 4)  # stopped by whichever comes first: M or the condition
@@ -103,7 +105,8 @@ def test_scan_is_unrolled_over_its_axes_and_directions(in_axis, in_rev, out_axis
                             scan_output_axes=[out_axis], scan_output_directions=[out_rev])
     g = helper.make_graph([scan], "scan", [helper.make_tensor_value_info("s0", F, [3]),
                                            helper.make_tensor_value_info("x", F, x_shape)],
-                          [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("ys", F, [5, 3] if out_axis == 0 else [3, 5])])
+                          [helper.make_tensor_value_info("s", F, [3]),
+                           helper.make_tensor_value_info("ys", F, [5, 3] if out_axis == 0 else [3, 5])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
     model.ir_version = 8
     rng = np.random.default_rng(2)
