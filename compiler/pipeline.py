@@ -55,6 +55,7 @@ class Compilation:
     producer: str = ""
     proto: object = None          # load_onnx ... fold_batchnorm: the ONNX model
     model_hash: str = ""          # load_onnx
+    qdq_scales: list = field(default_factory=list)  # fold_constants: scales of int8 weights dequantized
     input_names: list = None      # load_onnx
     output_names: list = None     # load_onnx
     name: str = "model"           # import_relax

@@ -14,22 +14,51 @@ def fits_fp16(w):
     return not w.size or float(np.max(np.abs(w))) <= FP16_MAX
 
 
-def narrow_weights(raw, precision, axis):
+def narrow_weights(raw, precision, axis, scale=None):
     """(stored arrays, widened fp32 weights) of `raw` in `precision`: [fp16
-    values] or [int8 values, fp32 scale per entry of `axis`]. The widened
-    weights are what the transform kernel computes from the stored ones."""
+    values] or [int8 values, fp32 scale per entry of `axis`] (`scale`
+    where given, else max |w| / 127). The widened weights are what the
+    transform kernel computes from the stored ones."""
     raw = np.asarray(raw, np.float32)
     if precision == "fp16":
         q = raw.astype(np.float16)
         return [q], q.astype(np.float32)
     other = tuple(d for d in range(raw.ndim) if d != axis)
-    peak = np.max(np.abs(raw), axis=other) if raw.size else np.zeros(raw.shape[axis], np.float32)
-    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    if scale is None:
+        peak = np.max(np.abs(raw), axis=other) if raw.size else np.zeros(raw.shape[axis], np.float32)
+        scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
     shape = [1] * raw.ndim
     shape[axis] = -1
     s = scale.reshape(shape)
     q = np.clip(np.rint(raw / s), -127, 127).astype(np.int8)
     return [q, scale], q.astype(np.float32) * s
+
+
+def model_scale(raw, axis, scales):
+    """A scale per entry of `axis` under which `raw` is exactly int8 values
+    times the scale, taken from `scales` (the model's own: those of the
+    int8 weights its DequantizeLinear nodes widened, one per tensor or one
+    per channel), or None. Channels past a per-channel scale's length
+    (padding) must be zero."""
+    raw = np.asarray(raw, np.float32)
+    n = raw.shape[axis] if raw.ndim else 0
+    shape = [1] * raw.ndim
+    if raw.ndim:
+        shape[axis] = -1
+    for s in scales:
+        s = np.asarray(s, np.float32).reshape(-1)
+        if s.size == 1:
+            per = np.full(n, s[0], np.float32)
+        elif s.size <= n and not np.any(np.take(raw, np.arange(s.size, n), axis=axis)):
+            per = np.concatenate([s, np.ones(n - s.size, np.float32)])
+        else:
+            continue
+        if np.any(per <= 0):
+            continue
+        q = np.rint(raw / per.reshape(shape))
+        if np.all(np.abs(q) <= 127) and np.array_equal(q.astype(np.float32) * per.reshape(shape), raw):
+            return per
+    return None
 
 
 def weight_error(raw, wide):

@@ -105,11 +105,15 @@ def _shape_value(node, shapes):
     return np.array(src[start:end], dtype=np.int64)
 
 
-def apply(model):
+def apply(model, qdq_scales=None):
+    """`qdq_scales`: a list to which the scales of the int8 weights that
+    DequantizeLinear nodes widen (symmetric: zero point 0) are added, so the
+    bundle can store them int8 again (plan_weights)."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     graph_outputs = {o.name for o in g.output}
     nodes = list(g.node)
+    seen = set()
     changed = True
     while changed:
         changed = False
@@ -133,7 +137,12 @@ def apply(model):
                 value = [_shape_value(node, shapes)]
             elif (node.op_type not in _NON_DETERMINISTIC and node.op_type not in _CONTROL_FLOW
                   and all(i in consts for i in node.input if i) and any(node.input)):
+                if qdq_scales is not None and node.op_type == "DequantizeLinear" and node.output[0] not in seen:
+                    seen.add(node.output[0])  # folded here, or by the Relax folding if the reference lacks it
+                    _record_scale(node, consts, qdq_scales)
                 value = _try_evaluate(node, consts, model.opset_import)
+                if value is None and node.op_type == "DequantizeLinear":
+                    value = _dequantize(node, consts)
             if value is None:
                 kept.append(node)
                 continue
@@ -146,6 +155,29 @@ def apply(model):
     if _compact_broadcasts(list(model.graph.node), consts, shapes):
         _rewrite(model, list(model.graph.node), consts, graph_outputs)
     return model
+
+
+def _dequantize(node, consts):
+    """DequantizeLinear of constants where the reference implementation lacks
+    it at the model's opset: (x - zero point) * scale, per tensor or along
+    `axis` (blocked quantization stays for check_static to name)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x, scale = consts[node.input[0]], consts[node.input[1]]
+    zero = consts[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros((), x.dtype)
+    if attrs.get("block_size", 0) or scale.ndim > 1 or x.dtype.kind not in "iu":
+        return None
+    shape = [1] * x.ndim
+    if scale.size > 1:
+        shape[attrs.get("axis", 1) % x.ndim] = -1
+    s, z = scale.astype(np.float32).reshape(shape), zero.astype(np.float32).reshape(shape if zero.size > 1 else [])
+    return [((x.astype(np.float32) - z) * s).astype(scale.dtype)]
+
+
+def _record_scale(node, consts, qdq_scales):
+    q = consts[node.input[0]]
+    zero = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if q.dtype == np.int8 and (zero is None or not np.any(zero)):
+        qdq_scales.append(np.asarray(consts[node.input[1]], np.float32))
 
 
 def _unrolled(node, count, consts, model):
@@ -238,5 +270,5 @@ def _rewrite(model, nodes, consts, graph_outputs):
 
 
 def run(c):
-    c.proto = apply(c.proto)
+    c.proto = apply(c.proto, c.qdq_scales)
     return c

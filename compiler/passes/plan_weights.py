@@ -35,6 +35,11 @@ prepared tensor the kernel reads:
                    (max |w| / 127), widened (value x scale) inside the
                    variant's transform kernel, or by a widening kernel
 
+A quantized model's int8 weights (widened by DequantizeLinear nodes with
+zero point 0; fold_constants records their scales) are stored int8 again
+whatever the precision asked, with the model's own scales: exact (error
+0), a quarter of the bytes.
+
 Each narrowed layer records the relative error of its stored weights (max
 |w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| > 65504)
 stays fp32, with a note. With fp16, the weights of layers without a variant
@@ -54,7 +59,7 @@ from ..errors import CompileError
 from ..ir.graph import Tensor
 from ..ir.forms import PRECISIONS
 from ..ir.narrow import choice as _choice
-from ..ir.narrow import fits_fp16, narrow_weights, weight_error
+from ..ir.narrow import fits_fp16, model_scale, narrow_weights, weight_error
 
 NAME = "plan_weights"
 
@@ -63,7 +68,7 @@ MAX_QUEUES = 8  # the runtime's preparation workers
 FORMS = ("raw", "cached", "direct")
 
 
-def apply(graph, form="cached", queues=0, precision="fp32"):
+def apply(graph, form="cached", queues=0, precision="fp32", qdq_scales=()):
     forms = form if isinstance(form, dict) else {"*": form}
     precisions = precision if isinstance(precision, dict) else {"*": precision}
     queues = queues if isinstance(queues, dict) else {"*": queues}
@@ -87,6 +92,9 @@ def apply(graph, form="cached", queues=0, precision="fp32"):
                 layer.weight_form, layer.weight_precision, layer.weight_error = "direct", a.direct, a.direct_error
                 continue
             want = "cached" if want == "direct" else want
+            own = model_scale(a.raw, _output_axis(a), qdq_scales) if p != "fp16" and qdq_scales else None
+            if own is not None and _narrow(graph, layer, idx, "int8", want, own):
+                continue  # a quantized model's int8 weights, stored int8 again with their own scales: exact
             if p != "fp32" and _narrow(graph, layer, idx, p, want):
                 continue
             if not t.cached:
@@ -156,7 +164,13 @@ def _narrow_generic(graph, layer, ids):
 WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/cpu/widen.c)
 
 
-def _narrow(graph, layer, idx, precision, form):
+def _output_axis(a):
+    from ..kernels.build import output_axis
+
+    return output_axis(a.spec)
+
+
+def _narrow(graph, layer, idx, precision, form, scale=None):
     """Store weight tensor `idx` of `layer` in `precision` (see the module's
     table), widened on the first run into the fp32 tensor its kernel reads;
     False when the weights do not fit (they stay fp32)."""
@@ -168,7 +182,7 @@ def _narrow(graph, layer, idx, precision, form):
     if precision == "fp16" and not fits_fp16(raw):
         graph.notes.append(f"{a.id}: weights exceed the fp16 range (max |w| {float(np.max(np.abs(raw))):.3g}); kept fp32")
         return False
-    stored, wide = narrow_weights(raw, precision, output_axis(a.spec))
+    stored, wide = narrow_weights(raw, precision, output_axis(a.spec), scale)
     layer.weight_precision, layer.weight_error = precision, weight_error(raw, wide)
     in_layout = precision == "fp16" and a.variant.transform_rearranges and (form == "cached" or not t.cached)
     if in_layout:  # the kernel's own layout, fp16: rearranged values round exactly as the raw ones do
@@ -250,7 +264,7 @@ def apply_gpu(graph, anchors, form="auto"):
 def run(c):
     try:
         c.graph = (apply_gpu(c.graph, c.anchors, c.weights) if c.on_gpu
-                   else apply(c.graph, c.weights, c.queues, c.precision))
+                   else apply(c.graph, c.weights, c.queues, c.precision, c.qdq_scales))
     except ValueError as e:
         raise CompileError(str(e)) from None
     return c

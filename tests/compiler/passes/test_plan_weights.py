@@ -206,3 +206,43 @@ def test_preparation_queues_and_refused_requests(small_model):
                             ({"precision": {"*": "bf16"}}, "weight precision must be one of")):
         with pytest.raises(CompileError, match=message):
             plan_weights.run(Compilation(graph=_extracted(small_model), **option))
+
+
+def qdq_conv_model(per_channel):
+    """A QDQ export's convolution: int8 weights (zero point 0) widened by a
+    DequantizeLinear, per output channel or per tensor."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    q = rng.integers(-127, 128, (32, 16, 3, 3)).astype(np.int8)
+    scale = (rng.uniform(0.001, 0.01, 32) if per_channel else np.array(0.004)).astype(np.float32)
+    zero = np.zeros(scale.shape, np.int8)
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+         helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 12, 12])],
+        [numpy_helper.from_array(q, "wq"), numpy_helper.from_array(scale, "ws"), numpy_helper.from_array(zero, "wz")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return onnx.ModelProto.FromString(m.SerializeToString())
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_a_quantized_models_int8_weights_stay_int8_and_exact(per_channel):
+    """The bundle stores the model's own int8 weights with its own scales
+    (a quarter of the fp32 bytes) and computes exactly what the fp32
+    weights compute."""
+    model = qdq_conv_model(per_channel)
+    data = compile_model(model)  # the default precision: nothing to ask for
+    from coldbrew.compiler.pipeline import front_end, lower
+    from coldbrew.targets import resolve
+
+    g = lower(front_end(model), resolve("host"), None, None, "cached", 2, None, 0)
+    narrowed = [layer for layer in g.layers if layer.weight_precision == "int8"]
+    assert narrowed and all(layer.weight_error == 0.0 for layer in narrowed)
+    assert len(data) < 32 * 16 * 9 * 4 * 0.6 + 20000  # int8 weights, not fp32
+    x = np.random.default_rng(8).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], ort_run(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
