@@ -53,12 +53,21 @@ def model_scale(raw, axis, scales):
             per = np.concatenate([s, np.ones(n - s.size, np.float32)])
         else:
             continue
-        if np.any(per <= 0):
-            continue
-        q = np.rint(raw / per.reshape(shape))
-        if np.all(np.abs(q) <= 127) and np.array_equal(q.astype(np.float32) * per.reshape(shape), raw):
+        if np.any(per <= 0) or not _exact(_corner(raw, axis), per.reshape(shape)):
+            continue  # a small corner first: most scales fail there, cheaply
+        if _exact(raw, per.reshape(shape)):
             return per
     return None
+
+
+def _corner(raw, axis):
+    """`raw` cut to its first two entries along every axis but `axis`."""
+    return raw[tuple(slice(None) if d == axis else slice(0, 2) for d in range(raw.ndim))]
+
+
+def _exact(raw, scale):
+    q = np.rint(raw / scale)
+    return bool(np.all(np.abs(q) <= 127) and np.array_equal(q.astype(np.float32) * scale, raw))
 
 
 def weight_error(raw, wide):

@@ -37,8 +37,10 @@ prepared tensor the kernel reads:
 
 A quantized model's int8 weights (widened by DequantizeLinear nodes with
 zero point 0; fold_constants records their scales) are stored int8 again
-whatever the precision asked, with the model's own scales: exact (error
-0), a quarter of the bytes.
+whatever the precision asked but fp16, with the model's own scales: exact
+(error 0), a quarter of the bytes. In a variant layer they feed the
+variant's int8 transform; in a layer without one, the runtime's own
+cb.widen_i8 (int8 x scale, one scale per tensor or per entry of one axis).
 
 Each narrowed layer records the relative error of its stored weights (max
 |w' - w| / max |w|). A layer whose weights do not fit fp16 (|w| > 65504)
@@ -111,6 +113,8 @@ def apply(graph, form="cached", queues=0, precision="fp32", qdq_scales=()):
         layer = next(x for x in graph.layers if x.name == name)
         if _choice(precisions, name, "fp32") == "fp16":
             _narrow_generic(graph, layer, ids)
+        elif qdq_scales:
+            _narrow_generic_qdq(graph, layer, ids, qdq_scales)
     return graph
 
 
@@ -161,7 +165,39 @@ def _narrow_generic(graph, layer, ids):
     layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "fp16", err
 
 
-WIDEN_F16 = "cb.widen_f16"  # the runtime's own transform (runtime/src/cpu/widen.c)
+WIDEN_F16 = "cb.widen_f16"  # the runtime's own transforms (runtime/src/cpu/widen.c)
+WIDEN_I8 = "cb.widen_i8"
+
+
+def _narrow_generic_qdq(graph, layer, ids, qdq_scales):
+    """A quantized model's int8 weights in a layer without a variant (a
+    transformer's projections): each weight that is exactly int8 values
+    times one of the model's scales, along some axis, is stored int8 with
+    that scale and widened by cb.widen_i8, which takes (int8, scale,
+    prepared) triples; the others stay fp32."""
+    triples = []
+    for idx in ids:
+        t = graph.tensors[idx]
+        raw = np.asarray(t.data, np.float32)
+        found = next(((axis, s) for axis in range(raw.ndim)
+                      if (s := model_scale(raw, axis, qdq_scales)) is not None), None)
+        if found is None:
+            continue
+        axis, scale = found
+        stored, _ = narrow_weights(raw, "int8", axis, scale)
+        shape = [1] * raw.ndim
+        if np.any(stored[1] != stored[1][0]):
+            shape[axis] = -1
+        else:  # one scale for the tensor
+            stored[1] = stored[1][:1]
+        q = graph.add_tensor(Tensor(f"{t.name}.int8", "int8", raw.shape, "weight", stored[0]))
+        s = stored[1].reshape(shape)
+        scale_id = graph.add_tensor(Tensor(f"{t.name}.scale", "float32", s.shape, "weight", s))
+        t.kind, t.data, t.cached = "prepared", None, False
+        triples += [q, scale_id, idx]
+    if triples:
+        layer.transform, layer.transform_args = WIDEN_I8, triples
+        layer.weight_form, layer.weight_precision, layer.weight_error = "cached", "int8", 0.0
 
 
 def _output_axis(a):

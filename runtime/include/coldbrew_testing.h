@@ -38,6 +38,9 @@ int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap
 /* The runtime's own CPU weight transform: n fp16 values -> fp32 (the
  * profiler times it to model narrow weights' widening). */
 void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
+/* int8 weights times one scale per entry of their middle axis, over
+ * [outer][n][inner] (the transform cb.widen_i8). */
+void cb_widen_i8(const int8_t* in, const float* scale, float* out, uint64_t outer, uint64_t n, uint64_t inner);
 
 /* Threads the current run's parallel loops use (a continuous-mode run
  * switches to the warm plan's count). */

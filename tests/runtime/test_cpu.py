@@ -73,6 +73,23 @@ def test_widen_f16_turns_every_half_into_its_float():
         assert (out[n:] == 7.0).all(), n
 
 
+def test_widen_i8_multiplies_each_value_by_its_entrys_scale():
+    """cb_widen_i8 (the transform cb.widen_i8) over [outer][n][inner]: every
+    value times the scale of its entry of the middle axis, as numpy rounds
+    it, and nothing written past the tensor."""
+    widen = _lib.cb_widen_i8
+    widen.argtypes, widen.restype = [ctypes.c_void_p] * 3 + [ctypes.c_uint64] * 3, None
+    rng = np.random.default_rng(1)
+    for outer, n, inner in ((1, 1, 1000), (3, 5, 7), (2, 64, 1), (1, 9, 33)):
+        q = rng.integers(-128, 128, (outer, n, inner)).astype(np.int8)
+        scale = rng.uniform(1e-4, 1.0, n).astype(np.float32)
+        out = np.full(q.size + 4, 7.0, np.float32)
+        widen(q.ctypes.data, scale.ctypes.data, out.ctypes.data, outer, n, inner)
+        want = q.astype(np.float32) * scale.reshape(1, n, 1)
+        assert np.array_equal(out[:q.size], want.reshape(-1)), (outer, n, inner)
+        assert (out[q.size:] == 7.0).all()
+
+
 @pytest.fixture(scope="module")
 def feeds():
     return {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}

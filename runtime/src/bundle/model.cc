@@ -48,22 +48,46 @@ static bool prepared_by(const cb_step_desc* st, uint32_t t) {
   return st->ntransform_args == 2 && st->transform_args[1] == t;
 }
 
-// A CPU step that names the runtime's own transform (widen.c): pairs of
-// fp16 weights in, a prepared fp32 tensor of the same shape out.
+static bool same_shape(const cb_tensor_desc* a, const cb_tensor_desc* b) {
+  bool same = a->ndim == b->ndim;
+  for (int32_t d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+  return same;
+}
+
+// An int8 widening's scale: fp32, the weights' rank, every axis 1 but at
+// most one, which matches the weights'.
+static bool broadcast_scale(const cb_tensor_desc* s, const cb_tensor_desc* w) {
+  if (s->dtype != CB_F32 || s->kind != CB_KIND_WEIGHT || s->ndim != w->ndim) return false;
+  int32_t wide = 0;
+  for (int32_t d = 0; d < s->ndim; d++)
+    if (s->shape[d] != 1) {
+      if (s->shape[d] != w->shape[d]) return false;
+      wide++;
+    }
+  return wide <= 1;
+}
+
+// A CPU step that names one of the runtime's own transforms (widen.c):
+// cb.widen_f16 takes pairs (fp16 weights, a prepared fp32 tensor of their
+// shape); cb.widen_i8 triples (int8 weights, their fp32 scale, a prepared
+// fp32 tensor of their shape).
 static cb_status check_widen(const cb_model* m, uint32_t i) {
   const cb_step_desc* st = &m->steps[i];
-  if (!st->transform || strcmp(st->transform, CB_WIDEN_F16) != 0) return CB_OK;
-  if (st->ntransform_args < 2 || st->ntransform_args % 2)
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes pairs of tensors", i, CB_WIDEN_F16);
-  for (uint32_t k = 0; k < st->ntransform_args; k += 2) {
+  if (!st->transform) return CB_OK;
+  bool f16 = strcmp(st->transform, CB_WIDEN_F16) == 0, i8 = strcmp(st->transform, CB_WIDEN_I8) == 0;
+  if (!f16 && !i8) return CB_OK;
+  uint32_t group = f16 ? 2 : 3;
+  if (st->ntransform_args < group || st->ntransform_args % group)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s takes %s of tensors", i, st->transform, f16 ? "pairs" : "triples");
+  for (uint32_t k = 0; k < st->ntransform_args; k += group) {
     const cb_tensor_desc* in = &m->tensors[st->transform_args[k]];
-    const cb_tensor_desc* out = &m->tensors[st->transform_args[k + 1]];
-    bool same = in->ndim == out->ndim && in->nbytes * 2 == out->nbytes;
-    for (int32_t d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
-    if (in->kind != CB_KIND_WEIGHT || out->kind != CB_KIND_PREPARED || in->dtype != CB_F16 || out->dtype != CB_F32 ||
-        !same)
-      return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs fp16 weights and a prepared fp32 tensor of their shape",
-                     i, CB_WIDEN_F16);
+    const cb_tensor_desc* out = &m->tensors[st->transform_args[k + group - 1]];
+    bool ok = in->kind == CB_KIND_WEIGHT && out->kind == CB_KIND_PREPARED && out->dtype == CB_F32 &&
+              same_shape(in, out) && in->nbytes * (f16 ? 2 : 4) == out->nbytes &&
+              in->dtype == (f16 ? CB_F16 : CB_I8) && (f16 || broadcast_scale(&m->tensors[st->transform_args[k + 1]], in));
+    if (!ok)
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u: %s needs %s weights%s and a prepared fp32 tensor of their shape", i,
+                     st->transform, f16 ? "fp16" : "int8", f16 ? "" : ", an fp32 scale that broadcasts over them");
   }
   return CB_OK;
 }
@@ -242,7 +266,7 @@ cb_status check_calls(const fbs::Bundle* b, const cb_model* m, uint32_t version)
   for (uint32_t i = 0; i < m->nsteps; i++) {
     const cb_step_desc* st = &m->steps[i];
     cb_status s = check_call(b, m, i, "execute", st->kernel, st->args, st->nargs);
-    if (!s && st->transform && strcmp(st->transform, CB_WIDEN_F16) != 0)
+    if (!s && st->transform && strcmp(st->transform, CB_WIDEN_F16) != 0 && strcmp(st->transform, CB_WIDEN_I8) != 0)
       s = check_call(b, m, i, "transform", st->transform, st->transform_args, st->ntransform_args);
     if (!s && st->warm_kernel) s = check_call(b, m, i, "warm", st->warm_kernel, st->warm_args, st->nwarm_args);
     if (s) return s;

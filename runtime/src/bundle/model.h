@@ -57,6 +57,9 @@ typedef struct cb_dispatch_desc {
 /* The runtime's own CPU weight transform (cpu/widen.c, cb_widen_f16): fp16
  * weights -> the fp32 tensor the kernel reads, same shape. */
 #define CB_WIDEN_F16 "cb.widen_f16"
+/* ... and int8 weights times their fp32 scales (one per tensor, or one per
+ * entry of one axis, shaped to broadcast) -> the fp32 tensor, same shape. */
+#define CB_WIDEN_I8 "cb.widen_i8"
 
 /* The GPU weight transform the runtime runs on the CPU (vulkan/vulkan.c). */
 #define CB_GPU_WINOGRAD_F23 "gpu.winograd_f23"

@@ -56,6 +56,7 @@ static cb_status code_load(cb_bundle* b, const cb_segment_desc* seg) {
 }
 
 static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* result);
+static int widen_i8_kernel(void* self, const void* args, int32_t nargs, void* result);
 
 #define CB_SYMBOL_MAX 512 /* the compiler keeps kernel symbols far shorter (extract_layers.MAX_SYMBOL) */
 
@@ -65,6 +66,10 @@ static cb_status find_kernel(const cb_bundle* b, const cb_step_desc* st, const c
                              const char* name, cb_kernel_fn* out) {
   if (strcmp(name, CB_WIDEN_F16) == 0) { /* shapes checked at open (model.cc) */
     *out = widen_f16_kernel;
+    return CB_OK;
+  }
+  if (strcmp(name, CB_WIDEN_I8) == 0) {
+    *out = widen_i8_kernel;
     return CB_OK;
   }
   char sym[CB_SYMBOL_MAX];
@@ -108,6 +113,31 @@ static int widen_f16_kernel(void* self, const void* args, int32_t nargs, void* r
     uint64_t n = 1;
     for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
     cb_widen_f16(in->data, out->data, n);
+  }
+  return 0;
+}
+
+/* ... and triples of (int8 weights, their fp32 scale: the weights' rank,
+ * every axis 1 but at most one, checked at open; the fp32 prepared tensor). */
+static int widen_i8_kernel(void* self, const void* args, int32_t nargs, void* result) {
+  (void)self, (void)result;
+  const cb_ffi_any* a = args;
+  if (nargs < 3 || nargs % 3) return -1;
+  for (int32_t k = 0; k < nargs; k += 3) {
+    const cb_dltensor* in = a[k].v_ptr;
+    const cb_dltensor* scale = a[k + 1].v_ptr;
+    uint64_t outer = 1, n = 1, inner = 1;
+    int32_t axis = -1;
+    for (int32_t d = 0; d < in->ndim; d++)
+      if (scale->shape[d] != 1) axis = d;
+    for (int32_t d = 0; d < in->ndim; d++) {
+      uint64_t e = (uint64_t)in->shape[d];
+      if (axis < 0 || d > axis) inner *= e;
+      else if (d == axis) n = e;
+      else outer *= e;
+    }
+    const cb_dltensor* out = a[k + 2].v_ptr;
+    cb_widen_i8(in->data, scale->data, out->data, outer, n, inner);
   }
   return 0;
 }

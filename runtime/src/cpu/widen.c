@@ -1,5 +1,7 @@
-/* The runtime's own weight transform: fp16 weights widened to fp32
- * (transform "cb.widen_f16", compiler/passes/plan_weights.py). A step whose
+/* The runtime's own weight transforms: fp16 weights widened to fp32
+ * (transform "cb.widen_f16", compiler/passes/plan_weights.py), and int8
+ * weights times their scales ("cb.widen_i8": a quantized model's weights
+ * in layers without a variant). A step whose
  * weights are stored fp16 in the layout its kernel reads needs no code of
  * its own in the bundle: the runtime widens them once into the prepared
  * area, on whichever thread prepares the step. x86-64 uses F16C
@@ -64,4 +66,18 @@ void cb_widen_f16(const uint16_t* in, float* out, uint64_t n) {
   in += i, out += i, n -= i;
 #endif
   widen_portable(in, out, n);
+}
+
+/* out[o][a][i] = in[o][a][i] * scale[a] over [outer][n][inner]: int8
+ * weights widened with one scale per entry of one axis (n = 1: one scale
+ * for the tensor). Exact: an int8 value times a float rounds once, as the
+ * model's own DequantizeLinear does. The inner loop vectorizes. */
+void cb_widen_i8(const int8_t* in, const float* scale, float* out, uint64_t outer, uint64_t n, uint64_t inner) {
+  for (uint64_t o = 0; o < outer; o++)
+    for (uint64_t a = 0; a < n; a++) {
+      const float s = scale[a];
+      const int8_t* q = in + (o * n + a) * inner;
+      float* w = out + (o * n + a) * inner;
+      for (uint64_t i = 0; i < inner; i++) w[i] = (float)q[i] * s;
+    }
 }

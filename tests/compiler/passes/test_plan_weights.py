@@ -246,3 +246,74 @@ def test_a_quantized_models_int8_weights_stay_int8_and_exact(per_channel):
     x = np.random.default_rng(8).standard_normal((1, 16, 12, 12)).astype(np.float32)
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], ort_run(model, {"x": x})[0],
                                rtol=1e-4, atol=1e-4)
+
+
+def qdq_generic_model(axis):
+    """x * dq(wq) + b: a quantized model's int8 weights (zero point 0, one
+    scale per tensor, or per entry of `axis`) in an elementwise layer,
+    which has no variant."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    q = rng.integers(-127, 128, (32, 256)).astype(np.int8)
+    n = 1 if axis is None else q.shape[axis]
+    scale = rng.uniform(0.001, 0.01, n).astype(np.float32).reshape(() if axis is None else (n,))
+    b = rng.standard_normal((32, 256)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=axis or 0),
+         helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])], "qdq_generic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 256])],
+        [numpy_helper.from_array(q, "wq"), numpy_helper.from_array(scale, "ws"),
+         numpy_helper.from_array(np.zeros(scale.shape, np.int8), "wz"), numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return onnx.ModelProto.FromString(m.SerializeToString())
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_a_quantized_models_int8_weights_stay_int8_in_layers_without_a_variant(axis):
+    """The generic layer's weights are stored int8 with the model's own
+    scales and widened by the runtime's cb.widen_i8 in (int8, scale,
+    prepared) triples: a quarter of the bytes, and exactly the model's
+    output."""
+    model = qdq_generic_model(axis)
+    data = compile_model(model)
+    b, steps = _steps(data)
+    widened = [s for s in steps if s.transform and s.transform.decode() == "cb.widen_i8"]
+    assert len(widened) == 1 and widened[0].variant.decode() == "generic"
+    q, scale, prepared = (b.tensors[i] for i in widened[0].transformArgs)
+    assert q.dtype == fb.DType.i8 and q.nbytes * 4 == prepared.nbytes
+    assert list(scale.shape) == ([1, 1] if axis is None else [32 if axis == 0 else 1, 256 if axis == 1 else 1])
+    import onnx
+
+    plain = onnx.ModelProto()  # the same weights as an fp32 initializer: 3 bytes more per value
+    plain.CopyFrom(model)
+    from coldbrew.compiler.passes.fold_constants import apply as fold
+
+    plain = fold(plain)
+    assert len(compile_model(plain)) - len(data) >= 3 * 32 * 256 - 1024
+    x = np.random.default_rng(10).standard_normal((1, 32, 256)).astype(np.float32)
+    np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], ort_run(model, {"x": x})[0],
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_runtime_refuses_an_int8_widening_whose_tensors_do_not_fit(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "runtime"))
+    from hostile import expect, repack
+
+    data = compile_model(qdq_generic_model(1))
+    k = next(i for i, s in enumerate(_steps(data)[1]) if s.transform and s.transform.decode() == "cb.widen_i8")
+
+    def scale_too_wide(bt):  # 256 scales along the weights' axis of 32
+        bt.tensors[bt.plan.steps[k].transformArgs[1]].shape = [256, 1]
+
+    def pair_not_triple(bt):
+        bt.plan.steps[k].transformArgs = bt.plan.steps[k].transformArgs[:2]
+
+    def not_int8(bt):
+        bt.tensors[bt.plan.steps[k].transformArgs[0]].dtype = fb.DType.u8
+
+    for mutate in (scale_too_wide, pair_not_triple, not_int8):
+        expect(repack(bytearray(data), mutate), "CORRUPT", tmp_path, match="cb.widen_i8")
