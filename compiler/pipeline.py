@@ -20,14 +20,14 @@ import os
 from dataclasses import dataclass, field
 
 from .passes import (add_warm_steps, block_layout, codegen, elide_copies, extract_layers, fold_batchnorm,
-                     fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_memory,
-                     plan_weights, schedule_kernels, select_variants, write_bundle)
+                     fold_constants, fuse_layers, import_relax, legalize_onnx, load_onnx, plan_branches,
+                     plan_memory, plan_weights, schedule_kernels, select_variants, write_bundle)
 from .gpu import codegen_spirv, schedule_gpu, select_gpu_variants
 from .errors import CompileError, InternalError, quiet
 
 FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
 PASSES = FRONT + [block_layout, select_variants, fuse_layers, schedule_kernels, extract_layers, plan_weights,
-                  elide_copies, plan_memory, add_warm_steps, codegen, write_bundle]
+                  elide_copies, plan_branches, plan_memory, add_warm_steps, codegen, write_bundle]
 GPU_PASSES = FRONT + [select_gpu_variants, fuse_layers, schedule_gpu, extract_layers, plan_weights, plan_memory,
                       codegen_spirv, write_bundle]
 

@@ -46,11 +46,14 @@ ops.check_static to name):
   antialiasing, half_pixel_symmetric): per resized axis a constant matrix,
   the ONNX reference's own 1-D resize of the identity, applied along the
   axis (a Gather where every output row takes one input row).
+- Pow with an exponent of another type: the exponent cast to the base's;
+  Pow of integers: computed in float64 and cast back (exact for the
+  integer results int64 can hold up to 2^53).
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from .ops import types_and_shapes
+from .ops import opset_of, types_and_shapes
 
 _INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
              TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -325,18 +328,14 @@ def upsample(model):
             x = y
         return out + [helper.make_node("Identity", [x], [node.output[0]], name=name)]
     rewrite(model, "Upsample", expand)
-    if _opset(model) == 10:  # Resize-10 is Upsample-9 under a new name
+    if opset_of(model) == 10:  # Resize-10 is Upsample-9 under a new name
         rewrite(model, "Resize", expand)
-
-
-def _opset(model):
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def slice_attributes(model):
     """Slice before opset 10 (starts, ends, axes as attributes): per sliced
     axis a Gather of the kept rows."""
-    if _opset(model) >= 10:
+    if opset_of(model) >= 10:
         return
     _, shapes = types_and_shapes(model)
 
@@ -382,7 +381,7 @@ def lp_normalization(model):
             return [node]  # check_static names it
         axes = add_init(f"{name}/axes", np.array([a.get("axis", -1)], np.int64))
         norm = helper.make_node(f"ReduceL{p}", [node.input[0], axes], [f"{name}/norm"], keepdims=1)
-        if _opset(model) < 18:
+        if opset_of(model) < 18:
             norm = helper.make_node(f"ReduceL{p}", [node.input[0]], [f"{name}/norm"], keepdims=1,
                                     axes=[a.get("axis", -1)])
         dtype = _np_type(types, node.input[0])
@@ -416,7 +415,7 @@ def layer_norm_statistics(model):
         axes = np.arange(a.get("axis", -1) % rank, rank, dtype=np.int64)
 
         def mean(src, dst):  # ReduceMean's axes: an input from opset 18, an attribute before
-            if _opset(model) >= 18:
+            if opset_of(model) >= 18:
                 return helper.make_node("ReduceMean", [src, add_init(f"{dst}/axes", axes)], [dst], keepdims=1)
             return helper.make_node("ReduceMean", [src], [dst], keepdims=1, axes=axes.tolist())
         work = TensorProto.FLOAT if a.get("stash_type", 1) == TensorProto.FLOAT else dtype
@@ -546,7 +545,7 @@ def resize_by_matrices(model):
         if x not in shapes or not resize_needs_fallback(node, protos, shapes):
             return [node]
         plan = _resize_plan(node, a, consts, shapes[x])
-        mats = [_resize_matrix(node, a, n, m, sc, _opset(model)) for _, n, m, sc in plan or []]
+        mats = [_resize_matrix(node, a, n, m, sc, opset_of(model)) for _, n, m, sc in plan or []]
         if plan is None or any(mt is None for mt in mats):
             return [node]  # check_static names the mode
         rank, out = len(shapes[x]), []
@@ -566,11 +565,40 @@ def resize_by_matrices(model):
     rewrite(model, "Resize", expand)
 
 
-DECOMPOSITIONS = [slice_attributes, lrn, isinf, rms_norm, small_forms, upsample, reverse_sequence,
-                  wide_accumulation, conv_integer, celu, swish, lp_normalization, eye_like, layer_norm_statistics,
-                  float_mod, bool_extrema, conv_transpose_output_shape, resize_by_matrices]
+def pow_types(model):
+    types, _ = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, y, out = node.input[0], node.input[1], node.output[0]
+        if not types.get(x) or not types.get(y):
+            return [node]  # a type inference does not know
+        base, expo = types[x], types[y]
+        if base in _FLOATS and expo != base:
+            return [helper.make_node("Cast", [y], [f"{name}/y"], to=base),
+                    helper.make_node("Pow", [x, f"{name}/y"], [out], name=name)]
+        if base in _FLOATS:
+            return [node]
+        d = TensorProto.DOUBLE
+        return [helper.make_node("Cast", [x], [f"{name}/x64"], to=d), helper.make_node("Cast", [y], [f"{name}/y64"], to=d),
+                helper.make_node("Pow", [f"{name}/x64", f"{name}/y64"], [f"{name}/p64"]),
+                helper.make_node("Cast", [f"{name}/p64"], [out], to=base, name=name)]
+    rewrite(model, "Pow", expand)
+
+
+_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+# (the operators each rewrites, the rewrite): one runs only where its
+# operators are in the graph (most infer the graph's shapes first)
+DECOMPOSITIONS = [
+    (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
+    (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
+    (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer), (("Celu",), celu), (("Swish",), swish),
+    (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like),
+    (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
+    (("ConvTranspose",), conv_transpose_output_shape), (("Resize",), resize_by_matrices), (("Pow",), pow_types)]
 
 
 def apply(model):
-    for decompose in DECOMPOSITIONS:
-        decompose(model)
+    for ops, decompose in DECOMPOSITIONS:
+        if any(n.op_type in ops for n in model.graph.node):
+            decompose(model)

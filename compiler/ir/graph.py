@@ -48,6 +48,7 @@ class Layer:
     prep_queue: int = 0
     exec_queue: int = 0
     warm: dict = None  # continuous mode's warm-fastest alternate: variant, kernel, args, params
+    guard: tuple = None  # a branch step's (bool tensor, value): executed only when it holds it (ir/branches.py)
 
 
 @dataclass

@@ -56,6 +56,11 @@ STATIC_INPUTS = {
 }
 
 
+def opset_of(model, default=1):
+    """The model's default-domain opset (`default` where it names none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
+
+
 def check_supported(model):
     """UnsupportedOperatorError naming every node (of the graph itself, not
     of its subgraphs) whose operator coldbrew does not support."""

@@ -32,7 +32,7 @@ from onnx.reference import ReferenceEvaluator
 from ..errors import CompileError
 from ..ir.loops import trip_count, unroll
 from ..ir.recurrent import contrib_output_types
-from ..ir.ops import branches, inline_branch, outer_names
+from ..ir.ops import branches, inline_branch, opset_of, outer_names
 
 NAME = "fold_constants"
 _NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
@@ -85,11 +85,27 @@ def _evaluate(node, consts, opset_imports):
 def _try_evaluate(node, consts, opset_imports):
     """_evaluate, or None (the node stays, computed at run time) where ONNX's
     reference implementation has no kernel for it at this opset (it lacks
-    DequantizeLinear-18, for one)."""
+    DequantizeLinear-18, for one) or for these types; a CompileError naming
+    the node where the constants themselves do not fit it."""
     try:
         return _evaluate(node, consts, opset_imports)
-    except Exception:
+    except NotImplementedError:
         return None
+    except RuntimeError as e:
+        if str(e).startswith("No implementation for operator"):
+            return None
+        raise _unfoldable(node, e) from None
+    except (ValueError, IndexError) as e:  # shapes or values that do not fit: the model's own
+        raise _unfoldable(node, e) from None
+
+
+def _unfoldable(node, e):
+    """A node of constants that ONNX's own reference cannot compute either:
+    the model is wrong there (a Reshape to a size its input lacks, ...)."""
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return CompileError(f"{node.op_type} node '{node.name or node.output[0]}' computes from constants only, "
+                        f"and ONNX's reference implementation fails on them: {reason}; check the model's "
+                        "constants there (or the values given with --bind)")
 
 
 def _shape_value(node, shapes):
@@ -181,7 +197,7 @@ def _record_scale(node, consts, qdq_scales):
 
 
 def _unrolled(node, count, consts, model):
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = opset_of(model)
     nodes, inits = unroll(node, count, f"Loop node '{node.name or node.output[0]}'", opset)
     for t in inits:
         consts[t.name] = numpy_helper.to_array(t)

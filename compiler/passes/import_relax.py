@@ -9,6 +9,7 @@ import gc
 import onnx
 
 from ..errors import CompileError, quiet
+from ..ir import branches
 from ..ir.ops import graph_inputs
 
 NAME = "import_relax"
@@ -60,6 +61,8 @@ def _node_watch(failed):
 
     def convert(self, op_name, inputs, attrs, opset):
         try:
+            if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
+                return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
             return real(self, op_name, inputs, attrs, opset)
         except Exception:
             if not failed:

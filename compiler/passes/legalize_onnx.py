@@ -18,34 +18,21 @@ shape-deciding input, an If's condition among them, is constant
   IsInf, RMSNormalization, OneHot, TopK, Upsample, ReverseSequence,
   ConvInteger, Celu, Swish, LpNormalization, EyeLike, LayerNormalization's
   statistics, float Mod, extrema of bools, ConvTranspose's output_shape,
-  Resize's other modes; float16 products accumulated in float32):
-  ir/decompose.py.
+  Resize's other modes; float16 products accumulated in float32; Pow of
+  mixed types or integers): ir/decompose.py.
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.
-- Pow with an exponent of another dtype: cast the exponent to the base's type.
-- Pow on integers: compute in float64 and cast back (exact for the integer
-  range where the result fits).
 """
-import onnx
 from onnx import TensorProto, helper
 
 from ..errors import CompileError
-from ..ir.ops import types_and_shapes, branches, check_static, check_supported, inline_branch
+from ..ir.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
 from ..ir import decompose
+from ..ir.branches import SELECT
 from ..ir.loops import unroll_scan
 from ..ir.recurrent import GATES, unroll
 
 NAME = "legalize_onnx"
-_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
-
-
-def _types(model):
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    g = inferred.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
-    types.update({t.name: t.data_type for t in g.initializer})
-    return types
-
 
 def _same_outputs(a, b):
     """Whether two branches' outputs pair up with one known type and shape each."""
@@ -65,6 +52,7 @@ def _if_to_where(model):
     consts = {t.name for t in g.initializer}
     if not any(n.op_type == "If" and n.input[0] not in consts for n in g.node):
         return
+    before = len(g.node)
     nodes, inits = [], []
     for node in g.node:
         then_b, else_b = branches(node) if node.op_type == "If" else (None, None)
@@ -77,12 +65,14 @@ def _if_to_where(model):
         inits.append(helper.make_tensor(f"{name}/scalar_shape", TensorProto.INT64, [0], []))
         nodes += t[0] + e[0] + [helper.make_node("Reshape", [node.input[0], f"{name}/scalar_shape"], [scalar],
                                                  name=f"{name}/cond")]
-        nodes += [helper.make_node("Where", [scalar, a, b], [out], name=f"{name}/select{k}")
+        nodes += [helper.make_node("Where", [scalar, a, b], [out], name=f"{name}/{SELECT}{k}")
                   for k, (a, b, out) in enumerate(zip(t[2], e[2], node.output)) if out]
         inits += t[1] + e[1]
     g.ClearField("node")
     g.node.extend(nodes)
     g.initializer.extend(inits)
+    if len(nodes) != before or inits:
+        _if_to_where(model)  # the Ifs inside the branches just inlined
 
 
 _EMPTY_MEANS_ABSENT = {"Resize": (1, 2)}  # optional inputs that an empty tensor leaves out
@@ -120,7 +110,7 @@ def _clip_bounds(model):
 
 def _unroll_scans(model):
     _, shapes = types_and_shapes(model)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = opset_of(model)
 
     def expand(node, name, a, add_init):
         if opset < 9:
@@ -137,7 +127,7 @@ def _unroll_recurrent(model):
     after a cell whose type ONNX's inference does not know (an
     onnxruntime contrib cell) hid the shapes of the ones after it."""
     g = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = opset_of(model)
     while any(n.op_type in GATES for n in g.node):
         consts = {t.name: t for t in g.initializer}
         _, shapes = types_and_shapes(model)
@@ -158,35 +148,12 @@ def _unroll_recurrent(model):
 
 
 def apply(model):
-    g = model.graph
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)
     _clip_bounds(model)
     _unroll_recurrent(model)
     decompose.apply(model)
-    if any(n.op_type == "Pow" for n in g.node):
-        types = _types(model)
-        nodes = []
-        for node in g.node:
-            if node.op_type != "Pow" or node.input[0] not in types or node.input[1] not in types:
-                nodes.append(node)
-                continue
-            base, expo = types[node.input[0]], types[node.input[1]]
-            x, y, out = node.input[0], node.input[1], node.output[0]
-            if base in _FLOATS and expo != base:
-                nodes.append(helper.make_node("Cast", [y], [y + "_as_base"], to=base, name=node.name + "_cast"))
-                nodes.append(helper.make_node("Pow", [x, y + "_as_base"], [out], name=node.name))
-            elif base not in _FLOATS:
-                d = TensorProto.DOUBLE
-                nodes.append(helper.make_node("Cast", [x], [out + "_x64"], to=d, name=node.name + "_castx"))
-                nodes.append(helper.make_node("Cast", [y], [out + "_y64"], to=d, name=node.name + "_casty"))
-                nodes.append(helper.make_node("Pow", [out + "_x64", out + "_y64"], [out + "_p64"], name=node.name))
-                nodes.append(helper.make_node("Cast", [out + "_p64"], [out], to=base, name=node.name + "_castback"))
-            else:
-                nodes.append(node)
-        g.ClearField("node")
-        g.node.extend(nodes)
     check_supported(model)  # again: fold_constants may have inlined an If's branch
     check_static(model)
     return model

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CompileError
-from ..ir.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs
+from ..ir.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs, opset_of
 
 NAME = "load_onnx"
 
@@ -70,7 +70,7 @@ def apply(model, input_shapes=None, constants=None):
         onnx.checker.check_model(model)
     except Exception as e:
         raise CompileError(f"the ONNX checker rejects the model: {e}") from None
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = opset_of(model, None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise CompileError(f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
     if not model.graph.output:

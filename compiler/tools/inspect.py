@@ -58,12 +58,19 @@ def describe(path):
         if s.weightPrecision != 0:
             lines.append(f"  {'':>3} {'':<6} {'  narrowed: weight error':<34} {s.weightError:.3g} (max |w' - w| / max |w|),"
                          f" model output error with this layer alone narrowed {s.outputError:.3g}")
+        if s.guard >= 0:
+            lines.append(f"  {'':>3} {'':<6} {'  branch step: runs when':<34} {_s(b.tensors[s.guard].name)} is "
+                         f"{'true' if s.guardValue else 'false'}")
         if _s(s.warmKernel):
             alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
             abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
             params = ",".join(f"{k}={v}" for k, v in json.loads(_s(s.warmParams) or "{}").items())
             lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached fp32':<12} "
                          f"{'':>3} {abytes:>12,}  {params}".rstrip())
+    branch = [s for s in b.plan.steps if s.guard >= 0]
+    if branch:
+        lines.append(f"branches   {len(branch)} branch steps (Ifs decided at run time: the branch not taken is "
+                     "skipped)")
     alternates = [s for s in b.plan.steps if _s(s.warmKernel)]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "

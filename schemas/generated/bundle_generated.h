@@ -870,7 +870,9 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_DISPATCHES = 32,
     VT_WEIGHT_PRECISION = 34,
     VT_WEIGHT_ERROR = 36,
-    VT_OUTPUT_ERROR = 38
+    VT_OUTPUT_ERROR = 38,
+    VT_GUARD = 40,
+    VT_GUARD_VALUE = 42
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -926,6 +928,12 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   float output_error() const {
     return GetField<float>(VT_OUTPUT_ERROR, 0.0f);
   }
+  int32_t guard() const {
+    return GetField<int32_t>(VT_GUARD, -1);
+  }
+  bool guard_value() const {
+    return GetField<uint8_t>(VT_GUARD_VALUE, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -958,6 +966,8 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint8_t>(verifier, VT_WEIGHT_PRECISION, 1) &&
            VerifyField<float>(verifier, VT_WEIGHT_ERROR, 4) &&
            VerifyField<float>(verifier, VT_OUTPUT_ERROR, 4) &&
+           VerifyField<int32_t>(verifier, VT_GUARD, 4) &&
+           VerifyField<uint8_t>(verifier, VT_GUARD_VALUE, 1) &&
            verifier.EndTable();
   }
 };
@@ -1020,6 +1030,12 @@ struct StepBuilder {
   void add_output_error(float output_error) {
     fbb_.AddElement<float>(Step::VT_OUTPUT_ERROR, output_error, 0.0f);
   }
+  void add_guard(int32_t guard) {
+    fbb_.AddElement<int32_t>(Step::VT_GUARD, guard, -1);
+  }
+  void add_guard_value(bool guard_value) {
+    fbb_.AddElement<uint8_t>(Step::VT_GUARD_VALUE, static_cast<uint8_t>(guard_value), 0);
+  }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1050,8 +1066,11 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0,
     coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
     float weight_error = 0.0f,
-    float output_error = 0.0f) {
+    float output_error = 0.0f,
+    int32_t guard = -1,
+    bool guard_value = false) {
   StepBuilder builder_(_fbb);
+  builder_.add_guard(guard);
   builder_.add_output_error(output_error);
   builder_.add_weight_error(weight_error);
   builder_.add_dispatches(dispatches);
@@ -1065,6 +1084,7 @@ inline ::flatbuffers::Offset<Step> CreateStep(
   builder_.add_kernel(kernel);
   builder_.add_variant(variant);
   builder_.add_layer(layer);
+  builder_.add_guard_value(guard_value);
   builder_.add_weight_precision(weight_precision);
   builder_.add_tuned(tuned);
   builder_.add_exec_queue(exec_queue);
@@ -1092,7 +1112,9 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr,
     coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
     float weight_error = 0.0f,
-    float output_error = 0.0f) {
+    float output_error = 0.0f,
+    int32_t guard = -1,
+    bool guard_value = false) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
   auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
@@ -1122,7 +1144,9 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       dispatches__,
       weight_precision,
       weight_error,
-      output_error);
+      output_error,
+      guard,
+      guard_value);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

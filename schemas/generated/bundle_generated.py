@@ -1431,8 +1431,22 @@ class Step(object):
             return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
         return 0.0
 
+    # Step
+    def Guard(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # Step
+    def GuardValue(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def StepStart(builder):
-    builder.StartObject(18)
+    builder.StartObject(20)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -1497,6 +1511,12 @@ def StepAddWeightError(builder, weightError):
 def StepAddOutputError(builder, outputError):
     builder.PrependFloat32Slot(17, outputError, 0.0)
 
+def StepAddGuard(builder, guard):
+    builder.PrependInt32Slot(18, guard, -1)
+
+def StepAddGuardValue(builder, guardValue):
+    builder.PrependBoolSlot(19, guardValue, 0)
+
 def StepEnd(builder):
     return builder.EndObject()
 
@@ -1529,6 +1549,8 @@ class StepT(object):
         weightPrecision = 0,
         weightError = 0.0,
         outputError = 0.0,
+        guard = -1,
+        guardValue = False,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
@@ -1548,6 +1570,8 @@ class StepT(object):
         self.weightPrecision = weightPrecision  # type: int
         self.weightError = weightError  # type: float
         self.outputError = outputError  # type: float
+        self.guard = guard  # type: int
+        self.guardValue = guardValue  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1607,6 +1631,8 @@ class StepT(object):
         self.weightPrecision = step.WeightPrecision()
         self.weightError = step.WeightError()
         self.outputError = step.OutputError()
+        self.guard = step.Guard()
+        self.guardValue = step.GuardValue()
 
     # StepT
     def Pack(self, builder):
@@ -1677,6 +1703,8 @@ class StepT(object):
         StepAddWeightPrecision(builder, self.weightPrecision)
         StepAddWeightError(builder, self.weightError)
         StepAddOutputError(builder, self.outputError)
+        StepAddGuard(builder, self.guard)
+        StepAddGuardValue(builder, self.guardValue)
         step = StepEnd(builder)
         return step
 

@@ -414,6 +414,18 @@ cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
   return CB_OK;
 }
 
+// A branch step's guard (compiler/ir/branches.py): one bool value that a
+// step or the caller writes, never a weight.
+static cb_status parse_guard(const fbs::Step* s, uint32_t i, cb_model* m) {
+  m->steps[i].guard = s->guard();
+  m->steps[i].guard_value = s->guard_value();
+  if (s->guard() < 0) return CB_OK;
+  const cb_tensor_desc* t = (uint64_t)s->guard() < m->ntensors ? &m->tensors[s->guard()] : nullptr;
+  if (!t || t->dtype != CB_BOOL || t->nbytes != 1 || t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED)
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u: its guard is not a tensor of one bool that a run computes", i);
+  return CB_OK;
+}
+
 // Plan step `i`: its layer, kernel symbol and every argument checked.
 cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_model* m) {
   if (s->layer() >= b->layers()->size())
@@ -462,7 +474,7 @@ cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_mo
     m->steps[i].warm_args = wargs->data();
     m->nwarm++;
   }
-  return CB_OK;
+  return parse_guard(s, i, m);
 }
 
 cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {

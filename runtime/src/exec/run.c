@@ -175,6 +175,13 @@ static cb_status take_or_wait(cb_session* s, uint32_t i) {
 
 #define CB_MAX_PREP_QUEUES 8
 
+/* A branch step whose guard does not hold this run (the If took the other
+ * branch): not executed; its output stays unread. */
+static int skipped(const cb_session* s, uint32_t i) {
+  const cb_step_desc* st = &s->bundle->model.steps[i];
+  return st->guard >= 0 && (*(const uint8_t*)s->tensors[st->guard].data != 0) != (st->guard_value != 0);
+}
+
 /* `queues`: the preparation queues workers serve on this run (0: none). */
 static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   const cb_bundle* b = s->bundle;
@@ -183,6 +190,7 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues
                        ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
+    if (skipped(s, i)) continue;
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
     /* an alternate nobody has taken (a plain load first: the warmer's or a
      * finished one costs no syscall), with its bytes resident: ready it here */

@@ -11,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
-from coldbrew.compiler import compile_model
+from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.passes import fold_constants, load_onnx
 from conftest import ROOT, assert_close, ort_run
 
@@ -108,3 +108,21 @@ def test_inputs_that_are_constants_are_inputs_no_more():
     assert [i.name for i in folded.graph.input] == ["x"]
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     assert_close(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], ort_run(model, {"x": x})[0])
+
+
+def test_constants_that_do_not_fit_their_node_are_named():
+    """A Reshape of a constant to a size it lacks is the model's error,
+    named with the node; a node ONNX's reference cannot compute at its
+    opset stays for run time."""
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["c", "s"], ["r"], name="bad_reshape"),
+         helper.make_node("Add", ["x", "r"], ["y"])], "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "c"), numpy_helper.from_array(np.array([3]), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CompileError, match="Reshape node 'bad_reshape' computes from constants only.*cannot reshape"):
+        fold_constants.apply(m)
+    dq = helper.make_node("DequantizeLinear", ["q", "sc"], ["d"], name="dq")
+    assert fold_constants._try_evaluate(dq, {"q": np.ones(2, np.int8), "sc": np.array(0.5, np.float32)},
+                                        [helper.make_opsetid("", 18)]) is None
