@@ -9,7 +9,9 @@ arguments are always (condition, then value, else value, output).
 After extraction, `guards` gives every layer whose results reach nothing
 but one side of a select that select's condition and side: the runtime
 executes the layer only when the condition's value, read as its step comes,
-is that side (the step is a branch step; its weights are still prepared).
+is that side (the step is a branch step; its weights are still prepared),
+and skips it as well where the step writing the condition was skipped (an
+If inside a branch not taken).
 `in_guard_order` puts each guarded layer after the layers that compute its
 condition. The memory plan needs nothing more: its lifetimes count every
 step, so both branches have their places, and a skipped step's output is
@@ -84,8 +86,17 @@ def guards(graph):
                 if uses and all(k2 in only or (k2 == s and p == side) for k2, p in uses):
                     only.add(k)
             for k in only:
-                out.setdefault(k, (select.args[0], value))
+                out.setdefault(k, (_condition(graph, select.args[0]), value))
     return out
+
+
+def _condition(graph, cond):
+    """The tensor a guard reads: the bytes a step writes (`cond`, or the
+    tensor an elided reshape made it an alias of, one bool either way), so
+    the runtime finds the step that writes it."""
+    root = resolve(graph, cond)[0]
+    t = graph.tensors[root]
+    return root if t.dtype == "bool" and t.nbytes == 1 else cond
 
 
 def in_guard_order(graph, guarded):

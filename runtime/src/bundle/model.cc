@@ -415,11 +415,16 @@ cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
 }
 
 // A branch step's guard (compiler/ir/branches.py): one bool value that a
-// step or the caller writes, never a weight.
+// step or the caller writes, never a weight; the earlier step writing it,
+// if any (an If inside a branch: its condition's step may be skipped).
 static cb_status parse_guard(const fbs::Step* s, uint32_t i, cb_model* m) {
   m->steps[i].guard = s->guard();
   m->steps[i].guard_value = s->guard_value();
+  m->steps[i].guard_writer = -1;
   if (s->guard() < 0) return CB_OK;
+  for (uint32_t j = 0; j < i; j++)
+    for (uint32_t a = m->steps[j].nargs - m->steps[j].nouts; a < m->steps[j].nargs; a++)
+      if (m->steps[j].args[a] == (uint32_t)s->guard()) m->steps[i].guard_writer = j;
   const cb_tensor_desc* t = (uint64_t)s->guard() < m->ntensors ? &m->tensors[s->guard()] : nullptr;
   if (!t || t->dtype != CB_BOOL || t->nbytes != 1 || t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED)
     return cb_fail(CB_ERR_CORRUPT, "plan step %u: its guard is not a tensor of one bool that a run computes", i);
@@ -444,6 +449,8 @@ cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_mo
   m->steps[i].prep_queue = s->prep_queue();
   if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
   m->steps[i].nargs = l->args()->size();
+  /* at most every argument (the kernel-call check names a wrong count) */
+  m->steps[i].nouts = l->num_outputs() < m->steps[i].nargs ? l->num_outputs() : m->steps[i].nargs;
   m->steps[i].args = l->args()->data();
   auto targs = s->transform_args();
   bool has_transform = s->transform() && s->transform()->size() > 0;

@@ -88,8 +88,10 @@ typedef struct cb_step_desc {
   const uint32_t* warm_args;
   uint32_t ndispatches; /* GPU bundles: the layer's launches, in order */
   const cb_dispatch_desc* dispatches;
-  int64_t guard;       /* a branch step's bool tensor (one value), or -1: always executed */
-  uint8_t guard_value; /* executed only when the guard holds this */
+  int64_t guard;        /* a branch step's bool tensor (one value), or -1: always executed */
+  uint8_t guard_value;  /* executed only when the guard holds this */
+  int64_t guard_writer; /* the step that writes the guard (a skipped one skips this step too), or -1 */
+  uint32_t nouts;       /* the last nouts args are the step's outputs */
 } cb_step_desc;
 
 typedef struct cb_segment_desc {

@@ -176,10 +176,14 @@ static cb_status take_or_wait(cb_session* s, uint32_t i) {
 #define CB_MAX_PREP_QUEUES 8
 
 /* A branch step whose guard does not hold this run (the If took the other
- * branch): not executed; its output stays unread. */
-static int skipped(const cb_session* s, uint32_t i) {
+ * branch), or whose guard's own step was skipped (an If inside a branch not
+ * taken): not executed; its output stays unread. */
+static int skipped(cb_session* s, uint32_t i) {
   const cb_step_desc* st = &s->bundle->model.steps[i];
-  return st->guard >= 0 && (*(const uint8_t*)s->tensors[st->guard].data != 0) != (st->guard_value != 0);
+  int skip = st->guard >= 0 && ((st->guard_writer >= 0 && s->skipped[st->guard_writer]) ||
+                                (*(const uint8_t*)s->tensors[st->guard].data != 0) != (st->guard_value != 0));
+  s->skipped[i] = (uint8_t)skip;
+  return skip;
 }
 
 /* `queues`: the preparation queues workers serve on this run (0: none). */

@@ -13,6 +13,7 @@ struct cb_session {
   uint8_t* arena;
   uint8_t* prepared;      /* transformed weights, made once, kept across runs */
   uint8_t* is_prepared;   /* per step */
+  uint8_t* skipped;       /* per step: not executed by the current run (a branch its If did not take) */
   cb_dltensor* tensors;
   cb_ffi_any* args;       /* all steps' execute arguments, back to back */
   uint32_t* arg_start;    /* per step */

@@ -52,14 +52,16 @@ def if_model(nested=False):
 @pytest.mark.parametrize("nested", [False, True])
 def test_only_the_branch_the_condition_takes_is_executed(nested):
     """Each guarded step runs exactly when its condition holds its value
-    (an inner If's steps: when the outer one takes their branch); every
+    (an inner If's steps: and the outer one takes their branch); every
     other step runs; the outputs are onnxruntime's for either branch."""
     model = if_model(nested)
     data = compile_model(model)
     b = read_bytes(data)[0]
-    selects = [b.layers[s.layer].args[0] for s in b.plan.steps if b.layers[s.layer].op.startswith(b"cb_branch_select")]
-    assert len(selects) == (2 if nested else 1)
-    outer, inner = selects[-1], selects[0]
+    selects = [s for s in b.plan.steps if b.layers[s.layer].op.startswith(b"cb_branch_select")]
+    conditions = {s.guard for s in b.plan.steps if s.guard >= 0}
+    assert len(selects) == len(conditions) == (2 if nested else 1)
+    outer = selects[0].guard if nested else conditions.pop()  # the inner select is a step of the outer If's branch
+    inner = (conditions - {outer}).pop() if nested else outer
     steps = {b.layers[s.layer].name.decode(): (s.guard, s.guardValue) for s in b.plan.steps}
     assert {v for g, v in steps.values() if g == outer} == {True, False}  # both branches have steps
     s = coldbrew.load(data, trace=True)
@@ -73,8 +75,8 @@ def test_only_the_branch_the_condition_takes_is_executed(nested):
                 assert name in ran, (name, x)
             elif g == outer:
                 assert (name in ran) == (v == truth[outer]), (name, x)
-            elif truth[outer]:  # the inner If, reached: its own condition decides
-                assert (name in ran) == (v == truth[inner]), (name, x)
+            else:  # the inner If: its own condition decides where the outer If reaches it; else nothing runs
+                assert (name in ran) == (truth[outer] and v == truth[inner]), (name, x)
 
 
 def test_every_step_runs_in_an_order_that_computes_each_guard_first():
