@@ -9,9 +9,9 @@ arguments are always (condition, then value, else value, output).
 After extraction, `guards` gives every layer whose results reach nothing
 but one side of a select that select's condition and side: the runtime
 executes the layer only when the condition's value, read as its step comes,
-is that side (the step is a branch step; its weights are still prepared),
-and skips it as well where the step writing the condition was skipped (an
-If inside a branch not taken).
+is that side (the step is a branch step; its weights wait for the first run
+that takes its branch), and skips it as well where the step writing the
+condition was skipped (an If inside a branch not taken).
 `in_guard_order` puts each guarded layer after the layers that compute its
 condition. The memory plan needs nothing more: its lifetimes count every
 step, so both branches have their places, and a skipped step's output is

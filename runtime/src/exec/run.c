@@ -82,22 +82,29 @@ static cb_status prepare_transform(cb_session* s, uint32_t i) {
   return CB_OK;
 }
 
-/* Step `i`'s preparation: read (and check) its weights on the first run,
- * then transform raw weights once. */
-static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
-  const cb_model* m = &s->bundle->model;
-  if (first) {
-    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
-    cb_status st = read_weights(s, i, 1); /* a preparation worker's launches run inline */
-    cb_trace_end(ev);
-    if (st) return st;
-  }
-  cb_status done = prepare_transform(s, i);
-  if (!done && first && atomic_fetch_add(&s->prepared_steps, 1) + 1 == m->nsteps && s->continuous) {
+/* One more step done with by the first run (prepared, or skipped as a
+ * branch not taken): the warmer waits for all of them. */
+static void count_prepared(cb_session* s) {
+  if (atomic_fetch_add(&s->prepared_steps, 1) + 1 == s->bundle->model.nsteps && s->continuous) {
     pthread_mutex_lock(&s->mu); /* the warmer waits for the first run's reads */
     pthread_cond_broadcast(&s->ready_cv);
     pthread_mutex_unlock(&s->mu);
   }
+}
+
+/* Step `i`'s preparation: read (and check) its weights on the first run
+ * (`first`), or on the first run that executes it (a branch step skipped
+ * until then), then transform raw weights once. */
+static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
+  if (first || !s->was_read[i]) {
+    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+    cb_status st = read_weights(s, i, 1); /* a preparation worker's launches run inline */
+    cb_trace_end(ev);
+    if (st) return st;
+    s->was_read[i] = 1;
+  }
+  cb_status done = prepare_transform(s, i);
+  if (!done && first) count_prepared(s);
   return done;
 }
 
@@ -191,10 +198,13 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    cb_status st = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues
-                       ? take_or_wait(s, i) : prepare_step(s, i, first);
+    int worker = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues;
+    if (skipped(s, i)) { /* its weights wait for a run that takes its branch (a worker may have them already) */
+      if (first && (!worker || claim(s, i))) count_prepared(s);
+      continue;
+    }
+    cb_status st = worker ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
-    if (skipped(s, i)) continue;
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
     /* an alternate nobody has taken (a plain load first: the warmer's or a
      * finished one costs no syscall), with its bytes resident: ready it here */

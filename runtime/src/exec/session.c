@@ -89,6 +89,7 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
   s->alt_claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->is_prepared = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->skipped = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  s->was_read = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->ready = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   /* GPU bundles keep prepared tensors in the device's weights buffer */
@@ -98,7 +99,7 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
     s->trace = cb_calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared || !s->skipped ||
+  if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared || !s->skipped || !s->was_read ||
       !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready ||
       !s->alt_claimed)
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
@@ -178,6 +179,7 @@ void cb_session_release(cb_session* s) {
   cb_free(s->prepared);
   cb_free(s->is_prepared);
   cb_free(s->skipped);
+  cb_free((void*)s->was_read);
   cb_free((void*)s->ready);
   cb_free((void*)s->claimed);
   pthread_mutex_destroy(&s->mu);

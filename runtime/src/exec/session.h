@@ -14,6 +14,7 @@ struct cb_session {
   uint8_t* prepared;      /* transformed weights, made once, kept across runs */
   uint8_t* is_prepared;   /* per step */
   uint8_t* skipped;       /* per step: not executed by the current run (a branch its If did not take) */
+  _Atomic uint8_t* was_read; /* per step: its weights read and checked (by the first run that prepared it) */
   cb_dltensor* tensors;
   cb_ffi_any* args;       /* all steps' execute arguments, back to back */
   uint32_t* arg_start;    /* per step */

@@ -109,3 +109,32 @@ def test_a_guard_that_is_not_one_bool_is_refused(tmp_path):
 
     for mutate in (a_weight, out_of_range, a_float):
         expect(repack(data, mutate), "CORRUPT", tmp_path, match="guard")
+
+
+def test_a_branch_not_taken_has_its_weights_read_by_the_first_run_that_takes_it(tmp_path):
+    """The first run (else branch) reads none of the then branch's weights;
+    the first run that takes the then branch reads them, checks them (a
+    damaged one fails that run, named), and gives onnxruntime's output."""
+    model = if_model()
+    data = compile_model(model, weights="raw")
+    b = read_bytes(data)[0]
+    then_steps = {b.layers[s.layer].name.decode() for s in b.plan.steps if s.guard >= 0 and s.guardValue}
+    weighted = {b.layers[s.layer].name.decode() for s in b.plan.steps
+                if any(b.tensors[a].kind == 3 for a in list(b.layers[s.layer].args) + list(s.transformArgs if s.transformArgs is not None else []))}
+    assert then_steps & weighted
+    low, high = np.full((1, 8), -0.5, np.float32), np.full((1, 8), 0.5, np.float32)
+    s = coldbrew.load(data, trace=True)
+    s.run(None, {"x": low})
+    assert not {e["layer"] for e in s.trace() if e["phase"] in ("read", "transform")} & then_steps
+    np.testing.assert_allclose(s.run(None, {"x": high})[0], ort_run(model, {"x": high})[0], rtol=1e-5, atol=1e-6)
+    assert then_steps & weighted <= {e["layer"] for e in s.trace() if e["phase"] == "read"}
+    np.testing.assert_allclose(s.run(None, {"x": high})[0], ort_run(model, {"x": high})[0], rtol=1e-5, atol=1e-6)
+    assert not {e["layer"] for e in s.trace() if e["phase"] == "read"}  # read once
+    # a damaged weight of the branch not taken surfaces when the branch is first taken
+    w = next(t for t in b.tensors if t.kind == 3)
+    bad = bytearray(data)
+    bad[b.segments[w.segment].offset + w.segmentOffset] ^= 0xFF
+    s = coldbrew.load(bytes(bad))
+    s.run(None, {"x": low})
+    with pytest.raises(coldbrew.BundleError, match="checksum|CORRUPT|corrupt"):
+        s.run(None, {"x": high})
