@@ -83,6 +83,43 @@ class DenseSpec:
         return 2 * self.m * self.k * self.n
 
 
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """A recurrent cell's recurrence (compiler/kernels/recurrent.py): xw
+    [seq, batch, dirs * gates * hidden] (the input projection, bias
+    included) -> Y [seq, dirs, batch, hidden]; raw weights R with the
+    recurrent bias as a last column, [dirs, gates * hidden, hidden + 1]."""
+    kind: str  # "lstm", "gru", "rnn"
+    seq: int
+    batch: int
+    hidden: int
+    dirs: int = 1
+    reverse: bool = False  # one direction, run from the last step
+    linear_before_reset: int = 0  # GRU
+    activation: str = "Tanh"  # RNN: Tanh, Relu or Sigmoid
+    dtype: str = "float32"
+
+    @property
+    def gates(self):
+        return {"lstm": 4, "gru": 3, "rnn": 1}[self.kind]
+
+    @property
+    def input_shape(self):
+        return (self.seq, self.batch, self.dirs * self.gates * self.hidden)
+
+    @property
+    def output_shape(self):
+        return (self.seq, self.dirs, self.batch, self.hidden)
+
+    @property
+    def weight_shape(self):
+        return (self.dirs, self.gates * self.hidden, self.hidden + 1)
+
+    @property
+    def flops(self):
+        return 2 * self.seq * self.batch * self.dirs * self.gates * self.hidden * (self.hidden + 1)
+
+
 class Variant:
     """Base class; subclasses override what differs."""
 
@@ -92,6 +129,7 @@ class Variant:
     # weights can be stored in the transformed layout and merely widened
     transform_rearranges = True
     blocked = False  # writes the blocked activation layout (ConvSpec.out_block)
+    prescheduled = False  # a PrimFunc written scheduled (`kernel`), not a TE computation
 
     def __init__(self, isa):
         self.isa = isa

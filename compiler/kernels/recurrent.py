@@ -1,0 +1,280 @@
+"""Recurrent cells (LSTM, GRU, RNN): the recurrence over time as one layer.
+
+legalize_onnx leaves the input projection (x W^T + Wb for every step at
+once) to a dense layer; a cell layer computes what is left, step by step:
+
+    gates_t = xw_t + h_{t-1} R^T + Rb      h_t, c_t from the gates
+
+Its raw weights are R with the recurrent bias as one more column,
+[dirs, gates * H, H + 1] (ONNX's gate order: LSTM i o f c, GRU z r h, RNN
+one), so a transform packs both. The kernel is one PrimFunc written with
+TVM's IR builder: the time loop is serial; inside each step a parallel loop
+over (direction, block of hidden units), where the block's units of every
+gate are accumulated in vectors. Its arguments: xw [seq, batch, dirs *
+gates * H], the weights, h0 and c0 [dirs, batch, H]; it writes Y [seq,
+dirs, batch, H], Y_h and Y_c [dirs, batch, H] (GRU and RNN use Y_c as
+scratch: the reset hidden state of a GRU whose reset comes first).
+
+recurrent.packed   weights packed to [dirs, H / nb, H + 1, gates, nb]: per
+                   reduction step one broadcast of h and one vector load
+                   per gate (the cold plan weighs the packing)
+recurrent.rows     the raw weights read in place, row by row: dot products
+                   along the contiguous H (no transform at all)
+"""
+import numpy as np
+
+from .contract import Variant, register
+
+def _blocks(spec, nb):
+    return (spec.hidden + nb - 1) // nb
+
+
+class _Cell(Variant):
+    op = "recurrent"
+    transform_rearranges = False  # the direct (narrow in place) form is not offered
+    prescheduled = True
+
+    def compute(self, spec, x, wt, params):
+        raise NotImplementedError("a cell is a PrimFunc (kernel), not a TE computation")
+
+    def schedule(self, sch, block, spec, params):
+        pass
+
+    def kernel(self, spec, params):
+        """The cell's PrimFunc(xw, w, h0, c0, y, y_h, y_c)."""
+        return _kernel(spec, self, params)
+
+
+class Packed(_Cell):
+    name = "recurrent.packed"
+
+    def transformed_shape(self, spec, params):
+        nb = params["nb"]
+        return (spec.dirs, _blocks(spec, nb), spec.hidden + 1, spec.gates, nb)
+
+    def transform(self, spec, params):
+        from tvm import te, tirx
+
+        nb, h = params["nb"], spec.hidden
+        return lambda w: te.compute(
+            self.transformed_shape(spec, params),
+            lambda d, jb, k, g, v: tirx.if_then_else(jb * nb + v < h, w[d, g * h + tirx.min(jb * nb + v, h - 1), k],
+                                                     tirx.const(0, spec.dtype)),
+            name="cb_pack")
+
+    def space(self, spec):
+        lanes, regs = self.isa.lanes, self.isa.registers
+        options = []
+        for nb in (lanes // 2, lanes, 2 * lanes, 4 * lanes):
+            vectors = max(1, nb // lanes)
+            if spec.gates * vectors + vectors + 2 > regs or (nb < lanes and spec.hidden > nb):
+                continue
+            fill = spec.hidden / (_blocks(spec, nb) * nb)
+            tasks = min(1.0, spec.dirs * _blocks(spec, nb) / 4)  # keep the threads busy
+            options.append((fill * tasks * min(nb, lanes) / lanes, {"nb": nb}))
+        return [p for _, p in sorted(options, key=lambda o: -o[0])]
+
+
+class Rows(_Cell):
+    name = "recurrent.rows"
+
+    def space(self, spec):
+        return [{"nb": 8}, {"nb": 4}, {"nb": 16}]
+
+
+register(Packed.name, Packed)
+register(Rows.name, Rows)
+
+
+# ---- the kernel ----
+
+def _kernel(spec, variant, params):
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.tirx.script import builder as T
+
+    f32, h, dirs, gates = spec.dtype, spec.hidden, spec.dirs, spec.gates
+    nb = params["nb"]
+    blocks = _blocks(spec, nb)
+    shape_w = (variant.transformed_shape(spec, params) if variant.transform(spec, params) is not None
+               else spec.weight_shape)
+    state = (dirs, spec.batch, h)
+    with IRBuilder() as ib:
+        with T.prim_func():
+            T.func_name("main")
+            b = {name: T.arg(name, T.Buffer(shape, f32)) for name, shape in (
+                ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state),
+                ("y", spec.output_shape), ("y_h", state), ("y_c", state))}
+            with T.serial(0, spec.seq) as s:
+                phases = ([(0, 1), (2,)] if spec.kind == "gru" and not spec.linear_before_reset
+                          else [tuple(range(gates))])
+                for phase in phases:
+                    with T.parallel(0, dirs * blocks) as p:
+                        _step(T, spec, variant, b, s, p // blocks, p % blocks, nb, phase)
+            with T.parallel(0, dirs) as d:
+                with T.serial(0, spec.batch) as n:
+                    with T.vectorized(0, h) as i:
+                        T.buffer_store(b["y_h"], b["y"][_last(spec, d), d, n, i], [d, n, i])
+    return ib.get()
+
+
+def _reversed(spec, d):
+    from tvm import tirx
+
+    return d == 1 if spec.dirs == 2 else tirx.const(spec.reverse, "bool")
+
+
+def _last(spec, d):
+    from tvm import tirx
+
+    return tirx.Select(_reversed(spec, d), 0, spec.seq - 1)
+
+
+def _step(T, spec, variant, b, s, d, jb, nb, gates):
+    """One time step of direction d for the hidden units of block jb:
+    accumulate `gates` (all of them, or one phase of a GRU whose reset
+    comes first), then update the state."""
+    from tvm import tirx
+
+    h = spec.hidden
+    rev = _reversed(spec, d)
+    t = tirx.Select(rev, spec.seq - 1 - s, s)
+    tp = tirx.Select(rev, t + 1, t - 1)
+    y = b["y"]
+
+    def previous(n, k):  # h_{t-1}[n, k]
+        return tirx.if_then_else(s == 0, b["h0"][d, n, k], y[tp, d, n, k])
+
+    reset_phase = gates == (2,)
+    source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
+    with T.serial(0, spec.batch) as n:
+        acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
+        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, lambda k: source(n, k))
+        with (T.vectorized if h % nb == 0 else T.serial)(0, nb) as v:
+            i = jb * nb + v
+            if h % nb == 0:
+                _update(T, spec, b, acc, gates, (d, n, t, i, v), s == 0, previous(n, i))
+            else:
+                with T.If(i < h):
+                    with T.Then():
+                        i = tirx.min(i, h - 1)
+                        _update(T, spec, b, acc, gates, (d, n, t, i, v), s == 0, previous(n, i))
+
+
+def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):
+    """acc[g, v] = Rb + sum_k h[k] R[g, jb * nb + v, k] for g in `gates`."""
+    from tvm import tirx
+
+    h = spec.hidden
+    if isinstance(variant, Packed):
+        for g in gates:
+            with T.vectorized(0, nb) as v:
+                T.buffer_store(acc, w[d, jb, h, g, v], [g, v])
+        with T.serial(0, h) as k:
+            x = hk(k)
+            for g in gates:
+                with T.vectorized(0, nb) as v:
+                    T.buffer_store(acc, acc[g, v] + x * w[d, jb, k, g, v], [g, v])
+        return
+    lanes = variant.isa.lanes
+    chunks, tail = divmod(h, lanes)
+    part = T.decl_buffer((lanes,), spec.dtype, scope="local")
+    for g in gates:
+        with T.serial(0, nb) as v:
+            row = g * h + tirx.min(jb * nb + v, h - 1)
+            with T.vectorized(0, lanes) as l:
+                T.buffer_store(part, tirx.const(0, spec.dtype), [l])
+            if chunks:
+                with T.serial(0, chunks) as c:
+                    with T.vectorized(0, lanes) as l:
+                        k = c * lanes + l
+                        T.buffer_store(part, part[l] + hk(k) * w[d, row, k], [l])
+            for j in range(tail):
+                k = chunks * lanes + j
+                T.buffer_store(part, part[j] + hk(k) * w[d, row, k], [j])
+            total = w[d, row, h]
+            for j in range(lanes):
+                total = total + part[j]
+            T.buffer_store(acc, total, [g, v])
+
+
+def _update(T, spec, b, acc, gates, at, first, hp):
+    """The state update of unit i (at: direction, batch row, time, unit,
+    lane) from its accumulated gates; hp: h_{t-1} of the unit."""
+    from tvm import tirx
+
+    d, n, t, i, v = at
+    h, x = spec.hidden, b["xw"]
+    col = d * spec.gates * h + i
+
+    def xg(g):
+        return x[t, n, col + g * h]
+
+    def a(g):
+        return xg(g) + acc[g, v]
+
+    if spec.kind == "lstm":  # i o f c
+        cp = tirx.if_then_else(first, b["c0"][d, n, i], b["y_c"][d, n, i])
+        c = tirx.sigmoid(a(2)) * cp + tirx.sigmoid(a(0)) * tirx.tanh(a(3))
+        # c is an expression reading y_c: h is stored first, while y_c still holds c_{t-1}
+        T.buffer_store(b["y"], tirx.sigmoid(a(1)) * tirx.tanh(c), [t, d, n, i])
+        T.buffer_store(b["y_c"], c, [d, n, i])
+    elif spec.kind == "rnn":
+        T.buffer_store(b["y"], _activation(spec.activation, a(0)), [t, d, n, i])
+    elif gates == (0, 1):  # GRU, reset first, phase 1: z kept in y, r * h_{t-1} in y_c
+        T.buffer_store(b["y"], tirx.sigmoid(a(0)), [t, d, n, i])
+        T.buffer_store(b["y_c"], tirx.sigmoid(a(1)) * hp, [d, n, i])
+    else:
+        if gates == (2,):  # phase 2: acc holds (r * h) Rh^T + Rbh
+            z, cand = b["y"][t, d, n, i], tirx.tanh(a(2))
+        else:  # linear before reset: r * (h Rh^T + Rbh)
+            z, cand = tirx.sigmoid(a(0)), tirx.tanh(xg(2) + tirx.sigmoid(a(1)) * acc[2, v])
+        T.buffer_store(b["y"], cand + z * (hp - cand), [t, d, n, i])
+
+
+def _activation(name, x):
+    from tvm import tirx
+
+    if name == "Relu":
+        return tirx.max(x, tirx.const(0, "float32"))
+    return tirx.sigmoid(x) if name == "Sigmoid" else tirx.tanh(x)
+
+
+# ---- reference ----
+
+def reference(spec, xw, w, h0, c0):
+    """(Y, Y_h, Y_c) in numpy from the raw weights [dirs, gates * H, H + 1]
+    (Y_c: LSTM's cell state; zeros for GRU and RNN)."""
+    h = spec.hidden
+    y = np.zeros(spec.output_shape, np.float32)
+    yh, yc = np.zeros_like(h0), np.zeros_like(c0)
+    act = {"Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0), "Sigmoid": _sigmoid}[spec.activation]
+    for d in range(spec.dirs):
+        r, rb = w[d, :, :h], w[d, :, h]
+        hp, cp = h0[d], c0[d]
+        steps = range(spec.seq - 1, -1, -1) if (spec.reverse or d == 1) else range(spec.seq)
+        for t in steps:
+            x = xw[t, :, d * spec.gates * h:(d + 1) * spec.gates * h]
+            if spec.kind == "lstm":
+                g = x + hp @ r.T + rb
+                i, o, f, c = (g[:, k * h:(k + 1) * h] for k in range(4))
+                cp = _sigmoid(f) * cp + _sigmoid(i) * np.tanh(c)
+                hp = _sigmoid(o) * np.tanh(cp)
+            elif spec.kind == "rnn":
+                hp = act(x + hp @ r.T + rb)
+            else:
+                z = _sigmoid(x[:, :h] + hp @ r[:h].T + rb[:h])
+                rg = _sigmoid(x[:, h:2 * h] + hp @ r[h:2 * h].T + rb[h:2 * h])
+                if spec.linear_before_reset:
+                    cand = np.tanh(x[:, 2 * h:] + rg * (hp @ r[2 * h:].T + rb[2 * h:]))
+                else:
+                    cand = np.tanh(x[:, 2 * h:] + (rg * hp) @ r[2 * h:].T + rb[2 * h:])
+                hp = (1 - z) * cand + z * hp
+            y[t, d] = hp
+        yh[d] = hp
+        if spec.kind == "lstm":
+            yc[d] = cp
+    return y, yh, yc
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
