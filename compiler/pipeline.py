@@ -53,6 +53,7 @@ class Compilation:
     later_threads: int = 0        # execution threads of later runs (add_warm_steps)
     dump_ir: str = None           # write the IR after each pass here
     producer: str = ""
+    cells: bool = True            # recurrent cells as cell layers (legalize_onnx); False for GPU targets
     proto: object = None          # load_onnx ... fold_batchnorm: the ONNX model
     model_hash: str = ""          # load_onnx
     qdq_scales: list = field(default_factory=list)  # fold_constants: scales of int8 weights dequantized
@@ -124,11 +125,12 @@ def run(passes, c, start=None, stop=None):
     return c
 
 
-def front_end(model, input_shapes=None, constants=None, dump_ir=None):
+def front_end(model, input_shapes=None, constants=None, dump_ir=None, gpu=False):
     """The first passes, load_onnx to import_relax: a Compilation holding
-    the Relax module, the model's hash and its input and output names."""
-    return run(PASSES, Compilation(model=model, input_shapes=input_shapes, constants=constants, dump_ir=dump_ir),
-               stop=import_relax.NAME)
+    the Relax module, the model's hash and its input and output names.
+    `gpu`: for a GPU target (recurrent cells unrolled: the cell kernel is CPU code)."""
+    return run(PASSES, Compilation(model=model, input_shapes=input_shapes, constants=constants, dump_ir=dump_ir,
+                                   cells=not gpu), stop=import_relax.NAME)
 
 
 def _from_front(front, **options):
@@ -171,7 +173,9 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         tgt = resolve(target) if isinstance(target, str) else target
     except ValueError as e:
         raise CompileError(str(e)) from None
-    front = front or front_end(model, input_shapes, constants, dump_ir)
+    front = front or front_end(model, input_shapes, constants, dump_ir, tgt.executes_on == "gpu")
+    if front.cells and tgt.executes_on == "gpu":
+        raise ValueError("a front end made for a CPU target (recurrent cells as cell layers) given a GPU target")
     c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, threads=threads, tuning=tuning,
                     queues=queues, precision=precision, accuracy=accuracy, warm=warm, later_threads=later_threads,
                     producer=f"coldbrew {version()}")

@@ -20,6 +20,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import CompileError
 
+# A cell computed by a kernel (compiler/kernels/recurrent.py) is left by
+# legalize_onnx as its input projection and one node of coldbrew's own,
+# CELL (xw, R with its bias column, h0, c0) -> (Y, Y_h, Y_c), which
+# import_relax makes the cell's layer.
+DOMAIN, CELL = "ai.coldbrew", "CbRecurrentCell"
+
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"],
                        "DynamicQuantizeLSTM": ["Sigmoid", "Tanh", "Tanh"]}
@@ -285,3 +291,54 @@ def _outputs(b, node, ys, hs, cs, dims, batch_first):
             state = b.op("Transpose", [state], perm=[1, 0, 2]) if batch_first else state
             b.nodes.append(helper.make_node("Identity", [state], [outs[k]], name=f"{b.prefix}/Y{'hc'[k - 1]}"))
     return b.nodes
+
+
+def as_cell(node, label, consts, shapes):
+    """(nodes, initializers, value_infos) computing `node` (LSTM, GRU or
+    RNN) as its input projection (a MatMul over every step at once) and a
+    CELL node, or None where the cell kernel does not cover it (peepholes,
+    an RNN whose two directions differ, onnxruntime's quantized cell):
+    those are unrolled."""
+    if node.op_type not in ("LSTM", "GRU", "RNN") or node.domain not in ("", "ai.onnx"):
+        return None
+    x_shape = shapes.get(node.input[0])
+    batch_first = any(t.name == "layout" and t.i for t in node.attribute)
+    if batch_first and x_shape is not None:
+        x_shape = [x_shape[1], x_shape[0], x_shape[2]]
+    a, dirs, inputs = _checked(node, label, consts, x_shape)
+    acts = a.get("activations", DEFAULT_ACTIVATIONS[node.op_type] * dirs)
+    if inputs[7] or len({s.lower() for s in acts}) > 1 and node.op_type == "RNN":
+        return None
+    kind, hidden, gates = node.op_type.lower(), int(a["hidden_size"]), GATES[node.op_type]
+    (seq, batch, size), n = x_shape, gates * hidden
+    w = numpy_helper.to_array(consts[inputs[1]]).astype(np.float32)
+    r = numpy_helper.to_array(consts[inputs[2]]).astype(np.float32)
+    bias = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
+            else np.zeros((dirs, 2 * n), np.float32))
+    b = _Builder(node.name or next(o for o in node.output if o), 13, hidden)
+    x, h0, c0 = node.input[0], inputs[5], inputs[6] if kind == "lstm" else ""
+    if batch_first:
+        x = b.op("Transpose", [x], perm=[1, 0, 2])
+        h0, c0 = (b.op("Transpose", [i], perm=[1, 0, 2]) if i else "" for i in (h0, c0))
+    rows = b.op("Reshape", [x, b.const(np.array([seq * batch, size], np.int64), "rows")])
+    proj = b.op("MatMul", [rows, b.const(np.concatenate([w[d].T for d in range(dirs)], axis=1), "W")])
+    proj = b.op("Add", [proj, b.const(bias[:, :n].reshape(-1), "Wb")])
+    xw = b.op("Reshape", [proj, b.const(np.array([seq, batch, dirs * n], np.int64), "steps")])
+    zeros = np.zeros((dirs, batch, hidden), np.float32)
+    h0, c0 = h0 or b.const(zeros, "h0"), c0 or b.const(zeros, "c0")
+    raw = b.const(np.concatenate([r, bias[:, n:, None]], axis=2), "R")
+    outs = [o if i < len(node.output) and o and not batch_first else f"{b.prefix}/cell{i}"
+            for i, o in enumerate(list(node.output)[:3] + [""] * (3 - len(node.output[:3])))]
+    b.nodes.append(helper.make_node(
+        CELL, [xw, raw, h0, c0], outs, name=f"{b.prefix}/cell", domain=DOMAIN, kind=kind, hidden_size=hidden,
+        direction=a.get("direction", "forward"), linear_before_reset=int(a.get("linear_before_reset", 0)),
+        activation=RNN_ACTIVATIONS.get(acts[0].lower(), "Tanh")))
+    state = [dirs, batch, hidden]
+    infos = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape)
+             for o, shape in zip(outs, ([seq, dirs, batch, hidden], state, state))]
+    if batch_first:
+        for i, perm in ((0, [2, 0, 1, 3]), (1, [1, 0, 2]), (2, [1, 0, 2])):
+            if i < len(node.output) and node.output[i]:
+                b.nodes.append(helper.make_node("Transpose", [outs[i]], [node.output[i]], name=f"{b.prefix}/out{i}",
+                                                perm=perm))
+    return b.nodes, b.inits, infos

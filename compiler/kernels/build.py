@@ -13,8 +13,9 @@ WIDEN = "cb_widen"  # the widening block of a narrow transform
 
 def output_axis(spec):
     """The axis of a layer's raw weights that indexes its output channels
-    (int8 scales are per entry of it): OIHW convolutions 0, [K, N] dense 1."""
-    return 1 if spec.__class__.__name__ == "DenseSpec" else 0
+    (int8 scales are per entry of it): OIHW convolutions 0, [K, N] dense 1,
+    a recurrent cell's [dirs, gates * H, H + 1] 1."""
+    return 1 if spec.__class__.__name__ in ("DenseSpec", "RecurrentSpec") else 0
 
 
 def transform_func(variant, spec, params, precision="fp32"):

@@ -85,6 +85,21 @@ class Rows(_Cell):
 register(Packed.name, Packed)
 register(Rows.name, Rows)
 
+CELL_ATTR = "cb_cell"  # the placeholder kernel's attribute: its RecurrentSpec's fields, as JSON
+
+
+def placeholder(spec):
+    """The cell's kernel before a variant is chosen (import_relax makes the
+    cell layer with it; select_variants replaces it): the raw weights read
+    in place, one unit per task, four lanes (any vector unit has them),
+    marked with its spec."""
+    import dataclasses
+    import json
+    from types import SimpleNamespace
+
+    func = _kernel(spec, Rows(SimpleNamespace(lanes=4, registers=16)), {"nb": 1})
+    return func.with_attr(CELL_ATTR, json.dumps(dataclasses.asdict(spec)))
+
 
 # ---- the kernel ----
 

@@ -9,8 +9,11 @@ import gc
 import onnx
 
 from ..errors import CompileError, quiet
-from ..ir import branches
+from ..ir import branches, recurrent
+from ..kernels import RecurrentSpec
+from ..kernels.recurrent import placeholder
 from ..ir.ops import graph_inputs
+from ..ir.relax import is_const, shape_of
 
 NAME = "import_relax"
 
@@ -55,6 +58,7 @@ def _node_watch(failed):
     """Note in `failed` the (operator, node name) whose conversion raised:
     TVM's importer hands each node's name to its converter in its
     attributes, and raises without it."""
+    from tvm.relax.frontend.onnx import onnx_frontend
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
     real = ONNXGraphImporter._convert_operator
@@ -70,10 +74,37 @@ def _node_watch(failed):
             raise
 
     ONNXGraphImporter._convert_operator = convert
+    real_map = onnx_frontend._get_convert_map
+    onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell}
     try:
         yield
     finally:
         ONNXGraphImporter._convert_operator = real
+        onnx_frontend._get_convert_map = real_map
+
+
+class _Cell:
+    """The importer's converter of a recurrent cell's node (ir/recurrent.py):
+    a call of the cell's placeholder kernel (compiler/kernels/recurrent.py),
+    marked opaque, on (xw, R with its bias column, h0, c0), giving (Y, Y_h, Y_c)."""
+
+    @classmethod
+    def get_converter(cls, opset):
+        return cls.convert
+
+    @staticmethod
+    def convert(bb, inputs, attrs, params):
+        from tvm import relax
+
+        xw, w, h0, c0 = (v if isinstance(v, relax.Var) or is_const(v) else bb.emit(v) for v in inputs)
+        (seq, batch, _), (dirs, _, _) = (shape_of(v) for v in (xw, w))
+        text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        spec = RecurrentSpec(text["kind"], seq, batch, int(text["hidden_size"]), dirs, text["direction"] == "reverse",
+                             int(text["linear_before_reset"]), text["activation"])
+        gv = bb.add_func(placeholder(spec).with_attr("op_pattern", branches.OPAQUE), "cb_cell")
+        state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
+        out = [relax.TensorType(spec.output_shape, spec.dtype), state, state]
+        return bb.emit(relax.call_tir(gv, [xw, w, h0, c0], out))
 
 
 def run(c):

@@ -12,7 +12,10 @@ shape-deciding input, an If's condition among them, is constant
 - Clip with a bound computed at run time (legal ONNX; the importer takes
   constant bounds only): Max by the lower bound, then Min by the upper.
 - Scan (opset 9 on): unrolled over its scan inputs' length (ir/loops.py).
-- LSTM, GRU and RNN: unrolled over their sequence, fixed at compile time, into
+- LSTM, GRU and RNN: on CPU targets, the input projection (one MatMul)
+  and a cell node of coldbrew's own that import_relax makes a cell layer
+  (compiler/kernels/recurrent.py); otherwise, and for the forms the cell
+  kernel lacks, unrolled over their sequence, fixed at compile time, into
   MatMuls, gates and state updates (ir/recurrent.py).
 - Single operators the importer lacks or takes in one form only (LRN,
   IsInf, RMSNormalization, OneHot, TopK, Upsample, ReverseSequence,
@@ -30,7 +33,8 @@ from ..ir.ops import types_and_shapes, branches, check_static, check_supported, 
 from ..ir import decompose
 from ..ir.branches import SELECT
 from ..ir.loops import unroll_scan
-from ..ir.recurrent import GATES, unroll
+from ..ir import recurrent
+from ..ir.recurrent import GATES
 
 NAME = "legalize_onnx"
 
@@ -122,10 +126,12 @@ def _unroll_scans(model):
     decompose.rewrite(model, "Scan", expand)
 
 
-def _unroll_recurrent(model):
-    """Every recurrent cell unrolled, in graph order; shapes inferred again
-    after a cell whose type ONNX's inference does not know (an
-    onnxruntime contrib cell) hid the shapes of the ones after it."""
+def _recurrent(model, cells):
+    """Every recurrent cell, in graph order, made a cell layer's node
+    (`cells`, where the kernel covers it: ir/recurrent.py as_cell) or
+    unrolled; shapes inferred again after a cell whose type ONNX's
+    inference does not know (an onnxruntime contrib cell) hid the shapes
+    of the ones after it."""
     g = model.graph
     opset = opset_of(model)
     while any(n.op_type in GATES for n in g.node):
@@ -137,7 +143,15 @@ def _unroll_recurrent(model):
                     or (done and node.input[0] not in shapes)):
                 nodes.append(node)
                 continue
-            new, inits = unroll(node, f"{node.op_type} node '{node.name or f'#{i}'}'", consts, shapes, opset)
+            label = f"{node.op_type} node '{node.name or f'#{i}'}'"
+            cell = recurrent.as_cell(node, label, consts, shapes) if cells else None
+            if cell is not None:
+                new, inits, infos = cell
+                g.value_info.extend(infos)
+                if not any(o.domain == recurrent.DOMAIN for o in model.opset_import):
+                    model.opset_import.append(helper.make_opsetid(recurrent.DOMAIN, 1))
+            else:
+                new, inits = recurrent.unroll(node, label, consts, shapes, opset)
             nodes += new
             g.initializer.extend(inits)
             done = True
@@ -147,12 +161,14 @@ def _unroll_recurrent(model):
             return
 
 
-def apply(model):
+def apply(model, cells=True):
+    """`cells`: recurrent cells the kernel covers become cell layers
+    (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled."""
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)
     _clip_bounds(model)
-    _unroll_recurrent(model)
+    _recurrent(model, cells)
     decompose.apply(model)
     check_supported(model)  # again: fold_constants may have inlined an If's branch
     check_static(model)
@@ -160,5 +176,5 @@ def apply(model):
 
 
 def run(c):
-    c.proto = apply(c.proto)
+    c.proto = apply(c.proto, c.cells)
     return c

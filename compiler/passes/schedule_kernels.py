@@ -25,6 +25,8 @@ def apply(mod, anchors, isa):
         m = ANCHOR_RE.search(gv.name_hint)
         sch = s_tir.Schedule(func)
         try:
+            if m and by_index[int(m.group(1))].variant.prescheduled:
+                continue  # written scheduled (a recurrent cell)
             if m:
                 a = by_index[int(m.group(1))]
                 a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)

@@ -13,6 +13,7 @@ keys are anchor ids (c<k> for convs, d<k> for dense layers, in graph order),
 op names, or "*". A global choice that does not apply to a layer falls back
 to "auto" for it; a per-anchor one that does not apply is an error.
 """
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -22,7 +23,9 @@ from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
 from ..ir.relax import LayerIds, const_value
-from ..kernels import ConvSpec, DenseSpec, applicable, get
+from ..ir.branches import OPAQUE
+from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
+from ..kernels.recurrent import CELL_ATTR
 from ..kernels import build as kbuild
 from ..kernels.conv import channel_vectors
 from ..ir.narrow import fits_fp16, narrow_weights, weight_error
@@ -53,6 +56,8 @@ def auto_variant(spec, isa):
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
         return "dense.packed_gemm"
+    if isinstance(spec, RecurrentSpec):
+        return "recurrent.packed"
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
         return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
     if spec.depthwise:
@@ -140,6 +145,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
 
     choice = dict(choice or {})
     ops = {"conv2d": tvm.ir.Op.get("relax.nn.conv2d"), "dense": tvm.ir.Op.get("relax.matmul")}
+    call_tir = tvm.ir.Op.get("relax.call_tir")
 
     @mutator
     class Rewriter(PyExprMutator):
@@ -160,13 +166,18 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
         def rewrite(self, call):
             call = self.visit_expr_post_order(call)
             op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
-            if op_name is None:
+            cell = _cell_of(self.mod_, call, call_tir)
+            if cell is not None:
+                op_name, args = "recurrent", list(call.args[1].fields)
+            elif op_name is None:
                 return call
-            w = const_value(call.args[1], self.lookup_binding)
+            else:
+                args = list(call.args)
+            w = const_value(args[1], self.lookup_binding)
             if w is None:
                 return call
             anchor_id = self.ids.next(op_name)
-            spec = _spec_of(call, op_name, w)
+            spec = cell or _spec_of(call, op_name, w)
             if spec is None:
                 return call
             if self.phase == "collect":
@@ -178,6 +189,10 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
+            if cell is not None:  # the placeholder's call, on the chosen kernel and its weights
+                func = a.variant.kernel(spec, a.params).with_attr("op_pattern", OPAQUE)
+                gv = self.builder_.add_func(func, f"cb{a.index}_cell_{short}")
+                return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
             scale = [a.scale] if a.scale is not None else []
             return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
@@ -194,11 +209,27 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
     Rewriter(mod, "collect", anchors).transform()
     _stored_weights(anchors, direct, _transform_weights(anchors))
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
-    # anchors fuse with their elementwise epilogue (OutEWiseFusable)
+    # anchors fuse with their elementwise epilogue (OutEWiseFusable); cells
+    # stay opaque, and their placeholders (all replaced) go
     for gv, func in list(new_mod.functions.items()):
-        if ANCHOR_RE.search(gv.name_hint) and not isinstance(func, relax.Function):
+        if isinstance(func, relax.Function):
+            continue
+        if func.attrs is not None and CELL_ATTR in func.attrs:
+            del new_mod[gv]
+        elif ANCHOR_RE.search(gv.name_hint) and "_cell_" not in gv.name_hint:
             new_mod[gv] = func.with_attr("op_pattern", 4)
     return new_mod, anchors
+
+
+def _cell_of(mod, call, call_tir):
+    """The RecurrentSpec of a call of a cell's placeholder kernel
+    (import_relax), else None."""
+    if not call.op.same_as(call_tir):
+        return None
+    func = mod[call.args[0]]
+    if func.attrs is None or CELL_ATTR not in func.attrs:
+        return None
+    return RecurrentSpec(**json.loads(str(func.attrs[CELL_ATTR])))
 
 
 def _stored_weights(anchors, direct, transform):
