@@ -127,7 +127,7 @@ def _compile(model, output, target, input_shapes, constants, dump_ir, variants, 
         if plan != "default":
             chosen = _planned(table, plan, precision, chosen, continuous, on_plan)
     if precision != "fp32" and chosen["narrow_only"] != set():
-        front = front or _pipeline().front_end(model, input_shapes, constants, dump_ir, on_gpu)
+        front = front or _pipeline().front_end(model, input_shapes, constants, dump_ir, not on_gpu)
         precision, accuracy = _narrow(front, precision, max_error, calibration, chosen["narrow_only"], progress)
     data, _ = _pipeline().compile_graph(model, None if sign else output, target, input_shapes, constants, dump_ir,
                                         chosen["variants"], chosen["weights"], chosen["threads"], front=front,

@@ -125,12 +125,13 @@ def run(passes, c, start=None, stop=None):
     return c
 
 
-def front_end(model, input_shapes=None, constants=None, dump_ir=None, gpu=False):
+def front_end(model, input_shapes=None, constants=None, dump_ir=None, cells=True):
     """The first passes, load_onnx to import_relax: a Compilation holding
     the Relax module, the model's hash and its input and output names.
-    `gpu`: for a GPU target (recurrent cells unrolled: the cell kernel is CPU code)."""
+    `cells`: recurrent cells as cell layers (CPU targets; False unrolls
+    them, as GPU targets need: the cell kernel is CPU code)."""
     return run(PASSES, Compilation(model=model, input_shapes=input_shapes, constants=constants, dump_ir=dump_ir,
-                                   cells=not gpu), stop=import_relax.NAME)
+                                   cells=cells), stop=import_relax.NAME)
 
 
 def _from_front(front, **options):
@@ -173,7 +174,7 @@ def compile_graph(model, output=None, target="host", input_shapes=None, constant
         tgt = resolve(target) if isinstance(target, str) else target
     except ValueError as e:
         raise CompileError(str(e)) from None
-    front = front or front_end(model, input_shapes, constants, dump_ir, tgt.executes_on == "gpu")
+    front = front or front_end(model, input_shapes, constants, dump_ir, tgt.executes_on != "gpu")
     if front.cells and tgt.executes_on == "gpu":
         raise ValueError("a front end made for a CPU target (recurrent cells as cell layers) given a GPU target")
     c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, threads=threads, tuning=tuning,

@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from ..kernels import ConvSpec, applicable, get
+from ..kernels import ConvSpec, RecurrentSpec, applicable, get
 from .protocol import cache_dir, code_hash, core_classes, sample
 
 WARM_RUNS = 10
@@ -79,8 +79,11 @@ def layers_model(specs, weights=None):
     for k, spec in enumerate(specs):
         x, w, y = f"x{k}", f"w{k}", f"y{k}"
         data = weights[k] if weights else (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
-        inits.append(numpy_helper.from_array(data, w))
-        if isinstance(spec, ConvSpec):
+        if not isinstance(spec, RecurrentSpec):
+            inits.append(numpy_helper.from_array(data, w))
+        if isinstance(spec, RecurrentSpec):
+            xs, ys = _cell_node(spec, x, y, data, nodes, inits)
+        elif isinstance(spec, ConvSpec):
             nodes.append(helper.make_node("Conv", [x, w], [y], strides=list(spec.stride), pads=list(spec.pad),
                                           dilations=list(spec.dilation), group=spec.groups))
             xs, ys = [spec.n, spec.c, spec.h, spec.w], [spec.n, spec.k, spec.out_h, spec.out_w]
@@ -93,6 +96,29 @@ def layers_model(specs, weights=None):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     return m
+
+
+def _cell_node(spec, x, y, raw, nodes, inits):
+    """The ONNX cell (LSTM, GRU, RNN) of a RecurrentSpec whose recurrence
+    has the raw weights `raw` (R with its bias column), on an input of one
+    feature (the projection a cell's layer leaves to a dense layer is as
+    small as it gets); (input shape, output shape)."""
+    from onnx import helper, numpy_helper
+
+    h, n = spec.hidden, spec.gates * spec.hidden
+    w = np.full((spec.dirs, n, 1), 0.5, np.float32)
+    bias = np.concatenate([np.zeros((spec.dirs, n), np.float32), raw[:, :, h]], axis=1)
+    names = [f"{x}_{t}" for t in "WRB"]
+    for name, value in zip(names, (w, np.ascontiguousarray(raw[:, :, :h]), bias)):
+        inits.append(numpy_helper.from_array(value, name))
+    attrs = {"hidden_size": h, "direction": "bidirectional" if spec.dirs == 2 else
+             "reverse" if spec.reverse else "forward"}
+    if spec.kind == "gru":
+        attrs["linear_before_reset"] = spec.linear_before_reset
+    if spec.kind == "rnn":
+        attrs["activations"] = [spec.activation] * spec.dirs
+    nodes.append(helper.make_node(spec.kind.upper(), [x] + names, [y], **attrs))
+    return [spec.seq, spec.batch, 1], list(spec.output_shape)
 
 
 def cache_path(target):

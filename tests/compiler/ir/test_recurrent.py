@@ -1,6 +1,7 @@
-"""compiler/ir/recurrent.py: LSTM and GRU unrolled into plain ONNX nodes
-compute what onnxruntime computes for the cell (both directions, initial
-states, both GRU reset orders), and what unrolling does not cover is named."""
+"""compiler/ir/recurrent.py: LSTM and GRU, unrolled into plain ONNX nodes
+(GPU targets) or as a cell layer (CPU), compute what onnxruntime computes
+for the cell (both directions, initial states, both GRU reset orders), and
+what unrolling does not cover is named."""
 import numpy as np
 import pytest
 from conftest import ort_run
@@ -41,22 +42,35 @@ CASES = [("LSTM", "bidirectional", {}), ("LSTM", "reverse", {}), ("LSTM", "forwa
          ("GRU", "reverse", {})]
 
 
+def unrolled(model):
+    """The bundle of `model` with its cells unrolled (as for a GPU target),
+    checked to have no cell layer."""
+    from coldbrew.compiler.bundle.reader import read_bytes
+    from coldbrew.compiler.pipeline import compile_graph, front_end
+
+    data, _ = compile_graph(model, front=front_end(model, cells=False))
+    assert not any((s.variant or b"").startswith(b"recurrent.") for s in read_bytes(data)[0].plan.steps)
+    return data
+
+
 @pytest.mark.parametrize("op,direction,attrs", CASES)
-def test_an_unrolled_cell_computes_what_onnxruntime_computes(op, direction, attrs):
+@pytest.mark.parametrize("compile", [unrolled, compile_model], ids=["unrolled", "cell"])
+def test_a_cell_computes_what_onnxruntime_computes(op, direction, attrs, compile):
     model = cell_model(op, direction, **attrs)
     rng = np.random.default_rng(5)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in model.graph.input}
     want = ort_run(model, feeds)
-    got = coldbrew.load(compile_model(model)).run(None, feeds)
+    got = coldbrew.load(compile(model)).run(None, feeds)
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_without_initial_states_they_start_at_zero():
+@pytest.mark.parametrize("compile", [unrolled, compile_model], ids=["unrolled", "cell"])
+def test_without_initial_states_they_start_at_zero(compile):
     model = cell_model("LSTM", "forward", initial=False)
     x = np.random.default_rng(6).standard_normal((SEQ, BATCH, IN)).astype(np.float32)
-    for w, g in zip(ort_run(model, {"x": x}), coldbrew.load(compile_model(model)).run(None, {"x": x})):
+    for w, g in zip(ort_run(model, {"x": x}), coldbrew.load(compile(model)).run(None, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 

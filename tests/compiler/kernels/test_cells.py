@@ -1,0 +1,159 @@
+"""compiler/kernels/recurrent.py: the recurrent cell kernels (LSTM, GRU in
+both reset orders, RNN of each activation; one direction either way and
+both; batches of one and two; hidden sizes that are and are not multiples
+of the block) against the numpy reference, for the host and AVX2, through
+every schedule of their spaces; the packing transform; and models whose
+cells compile to one cell layer (not unrolled) computing what onnxruntime
+computes, with cached and raw weights and either variant."""
+import numpy as np
+import pytest
+import tvm
+from conftest import ort_run
+from onnx import TensorProto, helper, numpy_helper
+
+import coldbrew
+from coldbrew.compiler import compile_model
+from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.kernels import RecurrentSpec, get
+from coldbrew.compiler.kernels import build as kb
+from coldbrew.compiler.kernels.recurrent import reference
+from coldbrew.targets import resolve
+
+TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
+VARIANTS = ("recurrent.packed", "recurrent.rows")
+KINDS = [("lstm", 0, "Tanh"), ("gru", 1, "Tanh"), ("gru", 0, "Tanh"), ("rnn", 0, "Relu"), ("rnn", 0, "Sigmoid")]
+
+
+def run_kernel(spec, variant, params, target):
+    """(Y, Y_h, Y_c) of the variant's kernel (its transform first) and the reference's."""
+    funcs = {"cell": variant.kernel(spec, params)}
+    transform = kb.transform_func(variant, spec, params)
+    if transform is not None:
+        funcs["pack"] = transform
+    lib = kb.build(funcs, target)
+    rng = np.random.default_rng(hash(spec) % 1000)
+    xw = rng.standard_normal(spec.input_shape).astype(np.float32)
+    w = (rng.standard_normal(spec.weight_shape) * 0.3).astype(np.float32)
+    state = (spec.dirs, spec.batch, spec.hidden)
+    h0, c0 = (rng.standard_normal(state).astype(np.float32) for _ in range(2))
+    wt = tvm.runtime.tensor(w)
+    if transform is not None:
+        wt = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32))
+        lib["pack"](tvm.runtime.tensor(w), wt)
+    outs = [tvm.runtime.tensor(np.zeros(s, np.float32)) for s in (spec.output_shape, state, state)]
+    lib["cell"](tvm.runtime.tensor(xw), wt, tvm.runtime.tensor(h0), tvm.runtime.tensor(c0), *outs)
+    return [o.numpy() for o in outs], reference(spec, xw, w, h0, c0)
+
+
+def check(got, want, spec):
+    for g, w in zip(got[:3 if spec.kind == "lstm" else 2], want):  # Y_c is scratch for GRU and RNN
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+@pytest.mark.parametrize("kind,lbr,act", KINDS)
+@pytest.mark.parametrize("dirs,reverse,hidden,batch", [(1, False, 32, 1), (1, True, 20, 2), (2, False, 20, 1)])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_cell_kernel_matches_the_reference(target, kind, lbr, act, dirs, reverse, hidden, batch, name):
+    spec = RecurrentSpec(kind, 4, batch, hidden, dirs, reverse, lbr, act)
+    variant = get(name, target.vector)
+    check(*run_kernel(spec, variant, variant.space(spec)[0], target), spec)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_schedule_of_the_space_is_right(name):
+    target = TARGETS[0]
+    spec = RecurrentSpec("lstm", 3, 1, 40, 2)
+    variant = get(name, target.vector)
+    assert len(variant.space(spec)) >= 2
+    for params in variant.space(spec):
+        check(*run_kernel(spec, variant, params, target), spec)
+
+
+def test_packing_puts_each_gate_of_a_block_in_one_vector():
+    target = TARGETS[0]
+    spec = RecurrentSpec("gru", 2, 1, 12, 2)
+    variant = get("recurrent.packed", target.vector)
+    params = {"nb": 8}
+    w = np.random.default_rng(0).standard_normal(spec.weight_shape).astype(np.float32)
+    lib = kb.build({"pack": kb.transform_func(variant, spec, params)}, target)
+    out = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32))
+    lib["pack"](tvm.runtime.tensor(w), out)
+    want = np.zeros((2, 2, 13, 3, 8), np.float32)  # [dirs, H / nb, H + 1, gates, nb], units past H zero
+    for d in range(2):
+        for g in range(3):
+            for i in range(12):
+                want[d, i // 8, :, g, i % 8] = w[d, g * 12 + i]
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+# ---- models ----
+
+def cell_model(op, seq=5, direction="forward", batch=1, states=False, **attrs):
+    rng = np.random.default_rng(7)
+    gates, dirs, hid, inp = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 2 if direction == "bidirectional" else 1, 24, 10
+    shapes = {"W": (dirs, gates * hid, inp), "R": (dirs, gates * hid, hid), "B": (dirs, 2 * gates * hid)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in shapes.items()]
+    names = ["x", "W", "R", "B"] + (["", "h0"] + (["c0"] if op == "LSTM" else []) if states else [])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])]
+    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dirs, batch, hid]) for n in names[5:]]
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outs, name="cell", hidden_size=hid, direction=direction, **attrs)
+    g = helper.make_graph([node], "cell", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, dirs, batch, hid])] +
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [dirs, batch, hid]) for o in outs[1:]],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def feeds_of(model):
+    rng = np.random.default_rng(8)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in model.graph.input}
+
+
+def variants_of(data):
+    return [(s.variant or b"").decode() for s in read_bytes(data)[0].plan.steps]
+
+
+@pytest.mark.parametrize("op,direction,attrs", [
+    ("LSTM", "bidirectional", {"states": True}), ("LSTM", "reverse", {"batch": 2}),
+    ("GRU", "forward", {"linear_before_reset": 1}), ("GRU", "bidirectional", {"linear_before_reset": 0}),
+    ("RNN", "forward", {"activations": ["Relu"], "states": True})])
+@pytest.mark.parametrize("variant,weights", [(None, "cached"), (None, "raw"), ("recurrent.rows", "cached")])
+def test_a_cell_is_one_layer_computing_what_onnxruntime_computes(op, direction, attrs, variant, weights):
+    model = cell_model(op, direction=direction, **attrs)
+    feeds = feeds_of(model)
+    data = compile_model(model, variants={"recurrent": variant} if variant else None, weights=weights)
+    assert variants_of(data).count(variant or "recurrent.packed") == 1
+    for g, w in zip(coldbrew.load(data).run(None, feeds), ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_layers_do_not_grow_with_the_sequence():
+    """Unrolled, every step would add layers; as a cell, a longer sequence
+    is the same layers (the input projection, the cell)."""
+    short, long = (variants_of(compile_model(cell_model("GRU", seq=s, linear_before_reset=1))) for s in (2, 12))
+    assert short == long and "recurrent.packed" in short and len(short) <= 4
+
+
+def test_the_packed_weights_are_the_cold_plans_choice():
+    """The packing is a transform the plan weighs: raw weights in the bundle
+    and the packing run at open, or the packed weights cached."""
+    model = cell_model("LSTM")
+    raw, cached = (read_bytes(compile_model(model, weights=w))[0] for w in ("raw", "cached"))
+    (r,) = [s for s in raw.plan.steps if s.variant == b"recurrent.packed"]
+    (c,) = [s for s in cached.plan.steps if s.variant == b"recurrent.packed"]
+    assert r.transform and not c.transform
+
+
+def test_a_peephole_lstm_is_unrolled_and_right():
+    rng = np.random.default_rng(9)
+    model = cell_model("LSTM")
+    model.graph.initializer.append(numpy_helper.from_array((rng.standard_normal((1, 72)) * 0.3).astype(np.float32), "P"))
+    model.graph.node[0].input.extend(["", "", "", "P"])
+    feeds = feeds_of(model)
+    data = compile_model(model)
+    assert not any(v.startswith("recurrent.") for v in variants_of(data))
+    for g, w in zip(coldbrew.load(data).run(None, feeds), ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
