@@ -16,7 +16,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 from harness.common import host_isa
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus"))

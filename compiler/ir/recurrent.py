@@ -315,6 +315,11 @@ def as_cell(node, label, consts, shapes):
     r = numpy_helper.to_array(consts[inputs[2]]).astype(np.float32)
     bias = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
             else np.zeros((dirs, 2 * n), np.float32))
+    for what, got, want in (("W", w.shape, (dirs, n, size)), ("R", r.shape, (dirs, n, hidden)),
+                            ("B", bias.shape, (dirs, 2 * n))):
+        if tuple(got) != want:
+            raise CompileError(f"{label}: {what} has shape {list(got)}, not {list(want)} (hidden_size {hidden}, "
+                               f"{dirs} direction(s), input size {size})")
     b = _Builder(node.name or next(o for o in node.output if o), 13, hidden)
     x, h0, c0 = node.input[0], inputs[5], inputs[6] if kind == "lstm" else ""
     if batch_first:

@@ -24,8 +24,14 @@ one place:
                                      from the register file; its first entry is the default
                                      (the register/cache model's pick)
 
+A variant whose loops carry a dependence TE cannot say (a recurrent cell's
+time loop) is `prescheduled`: `variant.kernel(spec, params)` gives its
+PrimFunc, written scheduled with TVM's IR builder, in place of compute and
+schedule (compiler/kernels/recurrent.py).
+
 Specs describe a layer's anchor operator: ConvSpec for conv2d (NCHW or
-blocked NCHW{b}c activations, OIHW raw weights), DenseSpec for x[M,K] @ w[K,N].
+blocked NCHW{b}c activations, OIHW raw weights), DenseSpec for x[M,K] @ w[K,N],
+RecurrentSpec for a recurrent cell's recurrence.
 A variant runs one activation layout: `variant.blocked` variants read and
 write the blocked ones (compiler/kernels/conv_blocked.py), the others NCHW.
 """

@@ -189,10 +189,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
-            if cell is not None:  # the placeholder's call, on the chosen kernel and its weights
-                func = a.variant.kernel(spec, a.params).with_attr("op_pattern", OPAQUE)
-                gv = self.builder_.add_func(func, f"cb{a.index}_cell_{short}")
-                return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
+            if cell is not None:
+                return _cell_call(self.builder_, a, args, call)
             scale = [a.scale] if a.scale is not None else []
             return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
@@ -209,16 +207,32 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
     Rewriter(mod, "collect", anchors).transform()
     _stored_weights(anchors, direct, _transform_weights(anchors))
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
-    # anchors fuse with their elementwise epilogue (OutEWiseFusable); cells
-    # stay opaque, and their placeholders (all replaced) go
-    for gv, func in list(new_mod.functions.items()):
+    return _settled(new_mod), anchors
+
+
+def _settled(mod):
+    """Anchors fuse with their elementwise epilogue (OutEWiseFusable); cells
+    stay opaque, and their placeholders (all replaced) go."""
+    from tvm import relax
+
+    for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             continue
         if func.attrs is not None and CELL_ATTR in func.attrs:
-            del new_mod[gv]
+            del mod[gv]
         elif ANCHOR_RE.search(gv.name_hint) and "_cell_" not in gv.name_hint:
-            new_mod[gv] = func.with_attr("op_pattern", 4)
-    return new_mod, anchors
+            mod[gv] = func.with_attr("op_pattern", 4)
+    return mod
+
+
+def _cell_call(builder, a, args, call):
+    """A cell placeholder's call made on the chosen variant's kernel and
+    its weights (a.const: transformed, or raw for the transform at run time)."""
+    from tvm import relax
+
+    func = a.variant.kernel(a.spec, a.params).with_attr("op_pattern", OPAQUE)
+    gv = builder.add_func(func, f"cb{a.index}_cell_{a.variant.name.split('.')[1]}")
+    return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
 
 
 def _cell_of(mod, call, call_tir):

@@ -157,3 +157,46 @@ def test_a_peephole_lstm_is_unrolled_and_right():
     assert not any(v.startswith("recurrent.") for v in variants_of(data))
     for g, w in zip(coldbrew.load(data).run(None, feeds), ort_run(model, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_weights_that_disagree_with_hidden_size_are_named():
+    from coldbrew.compiler import CompileError
+
+    model = cell_model("GRU")
+    r = next(t for t in model.graph.initializer if t.name == "R")
+    r.CopyFrom(numpy_helper.from_array(np.zeros((1, 72, 20), np.float32), "R"))
+    with pytest.raises(CompileError, match=r"GRU node 'cell': R has shape \[1, 72, 20\], not \[1, 72, 24\]"):
+        compile_model(model)
+
+
+def test_the_tests_cover_every_cell_variant():
+    from coldbrew.compiler.kernels import variants
+
+    assert {v.name for v in variants(TARGETS[0].vector, "recurrent")} == set(VARIANTS)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_narrow_weights_are_widened_then_transformed(name, precision):
+    """Weights stored narrow (fp16, or int8 with a scale per gate row) are
+    widened by the transform, then packed (or read in place)."""
+    from coldbrew.compiler.ir.narrow import narrow_weights
+
+    target = TARGETS[0]
+    spec = RecurrentSpec("lstm", 3, 1, 20, 2)
+    variant = get(name, target.vector)
+    params = variant.space(spec)[0]
+    w = (np.random.default_rng(1).standard_normal(spec.weight_shape) * 0.3).astype(np.float32)
+    stored, wide = narrow_weights(w, precision, kb.output_axis(spec))
+    lib = kb.build({"cell": variant.kernel(spec, params),
+                    "widen": kb.transform_func(variant, spec, params, precision)}, target)
+    wt = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params) if name.endswith("packed")
+                                     else spec.weight_shape, np.float32))
+    lib["widen"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in stored), wt)
+    rng = np.random.default_rng(2)
+    xw = rng.standard_normal(spec.input_shape).astype(np.float32)
+    state = (2, 1, 20)
+    zeros = np.zeros(state, np.float32)
+    outs = [tvm.runtime.tensor(np.zeros(s, np.float32)) for s in (spec.output_shape, state, state)]
+    lib["cell"](tvm.runtime.tensor(xw), wt, tvm.runtime.tensor(zeros), tvm.runtime.tensor(zeros), *outs)
+    check([o.numpy() for o in outs], reference(spec, xw, wide.astype(np.float32), zeros, zeros), spec)
