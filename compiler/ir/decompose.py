@@ -40,7 +40,8 @@ ops.check_static to name):
 - Mod of floats with fmod=0 (the result takes the divisor's sign): fmod,
   plus the divisor where the remainder is non-zero and its sign differs.
 - ReduceMax and ReduceMin of bools: on uint8, cast back.
-- ConvTranspose with output_shape: the pads that give that shape.
+- ConvTranspose with output_shape: the pads that give that shape; then
+  (2-D, constant weights) a Conv and a pixel shuffle (ir/subpixel.py).
 - Resize in the modes the TIR lowering does not implement (scales that do
   not give whole output sizes, an axes attribute, a kept aspect ratio,
   antialiasing, half_pixel_symmetric): per resized axis a constant matrix,
@@ -53,6 +54,7 @@ ops.check_static to name):
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from . import subpixel
 from .ops import opset_of, types_and_shapes
 
 _INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
@@ -589,13 +591,14 @@ _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
 # (the operators each rewrites, the rewrite): one runs only where its
 # operators are in the graph (most infer the graph's shapes first)
-DECOMPOSITIONS = [
+DECOMPOSITIONS = [  # ConvTranspose first: its pads, then its sub-pixel form, whose crop may be an old Slice
+    (("ConvTranspose",), conv_transpose_output_shape), (("ConvTranspose",), subpixel.apply),
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
     (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer), (("Celu",), celu), (("Swish",), swish),
     (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
-    (("ConvTranspose",), conv_transpose_output_shape), (("Resize",), resize_by_matrices), (("Pow",), pow_types)]
+    (("Resize",), resize_by_matrices), (("Pow",), pow_types)]
 
 
 def apply(model):

@@ -23,6 +23,10 @@ shape-deciding input, an If's condition among them, is constant
   statistics, float Mod, extrema of bools, ConvTranspose's output_shape,
   Resize's other modes; float16 products accumulated in float32; Pow of
   mixed types or integers): ir/decompose.py.
+- ConvTranspose (2-D, constant weights): one Conv of every output phase's
+  sub-kernel and a pixel shuffle (ir/subpixel.py, run among the
+  decompositions), so it gets the convolution variants and multiplies no
+  inserted zero.
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.
 """
