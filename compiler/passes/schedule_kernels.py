@@ -31,12 +31,12 @@ def apply(mod, anchors, isa):
                 a = by_index[int(m.group(1))]
                 a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)
             else:
-                generic(sch, isa.lanes)
+                generic(sch, isa.lanes, isa.registers)
         except Exception as e:  # TVM raises several error types from schedule primitives
             notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
                          "generic schedule used")
             sch = s_tir.Schedule(func)
-            generic(sch, isa.lanes)
+            generic(sch, isa.lanes, isa.registers)
         mod[gv] = sch.mod["main"]
     return mod, notes
 
