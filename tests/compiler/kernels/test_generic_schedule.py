@@ -1,0 +1,93 @@
+"""compiler/kernels/schedule_util.py's generic schedule for layers without a
+variant: a MatMul of two activations is register-blocked (a local tile,
+vectors along its output's contiguous axis), a reduction over the
+contiguous last axis is vectorized per lane (rfactor), a reduction read
+across its output axis is not vectorized along it (it would gather); each
+computes what numpy computes, for the host and AVX2. And the float32
+exp, softmax, erf and tanh are lowered to vectorizable polynomials."""
+import numpy as np
+import pytest
+import tvm
+from tvm import s_tir, te, topi
+
+from coldbrew.compiler.kernels import build as kb
+from coldbrew.compiler.kernels.schedule_util import generic
+from coldbrew.targets import resolve
+
+TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
+
+
+def scheduled(func, target):
+    sch = s_tir.Schedule(func)
+    generic(sch, target.vector.lanes, target.vector.registers)
+    return sch.mod["main"]
+
+
+def run(func, target, shapes):
+    lib = kb.build({"f": func}, target)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    lib["f"](*tensors)
+    return args, tensors[-1].numpy()
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+@pytest.mark.parametrize("b,m,k,n", [(4, 24, 40, 64), (1, 5, 7, 48)])
+def test_a_product_of_two_activations_is_register_blocked(target, b, m, k, n):
+    x, y = te.placeholder((1, b, m, k), name="x"), te.placeholder((1, b, k, n), name="y")
+    r = te.reduce_axis((0, k), "r")
+    out = te.compute((1, b, m, n), lambda a, h, i, j: te.sum(x[a, h, i, r] * y[a, h, r, j], axis=r), name="mm")
+    func = scheduled(te.create_prim_func([x, y, out]), target)
+    text = func.script()
+    assert 'scope="local"' in text and "T.vectorized" in text and "T.parallel" in text
+    (a, c, _), got = run(func, target, [(1, b, m, k), (1, b, k, n), (1, b, m, n)])
+    np.testing.assert_allclose(got, a @ c, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+def test_a_reduction_over_the_contiguous_axis_is_vectorized_per_lane(target):
+    x = te.placeholder((6, 3, 96), name="x")
+    func = scheduled(te.create_prim_func([x, topi.sum(x, axis=2)]), target)
+    text = func.script()
+    assert "_rf" in text and "T.vectorized" in text
+    (a, _), got = run(func, target, [(6, 3, 96), (6, 3)])
+    np.testing.assert_allclose(got, a.sum(axis=2), rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_read_across_its_output_axis_is_not_vectorized_along_it():
+    """x @ y^T reads y along the reduced axis: vectors along the output's
+    columns would gather, so the reduction is vectorized per lane instead."""
+    target = TARGETS[0]
+    x, y = te.placeholder((32, 64), name="x"), te.placeholder((48, 64), name="y")
+    r = te.reduce_axis((0, 64), "r")
+    out = te.compute((32, 48), lambda i, j: te.sum(x[i, r] * y[j, r], axis=r), name="mm")
+    func = scheduled(te.create_prim_func([x, y, out]), target)
+    assert "_rf" in func.script()
+    (a, c, _), got = run(func, target, [(32, 64), (48, 64), (32, 48)])
+    np.testing.assert_allclose(got, a @ c.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Exp", "Softmax", "Erf", "Tanh"])
+def test_transcendentals_are_polynomials_on_the_cpu(op):
+    """No libm call per lane: the lowered layer holds no exp/erf/tanh call."""
+    from onnx import TensorProto, helper
+
+    import coldbrew
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.passes import fuse_layers
+    from coldbrew.compiler.pipeline import front_end
+
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mod = fuse_layers.apply(front_end(model).mod)
+    text = "".join(f.script() for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert "T.reinterpret" in text  # the polynomial's exponent bits
+    assert f"T.{op.lower()}(" not in text and "T.exp(" not in text
+    x = np.linspace(-6, 6, 128, dtype=np.float32).reshape(4, 32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
