@@ -84,7 +84,7 @@ def test_transcendentals_are_polynomials_on_the_cpu(op):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     mod = fuse_layers.apply(front_end(model).mod)
     text = "".join(f.script() for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-    assert "T.reinterpret" in text  # the polynomial's exponent bits
+    assert op in ("Erf", "Tanh") or "T.reinterpret" in text  # fast_exp builds 2^n from exponent bits
     assert f"T.{op.lower()}(" not in text and "T.exp(" not in text
     x = np.linspace(-6, 6, 128, dtype=np.float32).reshape(4, 32)
     import onnxruntime as ort
