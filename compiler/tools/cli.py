@@ -400,6 +400,27 @@ def trace_cmd(bundle, output, png, cold, threads, costs):
         trace_export.to_png(events, png, title=title)
     click.echo(f"{title}: {total_ms:.2f} ms load + first run; traced {_phases(s)}; wrote {output}"
                + (f" and {png}" if png else ""))
+    _generic_share(bundle, sess, feeds)
+
+
+def _generic_share(bundle, sess, feeds, runs=5, shown=8):
+    """The layers still on the generic schedule and their share of a warm
+    run's execute time (the last of `runs` warm runs, traced)."""
+    from . import trace_export
+    from ..bundle.reader import read_bytes
+
+    for _ in range(runs):
+        sess.run(None, feeds)
+    rows = trace_export.layer_times(sess.trace())
+    with open(bundle, "rb") as f:
+        b = read_bytes(f.read())[0]
+    ops = {k: b.layers[st.layer].op.decode() for k, st in enumerate(b.plan.steps)}
+    total = sum(r[3] for r in rows) or 1e-9
+    generic = [r for r in rows if r[2] in ("", "generic")]
+    click.echo(f"warm run: execute {total:.3f} ms over {len(rows)} layers; {len(generic)} on the generic schedule, "
+               f"{100 * sum(r[3] for r in generic) / total:.0f}% of it")
+    for k, layer, _, ms in generic[:shown]:
+        click.echo(f"  {layer:<8} {ops.get(k, '?')[:44]:<44} generic {ms:8.3f} ms {100 * ms / total:5.1f}%")
 
 
 @main.command("variants")

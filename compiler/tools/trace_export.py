@@ -86,6 +86,19 @@ def summary(events):
     return {"events": len(events), "wall_ms": wall / 1e6, "phase_ms": phase_ms, "core_busy_ms": core_busy_ms}
 
 
+def layer_times(events):
+    """Per step executed (measured events only): (step, layer, variant, ms),
+    the span of its execute events, slowest first (variant "generic": a
+    layer on the generic schedule)."""
+    spans = {}
+    for e in _checked(events):
+        if e["phase"] == "execute" and e.get("process", "measured") == "measured" and e["step"] >= 0:
+            s, t, layer, variant = spans.get(e["step"], (e["start_ns"], e["end_ns"], e["layer"], e["variant"]))
+            spans[e["step"]] = (min(s, e["start_ns"]), max(t, e["end_ns"]), layer, variant)
+    rows = [(k, layer, variant, (t - s) / 1e6) for k, (s, t, layer, variant) in spans.items()]
+    return sorted(rows, key=lambda r: -r[3])
+
+
 def lanes(events):
     """The timeline's lanes, top to bottom: (process index, cpu) in process
     order (measured above predicted), each process's cores in order and its

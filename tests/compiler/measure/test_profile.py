@@ -1,6 +1,7 @@
 """The profiler on a small model: a complete, cached cost table whose
 layers are the bundle's; the CLI's profile / trace / simulate commands."""
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -80,6 +81,7 @@ def test_cli_trace_and_simulate(table_and_bundle, tmp_path):
     phases = {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"verify", "code_load", "read", "execute"} <= phases
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert re.search(r"warm run: execute [\d.]+ ms over \d+ layers; \d+ on the generic schedule", r.output), r.output
     r = CliRunner().invoke(main, ["simulate", bundle, "--costs", str(costs)])
     assert r.exit_code == 0 and "predicted cold latency on host" in r.output, r.output
 

@@ -133,3 +133,10 @@ def test_empty_and_malformed_traces_are_refused(fn):
         fn([{k: v for k, v in EVENTS[0].items() if k != "end_ns"}])
     with pytest.raises(ValueError, match="ends before it starts"):
         fn([dict(EVENTS[0], end_ns=T0 - 1)])
+
+
+def test_layer_times_are_each_steps_execute_span_slowest_first():
+    events = EVENTS + [ev(2, "execute", 1, 2100, 3500), ev(1, "execute", 0, 0, 1, process="predicted")]
+    rows = te.layer_times(events)
+    assert [(k, ms) for k, _, _, ms in rows] == [(2, 1.5), (0, 0.6), (1, 0.5)]
+    assert rows[0][1:3] == ("conv2", "sgemm")
