@@ -67,6 +67,10 @@ def describe(path):
             params = ",".join(f"{k}={v}" for k, v in json.loads(_s(s.warmParams) or "{}").items())
             lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached fp32':<12} "
                          f"{'':>3} {abytes:>12,}  {params}".rstrip())
+    generic = [_s(b.layers[s.layer].name) for s in b.plan.steps if _s(s.variant) in ("", "generic")]
+    if generic and not b.shaders:
+        lines.append(f"generic    {len(generic)} of {len(b.plan.steps)} layers on the generic schedule (no kernel variant; "
+                     f"coldbrew trace gives their share of a warm run)")
     branch = [s for s in b.plan.steps if s.guard >= 0]
     if branch:
         lines.append(f"branches   {len(branch)} branch steps (Ifs decided at run time: the branch not taken is "

@@ -50,3 +50,10 @@ def test_signature_line(small_bundle, tmp_path):
     altered = bytearray(signed)
     altered[100] ^= 1
     assert "INVALID" in signature_line(bytes(altered))
+
+
+def test_the_layers_on_the_generic_schedule_are_counted(small_bundle):
+    b, _, _ = read_bytes(open(small_bundle, "rb").read())
+    generic = sum(s.variant in (b"", b"generic", None) for s in b.plan.steps)
+    line = next(ln for ln in describe(small_bundle) if ln.startswith("generic "))
+    assert line.startswith(f"generic    {generic} of {len(b.plan.steps)} layers on the generic schedule")
