@@ -155,14 +155,20 @@ def generic(sch, lanes, registers=16):
 
 
 def _read_along(sch, block, axis):
-    """Whether some input of `block` is read along its iteration axis
-    `axis` in its last (contiguous) dimension."""
+    """Whether some operand of `block`'s reduction (an input read along a
+    reduced axis) is read along its iteration axis `axis` in its last
+    (contiguous) dimension (a per-row value, such as a mean, is not)."""
     from tvm.tirx.analysis import undefined_vars
 
     b = sch.get(block)
     var = b.iter_vars[axis].var
+    reduced = [iv.var for iv in b.iter_vars if iv.iter_type == 2]
     written = {w.source.name for w in b.writes}
-    return any(any(v.same_as(var) for v in undefined_vars(r.region[-1].min))
+
+    def uses(expr, vs):
+        return any(u.same_as(v) for u in undefined_vars(expr) for v in vs)
+
+    return any(uses(r.region[-1].min, [var]) and any(uses(d.min, reduced) for d in r.region)
                for r in b.reads if r.source.name not in written and r.region)
 
 

@@ -91,3 +91,16 @@ def test_transcendentals_are_polynomials_on_the_cpu(op):
 
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_per_row_value_read_beside_the_reduced_rows_does_not_make_it_a_product():
+    """A variance reads its row's mean (indexed by the row): still a
+    reduction over the contiguous axis, vectorized per lane."""
+    target = TARGETS[0]
+    x, mean = te.placeholder((64, 96), name="x"), te.placeholder((64,), name="mean")
+    r = te.reduce_axis((0, 96), "r")
+    var = te.compute((64,), lambda i: te.sum((x[i, r] - mean[i]) * (x[i, r] - mean[i]), axis=r), name="var")
+    func = scheduled(te.create_prim_func([x, mean, var]), target)
+    assert "_rf" in func.script()
+    (a, m, _), got = run(func, target, [(64, 96), (64,), (64,)])
+    np.testing.assert_allclose(got, ((a - m[:, None]) ** 2).sum(axis=1), rtol=1e-5, atol=1e-4)
