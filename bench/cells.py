@@ -7,8 +7,8 @@ onnxruntime, the three interleaved in rounds on the same seeded input.
 
     python bench/cells.py [NAME ...] [--rounds 100] [--threads 2]
 
-Models: the corpus's (bench/corpus/fetch.py fetches them) whose graph has a
-float LSTM, GRU or RNN (onnxruntime's quantized cell stays unrolled).
+Models: the corpus's (bench/corpus/fetch.py fetches them) whose graph has
+an LSTM, GRU or RNN, or onnxruntime's quantized LSTM.
 """
 import argparse
 import os
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fetch  # noqa: E402  (bench/corpus/fetch.py)
 from corpus import error, feeds, reference  # noqa: E402
 
-CELLS = ("LSTM", "GRU", "RNN")
+CELLS = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
 
 
 def with_cells(entries):
@@ -82,7 +82,7 @@ def main():
     args = ap.parse_args()
     found = with_cells(fetch.models(args.names or None))
     if not found:
-        sys.exit("no corpus model with a float LSTM, GRU or RNN is fetched (python bench/corpus/fetch.py)")
+        sys.exit("no corpus model with a recurrent cell is fetched (python bench/corpus/fetch.py)")
     print(f"# recurrent cells: {host_isa()}, {args.threads} threads, {args.rounds} interleaved rounds "
           "(cell layers, unrolled, onnxruntime)")
     for entry, path in found:

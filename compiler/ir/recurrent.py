@@ -1,4 +1,7 @@
-"""Recurrent cells (ONNX LSTM, GRU and RNN) unrolled into plain ONNX nodes over
+"""Recurrent cells (ONNX LSTM, GRU and RNN), for CPU targets as a cell layer
+(`as_cell`: the input projection, then one node of coldbrew's own that
+import_relax makes a call of the cell kernel, compiler/kernels/recurrent.py),
+otherwise (GPU targets, peepholes) unrolled into plain ONNX nodes over
 a sequence whose length is fixed at compile time: one MatMul for the whole
 input sequence's projection, then per step one MatMul by the recurrent
 weights, the gates (Sigmoid, Tanh) and the state updates. What the
@@ -13,7 +16,9 @@ LSTM whose weights are int8 ([dirs, in, 4h] and [dirs, h, 4h], a scale and
 zero point per direction or per column) and whose every product quantizes
 its left operand on the fly, to uint8 over the whole tensor: the unrolled
 cell does the same (DynamicQuantizeLinear, MatMulInteger, the two scales'
-product), so it computes what onnxruntime computes.
+product), so it computes what onnxruntime computes; as a cell layer, its
+projection is computed so and the kernel quantizes the state per row each
+step (RecurrentSpec.quantize_h) against the recurrent weights dequantized.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -294,12 +299,13 @@ def _outputs(b, node, ys, hs, cs, dims, batch_first):
 
 
 def as_cell(node, label, consts, shapes):
-    """(nodes, initializers, value_infos) computing `node` (LSTM, GRU or
-    RNN) as its input projection (a MatMul over every step at once) and a
-    CELL node, or None where the cell kernel does not cover it (peepholes,
-    an RNN whose two directions differ, onnxruntime's quantized cell):
+    """(nodes, initializers, value_infos) computing `node` (LSTM, GRU, RNN or
+    onnxruntime's DynamicQuantizeLSTM) as its input projection (one product
+    over every step at once) and a CELL node, or None where the cell kernel
+    does not cover it (peepholes, an RNN whose two directions differ):
     those are unrolled."""
-    if node.op_type not in ("LSTM", "GRU", "RNN") or node.domain not in ("", "ai.onnx"):
+    quantized = node.op_type == "DynamicQuantizeLSTM" and node.domain == "com.microsoft"
+    if not quantized and (node.op_type not in ("LSTM", "GRU", "RNN") or node.domain not in ("", "ai.onnx")):
         return None
     x_shape = shapes.get(node.input[0])
     batch_first = any(t.name == "layout" and t.i for t in node.attribute)
@@ -309,25 +315,16 @@ def as_cell(node, label, consts, shapes):
     acts = a.get("activations", DEFAULT_ACTIVATIONS[node.op_type] * dirs)
     if inputs[7] or len({s.lower() for s in acts}) > 1 and node.op_type == "RNN":
         return None
-    kind, hidden, gates = node.op_type.lower(), int(a["hidden_size"]), GATES[node.op_type]
+    kind, hidden, gates = "lstm" if quantized else node.op_type.lower(), int(a["hidden_size"]), GATES[node.op_type]
     (seq, batch, size), n = x_shape, gates * hidden
-    w = numpy_helper.to_array(consts[inputs[1]]).astype(np.float32)
-    r = numpy_helper.to_array(consts[inputs[2]]).astype(np.float32)
-    bias = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
-            else np.zeros((dirs, 2 * n), np.float32))
-    for what, got, want in (("W", w.shape, (dirs, n, size)), ("R", r.shape, (dirs, n, hidden)),
-                            ("B", bias.shape, (dirs, 2 * n))):
-        if tuple(got) != want:
-            raise CompileError(f"{label}: {what} has shape {list(got)}, not {list(want)} (hidden_size {hidden}, "
-                               f"{dirs} direction(s), input size {size})")
+    project, r, bias = _cell_weights(label, consts, inputs, quantized, (dirs, n, hidden, size))
     b = _Builder(node.name or next(o for o in node.output if o), 13, hidden)
     x, h0, c0 = node.input[0], inputs[5], inputs[6] if kind == "lstm" else ""
     if batch_first:
         x = b.op("Transpose", [x], perm=[1, 0, 2])
         h0, c0 = (b.op("Transpose", [i], perm=[1, 0, 2]) if i else "" for i in (h0, c0))
     rows = b.op("Reshape", [x, b.const(np.array([seq * batch, size], np.int64), "rows")])
-    proj = b.op("MatMul", [rows, b.const(np.concatenate([w[d].T for d in range(dirs)], axis=1), "W")])
-    proj = b.op("Add", [proj, b.const(bias[:, :n].reshape(-1), "Wb")])
+    proj = b.op("Add", [project(b, rows), b.const(bias[:, :n].reshape(-1), "Wb")])
     xw = b.op("Reshape", [proj, b.const(np.array([seq, batch, dirs * n], np.int64), "steps")])
     zeros = np.zeros((dirs, batch, hidden), np.float32)
     h0, c0 = h0 or b.const(zeros, "h0"), c0 or b.const(zeros, "c0")
@@ -337,7 +334,7 @@ def as_cell(node, label, consts, shapes):
     b.nodes.append(helper.make_node(
         CELL, [xw, raw, h0, c0], outs, name=f"{b.prefix}/cell", domain=DOMAIN, kind=kind, hidden_size=hidden,
         direction=a.get("direction", "forward"), linear_before_reset=int(a.get("linear_before_reset", 0)),
-        activation=RNN_ACTIVATIONS.get(acts[0].lower(), "Tanh")))
+        activation=RNN_ACTIVATIONS.get(acts[0].lower(), "Tanh"), quantize_h=int(quantized)))
     state = [dirs, batch, hidden]
     infos = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape)
              for o, shape in zip(outs, ([seq, dirs, batch, hidden], state, state))]
@@ -347,3 +344,33 @@ def as_cell(node, label, consts, shapes):
                 b.nodes.append(helper.make_node("Transpose", [outs[i]], [node.output[i]], name=f"{b.prefix}/out{i}",
                                                 perm=perm))
     return b.nodes, b.inits, infos
+
+
+def _cell_weights(label, consts, inputs, quantized, dims):
+    """(project, R [dirs, n, H] float, B [dirs, 2n]) of a cell: project(b,
+    rows) gives the input projection of every direction side by side (a
+    MatMul by W^T; quantized, as onnxruntime computes it); R of a quantized
+    cell is its int8 values less their zero point times their scale."""
+    dirs, n, hidden, size = dims
+    W, R = _weights(consts, inputs, quantized)
+    bias = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
+            else np.zeros((dirs, 2 * n), np.float32))
+    if quantized:  # W [dirs, in, n], R [dirs, H, n]
+        shapes = (("W", W.q.shape, (dirs, size, n)), ("R", R.q.shape, (dirs, hidden, n)))
+        r = np.stack([((R.q[d].astype(np.float32) - R.zero[d]) * R.scale[d]).T for d in range(dirs)]) if all(
+            tuple(got) == want for _, got, want in shapes) else None
+    else:
+        shapes = (("W", W.w.shape, (dirs, n, size)), ("R", R.w.shape, (dirs, n, hidden)))
+        r = R.w
+    for what, got, want in shapes + (("B", bias.shape, (dirs, 2 * n)),):
+        if tuple(got) != want:
+            raise CompileError(f"{label}: {what} has shape {list(got)}, not {list(want)} (hidden_size {hidden}, "
+                               f"{dirs} direction(s), input size {size})")
+
+    def project(b, rows):
+        if quantized:
+            parts = [W.times(b, rows, d) for d in range(dirs)]
+            return b.op("Concat", parts, axis=1) if dirs > 1 else parts[0]
+        return b.op("MatMul", [rows, b.const(np.concatenate([W.w[d].T for d in range(dirs)], axis=1), "W")])
+
+    return project, np.ascontiguousarray(r, np.float32), bias

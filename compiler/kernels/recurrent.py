@@ -163,7 +163,8 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
     with T.serial(0, spec.batch) as n:
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
-        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, lambda k: source(n, k))
+        row = (lambda k: source(n, k)) if not spec.quantize_h else _quantized_row(T, spec, lambda k: source(n, k))
+        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, row)
         with (T.vectorized if h % nb == 0 else T.serial)(0, nb) as v:
             i = jb * nb + v
             if h % nb == 0:
@@ -173,6 +174,32 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
                     with T.Then():
                         i = tirx.min(i, h - 1)
                         _update(T, spec, b, acc, gates, (d, n, t, i, v), s == 0, previous(n, i))
+
+
+def _quantized_row(T, spec, hk):
+    """h_{t-1}'s row as onnxruntime's quantized LSTM multiplies it: quantized
+    to uint8 over the row (DynamicQuantizeLinear: the range through 0 in
+    255 steps, the zero point and values rounded half to even), each value
+    then (q - zero point) * scale; zeros where the row is all zero."""
+    from tvm import tirx
+
+    f32 = spec.dtype
+    q = T.decl_buffer((4,), f32, scope="local")  # min, max, then scale, zero point
+    T.buffer_store(q, tirx.const(0, f32), [0])
+    T.buffer_store(q, tirx.const(0, f32), [1])
+    with T.serial(0, spec.hidden) as k:
+        T.buffer_store(q, tirx.min(q[0], hk(k)), [0])
+        T.buffer_store(q, tirx.max(q[1], hk(k)), [1])
+    T.buffer_store(q, (q[1] - q[0]) / tirx.const(255, f32), [2])
+    T.buffer_store(q, tirx.Select(q[2] > 0, tirx.min(tirx.max(tirx.nearbyint(-q[0] / tirx.max(q[2], tirx.const(
+        1e-30, f32))), tirx.const(0, f32)), tirx.const(255, f32)), tirx.const(0, f32)), [3])
+    zero, top = tirx.const(0, f32), tirx.const(255, f32)
+
+    def value(k):
+        level = tirx.min(tirx.max(tirx.nearbyint(hk(k) / tirx.max(q[2], tirx.const(1e-30, f32))) + q[3], zero), top)
+        return tirx.Select(q[2] > 0, (level - q[3]) * q[2], zero)
+
+    return value
 
 
 def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):
@@ -270,7 +297,7 @@ def reference(spec, xw, w, h0, c0):
         for t in steps:
             x = xw[t, :, d * spec.gates * h:(d + 1) * spec.gates * h]
             if spec.kind == "lstm":
-                g = x + hp @ r.T + rb
+                g = x + (_fake_quantized(hp) if spec.quantize_h else hp) @ r.T + rb
                 i, o, f, c = (g[:, k * h:(k + 1) * h] for k in range(4))
                 cp = _sigmoid(f) * cp + _sigmoid(i) * np.tanh(c)
                 hp = _sigmoid(o) * np.tanh(cp)
@@ -289,6 +316,19 @@ def reference(spec, xw, w, h0, c0):
         if spec.kind == "lstm":
             yc[d] = cp
     return y, yh, yc
+
+
+def _fake_quantized(h):
+    """Each row of h quantized to uint8 as DynamicQuantizeLinear does, then
+    (q - zero point) * scale."""
+    out = np.zeros_like(h)
+    for n, row in enumerate(h):
+        lo, hi = min(row.min(), 0.0), max(row.max(), 0.0)
+        scale = np.float32((hi - lo) / 255)
+        if scale > 0:
+            zero = np.clip(np.rint(-lo / scale), 0, 255)
+            out[n] = (np.clip(np.rint(row / scale) + zero, 0, 255) - zero) * scale
+    return out
 
 
 def _sigmoid(v):

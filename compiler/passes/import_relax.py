@@ -100,7 +100,7 @@ class _Cell:
         (seq, batch, _), (dirs, _, _) = (shape_of(v) for v in (xw, w))
         text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
         spec = RecurrentSpec(text["kind"], seq, batch, int(text["hidden_size"]), dirs, text["direction"] == "reverse",
-                             int(text["linear_before_reset"]), text["activation"])
+                             int(text["linear_before_reset"]), text["activation"], quantize_h=bool(text["quantize_h"]))
         gv = bb.add_func(placeholder(spec).with_attr("op_pattern", branches.OPAQUE), "cb_cell")
         state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
         out = [relax.TensorType(spec.output_shape, spec.dtype), state, state]

@@ -12,7 +12,8 @@ shape-deciding input, an If's condition among them, is constant
 - Clip with a bound computed at run time (legal ONNX; the importer takes
   constant bounds only): Max by the lower bound, then Min by the upper.
 - Scan (opset 9 on): unrolled over its scan inputs' length (ir/loops.py).
-- LSTM, GRU and RNN: on CPU targets, the input projection (one MatMul)
+- LSTM, GRU, RNN and onnxruntime's quantized LSTM: on CPU targets, the
+  input projection (one product)
   and a cell node of coldbrew's own that import_relax makes a cell layer
   (compiler/kernels/recurrent.py); otherwise, and for the forms the cell
   kernel lacks, unrolled over their sequence, fixed at compile time, into

@@ -1,7 +1,7 @@
-"""compiler/ir/recurrent.py: LSTM and GRU, unrolled into plain ONNX nodes
-(GPU targets) or as a cell layer (CPU), compute what onnxruntime computes
-for the cell (both directions, initial states, both GRU reset orders), and
-what unrolling does not cover is named."""
+"""compiler/ir/recurrent.py: LSTM, GRU and onnxruntime's quantized LSTM,
+unrolled into plain ONNX nodes (GPU targets) or as a cell layer (CPU),
+compute what onnxruntime computes for the cell (both directions, initial
+states, both GRU reset orders), and what unrolling does not cover is named."""
 import numpy as np
 import pytest
 from conftest import ort_run
@@ -137,7 +137,8 @@ def quantized_cell(direction, h0_zero=False, per_column=False, chained=False):
 @pytest.mark.parametrize("direction, h0_zero, per_column, chained", [
     ("forward", False, False, False), ("reverse", True, False, False), ("bidirectional", False, True, False),
     ("bidirectional", False, False, True)])
-def test_quantized_lstm_computes_what_onnxruntime_computes(direction, h0_zero, per_column, chained):
+@pytest.mark.parametrize("compile", [unrolled, compile_model], ids=["unrolled", "cell"])
+def test_quantized_lstm_computes_what_onnxruntime_computes(direction, h0_zero, per_column, chained, compile):
     """Every product quantizes its left operand on the fly as onnxruntime
     does, so the results agree to float rounding, not to int8 steps
     (onnxruntime on two threads: on one it quantizes the state of the whole
@@ -148,5 +149,5 @@ def test_quantized_lstm_computes_what_onnxruntime_computes(direction, h0_zero, p
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    got = coldbrew.load(compile_model(model)).run(None, feeds)[0]
+    got = coldbrew.load(compile(model)).run(None, feeds)[0]
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)

@@ -200,3 +200,13 @@ def test_narrow_weights_are_widened_then_transformed(name, precision):
     outs = [tvm.runtime.tensor(np.zeros(s, np.float32)) for s in (spec.output_shape, state, state)]
     lib["cell"](tvm.runtime.tensor(xw), wt, tvm.runtime.tensor(zeros), tvm.runtime.tensor(zeros), *outs)
     check([o.numpy() for o in outs], reference(spec, xw, wide.astype(np.float32), zeros, zeros), spec)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_quantized_lstm_kernel_quantizes_h_per_row(name):
+    """onnxruntime's DynamicQuantizeLSTM multiplies h quantized to uint8 per
+    row each step: the kernel does the same (its weights dequantized)."""
+    target = TARGETS[0]
+    spec = RecurrentSpec("lstm", 4, 2, 24, 2, quantize_h=True)
+    variant = get(name, target.vector)
+    check(*run_kernel(spec, variant, variant.space(spec)[0], target), spec)
