@@ -40,6 +40,8 @@ ops.check_static to name):
 - Mod of floats with fmod=0 (the result takes the divisor's sign): fmod,
   plus the divisor where the remainder is non-zero and its sign differs.
 - ReduceMax and ReduceMin of bools: on uint8, cast back.
+- Conv and ConvTranspose over one spatial axis (constant weights): the 2-D
+  ones over a height of 1, between an Unsqueeze and a Squeeze.
 - ConvTranspose with output_shape: the pads that give that shape; then
   (2-D, constant weights) a Conv and a pixel shuffle (ir/subpixel.py).
 - Resize in the modes the TIR lowering does not implement (scales that do
@@ -245,6 +247,37 @@ def reverse_sequence(model):
 
 
 _ACCUMULATING = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def conv1d_as_2d(model):
+    """A 1-D Conv or ConvTranspose as the 2-D one over a height of 1 (the
+    convolution variants are 2-D): the input and constant weights get a
+    unit axis 2, the attributes a unit first entry, the output loses it."""
+    consts = {t.name: t for t in model.graph.initializer}
+    _, shapes = types_and_shapes(model)
+    opset = opset_of(model)
+
+    def expand(node, name, a, add_init):
+        x, w = node.input[0], node.input[1]
+        if len(shapes.get(x, [])) != 3 or w not in consts:
+            return [node]
+        attrs = dict(a)
+        for k, unit in (("strides", 1), ("dilations", 1), ("kernel_shape", 1), ("output_padding", 0),
+                        ("output_shape", 1)):
+            if k in attrs:
+                attrs[k] = [unit] + list(attrs[k])
+        if "pads" in attrs:
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        weights = numpy_helper.to_array(consts[w])
+        w2 = add_init(f"{name}/w2d", weights.reshape(weights.shape[:2] + (1,) + weights.shape[2:]))
+        unit = [] if opset < 13 else [add_init(f"{name}/axis2", np.array([2], np.int64))]
+        axes = {"axes": [2]} if opset < 13 else {}
+        return [helper.make_node("Unsqueeze", [x] + unit, [f"{name}/x2d"], name=f"{name}/x2d", **axes),
+                helper.make_node(node.op_type, [f"{name}/x2d", w2] + list(node.input[2:]), [f"{name}/y2d"],
+                                 name=f"{name}/2d", **attrs),
+                helper.make_node("Squeeze", [f"{name}/y2d"] + unit, [node.output[0]], name=name, **axes)]
+    for op in ("Conv", "ConvTranspose"):
+        rewrite(model, op, expand)
 
 
 def wide_accumulation(model):
@@ -591,8 +624,10 @@ _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
 # (the operators each rewrites, the rewrite): one runs only where its
 # operators are in the graph (most infer the graph's shapes first)
-DECOMPOSITIONS = [  # ConvTranspose first: its pads, then its sub-pixel form, whose crop may be an old Slice
-    (("ConvTranspose",), conv_transpose_output_shape), (("ConvTranspose",), subpixel.apply),
+DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, then its sub-pixel form, whose crop
+    # may be an old Slice
+    (("Conv", "ConvTranspose"), conv1d_as_2d), (("ConvTranspose",), conv_transpose_output_shape),
+    (("ConvTranspose",), subpixel.apply),
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
     (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer), (("Celu",), celu), (("Swish",), swish),

@@ -190,3 +190,15 @@ def test_resize_modes_by_matrices(attrs, scales, out):
     m = one_node("Resize", [("x", F, [2, 3, 4, 5])], out,
                  [c("roi", np.array([], np.float32)), c("s", np.array(scales, np.float32))], opset=19, **attrs)
     _check(m, {"x": np.nan_to_num(X, posinf=3.0, neginf=-3.0)}, lambda n: n.op_type == "Resize")
+
+
+@pytest.mark.parametrize("op,wshape,out,opset,attrs", [
+    ("Conv", (6, 3, 5), [2, 6, 4], 17, {"strides": [2], "pads": [1, 2], "dilations": [1]}),
+    ("Conv", (6, 3, 3), [2, 6, 4], 11, {"dilations": [2], "kernel_shape": [3]}),
+    ("ConvTranspose", (3, 4, 4), [2, 4, 25], 17, {"strides": [3], "pads": [1, 0], "output_padding": [1]})])
+def test_a_convolution_over_one_axis_becomes_the_2d_one(op, wshape, out, opset, attrs):
+    """Its weights become [.., 1, k] (a 2-D convolution variant computes it)."""
+    x = np.random.default_rng(4).standard_normal((2, 3, 8)).astype(np.float32)
+    w = c("w", np.random.default_rng(5).standard_normal(wshape).astype(np.float32))
+    m = one_node(op, [("x", F, [2, 3, 8])], out, [w], opset=opset, **attrs)
+    _check(m, {"x": x}, lambda n: list(n.input[1:2]) == ["w"])  # the 1-D weights are gone
