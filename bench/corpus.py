@@ -24,9 +24,11 @@ each is ok.
 
 --warm R also times each ok model warm: coldbrew's bundle and onnxruntime
 (both on --threads threads, onnxruntime's session options at their
-defaults otherwise), their runs interleaved in R rounds of 3 (one untimed
-run of each first), the medians and their ratio printed per model
-(coldbrew / onnxruntime: < 1 is faster) and the geomean in the summary.
+defaults otherwise), their runs interleaved in R rounds of 3 (bench/warm.py's
+interleaving: each engine's turn starts after a pause that lets the other's
+spinning threads go idle, then untimed runs), the medians and their ratio
+printed per model (coldbrew / onnxruntime: < 1 is faster) and the geomean
+in the summary.
 """
 import argparse
 import json
@@ -146,22 +148,6 @@ def reference(path, shapes, threads=0):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def warm_ms(fns, rounds):
-    """Median ms of each function, their runs interleaved in rounds."""
-    import statistics
-
-    samples = [[] for _ in fns]
-    for fn in fns:
-        fn()
-    for _ in range(rounds):
-        for k, fn in enumerate(fns):
-            for _ in range(3):
-                t = time.perf_counter()
-                fn()
-                samples[k].append((time.perf_counter() - t) * 1e3)
-    return [statistics.median(s) for s in samples]
-
-
 def check_one(name, warm=0, threads=2):
     """The result of one model (run in its own process)."""
     import coldbrew
@@ -203,7 +189,10 @@ def check_one(name, warm=0, threads=2):
     out = {"status": "ok" if err <= tolerance else "WRONG", "compile_s": compile_s, "error": err, "bytes": len(data)}
     if warm and out["status"] == "ok":
         timed = reference(path, shapes, threads)
-        out["warm_ms"], out["ort_warm_ms"] = warm_ms([lambda: run.run(None, feed), lambda: timed.run(None, x)], warm)
+        from warm import interleaved_ms  # bench/warm.py: a pause before each engine's turn, then untimed runs
+
+        out["warm_ms"], out["ort_warm_ms"] = interleaved_ms([lambda: run.run(None, feed), lambda: timed.run(None, x)],
+                                                            warm, 3)
     return out
 
 

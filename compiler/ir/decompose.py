@@ -27,8 +27,10 @@ ops.check_static to name):
   float32 (their inputs cast up, the result cast back), as accumulating a
   long dot product in float16 loses digits (CPUs have no faster float16
   arithmetic; onnxruntime widens the same way).
-- ConvInteger: a Conv in float64 of the inputs less their zero points,
-  cast to int32 (exact: every int32 sum is a float64 integer).
+- ConvInteger: a Conv of the inputs less their zero points, cast to int32,
+  in float32 where its constant weights bound every sum under 2^24 (exact,
+  and a convolution variant computes it), else in float64 (exact: every
+  int32 sum is a float64 integer).
 - Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
 - Swish: x * sigmoid(alpha * x).
 - LpNormalization: x / ReduceL1 or ReduceL2 of x along the axis (0 where
@@ -302,12 +304,25 @@ def wide_accumulation(model):
     g.node.extend(nodes)
 
 
+def _exact_in_float32(consts, ins):
+    """Whether every sum of a ConvInteger is exact in float32: constant
+    8-bit weights whose |w - zero point| summed per output channel, times
+    the largest 8-bit input difference (255), stay under 2^24."""
+    if ins[1] not in consts or (ins[3] and ins[3] not in consts):
+        return False
+    w = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
+    zp = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros(1, np.int64)
+    zp = zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp.reshape(())
+    return int(np.abs(w - zp).reshape(w.shape[0], -1).sum(axis=1).max(initial=0)) * 255 < 2 ** 24
+
+
 def conv_integer(model):
     _, shapes = types_and_shapes(model)
-    d = TensorProto.DOUBLE
+    consts = {t.name: t for t in model.graph.initializer}
 
     def expand(node, name, a, add_init):
         ins = list(node.input) + ["", ""]
+        d = TensorProto.FLOAT if _exact_in_float32(consts, ins) else TensorProto.DOUBLE
         out = []
         for k, (v, zp) in enumerate(((ins[0], ins[2]), (ins[1], ins[3]))):
             wide = f"{name}/in{k}"

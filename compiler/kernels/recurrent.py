@@ -13,7 +13,8 @@ over (direction, block of hidden units), where the block's units of every
 gate are accumulated in vectors. Its arguments: xw [seq, batch, dirs *
 gates * H], the weights, h0 and c0 [dirs, batch, H]; it writes Y [seq,
 dirs, batch, H], Y_h and Y_c [dirs, batch, H] (GRU and RNN use Y_c as
-scratch: the reset hidden state of a GRU whose reset comes first).
+scratch: the reset hidden state of a GRU whose reset comes first; a
+quantized LSTM's kernel writes a fourth, h_q, its state quantized).
 
 recurrent.packed   weights packed to [dirs, H / nb, H + 1, gates, nb]: per
                    reduction step one broadcast of h and one vector load
@@ -118,10 +119,12 @@ def _kernel(spec, variant, params):
             T.func_name("main")
             b = {name: T.arg(name, T.Buffer(shape, f32)) for name, shape in (
                 ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state),
-                ("y", spec.output_shape), ("y_h", state), ("y_c", state))}
+                ("y", spec.output_shape), ("y_h", state), ("y_c", state)) + ((("h_q", state),) if spec.quantize_h
+                                                                             else ())}
             with T.serial(0, spec.seq) as s:
                 phases = ([(0, 1), (2,)] if spec.kind == "gru" and not spec.linear_before_reset
                           else [tuple(range(gates))])
+                phases = [QUANTIZE] + phases if spec.quantize_h else phases
                 for phase in phases:
                     with T.parallel(0, dirs * blocks) as p:
                         _step(T, spec, variant, b, s, p // blocks, p % blocks, nb, phase)
@@ -130,6 +133,9 @@ def _kernel(spec, variant, params):
                     with T.vectorized(0, h) as i:
                         T.buffer_store(b["y_h"], b["y"][_last(spec, d), d, n, i], [d, n, i])
     return ib.get()
+
+
+QUANTIZE = "quantize"  # the quantized cell's phase that writes h_q
 
 
 def _reversed(spec, d):
@@ -159,12 +165,21 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     def previous(n, k):  # h_{t-1}[n, k]
         return tirx.if_then_else(s == 0, b["h0"][d, n, k], y[tp, d, n, k])
 
+    if gates == QUANTIZE:  # h_{t-1} as the quantized cell multiplies it, this block's units of it
+        with T.serial(0, spec.batch) as n:
+            value = _quantized_row(T, spec, lambda k: previous(n, k))
+            with T.serial(0, nb) as v:
+                with T.If(jb * nb + v < h):
+                    with T.Then():
+                        i = tirx.min(jb * nb + v, h - 1)
+                        T.buffer_store(b["h_q"], value(i), [d, n, i])
+        return
     reset_phase = gates == (2,)
     source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
+    source = (lambda n, k: b["h_q"][d, n, k]) if spec.quantize_h else source
     with T.serial(0, spec.batch) as n:
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
-        row = (lambda k: source(n, k)) if not spec.quantize_h else _quantized_row(T, spec, lambda k: source(n, k))
-        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, row)
+        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, lambda k: source(n, k))
         with (T.vectorized if h % nb == 0 else T.serial)(0, nb) as v:
             i = jb * nb + v
             if h % nb == 0:
@@ -180,7 +195,9 @@ def _quantized_row(T, spec, hk):
     """h_{t-1}'s row as onnxruntime's quantized LSTM multiplies it: quantized
     to uint8 over the row (DynamicQuantizeLinear: the range through 0 in
     255 steps, the zero point and values rounded half to even), each value
-    then (q - zero point) * scale; zeros where the row is all zero."""
+    then (q - zero point) * scale; zeros where the row is all zero. Each
+    step's first phase writes it to h_q, a fourth output (scratch), block by
+    block, each task finding the row's range itself."""
     from tvm import tirx
 
     f32 = spec.dtype

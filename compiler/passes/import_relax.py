@@ -103,7 +103,7 @@ class _Cell:
                              int(text["linear_before_reset"]), text["activation"], quantize_h=bool(text["quantize_h"]))
         gv = bb.add_func(placeholder(spec).with_attr("op_pattern", branches.OPAQUE), "cb_cell")
         state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
-        out = [relax.TensorType(spec.output_shape, spec.dtype), state, state]
+        out = [relax.TensorType(spec.output_shape, spec.dtype), state, state] + [state] * spec.quantize_h
         return bb.emit(relax.call_tir(gv, [xw, w, h0, c0], out))
 
 

@@ -112,12 +112,17 @@ def test_float16_products_accumulate_in_float32():
     assert np.all(np.abs(got.astype(np.float64) - exact) <= step), (got, exact)
 
 
-def test_conv_integer_is_exact_with_per_channel_zero_points():
-    """ConvInteger computed as a float64 Conv of the centred inputs: every
-    int32 result exact, sums past float32's 2^24 included."""
+@pytest.mark.parametrize("low,high,variant", [(-128, -100, False), (-3, 4, True)])
+def test_conv_integer_is_exact_with_per_channel_zero_points(low, high, variant):
+    """ConvInteger computed as a Conv of the centred inputs: every int32
+    result exact, sums past float32's 2^24 included (in float64); where
+    the weights bound every sum under 2^24, in float32 on a convolution
+    variant."""
+    from coldbrew.compiler.bundle.reader import read_bytes
+
     rng = np.random.default_rng(4)
     x = rng.integers(200, 256, (1, 128, 6, 6), dtype=np.uint8)
-    w = rng.integers(-128, -100, (8, 128, 3, 3), dtype=np.int8)
+    w = rng.integers(low, high, (8, 128, 3, 3), dtype=np.int8)
     xz, wz = np.array(3, np.uint8), rng.integers(-5, 5, 8, dtype=np.int8)
     g = helper.make_graph([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4)], "ci",
                           [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
@@ -126,14 +131,16 @@ def test_conv_integer_is_exact_with_per_channel_zero_points():
                            numpy_helper.from_array(wz, "wz")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    got = coldbrew.load(compile_model(m)).run(None, {"x": x})[0]
+    data = compile_model(m)
+    assert any((st.variant or b"").startswith(b"conv2d.") for st in read_bytes(data)[0].plan.steps) == variant
+    got = coldbrew.load(data).run(None, {"x": x})[0]
     xc = np.pad(x.astype(np.int64) - 3, ((0, 0), (0, 0), (1, 1), (1, 1)))
     wc = w.astype(np.int64) - wz.reshape(-1, 1, 1, 1)
     ref = np.zeros((1, 8, 6, 6), np.int64)
     for i in range(6):
         for j in range(6):
             ref[0, :, i, j] = np.einsum("chw,mchw->m", xc[0, :, i:i + 3, j:j + 3], wc)
-    assert np.abs(ref).max() > 2**24
+    assert (np.abs(ref).max() > 2**24) != variant
     np.testing.assert_array_equal(got, ref)
 
 
