@@ -4,6 +4,7 @@ compute what onnxruntime computes for the cell (both directions, initial
 states, both GRU reset orders), and what unrolling does not cover is named."""
 import numpy as np
 import pytest
+import cell_models as cells
 from conftest import ort_run
 from onnx import TensorProto, helper, numpy_helper
 
@@ -14,27 +15,7 @@ SEQ, BATCH, IN, HID = 3, 2, 5, 4
 
 
 def cell_model(op, direction="bidirectional", initial=True, **attrs):
-    rng = np.random.default_rng(3)
-    dirs = 2 if direction == "bidirectional" else 1
-    gates = 4 if op == "LSTM" else 3
-    inits = [numpy_helper.from_array((rng.standard_normal((dirs, gates * HID, IN)) * 0.5).astype(np.float32), "W"),
-             numpy_helper.from_array((rng.standard_normal((dirs, gates * HID, HID)) * 0.5).astype(np.float32), "R"),
-             numpy_helper.from_array((rng.standard_normal((dirs, 2 * gates * HID)) * 0.5).astype(np.float32), "B")]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SEQ, BATCH, IN])]
-    names = ["x", "W", "R", "B", ""]
-    if initial:
-        names.append("h0")
-        inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [dirs, BATCH, HID]))
-        if op == "LSTM":
-            names.append("c0")
-            inputs.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, [dirs, BATCH, HID]))
-    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
-    node = helper.make_node(op, names, outs, name="rnn", hidden_size=HID, direction=direction, **attrs)
-    g = helper.make_graph([node], "cell", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SEQ, dirs, BATCH, HID])] +
-                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [dirs, BATCH, HID]) for o in outs[1:]],
-                          inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    return cells.cell_model(op, direction, SEQ, BATCH, IN, HID, initial, "rnn", seed=3, scale=0.5, **attrs)
 
 
 CASES = [("LSTM", "bidirectional", {}), ("LSTM", "reverse", {}), ("LSTM", "forward", {}),

@@ -8,8 +8,9 @@ computes, with cached and raw weights and either variant."""
 import numpy as np
 import pytest
 import tvm
+from cell_models import cell_model
 from conftest import ort_run
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 import coldbrew
 from coldbrew.compiler import compile_model
@@ -89,23 +90,6 @@ def test_packing_puts_each_gate_of_a_block_in_one_vector():
 
 
 # ---- models ----
-
-def cell_model(op, seq=5, direction="forward", batch=1, states=False, **attrs):
-    rng = np.random.default_rng(7)
-    gates, dirs, hid, inp = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 2 if direction == "bidirectional" else 1, 24, 10
-    shapes = {"W": (dirs, gates * hid, inp), "R": (dirs, gates * hid, hid), "B": (dirs, 2 * gates * hid)}
-    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in shapes.items()]
-    names = ["x", "W", "R", "B"] + (["", "h0"] + (["c0"] if op == "LSTM" else []) if states else [])
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])]
-    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dirs, batch, hid]) for n in names[5:]]
-    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
-    node = helper.make_node(op, names, outs, name="cell", hidden_size=hid, direction=direction, **attrs)
-    g = helper.make_graph([node], "cell", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, dirs, batch, hid])] +
-                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [dirs, batch, hid]) for o in outs[1:]],
-                          inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
-
 
 def feeds_of(model):
     rng = np.random.default_rng(8)
