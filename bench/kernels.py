@@ -1,20 +1,42 @@
-"""Kernel benchmark: per distinct conv / dense layer of a model and per
-kernel variant (and schedule parameters of the fastest), the weight
-transform and execute time measured by coldbrew's runtime (the tuner's
-search, compiler/measure/tune.py, measured afresh), beside onnxruntime running the
-same layer alone with the same thread count.
+"""Kernel benchmark: per distinct conv / dense / recurrent cell layer of a
+model and per kernel variant (and schedule parameters of the fastest), the
+weight transform and execute time measured by coldbrew's runtime (the
+tuner's search, compiler/measure/tune.py, measured afresh), beside
+onnxruntime running the same layer alone with the same thread count (a
+cell: its ONNX cell on an input of one feature, so nearly all of it is the
+recurrence the cell layer computes).
 
-    python bench/kernels.py resnet50 [--threads 2] [--target host|x86_64-avx2]
+    python bench/kernels.py MODEL [--threads 2] [--target host|x86_64-avx2]
 
+MODEL: a zoo model (resnet50), a corpus model (ch_pp_ocrv2_rec_infer: its
+manifest's input shapes; bench/corpus/fetch.py fetches it) or an ONNX file.
 Prints the host's ISA, every candidate per layer, and per layer how the
-fastest compares with onnxruntime (the issue's bound: no conv layer slower
-than 2x).
+fastest compares with onnxruntime; per kind of layer the slowest and those
+over 2x (the issues' bound).
 """
 import argparse
 import json
+import os
+import sys
 
 from harness.common import geomean, host_isa, median_ms, ort_session, zoo
 import numpy as np  # noqa: E402  (after common: it sets the BLAS threads)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus"))
+import fetch  # noqa: E402  (bench/corpus/fetch.py)
+
+
+def _model(name):
+    """(model or path, input shapes) of a zoo or corpus model or an ONNX file."""
+    if os.path.exists(name):
+        return name, None
+    known = {e["name"]: e for e in fetch.models()}
+    if name in known:
+        path = fetch.fetched(known[name])
+        if path is None:
+            sys.exit(f"not fetched: python bench/corpus/fetch.py {name}")
+        return path, {k: list(v["shape"]) for k, v in known[name]["inputs"].items() if "shape" in v}
+    return zoo().build(name), None
 
 
 def main():
@@ -28,7 +50,8 @@ def main():
 
     target = resolve(args.target)
     print(f"host: {host_isa()}; kernels built for {target.name} ({target.vector.isa}); {args.threads} threads")
-    anchors = anchors_of(zoo().build(args.model), target)
+    model, shapes = _model(args.model)
+    anchors = anchors_of(model, target, shapes)
     specs = {spec_key(a.spec): a for a in anchors}
     print(f"measuring {len(specs)} distinct layers ...", flush=True)
     found = measure_shapes([a.spec for a in specs.values()], target, args.threads, lambda *a: None)
@@ -47,15 +70,15 @@ def main():
                   f"{e['transform_ms'][cand]:>8.3f}m {ms:>7.3f}m {ort_ms if k == 0 else float('nan'):>7.3f}m")
         best = min(e["execute_ms"].values())
         ratios.append(best / ort_ms)
-        if hasattr(a.spec, "out_h"):
-            worst.append((best / ort_ms, a.id, _describe(a.spec)))
+        worst.append((best / ort_ms, a.id, _describe(a.spec), a.variant.op))
     worst.sort(reverse=True)
     print(f"\nfastest candidate vs onnxruntime per layer (execute time ratio, <1 = coldbrew faster): "
           f"geomean {geomean(ratios):.2f}x over {len(ratios)} distinct layers ({host_isa()})")
-    if worst:
-        r, lid, shape = worst[0]
-        over = [w for w in worst if w[0] > 2.0]
-        print(f"slowest conv layer: {lid} {shape} at {r:.2f}x onnxruntime; conv layers over 2x: {len(over)}"
+    for kind in sorted({w[3] for w in worst}):
+        mine = [w for w in worst if w[3] == kind]
+        r, lid, shape, _ = mine[0]
+        over = [w for w in mine if w[0] > 2.0]
+        print(f"slowest {kind} layer: {lid} {shape} at {r:.2f}x onnxruntime; {kind} layers over 2x: {len(over)}"
               + (" (" + ", ".join(f"{w[1]} {w[0]:.2f}x" for w in over) + ")" if over else ""))
 
 
@@ -63,6 +86,8 @@ def _describe(spec):
     if hasattr(spec, "out_h"):
         return (f"c{spec.c}x{spec.h}x{spec.w}->k{spec.k} {spec.r}x{spec.s} s{spec.stride[0]} "
                 f"g{spec.groups}" + (f" d{spec.dilation[0]}" if spec.dilation != (1, 1) else ""))
+    if hasattr(spec, "hidden"):
+        return f"{spec.kind} {spec.seq} steps x{spec.batch} H{spec.hidden} {spec.dirs} dir" + " int8 h" * spec.quantize_h
     return f"dense {spec.m}x{spec.k}x{spec.n}"
 
 
