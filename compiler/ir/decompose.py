@@ -43,7 +43,9 @@ ops.check_static to name):
   plus the divisor where the remainder is non-zero and its sign differs.
 - ReduceMax and ReduceMin of bools: on uint8, cast back.
 - Conv and ConvTranspose over one spatial axis (constant weights): the 2-D
-  ones over a height of 1, between an Unsqueeze and a Squeeze.
+  ones over a height of 1, between an Unsqueeze and a Squeeze; a 2-D Conv
+  over a column (width and kernel width 1): the same along the width
+  (Reshapes of the same bytes).
 - ConvTranspose with output_shape: the pads that give that shape; then
   (2-D, constant weights) a Conv and a pixel shuffle (ir/subpixel.py).
 - Resize in the modes the TIR lowering does not implement (scales that do
@@ -280,6 +282,39 @@ def conv1d_as_2d(model):
                 helper.make_node("Squeeze", [f"{name}/y2d"] + unit, [node.output[0]], name=name, **axes)]
     for op in ("Conv", "ConvTranspose"):
         rewrite(model, op, expand)
+
+
+def conv_column_as_row(model):
+    """A 2-D Conv over a column (width 1, kernel width 1: a 1-D convolution
+    written along the height) as the same convolution along the width, on
+    the same bytes ([N, C, H, 1] is [N, C, 1, H]): the convolution variants
+    tile the width."""
+    consts = {t.name: t for t in model.graph.initializer}
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, w = node.input[0], node.input[1]
+        xs, ws = shapes.get(x, []), shapes.get(w, [])
+        if (len(xs) != 4 or xs[3] != 1 or xs[2] == 1 or w not in consts or len(ws) != 4 or ws[3] != 1
+                or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+                or list(a.get("pads", [0] * 4))[1::2] != [0, 0] or list(a.get("strides", [1, 1]))[1] != 1
+                or list(a.get("dilations", [1, 1]))[1] != 1):
+            return [node]
+        attrs = dict(a)
+        for k in ("strides", "dilations", "kernel_shape"):
+            if k in attrs:
+                attrs[k] = [1, attrs[k][0]]
+        if "pads" in attrs:
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][2]]
+        weights = numpy_helper.to_array(consts[w])
+        w2 = add_init(f"{name}/w_row", weights.reshape(ws[0], ws[1], 1, ws[2]))
+        row = add_init(f"{name}/x_row", np.array([xs[0], xs[1], 1, xs[2]], np.int64))
+        column = add_init(f"{name}/y_column", np.array([0, 0, -1, 1], np.int64))
+        return [helper.make_node("Reshape", [x, row], [f"{name}/x_row"], name=f"{name}/x_row"),
+                helper.make_node("Conv", [f"{name}/x_row", w2] + list(node.input[2:]), [f"{name}/y_row"],
+                                 name=f"{name}/row", **attrs),
+                helper.make_node("Reshape", [f"{name}/y_row", column], [node.output[0]], name=name)]
+    rewrite(model, "Conv", expand)
 
 
 def wide_accumulation(model):
@@ -641,7 +676,8 @@ _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 # operators are in the graph (most infer the graph's shapes first)
 DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, then its sub-pixel form, whose crop
     # may be an old Slice
-    (("Conv", "ConvTranspose"), conv1d_as_2d), (("ConvTranspose",), conv_transpose_output_shape),
+    (("Conv", "ConvTranspose"), conv1d_as_2d), (("Conv",), conv_column_as_row),
+    (("ConvTranspose",), conv_transpose_output_shape),
     (("ConvTranspose",), subpixel.apply),
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),

@@ -209,3 +209,12 @@ def test_a_convolution_over_one_axis_becomes_the_2d_one(op, wshape, out, opset, 
     w = c("w", np.random.default_rng(5).standard_normal(wshape).astype(np.float32))
     m = one_node(op, [("x", F, [2, 3, 8])], out, [w], opset=opset, **attrs)
     _check(m, {"x": x}, lambda n: list(n.input[1:2]) == ["w"])  # the 1-D weights are gone
+
+
+@pytest.mark.parametrize("attrs", [{"pads": [2, 0, 1, 0]}, {"strides": [2, 1], "dilations": [2, 1], "group": 3}])
+def test_a_convolution_down_a_column_runs_along_the_width(attrs):
+    x = np.random.default_rng(6).standard_normal((1, 6, 20, 1)).astype(np.float32)
+    w = c("w", np.random.default_rng(7).standard_normal((6, 6 // attrs.get("group", 1), 5, 1)).astype(np.float32))
+    out = [1, 6, 19, 1] if "pads" in attrs else [1, 6, 6, 1]
+    m = one_node("Conv", [("x", F, [1, 6, 20, 1])], out, [w], **attrs)
+    _check(m, {"x": x}, lambda n: list(n.input[1:2]) == ["w"])  # the column weights are gone
