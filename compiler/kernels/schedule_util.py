@@ -218,7 +218,7 @@ def reduction_block(sch, block, lanes, registers):
         return False  # vectors along it would gather (a reduction over the contiguous axis: row_reduction_block)
     nv = next(v for v in (4, 3, 2, 1) if ext[spatial - 1] % (v * lanes) == 0)
     rows = ext[spatial - 2] if spatial >= 2 else 1
-    mb = next(m for m in (6, 4, 3, 2, 1) if rows % m == 0 and m * nv + nv + 2 <= registers)
+    mb = next(m for m in (16, 12, 8, 6, 4, 3, 2, 1) if rows % m == 0 and m * nv + nv + 2 <= registers)
     red = loops[spatial:]
     jo, jio, jiv = sch.split(loops[spatial - 1], [None, nv, lanes])
     if spatial >= 2:
