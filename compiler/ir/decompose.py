@@ -31,6 +31,8 @@ ops.check_static to name):
   in float32 where its constant weights bound every sum under 2^24 (exact,
   and a convolution variant computes it), else in float64 (exact: every
   int32 sum is a float64 integer).
+- MatMulInteger with constant 8-bit weights whose sums stay under 2^24: a
+  float32 MatMul of the centred values (exact), cast to int32.
 - Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
 - Swish: x * sigmoid(alpha * x).
 - LpNormalization: x / ReduceL1 or ReduceL2 of x along the axis (0 where
@@ -379,6 +381,38 @@ def conv_integer(model):
     rewrite(model, "ConvInteger", expand)
 
 
+def matmul_integer(model):
+    """MatMulInteger with constant 8-bit weights whose |b - zero point|
+    summed per column, times the largest 8-bit input difference (255),
+    stay under 2^24: a float32 MatMul of the centred values (exact: every
+    product and partial sum is an integer float32 holds), cast to int32,
+    so the dense variant computes it. Other forms stay as they are."""
+    consts = {t.name: t for t in model.graph.initializer}
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        ins = list(node.input) + ["", ""]
+        if ins[1] not in consts or (ins[3] and ins[3] not in consts) or (ins[2] and shapes.get(ins[2]) not in ([], [1])):
+            return [node]  # a's zero point: one value (constant or computed, as DynamicQuantizeLinear's)
+        b = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
+        bz = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros((), np.int64)
+        if b.ndim != 2 or bz.size not in (1, b.shape[1]):
+            return [node]
+        centred = b - bz.reshape(-1)[None, :] if bz.size > 1 else b - bz.reshape(())
+        if int(np.abs(centred).sum(axis=0).max(initial=0)) * 255 >= 2 ** 24:
+            return [node]
+        out = [helper.make_node("Cast", [ins[0]], [f"{name}/a"], to=TensorProto.FLOAT)]
+        x = f"{name}/a"
+        if ins[2]:
+            out += [helper.make_node("Cast", [ins[2]], [f"{name}/a_zero"], to=TensorProto.FLOAT),
+                    helper.make_node("Sub", [x, f"{name}/a_zero"], [f"{name}/a_c"])]
+            x = f"{name}/a_c"
+        w = add_init(f"{name}/b_f32", centred.astype(np.float32))
+        return out + [helper.make_node("MatMul", [x, w], [f"{name}/f32"], name=f"{name}/matmul"),
+                      helper.make_node("Cast", [f"{name}/f32"], [node.output[0]], to=TensorProto.INT32, name=name)]
+    rewrite(model, "MatMulInteger", expand)
+
+
 def upsample(model):
     consts = {t.name: t for t in model.graph.initializer}
     _, shapes = types_and_shapes(model)
@@ -681,7 +715,8 @@ DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, th
     (("ConvTranspose",), subpixel.apply),
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
-    (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer), (("Celu",), celu), (("Swish",), swish),
+    (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer),
+    (("MatMulInteger",), matmul_integer), (("Celu",), celu), (("Swish",), swish),
     (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
     (("Resize",), resize_by_matrices), (("Pow",), pow_types)]

@@ -218,3 +218,26 @@ def test_a_convolution_down_a_column_runs_along_the_width(attrs):
     out = [1, 6, 19, 1] if "pads" in attrs else [1, 6, 6, 1]
     m = one_node("Conv", [("x", F, [1, 6, 20, 1])], out, [w], **attrs)
     _check(m, {"x": x}, lambda n: list(n.input[1:2]) == ["w"])  # the column weights are gone
+
+
+@pytest.mark.parametrize("low,high,variant", [(-128, 127, False), (-4, 5, True)])
+def test_matmul_integer_is_exact(low, high, variant):
+    """MatMulInteger with constant weights whose sums stay under 2^24 runs
+    as a float32 MatMul on the dense variant, exact; others stay integer."""
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, (6, 1024), dtype=np.uint8)
+    b = rng.integers(low, high, (1024, 32), dtype=np.int8)
+    az, bz = np.array(7, np.uint8), rng.integers(-3, 3, 32, dtype=np.int8)
+    g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], "mi",
+                          [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [6, 32])],
+                          [numpy_helper.from_array(b, "b"), numpy_helper.from_array(az, "az"),
+                           numpy_helper.from_array(bz, "bz")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data = compile_model(m)
+    assert any((st.variant or b"").startswith(b"dense.") for st in read_bytes(data)[0].plan.steps) == variant
+    ref = (a.astype(np.int64) - 7) @ (b.astype(np.int64) - bz.astype(np.int64))
+    np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], ref)
