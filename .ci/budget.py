@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # lines; raise it on purpose, in the commit that needs it (compiler 9000 -> 10000 at stop 54, 10000 -> 10500
 # at stop 55, then 11000: the operators, control flow and recurrent cells of the real-model corpus, issue 50;
 # 11400 at stop 57: the recurrent cell kernels, their two variants and their path through the passes; 11800 the
-# same stop: the quantized LSTM's cell, ConvTranspose's sub-pixel form, the generic schedule's reductions (issue 51))
-BUDGET = {"compiler": 11800, "runtime": 5300}
+# same stop: the quantized LSTM's cell, ConvTranspose's sub-pixel form, the generic schedule's reductions (issue 51);
+# 11850: MatMulInteger's exact float32 form)
+BUDGET = {"compiler": 11850, "runtime": 5300}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {
