@@ -341,16 +341,71 @@ def wide_accumulation(model):
     g.node.extend(nodes)
 
 
-def _exact_in_float32(consts, ins):
-    """Whether every sum of a ConvInteger is exact in float32: constant
-    8-bit weights whose |w - zero point| summed per output channel, times
-    the largest 8-bit input difference (255), stay under 2^24."""
-    if ins[1] not in consts or (ins[3] and ins[3] not in consts):
-        return False
-    w = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
-    zp = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros(1, np.int64)
-    zp = zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp.reshape(())
-    return int(np.abs(w - zp).reshape(w.shape[0], -1).sum(axis=1).max(initial=0)) * 255 < 2 ** 24
+def _exact_in_float32(centred):
+    """Whether every sum of 8-bit inputs (differences up to 255) times these
+    centred integer weights is exact in float32: |w - zero point| summed
+    per output (axis 0 of a Conv's weights, columns of a MatMul's, given
+    transposed) stays under 2^24 / 255."""
+    return int(np.abs(centred).reshape(centred.shape[0], -1).sum(axis=1).max(initial=0)) * 255 < 2 ** 24
+
+
+_EXACT = "coldbrew: an integer-valued float32 (exact sums)"
+
+
+def _exact_int32(source, output, name):
+    """The Cast of exact float32 sums to an integer operator's int32 output,
+    marked so that `exact_casts` lets a Cast back to float read `source`."""
+    node = helper.make_node("Cast", [source], [output], to=TensorProto.INT32, name=name)
+    node.doc_string = _EXACT
+    return node
+
+
+def has_exact_sums(model):
+    """Whether a ConvInteger or MatMulInteger became exact float32 sums (its
+    centred weights are integers: int8 values times a scale of 1)."""
+    return any(n.doc_string == _EXACT for n in model.graph.node)
+
+
+def exact_casts(model):
+    """A Cast to float32 of int32 values made from exact float32 sums (a
+    ConvInteger or MatMulInteger computed in float32) reads the float
+    values instead: the sums themselves, or, where onnxruntime's dynamic
+    quantization adds its int32 bias (Cast of a Floor, reshaped) before
+    dequantizing, the same Reshape and Add done in float32. The round trip
+    through int32 is the identity while the values stay under 2^24 (beyond,
+    the float32 sum rounds: 6e-8 relative), and the int32 conversion's
+    per-element range checks go (their expressions swamp TVM's simplifier)."""
+    g = model.graph
+    made = {n.output[0]: n for n in g.node}
+    twins, nodes = {}, []
+
+    def twin(name, out):
+        """A float32 tensor equal to int32 `name`, or None; nodes it needs go to `out`."""
+        if name in twins:
+            return twins[name]
+        n, found = made.get(name), None
+        if n is not None and n.op_type == "Cast" and n.doc_string == _EXACT:
+            found = n.input[0]
+        elif n is not None and n.op_type == "Cast" and made.get(n.input[0]) is not None and \
+                made[n.input[0]].op_type in ("Floor", "Ceil", "Round"):
+            found = n.input[0]  # integer-valued floats
+        elif n is not None and n.op_type in ("Reshape", "Add", "Sub"):
+            args = [twin(n.input[0], out)] + ([n.input[1]] if n.op_type == "Reshape" else [twin(n.input[1], out)])
+            if None not in args:
+                found = f"{name}/f32"
+                out.append(helper.make_node(n.op_type, args, [found], name=f"{n.name or name}/f32"))
+        twins[name] = found
+        return found
+
+    for n in g.node:
+        to = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "to"), None)
+        if n.op_type == "Cast" and to == TensorProto.FLOAT:
+            t = twin(n.input[0], nodes)  # (a twin's nodes are kept: another Cast may read them)
+            if t is not None:
+                n = helper.make_node("Identity", [t], list(n.output), name=n.name)
+        nodes.append(n)
+    g.ClearField("node")
+    g.node.extend(nodes)
 
 
 def conv_integer(model):
@@ -359,7 +414,7 @@ def conv_integer(model):
 
     def expand(node, name, a, add_init):
         ins = list(node.input) + ["", ""]
-        d = TensorProto.FLOAT if _exact_in_float32(consts, ins) else TensorProto.DOUBLE
+        d = TensorProto.FLOAT if _conv_exact(consts, ins) else TensorProto.DOUBLE
         out = []
         for k, (v, zp) in enumerate(((ins[0], ins[2]), (ins[1], ins[3]))):
             wide = f"{name}/in{k}"
@@ -375,10 +430,22 @@ def conv_integer(model):
                 out.append(helper.make_node("Sub", [wide, z], [f"{wide}/c"]))
                 wide = f"{wide}/c"
             ins[k] = wide
-        return out + [helper.make_node("Conv", ins[:2], [f"{name}/f64"], name=f"{name}/conv",
-                                       **{x.name: helper.get_attribute_value(x) for x in node.attribute}),
-                      helper.make_node("Cast", [f"{name}/f64"], [node.output[0]], to=TensorProto.INT32, name=name)]
+        conv = helper.make_node("Conv", ins[:2], [f"{name}/f64"], name=f"{name}/conv",
+                                **{x.name: helper.get_attribute_value(x) for x in node.attribute})
+        if d == TensorProto.FLOAT:
+            return out + [conv, _exact_int32(f"{name}/f64", node.output[0], name)]
+        return out + [conv, helper.make_node("Cast", [f"{name}/f64"], [node.output[0]], to=TensorProto.INT32, name=name)]
     rewrite(model, "ConvInteger", expand)
+
+
+def _conv_exact(consts, ins):
+    """_exact_in_float32 for a ConvInteger with constant weights (and zero
+    point, one or per output channel)."""
+    if ins[1] not in consts or (ins[3] and ins[3] not in consts):
+        return False
+    w = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
+    zp = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros(1, np.int64)
+    return _exact_in_float32(w - (zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp.reshape(())))
 
 
 def matmul_integer(model):
@@ -399,7 +466,7 @@ def matmul_integer(model):
         if b.ndim != 2 or bz.size not in (1, b.shape[1]):
             return [node]
         centred = b - bz.reshape(-1)[None, :] if bz.size > 1 else b - bz.reshape(())
-        if int(np.abs(centred).sum(axis=0).max(initial=0)) * 255 >= 2 ** 24:
+        if not _exact_in_float32(centred.T):
             return [node]
         out = [helper.make_node("Cast", [ins[0]], [f"{name}/a"], to=TensorProto.FLOAT)]
         x = f"{name}/a"
@@ -409,7 +476,7 @@ def matmul_integer(model):
             x = f"{name}/a_c"
         w = add_init(f"{name}/b_f32", centred.astype(np.float32))
         return out + [helper.make_node("MatMul", [x, w], [f"{name}/f32"], name=f"{name}/matmul"),
-                      helper.make_node("Cast", [f"{name}/f32"], [node.output[0]], to=TensorProto.INT32, name=name)]
+                      _exact_int32(f"{name}/f32", node.output[0], name)]
     rewrite(model, "MatMulInteger", expand)
 
 
@@ -716,7 +783,7 @@ DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, th
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
     (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer),
-    (("MatMulInteger",), matmul_integer), (("Celu",), celu), (("Swish",), swish),
+    (("MatMulInteger",), matmul_integer), (("Cast",), exact_casts), (("Celu",), celu), (("Swish",), swish),
     (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
     (("Resize",), resize_by_matrices), (("Pow",), pow_types)]

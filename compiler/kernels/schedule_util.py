@@ -138,8 +138,9 @@ def generic(sch, lanes, registers=16):
     contiguous inner loops of elementwise blocks; a reduction whose output
     rows are whole vectors (a MatMul of two activations, a sum over
     channels) is register-blocked (`reduction_block`), one over whole
-    vectors of its contiguous last axis vectorized per lane
-    (`row_reduction_block`)."""
+    vectors of its contiguous last axes vectorized per lane
+    (`row_reduction_block`), one of a whole tensor to a few values cut into
+    parallel chunks too (`whole_reduction_block`)."""
     blocks = blocks_in_order(sch)
     for b in blocks[:-1]:
         try:
@@ -148,7 +149,8 @@ def generic(sch, lanes, registers=16):
             pass
     for block in blocks_in_order(sch):
         try:
-            if not (reduction_block(sch, block, lanes, registers) or row_reduction_block(sch, block, lanes)):
+            if not (whole_reduction_block(sch, block, lanes) or reduction_block(sch, block, lanes, registers)
+                    or row_reduction_block(sch, block, lanes)):
                 generic_block(sch, block, lanes)
         except s_tir.ScheduleError:
             pass
@@ -173,30 +175,88 @@ def _read_along(sch, block, axis):
 
 
 def row_reduction_block(sch, block, lanes):
-    """Schedule a reduction over its last, contiguous axis (a softmax's max
-    and sum, a normalization's mean, a ReduceSum over the last axis) whose
-    extent is a multiple of the vector: per parallel row, one partial result
-    per lane accumulated over the row's vectors (rfactor), then the lanes
-    combined. False (nothing done) for other blocks."""
-    loops = sch.get_loops(block)
-    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
-    spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
-    ext = [_extent(sch, lp) for lp in loops]
-    if (spatial == 0 or len(kinds) != spatial + 1 or len(loops) != len(kinds) or kinds[-1] != 2
-            or None in ext or ext[-1] % lanes or ext[-1] < 2 * lanes):
+    """Schedule a reduction over its last, contiguous axes (a softmax's max
+    and sum, a normalization's mean, a global pooling over H and W fused
+    into one) whose extent is a multiple of the vector: per parallel row,
+    one partial result per lane accumulated over the row's vectors
+    (rfactor), then the lanes combined. False (nothing done) for other
+    blocks."""
+    spatial, ext = _reduction_shape(sch, block)
+    if spatial is None or spatial == 0 or ext[-1] % lanes or ext[-1] < 2 * lanes:
         return False
+    loops = _fused_reduction(sch, block, spatial)
     _, ki = sch.split(loops[-1], [None, lanes])
     partial = sch.rfactor(ki, spatial)
     outer = sch.get_loops(block)[:spatial]
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(par)
-    sch.compute_at(partial, par)
+    _lanes_in_registers(sch, partial, par)
+    return True
+
+
+def whole_reduction_block(sch, block, lanes, chunks=(16, 8, 4, 2)):
+    """Schedule a reduction of a whole tensor to a few values (a quantizer's
+    min and max, a global sum): the reduced axes as one, cut into parallel
+    chunks (rfactor), each chunk accumulated per lane in registers (a
+    second rfactor), then the partials combined. Taken where the output
+    has at most 4 values and every chunk holds at least 4 vectors. False
+    (nothing done) for other blocks."""
+    spatial, ext = _reduction_shape(sch, block)
+    if spatial is None or _product(ext[:spatial]) > 4:
+        return False
+    count = ext[-1]
+    p = next((c for c in chunks if count % (c * lanes) == 0 and count >= 4 * c * lanes), None)
+    if p is None:
+        return False
+    red = _fused_reduction(sch, block, spatial)[-1]
+    po, _, _ = sch.split(red, [p, None, lanes])
+    chunk = sch.rfactor(po, spatial)
+    loops = sch.get_loops(chunk)
+    sch.parallel(loops[spatial])
+    partial = sch.rfactor(loops[-1], spatial + 1)
+    _lanes_in_registers(sch, partial, loops[spatial])
+    return True
+
+
+def _reduction_shape(sch, block):
+    """(number of output loops, loop extents with the trailing reduced loops'
+    extents multiplied into one) of a block whose loops are its iterators,
+    output axes first; (None, None) for other blocks."""
+    loops = sch.get_loops(block)
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
+    ext = [_extent(sch, lp) for lp in loops]
+    if (spatial == len(kinds) or len(loops) != len(kinds) or any(k != 2 for k in kinds[spatial:])
+            or None in ext):
+        return None, None
+    return spatial, ext[:spatial] + [_product(ext[spatial:])]
+
+
+def _product(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _fused_reduction(sch, block, spatial):
+    """The block's loops with its reduced ones fused into the last."""
+    loops = sch.get_loops(block)
+    if len(loops) > spatial + 1:
+        return list(loops[:spatial]) + [sch.fuse(*loops[spatial:])]
+    return list(loops)
+
+
+def _lanes_in_registers(sch, partial, loop):
+    """An rfactor block whose last loop is the lane (its new output axis) and
+    the one before it the reduction: under `loop`, accumulated in a local
+    vector, reduction outer, lanes vectorized."""
+    sch.compute_at(partial, loop)
     sch.set_scope(partial, 0, "local")
     lane, step = sch.get_loops(partial)[-2:]
     sch.reorder(step, lane)
     sch.vectorize(lane)
     sch.decompose_reduction(partial, step)
-    return True
 
 
 def reduction_block(sch, block, lanes, registers):

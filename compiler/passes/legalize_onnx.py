@@ -31,6 +31,7 @@ shape-deciding input, an If's condition among them, is constant
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
   `scales` beside its `sizes`): left out, as ONNX means them.
 """
+import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import CompileError
@@ -182,4 +183,6 @@ def apply(model, cells=True):
 
 def run(c):
     c.proto = apply(c.proto, c.cells)
+    if decompose.has_exact_sums(c.proto):  # a ConvInteger's or MatMulInteger's centred weights: int8 times 1
+        c.qdq_scales.append(np.ones(1, np.float32))
     return c

@@ -28,7 +28,7 @@ from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
 from ..kernels.recurrent import CELL_ATTR
 from ..kernels import build as kbuild
 from ..kernels.conv import channel_vectors
-from ..ir.narrow import fits_fp16, narrow_weights, weight_error
+from ..ir.narrow import fits_fp16, model_scale, narrow_weights, weight_error
 
 NAME = "select_variants"
 
@@ -128,7 +128,7 @@ def _spec_of(call, op_name, w):
     return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
 
 
-def apply(mod, isa, choice=None, tuning=None, direct=None):
+def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/measure/tune.py's result, or None) supplies measured choices.
     `direct(anchor_id)` names the precision ("fp16", "int8") of the anchors
@@ -137,7 +137,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
     widens them in registers (int8: the sums scaled per output channel, the
     scales an extra argument). It applies where the variant's transform
     only rearranges values and, for fp16, the weights fit fp16; elsewhere
-    the layer keeps fp32 transformed weights.
+    the layer keeps fp32 transformed weights. `own_scales`: _own_int8's.
     Returns (mod, anchors)."""
     import tvm
     from tvm import relax
@@ -205,7 +205,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None):
 
     anchors = []
     Rewriter(mod, "collect", anchors).transform()
-    _stored_weights(anchors, direct, _transform_weights(anchors))
+    _stored_weights(anchors, direct, _transform_weights(anchors), own_scales)
     new_mod = Rewriter(mod, "rewrite", anchors).transform()
     return _settled(new_mod), anchors
 
@@ -246,19 +246,36 @@ def _cell_of(mod, call, call_tir):
     return RecurrentSpec(**json.loads(str(func.attrs[CELL_ATTR])))
 
 
-def _stored_weights(anchors, direct, transform):
+STREAMED_ROWS = 32  # a dense layer of at most this many rows reads each weight so often: its time is their bytes
+
+
+def _own_int8(a, own_scales):
+    """The scale per output channel under which a dense layer of few rows
+    (STREAMED_ROWS) has the model's own int8 weights (a quantized model's,
+    `own_scales` as fold_constants and legalize_onnx record them), or None:
+    such a layer streams its weights, so reading them int8 in place (exact)
+    moves a quarter of the bytes."""
+    if not own_scales or not isinstance(a.spec, DenseSpec) or a.spec.m > STREAMED_ROWS:
+        return None
+    return model_scale(a.raw, kbuild.output_axis(a.spec), own_scales)
+
+
+def _stored_weights(anchors, direct, transform, own_scales=()):
     """Each anchor's weights as its kernel reads them (a.const): fp32
     transformed, or in the direct form narrow (fp16; int8 with per-channel
-    scales, a.scale) where `direct(a.id)` asks for it and it applies."""
+    scales, a.scale) where `direct(a.id)` asks for it and it applies, or
+    where a streaming layer has the model's own int8 weights (_own_int8)."""
     from tvm import relax
 
     for a in anchors:
         want = (direct and direct(a.id)) or ""
+        own = _own_int8(a, own_scales) if not want and a.variant.transform_rearranges else None
+        want = "int8" if own is not None else want
         a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
         if not a.direct:
             a.const = relax.const(a.transformed)
             continue
-        stored, wide = narrow_weights(a.raw, a.direct, kbuild.output_axis(a.spec))
+        stored, wide = narrow_weights(a.raw, a.direct, kbuild.output_axis(a.spec), own)
         a.direct_error = weight_error(a.raw, wide)
         if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
             a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
@@ -298,5 +315,6 @@ def _transform_weights(anchors):
 
 
 def run(c):
-    c.mod, c.anchors = apply(c.mod, c.target.vector, c.variants, c.tuning, direct_layers(c.weights, c.precision))
+    c.mod, c.anchors = apply(c.mod, c.target.vector, c.variants, c.tuning, direct_layers(c.weights, c.precision),
+                             c.qdq_scales)
     return c

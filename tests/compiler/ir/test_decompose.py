@@ -241,3 +241,35 @@ def test_matmul_integer_is_exact(low, high, variant):
     assert any((st.variant or b"").startswith(b"dense.") for st in read_bytes(data)[0].plan.steps) == variant
     ref = (a.astype(np.int64) - 7) @ (b.astype(np.int64) - bz.astype(np.int64))
     np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], ref)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_exact_sums_cast_back_to_float_skip_the_int32(bias):
+    """A MatMulInteger dequantized as onnxruntime's dynamic quantization
+    writes it (Cast to float, Mul by the scale; with its bias quantized
+    on the fly: Floor(b / scale) cast to int32, reshaped, added in int32):
+    on the exact float32 form the Cast back to float reads float values
+    (the int32 round trip is the identity), and the result is unchanged."""
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (4, 256), dtype=np.uint8)
+    b = rng.integers(-6, 7, (256, 48), dtype=np.int8)
+    bb = rng.standard_normal(48).astype(np.float32) * 40
+    nodes = [helper.make_node("MatMulInteger", ["a", "b"], ["y"])]
+    if bias:
+        nodes += [helper.make_node("Div", ["bb", "s"], ["bq"]), helper.make_node("Floor", ["bq"], ["bf"]),
+                  helper.make_node("Cast", ["bf"], ["bi"], to=TensorProto.INT32),
+                  helper.make_node("Reshape", ["bi", "shape"], ["br"]), helper.make_node("Add", ["y", "br"], ["ys"])]
+    nodes += [helper.make_node("Cast", ["ys" if bias else "y"], ["yf"], to=TensorProto.FLOAT),
+              helper.make_node("Mul", ["yf", "s"], ["out"])]
+    g = helper.make_graph(nodes, "mi", [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 48])],
+                          [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0.25, np.float32), "s"),
+                           numpy_helper.from_array(bb, "bb"), numpy_helper.from_array(np.array([1, 48]), "shape")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    out = legalize_onnx.apply(onnx.ModelProto.FromString(m.SerializeToString()))
+    int32 = {n.output[0] for n in out.graph.node if n.op_type == "Cast" and n.attribute[0].i == TensorProto.INT32}
+    int32 |= {n.output[0] for n in out.graph.node if n.op_type in ("Add", "Reshape") and n.input[0] in int32}
+    assert int32 and not [n for n in out.graph.node if n.op_type == "Cast" and n.input[0] in int32]
+    y = a.astype(np.int64) @ b.astype(np.int64) + (np.floor(bb / np.float32(0.25)).astype(np.int64) if bias else 0)
+    np.testing.assert_array_equal(coldbrew.load(compile_model(m)).run(None, {"a": a})[0], y.astype(np.float32) * 0.25)

@@ -55,6 +55,30 @@ def test_a_reduction_over_the_contiguous_axis_is_vectorized_per_lane(target):
     np.testing.assert_allclose(got, a.sum(axis=2), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+@pytest.mark.parametrize("reduce,keep", [(topi.max, True), (topi.min, False)])
+def test_a_whole_tensor_reduction_runs_in_parallel_chunks_of_vectors(target, reduce, keep):
+    """A quantizer's max and min over a whole tensor: chunks in parallel,
+    each accumulated per lane (two rfactors), not one serial scalar loop."""
+    x = te.placeholder((1, 32, 16, 64), name="x")
+    func = scheduled(te.create_prim_func([x, reduce(x, keepdims=keep)]), target)
+    text = func.script()
+    assert text.count("_rf") >= 2 and "T.parallel" in text and "T.vectorized" in text
+    (a, _), got = run(func, target, [(1, 32, 16, 64), (1, 1, 1, 1) if keep else ()])
+    np.testing.assert_array_equal(got.reshape(()), (np.max if reduce is topi.max else np.min)(a))
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+def test_a_reduction_over_several_contiguous_axes_is_vectorized_per_lane(target):
+    """A global pooling (a mean over H and W) as one reduced axis, per lane."""
+    x = te.placeholder((2, 24, 8, 16), name="x")
+    func = scheduled(te.create_prim_func([x, topi.sum(x, axis=(2, 3))]), target)
+    text = func.script()
+    assert "_rf" in text and "T.vectorized" in text and "T.parallel" in text
+    (a, _), got = run(func, target, [(2, 24, 8, 16), (2, 24)])
+    np.testing.assert_allclose(got, a.sum(axis=(2, 3)), rtol=1e-5, atol=1e-5)
+
+
 def test_a_product_read_across_its_output_axis_is_not_vectorized_along_it():
     """x @ y^T reads y along the reduced axis: vectors along the output's
     columns would gather, so the reduction is vectorized per lane instead."""

@@ -61,3 +61,30 @@ def test_the_direct_form_stores_the_weights_narrow(blocked):
         pytest.skip(f"{conv.variant.name} does not only rearrange its weights")
     assert conv.direct == "fp16" and conv.const.value.numpy().dtype == np.float16
     assert 0 < conv.direct_error < 1e-3 and anchors[1].direct == ""
+
+
+@pytest.mark.parametrize("rows,direct", [(4, True), (64, False)])
+def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct):
+    """A MatMulInteger of few rows (its time is its weights' bytes) reads
+    the model's int8 weights in place (direct int8, scale 1: exact, a
+    quarter of the bytes); one of many rows keeps fp32 weights (each is
+    reused enough that a widening per load would cost)."""
+    import coldbrew
+    from onnx import TensorProto, helper, numpy_helper
+
+    from coldbrew.compiler.bundle.reader import WEIGHT_FORMS, read_bytes
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (rows, 128), dtype=np.uint8)
+    b = rng.integers(-127, 128, (128, 64), dtype=np.int8)
+    g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "mi",
+                          [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [rows, 64])],
+                          [numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data = compile_model(m)
+    bundle = read_bytes(data)[0]
+    step = next(st for st in bundle.plan.steps if (st.variant or b"").startswith(b"dense."))
+    assert (WEIGHT_FORMS[step.weightForm] == "direct") == direct
+    np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
