@@ -27,7 +27,7 @@ from ..errors import CompileError
 
 # A cell computed by a kernel (compiler/kernels/recurrent.py) is left by
 # legalize_onnx as its input projection and one node of coldbrew's own,
-# CELL (xw, R with its bias column, h0, c0) -> (Y, Y_h, Y_c), which
+# CELL (xw, R with its bias column, h0, c0, [R's scales: a quantized cell]) -> (Y, Y_h, Y_c), which
 # import_relax makes the cell's layer.
 DOMAIN, CELL = "ai.coldbrew", "CbRecurrentCell"
 
@@ -317,13 +317,15 @@ def as_cell(node, label, consts, shapes):
         return None
     kind, hidden, gates = "lstm" if quantized else node.op_type.lower(), int(a["hidden_size"]), GATES[node.op_type]
     (seq, batch, size), n = x_shape, gates * hidden
-    project, r, bias = _cell_weights(label, consts, inputs, quantized, (dirs, n, hidden, size))
+    project, r, bias, scale = _cell_weights(label, consts, inputs, quantized, (dirs, n, hidden, size))
     b = _Builder(node.name or next(o for o in node.output if o), 13, hidden)
     x, h0, c0 = node.input[0], inputs[5], inputs[6] if kind == "lstm" else ""
     if batch_first:
         x = b.op("Transpose", [x], perm=[1, 0, 2])
         h0, c0 = (b.op("Transpose", [i], perm=[1, 0, 2]) if i else "" for i in (h0, c0))
     rows = b.op("Reshape", [x, b.const(np.array([seq * batch, size], np.int64), "rows")])
+    if quantized:  # R's bias joins W's (R's integer values are scaled after their sums: its column stays 0)
+        bias = np.concatenate([bias[:, :n] + bias[:, n:], np.zeros_like(bias[:, n:])], axis=1)
     proj = b.op("Add", [project(b, rows), b.const(bias[:, :n].reshape(-1), "Wb")])
     xw = b.op("Reshape", [proj, b.const(np.array([seq, batch, dirs * n], np.int64), "steps")])
     zeros = np.zeros((dirs, batch, hidden), np.float32)
@@ -331,8 +333,9 @@ def as_cell(node, label, consts, shapes):
     raw = b.const(np.concatenate([r, bias[:, n:, None]], axis=2), "R")
     outs = [o if i < len(node.output) and o and not batch_first else f"{b.prefix}/cell{i}"
             for i, o in enumerate(list(node.output)[:3] + [""] * (3 - len(node.output[:3])))]
+    scales = [b.const(scale, "R_scale")] if quantized else []
     b.nodes.append(helper.make_node(
-        CELL, [xw, raw, h0, c0], outs, name=f"{b.prefix}/cell", domain=DOMAIN, kind=kind, hidden_size=hidden,
+        CELL, [xw, raw, h0, c0] + scales, outs, name=f"{b.prefix}/cell", domain=DOMAIN, kind=kind, hidden_size=hidden,
         direction=a.get("direction", "forward"), linear_before_reset=int(a.get("linear_before_reset", 0)),
         activation=RNN_ACTIVATIONS.get(acts[0].lower(), "Tanh"), quantize_h=int(quantized)))
     state = [dirs, batch, hidden]
@@ -347,21 +350,23 @@ def as_cell(node, label, consts, shapes):
 
 
 def _cell_weights(label, consts, inputs, quantized, dims):
-    """(project, R [dirs, n, H] float, B [dirs, 2n]) of a cell: project(b,
-    rows) gives the input projection of every direction side by side (a
-    MatMul by W^T; quantized, as onnxruntime computes it); R of a quantized
-    cell is its int8 values less their zero point times their scale."""
+    """(project, R [dirs, n, H] float, B [dirs, 2n], scale) of a cell:
+    project(b, rows) gives the input projection of every direction side by
+    side (a MatMul by W^T; quantized, as onnxruntime computes it); R of a
+    quantized cell is its int8 values less their zero point (integers), its
+    scales [dirs, n] apart (None for a float cell)."""
     dirs, n, hidden, size = dims
     W, R = _weights(consts, inputs, quantized)
     bias = (numpy_helper.to_array(consts[inputs[3]]).astype(np.float32) if inputs[3]
             else np.zeros((dirs, 2 * n), np.float32))
     if quantized:  # W [dirs, in, n], R [dirs, H, n]
         shapes = (("W", W.q.shape, (dirs, size, n)), ("R", R.q.shape, (dirs, hidden, n)))
-        r = np.stack([((R.q[d].astype(np.float32) - R.zero[d]) * R.scale[d]).T for d in range(dirs)]) if all(
-            tuple(got) == want for _, got, want in shapes) else None
+        ok = all(tuple(got) == want for _, got, want in shapes)
+        r = np.stack([(R.q[d].astype(np.float32) - R.zero[d]).T for d in range(dirs)]) if ok else None
+        scale = np.stack([np.broadcast_to(R.scale[d], (n,)) for d in range(dirs)]).astype(np.float32) if ok else None
     else:
         shapes = (("W", W.w.shape, (dirs, n, size)), ("R", R.w.shape, (dirs, n, hidden)))
-        r = R.w
+        r, scale = R.w, None
     for what, got, want in shapes + (("B", bias.shape, (dirs, 2 * n)),):
         if tuple(got) != want:
             raise CompileError(f"{label}: {what} has shape {list(got)}, not {list(want)} (hidden_size {hidden}, "
@@ -373,4 +378,4 @@ def _cell_weights(label, consts, inputs, quantized, dims):
             return b.op("Concat", parts, axis=1) if dirs > 1 else parts[0]
         return b.op("MatMul", [rows, b.const(np.concatenate([W.w[d].T for d in range(dirs)], axis=1), "W")])
 
-    return project, np.ascontiguousarray(r, np.float32), bias
+    return project, np.ascontiguousarray(r, np.float32), bias, scale

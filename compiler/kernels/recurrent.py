@@ -13,8 +13,12 @@ over (direction, block of hidden units), where the block's units of every
 gate are accumulated in vectors. Its arguments: xw [seq, batch, dirs *
 gates * H], the weights, h0 and c0 [dirs, batch, H]; it writes Y [seq,
 dirs, batch, H], Y_h and Y_c [dirs, batch, H] (GRU and RNN use Y_c as
-scratch: the reset hidden state of a GRU whose reset comes first; a
-quantized LSTM's kernel writes a fourth, h_q, its state quantized).
+scratch: the reset hidden state of a GRU whose reset comes first). A
+quantized LSTM's kernel takes one more input, the scales [dirs, gates * H]
+of its integer weights (each gate's sum is scaled once), and writes a
+fourth output, h_q, its state quantized; its weights are the model's int8
+values, which the kernel may read as int8 in place (direct: a quarter of
+the bytes each step streams), widening them in registers.
 
 recurrent.packed   weights packed to [dirs, H / nb, H + 1, gates, nb]: per
                    reduction step one broadcast of h and one vector load
@@ -41,9 +45,10 @@ class _Cell(Variant):
     def schedule(self, sch, block, spec, params):
         pass
 
-    def kernel(self, spec, params):
-        """The cell's PrimFunc(xw, w, h0, c0, y, y_h, y_c)."""
-        return _kernel(spec, self, params)
+    def kernel(self, spec, params, weights="float32"):
+        """The cell's PrimFunc(xw, w, h0, c0, [scale,] y, y_h, y_c, [h_q]),
+        its weights (w) of dtype `weights`."""
+        return _kernel(spec, self, params, weights)
 
 
 class Packed(_Cell):
@@ -72,7 +77,8 @@ class Packed(_Cell):
                 continue
             fill = spec.hidden / (_blocks(spec, nb) * nb)
             tasks = min(1.0, spec.dirs * _blocks(spec, nb) / 4)  # keep the threads busy
-            options.append((fill * tasks * min(nb, lanes) / lanes, {"nb": nb}))
+            chains = min(1.0, spec.gates * vectors / 8)  # independent sums hide the FMA latency (2 units x 4 cycles)
+            options.append((fill * tasks * chains * min(nb, lanes) / lanes, {"nb": nb}))
         return [p for _, p in sorted(options, key=lambda o: -o[0])]
 
 
@@ -104,7 +110,7 @@ def placeholder(spec):
 
 # ---- the kernel ----
 
-def _kernel(spec, variant, params):
+def _kernel(spec, variant, params, weights="float32"):
     from tvm.script.ir_builder import IRBuilder
     from tvm.tirx.script import builder as T
 
@@ -117,8 +123,9 @@ def _kernel(spec, variant, params):
     with IRBuilder() as ib:
         with T.prim_func():
             T.func_name("main")
-            b = {name: T.arg(name, T.Buffer(shape, f32)) for name, shape in (
-                ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state),
+            scale = (("scale", (dirs, gates * h)),) if spec.quantize_h else ()
+            b = {name: T.arg(name, T.Buffer(shape, weights if name == "w" else f32)) for name, shape in (
+                ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state), *scale,
                 ("y", spec.output_shape), ("y_h", state), ("y_c", state)) + ((("h_q", state),) if spec.quantize_h
                                                                              else ())}
             with T.serial(0, spec.seq) as s:
@@ -126,6 +133,10 @@ def _kernel(spec, variant, params):
                           else [tuple(range(gates))])
                 phases = [QUANTIZE] + phases if spec.quantize_h else phases
                 for phase in phases:
+                    if phase == QUANTIZE:  # a whole row per direction: its range found once
+                        with T.parallel(0, dirs) as p:
+                            _step(T, spec, variant, b, s, p, 0, h, phase)
+                        continue
                     with T.parallel(0, dirs * blocks) as p:
                         _step(T, spec, variant, b, s, p // blocks, p % blocks, nb, phase)
             with T.parallel(0, dirs) as d:
@@ -165,21 +176,23 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     def previous(n, k):  # h_{t-1}[n, k]
         return tirx.if_then_else(s == 0, b["h0"][d, n, k], y[tp, d, n, k])
 
-    if gates == QUANTIZE:  # h_{t-1} as the quantized cell multiplies it, this block's units of it
+    if gates == QUANTIZE:  # h_{t-1} as the quantized cell multiplies it, the direction's whole rows
         with T.serial(0, spec.batch) as n:
-            value = _quantized_row(T, spec, lambda k: previous(n, k))
-            with T.serial(0, nb) as v:
-                with T.If(jb * nb + v < h):
-                    with T.Then():
-                        i = tirx.min(jb * nb + v, h - 1)
-                        T.buffer_store(b["h_q"], value(i), [d, n, i])
+            value = _quantized_row(T, spec, variant.isa.lanes, lambda k: previous(n, k))
+            with T.vectorized(0, h) as i:
+                T.buffer_store(b["h_q"], value(i), [d, n, i])
         return
     reset_phase = gates == (2,)
     source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
     source = (lambda n, k: b["h_q"][d, n, k]) if spec.quantize_h else source
     with T.serial(0, spec.batch) as n:
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
-        _accumulate(T, spec, variant, b["w"], acc, d, jb, nb, gates, lambda k: source(n, k))
+        _accumulate(T, spec, variant, _Wide(b["w"]), acc, d, jb, nb, gates, lambda k: source(n, k))
+        if spec.quantize_h:  # the integer weights' scales, once per sum
+            for g in gates:
+                with T.vectorized(0, nb) as v:
+                    row = g * h + tirx.min(jb * nb + v, h - 1)
+                    T.buffer_store(acc, acc[g, v] * b["scale"][d, row], [g, v])
         with (T.vectorized if h % nb == 0 else T.serial)(0, nb) as v:
             i = jb * nb + v
             if h % nb == 0:
@@ -191,22 +204,46 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
                         _update(T, spec, b, acc, gates, (d, n, t, i, v), s == 0, previous(n, i))
 
 
-def _quantized_row(T, spec, hk):
+class _Wide:
+    """Weights as the sums read them: fp32, narrow ones widened per load."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __getitem__(self, index):
+        value = self.w[index]
+        return value if self.w.dtype == "float32" else value.astype("float32")
+
+
+def _quantized_row(T, spec, lanes, hk):
     """h_{t-1}'s row as onnxruntime's quantized LSTM multiplies it: quantized
     to uint8 over the row (DynamicQuantizeLinear: the range through 0 in
     255 steps, the zero point and values rounded half to even), each value
     then (q - zero point) * scale; zeros where the row is all zero. Each
-    step's first phase writes it to h_q, a fourth output (scratch), block by
-    block, each task finding the row's range itself."""
+    step's first phase writes it to h_q, a fourth output (scratch), a task
+    per direction; the range is found per lane, then across the lanes."""
     from tvm import tirx
 
     f32 = spec.dtype
     q = T.decl_buffer((4,), f32, scope="local")  # min, max, then scale, zero point
-    T.buffer_store(q, tirx.const(0, f32), [0])
-    T.buffer_store(q, tirx.const(0, f32), [1])
-    with T.serial(0, spec.hidden) as k:
-        T.buffer_store(q, tirx.min(q[0], hk(k)), [0])
-        T.buffer_store(q, tirx.max(q[1], hk(k)), [1])
+    part = T.decl_buffer((2, lanes), f32, scope="local")  # min and max per lane
+    with T.vectorized(0, lanes) as l:
+        T.buffer_store(part, tirx.const(0, f32), [0, l])
+        T.buffer_store(part, tirx.const(0, f32), [1, l])
+    chunks, tail = divmod(spec.hidden, lanes)
+    if chunks:
+        with T.serial(0, chunks) as c:
+            with T.vectorized(0, lanes) as l:
+                T.buffer_store(part, tirx.min(part[0, l], hk(c * lanes + l)), [0, l])
+                T.buffer_store(part, tirx.max(part[1, l], hk(c * lanes + l)), [1, l])
+    for j in range(tail):
+        T.buffer_store(part, tirx.min(part[0, j], hk(chunks * lanes + j)), [0, j])
+        T.buffer_store(part, tirx.max(part[1, j], hk(chunks * lanes + j)), [1, j])
+    low, high = part[0, 0], part[1, 0]
+    for j in range(1, lanes):
+        low, high = tirx.min(low, part[0, j]), tirx.max(high, part[1, j])
+    T.buffer_store(q, low, [0])
+    T.buffer_store(q, high, [1])
     T.buffer_store(q, (q[1] - q[0]) / tirx.const(255, f32), [2])
     T.buffer_store(q, tirx.Select(q[2] > 0, tirx.min(tirx.max(tirx.nearbyint(-q[0] / tirx.max(q[2], tirx.const(
         1e-30, f32))), tirx.const(0, f32)), tirx.const(255, f32)), tirx.const(0, f32)), [3])
@@ -300,10 +337,12 @@ def _activation(name, x):
 
 # ---- reference ----
 
-def reference(spec, xw, w, h0, c0):
+def reference(spec, xw, w, h0, c0, scale=None):
     """(Y, Y_h, Y_c) in numpy from the raw weights [dirs, gates * H, H + 1]
-    (Y_c: LSTM's cell state; zeros for GRU and RNN)."""
+    (Y_c: LSTM's cell state; zeros for GRU and RNN); a quantized cell's
+    each scaled by `scale` [dirs, gates * H] per row."""
     h = spec.hidden
+    w = w if scale is None else w * scale[:, :, None]
     y = np.zeros(spec.output_shape, np.float32)
     yh, yc = np.zeros_like(h0), np.zeros_like(c0)
     act = {"Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0), "Sigmoid": _sigmoid}[spec.activation]

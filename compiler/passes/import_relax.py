@@ -86,7 +86,8 @@ def _node_watch(failed):
 class _Cell:
     """The importer's converter of a recurrent cell's node (ir/recurrent.py):
     a call of the cell's placeholder kernel (compiler/kernels/recurrent.py),
-    marked opaque, on (xw, R with its bias column, h0, c0), giving (Y, Y_h, Y_c)."""
+    marked opaque, on (xw, R with its bias column, h0, c0, [R's scales]),
+    giving (Y, Y_h, Y_c, [h_q])."""
 
     @classmethod
     def get_converter(cls, opset):
@@ -96,7 +97,7 @@ class _Cell:
     def convert(bb, inputs, attrs, params):
         from tvm import relax
 
-        xw, w, h0, c0 = (v if isinstance(v, relax.Var) or is_const(v) else bb.emit(v) for v in inputs)
+        xw, w, h0, c0, *scale = (v if isinstance(v, relax.Var) or is_const(v) else bb.emit(v) for v in inputs)
         (seq, batch, _), (dirs, _, _) = (shape_of(v) for v in (xw, w))
         text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
         spec = RecurrentSpec(text["kind"], seq, batch, int(text["hidden_size"]), dirs, text["direction"] == "reverse",
@@ -104,7 +105,7 @@ class _Cell:
         gv = bb.add_func(placeholder(spec).with_attr("op_pattern", branches.OPAQUE), "cb_cell")
         state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
         out = [relax.TensorType(spec.output_shape, spec.dtype), state, state] + [state] * spec.quantize_h
-        return bb.emit(relax.call_tir(gv, [xw, w, h0, c0], out))
+        return bb.emit(relax.call_tir(gv, [xw, w, h0, c0, *scale], out))
 
 
 def run(c):

@@ -230,7 +230,7 @@ def _cell_call(builder, a, args, call):
     its weights (a.const: transformed, or raw for the transform at run time)."""
     from tvm import relax
 
-    func = a.variant.kernel(a.spec, a.params).with_attr("op_pattern", OPAQUE)
+    func = a.variant.kernel(a.spec, a.params, "int8" if a.direct else a.spec.dtype).with_attr("op_pattern", OPAQUE)
     gv = builder.add_func(func, f"cb{a.index}_cell_{a.variant.name.split('.')[1]}")
     return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
 
@@ -250,14 +250,20 @@ STREAMED_ROWS = 32  # a dense layer of at most this many rows reads each weight 
 
 
 def _own_int8(a, own_scales):
-    """The scale per output channel under which a dense layer of few rows
-    (STREAMED_ROWS) has the model's own int8 weights (a quantized model's,
-    `own_scales` as fold_constants and legalize_onnx record them), or None:
-    such a layer streams its weights, so reading them int8 in place (exact)
-    moves a quarter of the bytes."""
+    """The scale per output channel under which a layer has the model's own
+    int8 weights and streams them, or None: a dense layer of few rows
+    (STREAMED_ROWS; a quantized model's weights, `own_scales` as
+    fold_constants and legalize_onnx record them), or a quantized cell (its
+    weights are the model's integers, scaled in the kernel), which reads
+    every weight once per step. Read int8 in place (exact), they move a
+    quarter of the bytes."""
+    axis = kbuild.output_axis(a.spec)
+    if isinstance(a.spec, RecurrentSpec):
+        whole = a.spec.quantize_h and np.array_equal(np.rint(a.raw), a.raw) and np.abs(a.raw).max(initial=0) <= 127
+        return np.ones(a.raw.shape[axis], np.float32) if whole else None
     if not own_scales or not isinstance(a.spec, DenseSpec) or a.spec.m > STREAMED_ROWS:
         return None
-    return model_scale(a.raw, kbuild.output_axis(a.spec), own_scales)
+    return model_scale(a.raw, axis, own_scales)
 
 
 def _stored_weights(anchors, direct, transform, own_scales=()):
@@ -269,9 +275,11 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
 
     for a in anchors:
         want = (direct and direct(a.id)) or ""
-        own = _own_int8(a, own_scales) if not want and a.variant.transform_rearranges else None
+        cell = isinstance(a.spec, RecurrentSpec)
+        own = _own_int8(a, own_scales) if not want and (a.variant.transform_rearranges or cell) else None
         want = "int8" if own is not None else want
-        a.direct = want if a.variant.transform_rearranges and (want != "fp16" or fits_fp16(a.raw)) else ""
+        a.direct = want if (a.variant.transform_rearranges or own is not None) and (
+            want != "fp16" or fits_fp16(a.raw)) else ""
         if not a.direct:
             a.const = relax.const(a.transformed)
             continue
@@ -279,7 +287,7 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
         a.direct_error = weight_error(a.raw, wide)
         if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
             a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
-            a.scale = relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
+            a.scale = None if cell else relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
         else:
             a.const = relax.const(a.transformed.astype(np.float16))
 

@@ -132,3 +132,16 @@ def test_quantized_lstm_computes_what_onnxruntime_computes(direction, h0_zero, p
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = coldbrew.load(compile(model)).run(None, feeds)[0]
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
+
+
+def test_a_quantized_cell_reads_its_int8_weights_in_place():
+    """The quantized cell's recurrent weights are the model's int8 values
+    (their scales applied to each sum): the kernel reads them int8, in
+    place, a quarter of the bytes every step streams."""
+    from coldbrew.compiler.bundle.reader import WEIGHT_FORMS, read_bytes
+    from coldbrew.compiler.tools.inspect import PRECISION_OF_DTYPE
+
+    model, feeds = quantized_cell("bidirectional")
+    step = next(st for st in read_bytes(compile_model(model))[0].plan.steps
+                if (st.variant or b"").startswith(b"recurrent."))
+    assert WEIGHT_FORMS[step.weightForm] == "direct" and PRECISION_OF_DTYPE[step.weightPrecision] == "int8"

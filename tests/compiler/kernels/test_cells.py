@@ -43,8 +43,11 @@ def run_kernel(spec, variant, params, target):
         lib["pack"](tvm.runtime.tensor(w), wt)
     outs = [tvm.runtime.tensor(np.zeros(s, np.float32))
             for s in (spec.output_shape, state, state) + (state,) * spec.quantize_h]  # h_q: scratch
-    lib["cell"](tvm.runtime.tensor(xw), wt, tvm.runtime.tensor(h0), tvm.runtime.tensor(c0), *outs)
-    return [o.numpy() for o in outs[:3]], reference(spec, xw, w, h0, c0)
+    scale = (rng.uniform(0.5, 2, (spec.dirs, spec.gates * spec.hidden)).astype(np.float32) if spec.quantize_h
+             else None)  # a quantized cell's weights' scales
+    ins = [tvm.runtime.tensor(a) for a in (xw, h0, c0) + ((scale,) if spec.quantize_h else ())]
+    lib["cell"](ins[0], wt, *ins[1:], *outs)
+    return [o.numpy() for o in outs[:3]], reference(spec, xw, w, h0, c0, scale)
 
 
 def check(got, want, spec):
