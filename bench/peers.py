@@ -3,6 +3,16 @@ run: a markdown table, PNG charts and a geomean line per engine.
 
     python bench/peers.py [models...] [--onnx FILE --shape NAME=1x3x224x224 ...]
                           [--out DIR] [--samples 3] [--warm 20] [--threads 2] [--engines a,b,...]
+    python bench/peers.py --corpus [names...] [--engines ...]
+
+--corpus: the real-model corpus (bench/corpus/models.json, fetched by
+bench/corpus/fetch.py) instead of the zoo: every fetched model (or the
+names given) with the manifest's input shapes, its bound inputs written
+into the model as constants (every engine converts the same model), the
+corpus's seeded inputs and each model's own output tolerance; by default
+the engines `coldbrew` (compile_model's defaults, untuned: what a user
+gets without profiling; the cold plan profiles each model's layers first,
+minutes per model), onnxruntime and onnxruntime best.
 
 Models: zoo names (default: all ten), and ONNX files given with --onnx
 (their input shapes with --shape when not fixed in the file). The engines
@@ -59,6 +69,7 @@ from coldbrew.compiler.measure.protocol import cold_process, read_rate  # noqa: 
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
 COLDBREW = {  # label -> compile_model options (the ablation, in order)
+    "coldbrew": {},  # compile_model's defaults, untuned (--corpus)
     "coldbrew [default]": {"weights": "raw"},
     "coldbrew [select]": {"plan": "cold-greedy", "weights": "raw"},
     "coldbrew [cache]": {"plan": "cold-greedy"},
@@ -163,6 +174,36 @@ def _model_inputs(model, shapes):
     return feeds
 
 
+def corpus_models(names):
+    """{name: (model, shapes, feeds, tolerance)} of the fetched corpus models
+    (or `names`): bound inputs become constants of the model."""
+    import onnx
+    from onnx import numpy_helper
+
+    sys.path.insert(0, os.path.join(ROOT, "bench", "corpus"))
+    import fetch  # bench/corpus/fetch.py
+    import corpus  # bench/corpus.py
+
+    out = {}
+    for entry in fetch.models(names or None):
+        path = fetch.fetched(entry)
+        if path is None:
+            print(f"{entry['name']}: not fetched (python bench/corpus/fetch.py {entry['name']}), left out",
+                  file=sys.stderr)
+            continue
+        shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+        x = corpus.feeds(entry, corpus.reference(path, shapes).get_inputs())
+        model = onnx.load(path)
+        bound = [k for k, v in entry["inputs"].items() if "bind" in v]
+        kept = [i for i in model.graph.input if i.name not in bound]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        model.graph.initializer.extend(numpy_helper.from_array(x[k], k) for k in bound)
+        out[entry["name"]] = (model, shapes, {k: v for k, v in x.items() if k not in bound},
+                              entry.get("tolerance", 0.0))
+    return out
+
+
 def prepare(models, engines, work, threads, progress):
     """Per model: the ONNX file, inputs, onnxruntime's outputs, and per engine
     its artifacts or its conversion error."""
@@ -172,12 +213,13 @@ def prepare(models, engines, work, threads, progress):
     from coldbrew.compiler import compile_model
 
     out = {}
-    for name, (model, shapes) in models.items():
+    for name, (model, shapes, *_) in models.items():
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "model.onnx")
+        given = models[name][2] if len(models[name]) > 2 else None  # the corpus's inputs
         onnx.save(fix_shapes(model, shapes), path)
-        feeds = _model_inputs(model, shapes)
+        feeds = given if given is not None else _model_inputs(model, shapes)
         np.savez(os.path.join(d, "inputs.npz"), **feeds)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
@@ -191,7 +233,7 @@ def prepare(models, engines, work, threads, progress):
                 if e in COLDBREW or e in NARROW:
                     b = os.path.join(ed, "model.brew")
                     # tuned, as `coldbrew compile --tune` does on the machine it runs on
-                    compile_model(path, b, threads=threads, input_shapes=shapes or None, tune=True,
+                    compile_model(path, b, threads=threads, input_shapes=shapes or None, tune=e != "coldbrew",
                                   **{**COLDBREW, **NARROW}[e])
                     arts[e] = [b]
                 else:
@@ -203,7 +245,8 @@ def prepare(models, engines, work, threads, progress):
                 arts[e] = RuntimeError(f"conversion failed: {type(ex).__name__}: {str(ex).strip()[:200]}")
             took[e] = time.perf_counter() - t0
             progress.step(f"{name} {e}")
-        out[name] = {"dir": d, "ref": ref, "artifacts": arts, "convert_s": took}
+        out[name] = {"dir": d, "ref": ref, "artifacts": arts, "convert_s": took,
+                     "tolerance": models[name][3] if len(models[name]) > 3 else 0.0}
     return out
 
 
@@ -229,11 +272,12 @@ def sample(engine, prep, threads, warm):
     return res
 
 
-def check(engine, outs, ref):
-    """None when the outputs match onnxruntime's, else what differs."""
+def check(engine, outs, ref, tolerance=0.0):
+    """None when the outputs match onnxruntime's (within the engine's
+    tolerance, or the model's own where larger), else what differs."""
     if len(outs) != len(ref):
         return f"{len(outs)} outputs, onnxruntime gives {len(ref)}"
-    rel = TOLERANCE.get(engine, 1e-3)
+    rel = max(TOLERANCE.get(engine, 1e-3), tolerance)
     for k, (o, r) in enumerate(zip(outs, ref)):
         o = np.asarray(o)
         if o.size != r.size:
@@ -261,7 +305,7 @@ def measure(preps, engines, samples, warm, threads, progress, bandwidth_paths=()
             prep = preps[m]
             s = sample(e, prep, threads, warm if r == 0 else (2 if e == "coldbrew [continuous]" else 0))
             if r == 0 and "outputs" in s:
-                bad = check(e, s["outputs"], prep["ref"])
+                bad = check(e, s["outputs"], prep["ref"], prep.get("tolerance", 0.0))
                 if bad:
                     s = {"error": bad}
             s.pop("outputs", None)
@@ -291,21 +335,47 @@ def summarize(res, preps, bandwidth):
                 row["warm_ms"] = statistics.median(s["warm_ms"][-1] for s in ss if s["warm_ms"]) if warm else row["warm_ms"]
             rows[m][e] = row
         f = floor_ms(rows[m], bandwidth)
-        rows[m]["floor"] = {"cold_ms": f} if f else {"error": f"{BEST} failed"}
+        rows[m]["floor"] = {"cold_ms": f} if f else {"error": f"{ours(by_engine)} failed"}
     return rows
 
 
-FLOOR_OF = [BEST, "onnxruntime"]  # the floor's warm latency: the faster of these two
 
 
 def floor_ms(by_engine, bandwidth):
     """The cold-path issue's floor for one model: max(the faster warm latency
     of coldbrew's best plan and onnxruntime, the bundle's bytes / the read
     bandwidth measured in the run); 0 where coldbrew's best plan failed."""
-    ok = [by_engine[e] for e in FLOOR_OF if e in by_engine and "error" not in by_engine[e]]
-    if BEST not in by_engine or "error" in by_engine[BEST]:
+    best = ours(by_engine)
+    ok = [by_engine[e] for e in (best, "onnxruntime") if e in by_engine and "error" not in by_engine[e]]
+    if best not in by_engine or "error" in by_engine[best]:
         return 0.0
-    return max(min(r["warm_ms"] for r in ok), by_engine[BEST]["artifact_bytes"] / bandwidth * 1e3)
+    return max(min(r["warm_ms"] for r in ok), by_engine[best]["artifact_bytes"] / bandwidth * 1e3)
+
+
+def ours(engines):
+    """The coldbrew engine the comparisons are made with: its best plan, or
+    its defaults where the best plan is not run (--corpus)."""
+    return BEST if BEST in engines or "coldbrew" not in engines else "coldbrew"
+
+
+def cold_goal(rows, engines):
+    """Per model, onnxruntime's best cold configuration (the faster of its
+    two) over coldbrew's cold time; their geomean and the models where
+    coldbrew is slower or fails (the no-slow-layer issue's cold goal)."""
+    mine, ratios, slower, failed = ours(engines), {}, [], []
+    for m, r in rows.items():
+        theirs = [r[e]["cold_ms"] for e in ("onnxruntime", "onnxruntime best") if e in r and "error" not in r[e]]
+        if "error" in r.get(mine, {"error": 1}):
+            failed.append(m)
+        elif theirs:
+            ratios[m] = min(theirs) / r[mine]["cold_ms"]
+            slower += [f"{m} {ratios[m]:.2f}x"] if ratios[m] < 1 else []
+    if not ratios:
+        return [f"{mine} against onnxruntime's best cold configuration: not measured"]
+    return [f"{mine} against onnxruntime's best cold configuration (the faster of onnxruntime and onnxruntime best, "
+            f"per model): geomean {geomean(list(ratios.values())):.2f}x faster over {len(ratios)} models; "
+            f"slower on {len(slower)}" + (": " + ", ".join(slower) if slower else "")
+            + (f"; {mine} failed on {len(failed)}: {', '.join(failed)}" if failed else "")]
 
 
 def table(rows, engines):
@@ -339,10 +409,11 @@ def geomeans(rows, engines):
             continue
         g = geomean([rows[m][e]["cold_ms"] for m in ms])
         line = f"{e}: cold geomean {g:.1f} ms over {len(ms)}/{len(rows)} models"
-        ours = [m for m in ms if "error" not in rows[m].get(BEST, {"error": 1})]
-        if e != BEST and ours:
-            ratio = geomean([rows[m][e]["cold_ms"] for m in ours]) / geomean([rows[m][BEST]["cold_ms"] for m in ours])
-            line += f"; {e} / {BEST} = {ratio:.2f}x on {len(ours)} models"
+        best = ours(engines)
+        mine = [m for m in ms if "error" not in rows[m].get(best, {"error": 1})]
+        if e != best and mine:
+            ratio = geomean([rows[m][e]["cold_ms"] for m in mine]) / geomean([rows[m][best]["cold_ms"] for m in mine])
+            line += f"; {e} / {best} = {ratio:.2f}x on {len(mine)} models"
         out.append(line)
     return out
 
@@ -418,19 +489,25 @@ def main():
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engines", help="comma-separated subset (default: every coldbrew plan and peer)")
+    ap.add_argument("--corpus", action="store_true", help="the real-model corpus's models (names: a subset)")
     args = ap.parse_args()
     import onnx
 
     z = zoo()
-    names = args.models or ([] if args.onnx else list(z.MODELS))
+    if args.corpus:
+        models, default_engines = corpus_models(args.models), ["coldbrew", "onnxruntime", "onnxruntime best"]
+        names = []
+    else:
+        default_engines = [e for e in COLDBREW if e != "coldbrew"] + PEERS
+        names = args.models or ([] if args.onnx else list(z.MODELS))
     unknown = [n for n in names if n not in z.MODELS]
     if unknown:
         raise SystemExit(f"unknown zoo model(s) {unknown}; the zoo has {list(z.MODELS)}")
     shapes = {k: [int(d) for d in v.split("x")] for k, v in (s.split("=", 1) for s in args.shape)}
-    models = {n: (z.build(n), {}) for n in names}
+    models = models if args.corpus else {n: (z.build(n), {}) for n in names}
     for f in args.onnx:
         models[os.path.splitext(os.path.basename(f))[0]] = (onnx.load(f), shapes)
-    engines = args.engines.split(",") if args.engines else list(COLDBREW) + PEERS
+    engines = args.engines.split(",") if args.engines else default_engines
     bad = [e for e in engines if e not in COLDBREW and e not in NARROW and e not in pe.ENGINES]
     if bad:
         raise SystemExit(f"unknown engine(s) {bad}; engines: {list(COLDBREW) + PEERS}")
@@ -452,7 +529,8 @@ def main():
              f"read bandwidth {bw / 1e9:.2f} GB/s, the median of one measurement per round "
              f"({', '.join(f'{b / 1e9:.2f}' for b in bws)}); {args.samples} samples per figure, medians; "
              f"{cold_protocol()})", ""]
-    lines += table(rows, engines) + [""] + geomeans(rows, engines) + [""] + scheduler_goals(rows, bw)
+    lines += table(rows, engines) + [""] + geomeans(rows, engines) + [""] + cold_goal(rows, engines) + [""]
+    lines += scheduler_goals(rows, bw)
     lines += ["", f"wall time: {(time.perf_counter() - clock['start']) / 60:.1f} min (conversions "
                   f"{(clock['prepared'] - clock['start']) / 60:.1f}, samples {(clock['measured'] - clock['prepared']) / 60:.1f})",
               "conversion seconds per engine (all models): " + ", ".join(
