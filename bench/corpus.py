@@ -126,12 +126,11 @@ def ranked_error(ref, got, score):
     return worst
 
 
-def reference(path, shapes, threads=0):
-    """onnxruntime's session on the model; an input the exporter fixed to a
-    placeholder shape other than the manifest's is given the manifest's
-    (as coldbrew's --input-shape gives it)."""
+def shaped_model(path, shapes):
+    """The model at `path` with the manifest's input shapes where the
+    exporter fixed an input to a placeholder shape (its inferred shapes
+    cleared, as coldbrew's --input-shape does)."""
     import onnx
-    import onnxruntime as ort
 
     from coldbrew.compiler.passes.load_onnx import fix_input_shapes
 
@@ -142,6 +141,16 @@ def reference(path, shapes, threads=0):
                     if None not in declared.get(k, [None]) and declared[k] != v}
     if placeholders:
         fix_input_shapes(model, placeholders)
+    return model
+
+
+def reference(path, shapes, threads=0):
+    """onnxruntime's session on the model; an input the exporter fixed to a
+    placeholder shape other than the manifest's is given the manifest's
+    (as coldbrew's --input-shape gives it)."""
+    import onnxruntime as ort
+
+    model = shaped_model(path, shapes)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.intra_op_num_threads = threads  # 0: onnxruntime's default

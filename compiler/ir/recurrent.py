@@ -18,7 +18,9 @@ its left operand on the fly, to uint8 over the whole tensor: the unrolled
 cell does the same (DynamicQuantizeLinear, MatMulInteger, the two scales'
 product), so it computes what onnxruntime computes; as a cell layer, its
 projection is computed so and the kernel quantizes the state per row each
-step (RecurrentSpec.quantize_h) against the recurrent weights dequantized.
+step (RecurrentSpec.quantize_h) against the recurrent weights' integer
+values, their scales (a CELL input) applied to each sum; its recurrent
+bias joins the projection's.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper

@@ -98,7 +98,7 @@ class RecurrentSpec:
     linear_before_reset: int = 0  # GRU
     activation: str = "Tanh"  # RNN: Tanh, Relu or Sigmoid
     dtype: str = "float32"
-    quantize_h: bool = False  # h quantized per step as onnxruntime's DynamicQuantizeLSTM does (its weights dequantized)
+    quantize_h: bool = False  # h quantized per step as onnxruntime's DynamicQuantizeLSTM does (integer weights, scaled)
 
     @property
     def gates(self):

@@ -138,3 +138,14 @@ def test_scheduler_goals_use_the_cold_path_issues_floor():
     assert any("ncnn fp32: failed or not run" in ln for ln in lines)
     del rows["a"]["onnxruntime"]
     assert "not measured" in peers.scheduler_goals(rows, 1e9)[0]
+
+
+def test_the_cold_goal_compares_with_onnxruntimes_faster_configuration():
+    """Per model onnxruntime's faster cold configuration over coldbrew's;
+    a model where coldbrew is slower is named, one where it fails too."""
+    rows = {"a": {"coldbrew": {"cold_ms": 10.0}, "onnxruntime": {"cold_ms": 40.0}, "onnxruntime best": {"cold_ms": 20.0}},
+            "b": {"coldbrew": {"cold_ms": 30.0}, "onnxruntime": {"cold_ms": 15.0}, "onnxruntime best": {"error": "x"}},
+            "c": {"coldbrew": {"error": "refused"}, "onnxruntime": {"cold_ms": 5.0}, "onnxruntime best": {"cold_ms": 6.0}}}
+    line = peers.cold_goal(rows, ["coldbrew", "onnxruntime", "onnxruntime best"])[0]
+    assert f"geomean {np.sqrt(2.0 * 0.5):.2f}x faster over 2 models" in line
+    assert "slower on 1: b 0.50x" in line and "coldbrew failed on 1: c" in line
