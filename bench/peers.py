@@ -211,6 +211,32 @@ def corpus_models(names):
     return out
 
 
+def isolated(convert, path, work, threads):
+    """convert(path, work, threads) in a forked process: a converter that
+    crashes (onnxruntime saving an ORT-format model has) fails that engine
+    on that model, not the run."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send(("ok", convert(path, work, threads)))
+        except BaseException as ex:  # a peer's converter may raise anything, or exit
+            send.send(("error", f"{type(ex).__name__}: {str(ex).strip()[:200]}"))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    proc.join()
+    if not recv.poll():
+        raise RuntimeError(f"the converter crashed (exit {proc.exitcode})")
+    status, value = recv.recv()
+    if status != "ok":
+        raise RuntimeError(value)
+    return value
+
+
 def prepare(models, engines, work, threads, progress):
     """Per model: the ONNX file, inputs, onnxruntime's outputs, and per engine
     its artifacts or its conversion error."""
@@ -245,7 +271,7 @@ def prepare(models, engines, work, threads, progress):
                     arts[e] = [b]
                 else:
                     convert = pe.ENGINES[e][0]
-                    arts[e] = convert(path, ed, threads) if convert else [path]
+                    arts[e] = isolated(convert, path, ed, threads) if convert else [path]
             except BaseException as ex:  # a peer's converter may raise anything, or exit
                 if isinstance(ex, KeyboardInterrupt):
                     raise
