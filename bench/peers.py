@@ -175,8 +175,9 @@ def _model_inputs(model, shapes):
 
 
 def corpus_models(names):
-    """{name: (model, shapes, feeds, tolerance)} of the fetched corpus models
-    (or `names`): bound inputs become constants of the model."""
+    """{name: (model, shapes, feeds, tolerance, reference outputs)} of the
+    fetched corpus models (or `names`): bound inputs become constants of the
+    model (the reference: onnxruntime on the model as shipped)."""
     from onnx import numpy_helper
 
     sys.path.insert(0, os.path.join(ROOT, "bench", "corpus"))
@@ -192,7 +193,9 @@ def corpus_models(names):
             continue
         shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
         try:
-            x = corpus.feeds(entry, corpus.reference(path, shapes).get_inputs())
+            sess = corpus.reference(path, shapes)
+            x = corpus.feeds(entry, sess.get_inputs())
+            ref = sess.run(None, x)  # the model as shipped, its bound inputs fed (onnxruntime may fail on the bound one)
         except Exception as e:  # onnxruntime cannot run it: nothing to compare with
             print(f"{entry['name']}: onnxruntime cannot run it ({str(e).strip()[:120]}), left out", file=sys.stderr)
             continue
@@ -207,7 +210,7 @@ def corpus_models(names):
         model.graph.input.extend(kept)
         model.graph.initializer.extend(numpy_helper.from_array(x[k], k) for k in bound)
         out[entry["name"]] = (model, shapes, {k: v for k, v in x.items() if k not in bound},
-                              entry.get("tolerance", 0.0))
+                              entry.get("tolerance", 0.0), ref)
     return out
 
 
@@ -256,7 +259,8 @@ def prepare(models, engines, work, threads, progress):
         np.savez(os.path.join(d, "inputs.npz"), **feeds)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
-        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        ref = (models[name][4] if len(models[name]) > 4
+               else ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds))
         arts, took = {}, {}
         for e in engines:
             t0 = time.perf_counter()
