@@ -144,6 +144,16 @@ def shaped_model(path, shapes):
     return model
 
 
+def compared(entry, ref, got):
+    """error() of a model's outputs, its ranked output (a detector's top-k
+    rows, the manifest's "ranked_rows") compared as a set."""
+    ranked = entry.get("ranked_rows")  # {"output": index, "score": column}
+    if not ranked:
+        return error(ref, got)
+    k = ranked["output"]
+    return max(error(ref[:k] + ref[k + 1:], got[:k] + got[k + 1:]), ranked_error(ref[k], got[k], ranked["score"]))
+
+
 def reference(path, shapes, threads=0):
     """onnxruntime's session on the model; an input the exporter fixed to a
     placeholder shape other than the manifest's is given the manifest's
@@ -188,12 +198,7 @@ def check_one(name, warm=0, threads=2):
     run = coldbrew.load(data, threads=threads)
     feed = {k: v for k, v in x.items() if k not in binds}
     got = run.run(None, feed)
-    ranked = entry.get("ranked_rows")  # {"output": index, "score": column}
-    if ranked:
-        k = ranked["output"]
-        err = max(error(ref[:k] + ref[k + 1:], got[:k] + got[k + 1:]), ranked_error(ref[k], got[k], ranked["score"]))
-    else:
-        err = error(ref, got)
+    err = compared(entry, ref, got)
     tolerance = entry.get("tolerance", TOLERANCE)  # a quantized model's own (models.json says why)
     out = {"status": "ok" if err <= tolerance else "WRONG", "compile_s": compile_s, "error": err, "bytes": len(data)}
     if warm and out["status"] == "ok":

@@ -201,16 +201,18 @@ def corpus_models(names):
             continue
         model = corpus.shaped_model(path, shapes)
         model.graph.ClearField("value_info")  # recorded for the exporter's shapes: inferred anew from the fixed ones
-        for o in model.graph.output:  # its dimensions named, not fixed
-            for k, d in enumerate(o.type.tensor_type.shape.dim):
-                d.dim_param = f"{o.name}_{k}"
+        for o, r in zip(model.graph.output, ref):  # the outputs' shapes as onnxruntime gives them
+            o.type.tensor_type.ClearField("shape")
+            o.type.tensor_type.shape.SetInParent()
+            for d in np.shape(r):
+                o.type.tensor_type.shape.dim.add().dim_value = d
         bound = [k for k, v in entry["inputs"].items() if "bind" in v]
         kept = [i for i in model.graph.input if i.name not in bound]
         del model.graph.input[:]
         model.graph.input.extend(kept)
         model.graph.initializer.extend(numpy_helper.from_array(x[k], k) for k in bound)
         out[entry["name"]] = (model, shapes, {k: v for k, v in x.items() if k not in bound},
-                              entry.get("tolerance", 0.0), ref)
+                              entry.get("tolerance", 0.0), ref, entry)
     return out
 
 
@@ -283,7 +285,8 @@ def prepare(models, engines, work, threads, progress):
             took[e] = time.perf_counter() - t0
             progress.step(f"{name} {e}")
         out[name] = {"dir": d, "ref": ref, "artifacts": arts, "convert_s": took,
-                     "tolerance": models[name][3] if len(models[name]) > 3 else 0.0}
+                     "tolerance": models[name][3] if len(models[name]) > 3 else 0.0,
+                     "entry": models[name][5] if len(models[name]) > 5 else None}
     return out
 
 
@@ -309,12 +312,18 @@ def sample(engine, prep, threads, warm):
     return res
 
 
-def check(engine, outs, ref, tolerance=0.0):
+def check(engine, outs, ref, tolerance=0.0, entry=None):
     """None when the outputs match onnxruntime's (within the engine's
-    tolerance, or the model's own where larger), else what differs."""
+    tolerance, or the model's own where larger), else what differs; a
+    corpus model (`entry`) compared as bench/corpus.py compares it."""
     if len(outs) != len(ref):
         return f"{len(outs)} outputs, onnxruntime gives {len(ref)}"
     rel = max(TOLERANCE.get(engine, 1e-3), tolerance)
+    if entry is not None:
+        import corpus  # bench/corpus.py
+
+        err = corpus.compared(entry, list(ref), [np.asarray(o) for o in outs])
+        return None if err <= rel else f"wrong outputs: error {err:.3g} of the output scale (allowed {rel:.3g})"
     for k, (o, r) in enumerate(zip(outs, ref)):
         o = np.asarray(o)
         if o.size != r.size:
@@ -342,7 +351,7 @@ def measure(preps, engines, samples, warm, threads, progress, bandwidth_paths=()
             prep = preps[m]
             s = sample(e, prep, threads, warm if r == 0 else (2 if e == "coldbrew [continuous]" else 0))
             if r == 0 and "outputs" in s:
-                bad = check(e, s["outputs"], prep["ref"], prep.get("tolerance", 0.0))
+                bad = check(e, s["outputs"], prep["ref"], prep.get("tolerance", 0.0), prep.get("entry"))
                 if bad:
                     s = {"error": bad}
             s.pop("outputs", None)
