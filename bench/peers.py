@@ -216,6 +216,10 @@ def corpus_models(names):
     return out
 
 
+class ConversionFailed(Exception):
+    """A converter's failure in its forked process, as "Type: message"."""
+
+
 def isolated(convert, path, work, threads):
     """convert(path, work, threads) in a forked process: a converter that
     crashes (onnxruntime saving an ORT-format model has) fails that engine
@@ -235,10 +239,10 @@ def isolated(convert, path, work, threads):
     proc.start()
     proc.join()
     if not recv.poll():
-        raise RuntimeError(f"the converter crashed (exit {proc.exitcode})")
+        raise ConversionFailed(f"the converter crashed (exit {proc.exitcode})")
     status, value = recv.recv()
     if status != "ok":
-        raise RuntimeError(value)
+        raise ConversionFailed(value)
     return value
 
 
@@ -281,7 +285,8 @@ def prepare(models, engines, work, threads, progress):
             except BaseException as ex:  # a peer's converter may raise anything, or exit
                 if isinstance(ex, KeyboardInterrupt):
                     raise
-                arts[e] = RuntimeError(f"conversion failed: {type(ex).__name__}: {str(ex).strip()[:200]}")
+                what = str(ex) if isinstance(ex, ConversionFailed) else f"{type(ex).__name__}: {str(ex).strip()[:200]}"
+                arts[e] = RuntimeError(f"conversion failed: {what}")
             took[e] = time.perf_counter() - t0
             progress.step(f"{name} {e}")
         out[name] = {"dir": d, "ref": ref, "artifacts": arts, "convert_s": took,
