@@ -28,6 +28,7 @@ recurrent.rows     the raw weights read in place, row by row: dot products
 """
 import numpy as np
 
+from .build import Widened
 from .contract import Variant, register
 
 def _blocks(spec, nb):
@@ -187,7 +188,8 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     source = (lambda n, k: b["h_q"][d, n, k]) if spec.quantize_h else source
     with T.serial(0, spec.batch) as n:
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
-        _accumulate(T, spec, variant, _Wide(b["w"]), acc, d, jb, nb, gates, lambda k: source(n, k))
+        w = b["w"] if b["w"].dtype == spec.dtype else Widened(b["w"])  # int8 in place: widened per load
+        _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, lambda k: source(n, k))
         if spec.quantize_h:  # the integer weights' scales, once per sum
             for g in gates:
                 with T.vectorized(0, nb) as v:
@@ -202,17 +204,6 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
                     with T.Then():
                         i = tirx.min(i, h - 1)
                         _update(T, spec, b, acc, gates, (d, n, t, i, v), s == 0, previous(n, i))
-
-
-class _Wide:
-    """Weights as the sums read them: fp32, narrow ones widened per load."""
-
-    def __init__(self, w):
-        self.w = w
-
-    def __getitem__(self, index):
-        value = self.w[index]
-        return value if self.w.dtype == "float32" else value.astype("float32")
 
 
 def _quantized_row(T, spec, lanes, hk):
