@@ -80,12 +80,14 @@ class Vector(NamedTuple):
     fma: bool  # fused multiply-add
     l1d_kb: int  # the fastest class's data caches, for tile sizes
     l2_kb: int
+    int8_dot: bool = False  # u8 x s8 dot products into int32 lanes (AVX-512 VNNI vpdpbusd: 64 per instruction)
     __getitem__ = _by_name
 
 
 def vector_unit(arch, features, caches):
     """The Vector of a CPU with `features` (AVX-512 F: 16 lanes and 32
-    registers; AVX2: 8 and 16; SSE: 4 and 16; NEON: 4 and 32)."""
+    registers; AVX2: 8 and 16; SSE: 4 and 16; NEON: 4 and 32), with
+    AVX-512 VNNI's int8 dot products where the features name it."""
     f = set(features)
     if arch == "aarch64":
         isa, lanes, regs, fma = "neon", 4, 32, True
@@ -95,7 +97,7 @@ def vector_unit(arch, features, caches):
         isa, lanes, regs, fma = "avx2", 8, 16, "fma" in f
     else:
         isa, lanes, regs, fma = "sse", 4, 16, False
-    return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb)
+    return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb, isa == "avx512" and "avx512vnni" in f)
 
 
 class Gpu(NamedTuple):

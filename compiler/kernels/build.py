@@ -63,9 +63,12 @@ class Widened:
 SCALE = "cb_scale"  # the int8 direct form's per-output-channel scaling block
 
 
-def scale_shape(spec):
+def scale_shape(spec, variant=None):
     """The int8 direct form's scales, shaped like the output's channel axes:
-    [K / b, b] for blocked convolutions, [K] for NCHW ones, [N] for dense."""
+    [K / b, b] for blocked convolutions, [K] for NCHW ones, [N] for dense;
+    an integer variant's two factors per output [2, N] (dense.int8_dot)."""
+    if variant is not None and variant.integer:
+        return (2, spec.n)
     if spec.__class__.__name__ == "DenseSpec":
         return (spec.n,)
     return (spec.k // spec.out_block, spec.out_block) if spec.out_block else (spec.k,)
@@ -87,8 +90,11 @@ def scaled(spec, out, scale):
 def execute_te(variant, spec, params):
     """A TE function (x, wt) -> out, for BlockBuilder.emit_te. Weights of a
     narrow dtype (the direct form) are widened where the kernel reads them;
-    given a scale too (int8: x, wt, scale), each output is scaled by its channel's."""
+    given a scale too (int8: x, wt, scale), each output is scaled by its channel's
+    (an integer variant applies its factors itself)."""
     def run(x, wt, *scale):
+        if variant.integer:
+            return variant.compute(spec, x, wt, params, scale[0])
         out = variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
         return scaled(spec, out, scale[0]) if scale else out
 
@@ -101,9 +107,10 @@ def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
     placeholders)); a narrow `precision` makes the kernel read its
     transformed weights in it (int8: with a scale per output channel)."""
     params = params if params is not None else variant.space(spec)[0]
+    precision = "int8" if variant.integer else precision
     x = te.placeholder(spec.input_shape, spec.dtype, name="x")
     wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
-    scale = [te.placeholder(scale_shape(spec), "float32", name="scale")] if precision == "int8" else []
+    scale = [te.placeholder(scale_shape(spec, variant), "float32", name="scale")] if precision == "int8" else []
     out = execute_te(variant, spec, params)(x, wt, *scale)
     extra = []
     if epilogue is not None:
@@ -112,10 +119,10 @@ def execute_func(variant, spec, epilogue=None, params=None, precision="fp32"):
 
 
 def schedule(func, variant, spec, params=None):
-    """Apply the variant's schedule to a PrimFunc holding its anchor block."""
+    """Apply the variant's schedule (and its finish) to a PrimFunc holding its anchor block."""
     sch = s_tir.Schedule(func)
     variant.schedule(sch, sch.get_sblock(ANCHOR), spec, params if params is not None else variant.space(spec)[0])
-    return sch.mod["main"]
+    return variant.finish(sch.mod["main"])
 
 
 def build(funcs, target):

@@ -65,6 +65,10 @@ class DenseSpec:
     n: int
     dtype: str = "float32"
     lead: int = 0  # unit axes before the rows: x [1, ..., 1, M, K] (a sequence of batch 1)
+    # x on a quantized grid (a DequantizeLinear's output, its weights the
+    # model's int8): x = in_scale * q with q + in_shift in [0, 255]; 0: any x
+    in_scale: float = 0.0
+    in_shift: int = 0
 
     @property
     def input_shape(self):
@@ -131,6 +135,9 @@ class Variant:
     transform_rearranges = True
     blocked = False  # writes the blocked activation layout (ConvSpec.out_block)
     prescheduled = False  # a PrimFunc written scheduled (`kernel`), not a TE computation
+    # reads its weights as the model's integers (int8, always the direct
+    # form) and applies their scales itself: compute(spec, x, wt, params, scale)
+    integer = False
 
     def __init__(self, isa):
         self.isa = isa
@@ -152,6 +159,11 @@ class Variant:
 
     def space(self, spec):
         return [{}]
+
+    def finish(self, func):
+        """The scheduled PrimFunc, rewritten where a schedule primitive
+        cannot say what the variant wants (an instruction TVM does not select)."""
+        return func
 
     def schedule_transform(self, sch):
         """Schedule the weight transform; False leaves it to the generic schedule."""

@@ -1,7 +1,10 @@
 """Dense / MatMul with constant weights: out[m, n] = sum_k x[m, k] * w[k, n].
 
 packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
+int8_dot      a quantized model's layer: its int8 weights times its activations'
+              integers, 64 products per instruction (AVX-512 VNNI)
 """
+import numpy as np
 from tvm import te, tirx
 
 from .contract import ANCHOR, Variant, register
@@ -60,3 +63,158 @@ class PackedGemm(Variant):
 
 
 register(PackedGemm.name, PackedGemm)
+
+
+INT8_DOT = "cb_int8_dot"  # annotation of the blocks finish() turns into vpdpbusd
+
+
+class Int8Dot(Variant):
+    """The model's int8 weights times its quantized activations, four
+    u8 x s8 products summed into each int32 lane per instruction (AVX-512
+    VNNI vpdpbusd): the layer's input is on a DequantizeLinear's grid
+    (DenseSpec.in_scale), so each row is turned back into its integers
+    (u8: q + in_shift) once, the sums are exact, and each output is
+    acc x (in_scale x w_scale) - in_shift x colsum(w) x (in_scale x w_scale),
+    the two per-output factors one [2, N] argument. Weights packed
+    [N / nb, K / 4, nb, 4]: one instruction reads nb = 16 outputs x 4 k."""
+
+    name = "dense.int8_dot"
+    op = "dense"
+    integer = True
+
+    def applies(self, spec):
+        return self.isa.int8_dot and spec.in_scale > 0
+
+    def transformed_shape(self, spec, params):
+        nb = params["nb"]
+        return ((spec.n + nb - 1) // nb, (spec.k + 3) // 4, nb, 4)
+
+    def transform(self, spec, params):
+        nb = params["nb"]
+
+        def pack(w):
+            def value(no, ko, ni, ki):
+                n, k = no * nb + ni, ko * 4 + ki
+                inside = tirx.all(n < spec.n, k < spec.k)
+                return tirx.if_then_else(inside, w[tirx.min(k, spec.k - 1), tirx.min(n, spec.n - 1)],
+                                         tirx.const(0, w.dtype))
+            return te.compute(self.transformed_shape(spec, params), value, name="cb_pack")
+        return pack
+
+    def compute(self, spec, x, wt, params, scale):
+        nb, kp = params["nb"], (spec.k + 3) // 4 * 4
+        lead = (0,) * spec.lead
+        inv = 1.0 / spec.in_scale
+
+        def integer(m, k):  # x / in_scale is an integer: rounding only removes fp32's error
+            q = tirx.round(x[lead + (m, tirx.min(k, spec.k - 1))] * inv) + float(spec.in_shift)
+            q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
+            return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
+        xq = te.compute((spec.m, kp), integer, name="cb_quant")
+        k = te.reduce_axis((0, kp), "k")
+        np_ = (spec.n + nb - 1) // nb * nb
+        acc = te.compute((spec.m, np_), lambda i, j: te.sum(
+            xq[i, k].astype("int32") * wt[j // nb, k // 4, j % nb, k % 4].astype("int32"), axis=k), name=ANCHOR)
+        return te.compute(spec.output_shape, lambda *ix: acc[ix[-2], ix[-1]].astype("float32") * scale[0, ix[-1]]
+                          + scale[1, ix[-1]], name="cb_out")
+
+    def space(self, spec):
+        lanes = 16  # int32 lanes of one vpdpbusd
+        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.m % mb == 0]
+        return [{"mb": mb, "nb": v * lanes} for mb, v in
+                ranked([(intensity(mb, v) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
+
+    def schedule(self, sch, block, spec, params):
+        mb, nb = params["mb"], params["nb"]
+        quant = sch.get_producers(block)[0]
+        i, j, k = sch.get_loops(block)
+        io, ii = sch.split(i, [None, mb])
+        jo, ji = sch.split(j, [None, nb])
+        jv, j16 = sch.split(ji, [None, 16])
+        ko, k4 = sch.split(k, [None, 4])
+        sch.reorder(jo, io, ko, ii, jv, j16, k4)
+        par = sch.fuse(jo, io)
+        sch.parallel(par)
+        attach_epilogue(sch, block, par, self.isa.lanes)
+        sch.unroll(ii)
+        sch.unroll(jv)
+        sch.decompose_reduction(block, ko)
+        sch.annotate(sch.blockize(j16), INT8_DOT, 1)
+        m, kq = sch.get_loops(quant)
+        sch.parallel(m)
+        _, kv = sch.split(kq, [None, self.isa.lanes])
+        sch.vectorize(kv)
+
+    def finish(self, func):
+        return func.with_body(_rewritten(func.body, _vpdpbusd))
+
+
+def reference(spec, x, w, scale):
+    """numpy: Int8Dot's output from x on its grid, int8 w [K, N] and the
+    [2, N] factors, the sums exact."""
+    q = np.rint(np.asarray(x, np.float64).reshape(spec.m, spec.k) / spec.in_scale) + spec.in_shift
+    acc = q @ np.asarray(w, np.float64)
+    return (acc * scale[0] + scale[1]).astype(np.float32).reshape(spec.output_shape)
+
+
+def int8_dot_factors(spec, w, w_scale):
+    """Int8Dot's [2, N] per-output factors for int8 weights w [K, N] with
+    scales w_scale [N]: the product of the two scales, and the in_shift
+    correction (the shifted integers added in_shift x the column sum)."""
+    s = spec.in_scale * np.asarray(w_scale, np.float64)
+    colsum = np.asarray(w, np.int64).sum(axis=0)
+    return np.stack([s, -spec.in_shift * colsum * s]).astype(np.float32)
+
+
+def _vpdpbusd(block):
+    """A blockized 16 x 4 update (C[n] += u8 A[k] x s8 B[n, k]) as one
+    vpdpbusd: the four A bytes broadcast, the 64 B bytes one load."""
+    from tvm.sym.analyzer import Analyzer
+
+    loop_n = block.body
+    loop_k = loop_n.body
+    realize = loop_k.body
+    ana = Analyzer()
+    ana.bind(loop_n.loop_var, 0)
+    ana.bind(loop_k.loop_var, 0)
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        ana.bind(iv.var, ana.simplify(value))
+    store = realize.block.body
+    first = lambda index: [ana.simplify(e) for e in index]  # noqa: E731  (the element at n = k = 0)
+    loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
+    a = next(t for t in loads if t.source.dtype == "uint8")
+    b = next(t for t in loads if t.source.dtype == "int8")
+    c = first(store.indices)
+    four = tirx.reinterpret("int32", a.source.vload(first(a.indices), "uint8x4"))
+    dot = tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", store.buffer.vload(c, "int32x16"),
+                                     tirx.reinterpret("int8x64", tirx.Broadcast(four, 16)),
+                                     b.source.vload(first(b.indices), "int8x64"))
+    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
+
+
+def _rewritten(stmt, body_of):
+    """`stmt` with the body of every block annotated INT8_DOT replaced by
+    body_of(block) (the loops and blocks on the way rebuilt, the rest shared)."""
+    from tvm import s_tir
+
+    if isinstance(stmt, s_tir.SBlockRealize):
+        blk = stmt.block
+        marked = blk.annotations is not None and INT8_DOT in blk.annotations
+        body = body_of(blk) if marked else _rewritten(blk.body, body_of)
+        if body.same_as(blk.body):
+            return stmt
+        notes = {k: v for k, v in blk.annotations.items() if k != INT8_DOT} if blk.annotations else {}
+        new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init, blk.alloc_buffers,
+                           blk.match_buffers, notes)
+        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new)
+    if isinstance(stmt, tirx.For):
+        body = _rewritten(stmt.body, body_of)
+        return stmt if body.same_as(stmt.body) else tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                                                             stmt.thread_binding, stmt.annotations)
+    if isinstance(stmt, tirx.SeqStmt):
+        seq = [_rewritten(s, body_of) for s in stmt.seq]
+        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else tirx.SeqStmt(seq)
+    return stmt
+
+
+register(Int8Dot.name, Int8Dot)

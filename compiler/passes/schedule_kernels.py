@@ -1,7 +1,8 @@
 """Pass `schedule_kernels`: explicit schedules for every kernel after fusion.
 
 A function holding an anchor (select_variants) gets its variant's schedule,
-with the fused epilogue attached to the anchor's tiles; every other function
+with the fused epilogue attached to the anchor's tiles (and the variant's
+finish: instructions no schedule primitive selects); every other function
 gets the generic schedule (parallel outer loops, vectorized inner loops).
 A schedule that fails leaves the function as lowered (correct, slower) and is
 reported in the graph's notes.
@@ -24,21 +25,27 @@ def apply(mod, anchors, isa):
             continue
         m = ANCHOR_RE.search(gv.name_hint)
         sch = s_tir.Schedule(func)
+        finish = _unchanged
         try:
             if m and by_index[int(m.group(1))].variant.prescheduled:
                 continue  # written scheduled (a recurrent cell)
             if m:
                 a = by_index[int(m.group(1))]
                 a.variant.schedule(sch, sch.get_sblock(ANCHOR), a.spec, a.params)
+                finish = a.variant.finish
             else:
                 generic(sch, isa.lanes, isa.registers)
         except Exception as e:  # TVM raises several error types from schedule primitives
             notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
                          "generic schedule used")
-            sch = s_tir.Schedule(func)
+            sch, finish = s_tir.Schedule(func), _unchanged
             generic(sch, isa.lanes, isa.registers)
-        mod[gv] = sch.mod["main"]
+        mod[gv] = finish(sch.mod["main"])
     return mod, notes
+
+
+def _unchanged(func):
+    return func
 
 
 def run(c):

@@ -28,6 +28,7 @@ from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
 from ..kernels.recurrent import CELL_ATTR
 from ..kernels import build as kbuild
 from ..kernels.conv import channel_vectors
+from ..kernels.dense import int8_dot_factors
 from ..ir.narrow import fits_fp16, model_scale, narrow_weights, weight_error
 
 NAME = "select_variants"
@@ -55,7 +56,7 @@ def auto_variant(spec, isa):
     """The default variant of a layer for the vector unit `isa`, when neither
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
-        return "dense.packed_gemm"
+        return "dense.int8_dot" if spec.in_scale and isa.int8_dot else "dense.packed_gemm"
     if isinstance(spec, RecurrentSpec):
         return "recurrent.packed"
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
@@ -128,6 +129,36 @@ def _spec_of(call, op_name, w):
     return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
 
 
+def _on_grid(spec, x, w, binding, own_scales):
+    """`spec` with its input's quantized grid (DenseSpec.in_scale) where x
+    is a DequantizeLinear's output (a per-tensor constant scale and zero
+    point, from 8-bit integers) and w the model's own int8 weights: the
+    integer variant (dense.int8_dot) can then multiply the integers."""
+    import dataclasses
+
+    from tvm import relax
+
+    call = binding(x) if isinstance(x, relax.Var) else None
+    if (not isinstance(call, relax.Call) or not call.op.same_as(_DEQUANTIZE())
+            or model_scale(w, 1, own_scales) is None):
+        return spec
+    scale, zero = (const_value(a, binding) for a in call.args[1:3])
+    kind = str(call.args[0].ty.dtype)
+    if scale is None or zero is None or scale.size != 1 or zero.size != 1 or kind not in ("int8", "uint8"):
+        return spec
+    scale, zero = float(scale.reshape(())), int(zero.reshape(()))
+    shift = zero + (128 if kind == "int8" else 0)  # q - zero + shift in [0, 255]
+    if not scale > 0 or not 0 <= shift <= 255:
+        return spec
+    return dataclasses.replace(spec, in_scale=scale, in_shift=shift)
+
+
+def _DEQUANTIZE():
+    import tvm
+
+    return tvm.ir.Op.get("relax.dequantize")
+
+
 def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/measure/tune.py's result, or None) supplies measured choices.
@@ -137,15 +168,14 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
     widens them in registers (int8: the sums scaled per output channel, the
     scales an extra argument). It applies where the variant's transform
     only rearranges values and, for fp16, the weights fit fp16; elsewhere
-    the layer keeps fp32 transformed weights. `own_scales`: _own_int8's.
-    Returns (mod, anchors)."""
+    the layer keeps fp32 transformed weights. `own_scales`: _own_int8's and
+    _on_grid's. Returns (mod, anchors)."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     choice = dict(choice or {})
     ops = {"conv2d": tvm.ir.Op.get("relax.nn.conv2d"), "dense": tvm.ir.Op.get("relax.matmul")}
-    call_tir = tvm.ir.Op.get("relax.call_tir")
 
     @mutator
     class Rewriter(PyExprMutator):
@@ -166,7 +196,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
         def rewrite(self, call):
             call = self.visit_expr_post_order(call)
             op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
-            cell = _cell_of(self.mod_, call, call_tir)
+            cell = _cell_of(self.mod_, call)
             if cell is not None:
                 op_name, args = "recurrent", list(call.args[1].fields)
             elif op_name is None:
@@ -180,6 +210,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             spec = cell or _spec_of(call, op_name, w)
             if spec is None:
                 return call
+            spec = _on_grid(spec, args[0], w, self.lookup_binding, own_scales) if isinstance(spec, DenseSpec) else spec
             if self.phase == "collect":
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
@@ -235,10 +266,12 @@ def _cell_call(builder, a, args, call):
     return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
 
 
-def _cell_of(mod, call, call_tir):
+def _cell_of(mod, call):
     """The RecurrentSpec of a call of a cell's placeholder kernel
     (import_relax), else None."""
-    if not call.op.same_as(call_tir):
+    import tvm
+
+    if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
         return None
     func = mod[call.args[0]]
     if func.attrs is None or CELL_ATTR not in func.attrs:
@@ -261,6 +294,8 @@ def _own_int8(a, own_scales):
     if isinstance(a.spec, RecurrentSpec):
         whole = a.spec.quantize_h and np.array_equal(np.rint(a.raw), a.raw) and np.abs(a.raw).max(initial=0) <= 127
         return np.ones(a.raw.shape[axis], np.float32) if whole else None
+    if a.variant.integer:  # its spec is on a grid only with the model's int8 weights (_on_grid)
+        return model_scale(a.raw, axis, own_scales)
     if not own_scales or not isinstance(a.spec, DenseSpec) or a.spec.m > STREAMED_ROWS:
         return None
     return model_scale(a.raw, axis, own_scales)
@@ -270,13 +305,15 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
     """Each anchor's weights as its kernel reads them (a.const): fp32
     transformed, or in the direct form narrow (fp16; int8 with per-channel
     scales, a.scale) where `direct(a.id)` asks for it and it applies, or
-    where a streaming layer has the model's own int8 weights (_own_int8)."""
+    where a streaming layer has the model's own int8 weights (_own_int8);
+    an integer variant's always (int8, its [2, N] factors as a.scale)."""
     from tvm import relax
 
     for a in anchors:
         want = (direct and direct(a.id)) or ""
         cell = isinstance(a.spec, RecurrentSpec)
-        own = _own_int8(a, own_scales) if not want and (a.variant.transform_rearranges or cell) else None
+        own = (_own_int8(a, own_scales) if a.variant.integer or (not want and (a.variant.transform_rearranges or cell))
+               else None)
         want = "int8" if own is not None else want
         a.direct = want if (a.variant.transform_rearranges or own is not None) and (
             want != "fp16" or fits_fp16(a.raw)) else ""
@@ -287,7 +324,8 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
         a.direct_error = weight_error(a.raw, wide)
         if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
             a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
-            a.scale = None if cell else relax.const(stored[1].reshape(kbuild.scale_shape(a.spec)))
+            scale = int8_dot_factors(a.spec, stored[0], stored[1]) if a.variant.integer else stored[1]
+            a.scale = None if cell else relax.const(scale.reshape(kbuild.scale_shape(a.spec, a.variant)))
         else:
             a.const = relax.const(a.transformed.astype(np.float16))
 

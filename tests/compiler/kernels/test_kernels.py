@@ -22,9 +22,10 @@ TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch 
 
 
 def te_variants(isa):
-    """The variants written as TE computations and schedules (the cells'
-    prescheduled kernels: tests/compiler/kernels/test_cells.py)."""
-    return [v for v in variants(isa) if not v.prescheduled]
+    """The variants written as TE computations and schedules of float
+    weights (the cells' prescheduled kernels: tests/compiler/kernels/test_cells.py;
+    the integer variant: tests/compiler/kernels/test_int8_dot.py)."""
+    return [v for v in variants(isa) if not v.prescheduled and not v.integer]
 
 
 def ref_conv(x, w, spec):

@@ -88,3 +88,43 @@ def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct
     step = next(st for st in bundle.plan.steps if (st.variant or b"").startswith(b"dense."))
     assert (WEIGHT_FORMS[step.weightForm] == "direct") == direct
     np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("kind,zero", [("uint8", 131), ("int8", -3)])
+def test_a_quantized_layer_multiplies_the_models_integers(kind, zero):
+    """A MatMul of a DequantizeLinear's output and the model's int8 weights
+    (a QDQ model) gets the integer variant where the CPU has VNNI: its
+    input is on the quantizer's grid (in_scale, in_shift), the weights
+    stored int8 with the two factors per output; outputs as onnxruntime's.
+    Without VNNI the layer stays on dense.packed_gemm, same outputs."""
+    import coldbrew
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (96, 40), dtype=np.int8)
+    ty = TensorProto.UINT8 if kind == "uint8" else TensorProto.INT8
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.03, np.float32), "s"),
+             helper.make_tensor("z", ty, [], [zero]), numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(0.002, np.float32), "ws")]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 96])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 40])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = rng.standard_normal((6, 96)).astype(np.float32) * 3
+    front = front_end(m)
+    _, anchors = select_variants.apply(front.mod, resolve("host").vector, own_scales=front.qdq_scales)
+    (a,) = anchors
+    assert a.spec.in_scale == pytest.approx(0.03) and a.spec.in_shift == zero + (128 if kind == "int8" else 0)
+    if resolve("host").vector.int8_dot:
+        assert a.variant.name == "dense.int8_dot" and a.direct == "int8"
+        assert a.scale.value.numpy().shape == (2, 40)
+    else:
+        assert a.variant.name == "dense.packed_gemm"
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = coldbrew.load(compile_model(m)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
