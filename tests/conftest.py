@@ -88,3 +88,14 @@ def qemu_runner(tmp_path_factory):
     except qemu.QemuError as e:
         missing = str(e)
     pytest.fail(missing, pytrace=False)
+
+
+def vnni_target():
+    """The AVX-512 build target with VNNI (Ice Lake and later): the code the
+    integer variants make where a CPU has it, buildable on any x86 host."""
+    import dataclasses
+
+    from coldbrew.targets import resolve
+
+    t = resolve("x86_64-avx512")
+    return dataclasses.replace(t, cpu="icelake-server", features=tuple(t.features) + ("avx512vnni",))

@@ -451,9 +451,10 @@ def _conv_exact(consts, ins):
 def matmul_integer(model):
     """MatMulInteger with constant 8-bit weights whose |b - zero point|
     summed per column, times the largest 8-bit input difference (255),
-    stay under 2^24: a float32 MatMul of the centred values (exact: every
-    product and partial sum is an integer float32 holds), cast to int32,
-    so the dense variant computes it. Other forms stay as they are."""
+    stay under 2^24: a float32 MatMul of a's values and b's centred ones,
+    less a's zero point times b's column sums (exact: every product and
+    partial sum is an integer float32 holds), cast to int32, so the dense
+    variant computes it. Other forms stay as they are."""
     consts = {t.name: t for t in model.graph.initializer}
     _, shapes = types_and_shapes(model)
 
@@ -468,15 +469,19 @@ def matmul_integer(model):
         centred = b - bz.reshape(-1)[None, :] if bz.size > 1 else b - bz.reshape(())
         if not _exact_in_float32(centred.T):
             return [node]
-        out = [helper.make_node("Cast", [ins[0]], [f"{name}/a"], to=TensorProto.FLOAT)]
-        x = f"{name}/a"
-        if ins[2]:
-            out += [helper.make_node("Cast", [ins[2]], [f"{name}/a_zero"], to=TensorProto.FLOAT),
-                    helper.make_node("Sub", [x, f"{name}/a_zero"], [f"{name}/a_c"])]
-            x = f"{name}/a_c"
+        # (a - a_zero) b_c = a b_c - a_zero x b_c's column sums: the MatMul's input
+        # stays the 8-bit integers (an integer variant multiplies them as they are)
         w = add_init(f"{name}/b_f32", centred.astype(np.float32))
-        return out + [helper.make_node("MatMul", [x, w], [f"{name}/f32"], name=f"{name}/matmul"),
-                      _exact_int32(f"{name}/f32", node.output[0], name)]
+        out = [helper.make_node("Cast", [ins[0]], [f"{name}/a"], to=TensorProto.FLOAT),
+               helper.make_node("MatMul", [f"{name}/a", w], [f"{name}/f32"], name=f"{name}/matmul")]
+        y = f"{name}/f32"
+        if ins[2]:
+            sums = add_init(f"{name}/b_sums", centred.sum(axis=0).astype(np.float32))
+            out += [helper.make_node("Cast", [ins[2]], [f"{name}/a_zero"], to=TensorProto.FLOAT),
+                    helper.make_node("Mul", [f"{name}/a_zero", sums], [f"{name}/shift"]),
+                    helper.make_node("Sub", [y, f"{name}/shift"], [f"{name}/f32_c"])]
+            y = f"{name}/f32_c"
+        return out + [_exact_int32(y, node.output[0], name)]
     rewrite(model, "MatMulInteger", expand)
 
 

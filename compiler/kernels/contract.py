@@ -103,6 +103,7 @@ class RecurrentSpec:
     activation: str = "Tanh"  # RNN: Tanh, Relu or Sigmoid
     dtype: str = "float32"
     quantize_h: bool = False  # h quantized per step as onnxruntime's DynamicQuantizeLSTM does (integer weights, scaled)
+    int8_weights: bool = False  # quantize_h and R's integers fit int8, its bias column 0 (recurrent.int8_dot)
 
     @property
     def gates(self):

@@ -16,15 +16,21 @@ dirs, batch, H], Y_h and Y_c [dirs, batch, H] (GRU and RNN use Y_c as
 scratch: the reset hidden state of a GRU whose reset comes first). A
 quantized LSTM's kernel takes one more input, the scales [dirs, gates * H]
 of its integer weights (each gate's sum is scaled once), and writes a
-fourth output, h_q, its state quantized; its weights are the model's int8
-values, which the kernel may read as int8 in place (direct: a quarter of
-the bytes each step streams), widening them in registers.
+fourth output, h_q [dirs, batch, H + 2], its state quantized (then the
+row's scale and zero point); its weights are the model's int8 values,
+which the kernel may read as int8 in place (direct: a quarter of the bytes
+each step streams), widening them in registers, or multiply as integers.
 
 recurrent.packed   weights packed to [dirs, H / nb, H + 1, gates, nb]: per
                    reduction step one broadcast of h and one vector load
                    per gate (the cold plan weighs the packing)
 recurrent.rows     the raw weights read in place, row by row: dot products
                    along the contiguous H (no transform at all)
+recurrent.int8_dot a quantized LSTM's int8 weights times its state's uint8
+                   levels, four products per int32 lane (AVX-512 VNNI
+                   vpdpbusd), packed [dirs, H / nb, H / 4, gates, nb, 4];
+                   its scale input [dirs, 2, gates * H]: the weights'
+                   scales and their rows' sums (the zero point's share)
 """
 import numpy as np
 
@@ -90,8 +96,44 @@ class Rows(_Cell):
         return [{"nb": 8}, {"nb": 4}, {"nb": 16}]
 
 
+class Int8Dot(_Cell):
+    name = "recurrent.int8_dot"
+    integer = True
+
+    def applies(self, spec):
+        return self.isa.int8_dot and spec.quantize_h and spec.int8_weights
+
+    def transformed_shape(self, spec, params):
+        nb = params["nb"]
+        return (spec.dirs, _blocks(spec, nb), (spec.hidden + 3) // 4, spec.gates, nb, 4)
+
+    def transform(self, spec, params):
+        from tvm import te, tirx
+
+        nb, h = params["nb"], spec.hidden
+
+        def pack(w):
+            def value(d, jb, kk, g, v, ki):
+                unit, k = jb * nb + v, kk * 4 + ki
+                return tirx.if_then_else(tirx.all(unit < h, k < h),
+                                         w[d, g * h + tirx.min(unit, h - 1), tirx.min(k, h - 1)], tirx.const(0, w.dtype))
+            return te.compute(self.transformed_shape(spec, params), value, name="cb_pack")
+        return pack
+
+    def space(self, spec):
+        options = []
+        for nb in (32, 64, 16):
+            if spec.gates * nb // 16 + 3 > self.isa.registers:
+                continue
+            fill = spec.hidden / (_blocks(spec, nb) * nb)
+            tasks = min(1.0, spec.dirs * _blocks(spec, nb) / 4)
+            options.append((fill * tasks, {"nb": nb}))
+        return [p for _, p in sorted(options, key=lambda o: -o[0])]
+
+
 register(Packed.name, Packed)
 register(Rows.name, Rows)
+register(Int8Dot.name, Int8Dot)
 
 CELL_ATTR = "cb_cell"  # the placeholder kernel's attribute: its RecurrentSpec's fields, as JSON
 
@@ -124,10 +166,12 @@ def _kernel(spec, variant, params, weights="float32"):
     with IRBuilder() as ib:
         with T.prim_func():
             T.func_name("main")
-            scale = (("scale", (dirs, gates * h)),) if spec.quantize_h else ()
+            factors = (dirs, 2, gates * h) if variant.integer else (dirs, gates * h)
+            scale = (("scale", factors),) if spec.quantize_h else ()
             b = {name: T.arg(name, T.Buffer(shape, weights if name == "w" else f32)) for name, shape in (
                 ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state), *scale,
-                ("y", spec.output_shape), ("y_h", state), ("y_c", state)) + ((("h_q", state),) if spec.quantize_h
+                ("y", spec.output_shape), ("y_h", state), ("y_c", state)) + ((("h_q", (dirs, spec.batch, h + 2)),)
+                                                                             if spec.quantize_h
                                                                              else ())}
             with T.serial(0, spec.seq) as s:
                 phases = ([(0, 1), (2,)] if spec.kind == "gru" and not spec.linear_before_reset
@@ -179,9 +223,11 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
 
     if gates == QUANTIZE:  # h_{t-1} as the quantized cell multiplies it, the direction's whole rows
         with T.serial(0, spec.batch) as n:
-            value = _quantized_row(T, spec, variant.isa.lanes, lambda k: previous(n, k))
-            with T.vectorized(0, h) as i:
-                T.buffer_store(b["h_q"], value(i), [d, n, i])
+            value, level, q = _quantized_row(T, spec, variant.isa.lanes, lambda k: previous(n, k))
+            with T.vectorized(0, h) as i:  # the integer variant multiplies the levels themselves
+                T.buffer_store(b["h_q"], level(i) if variant.integer else value(i), [d, n, i])
+            T.buffer_store(b["h_q"], q[2], [d, n, h])
+            T.buffer_store(b["h_q"], q[3], [d, n, h + 1])
         return
     reset_phase = gates == (2,)
     source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
@@ -189,8 +235,11 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     with T.serial(0, spec.batch) as n:
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
         w = b["w"] if b["w"].dtype == spec.dtype else Widened(b["w"])  # int8 in place: widened per load
-        _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, lambda k: source(n, k))
-        if spec.quantize_h:  # the integer weights' scales, once per sum
+        if variant.integer:
+            _dot_int8(T, spec, b, acc, (d, n, jb), nb, gates)
+        else:
+            _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, lambda k: source(n, k))
+        if spec.quantize_h and not variant.integer:  # the integer weights' scales, once per sum
             for g in gates:
                 with T.vectorized(0, nb) as v:
                     row = g * h + tirx.min(jb * nb + v, h - 1)
@@ -240,11 +289,49 @@ def _quantized_row(T, spec, lanes, hk):
         1e-30, f32))), tirx.const(0, f32)), tirx.const(255, f32)), tirx.const(0, f32)), [3])
     zero, top = tirx.const(0, f32), tirx.const(255, f32)
 
-    def value(k):
-        level = tirx.min(tirx.max(tirx.nearbyint(hk(k) / tirx.max(q[2], tirx.const(1e-30, f32))) + q[3], zero), top)
-        return tirx.Select(q[2] > 0, (level - q[3]) * q[2], zero)
+    def level(k):
+        return tirx.min(tirx.max(tirx.nearbyint(hk(k) / tirx.max(q[2], tirx.const(1e-30, f32))) + q[3], zero), top)
 
-    return value
+    def value(k):
+        return tirx.Select(q[2] > 0, (level(k) - q[3]) * q[2], zero)
+
+    return value, level, q
+
+
+def _dot_int8(T, spec, b, acc, at, nb, gates):
+    """acc[g, v] for g in `gates` from the integers (recurrent.int8_dot):
+    the row's uint8 levels (h_q) times the int8 weights, four products per
+    int32 lane (vpdpbusd), then (sum - zero point x the weight row's sum)
+    x the row's scale x the weights' scale."""
+    from tvm import tirx
+
+    d, n, jb = at
+    h, hq, w, f = spec.hidden, b["h_q"], b["w"], b["scale"]
+    quads, chunks = (h + 3) // 4, (h + 15) // 16
+    levels = T.decl_buffer((chunks * 16,), "uint8", scope="local")
+    with T.serial(0, chunks) as c:
+        with T.vectorized(0, 16) as l:
+            k = c * 16 + l
+            T.buffer_store(levels, tirx.if_then_else(k < h, tirx.Cast("uint8", hq[d, n, tirx.min(k, h - 1)]),
+                                                     tirx.const(0, "uint8")), [k])
+    total = T.decl_buffer((spec.gates, nb), "int32", scope="local")
+    for g in gates:
+        with T.vectorized(0, nb) as v:
+            T.buffer_store(total, tirx.const(0, "int32"), [g, v])
+    with T.serial(0, quads) as kk:
+        four = tirx.reinterpret("int32", levels.vload([kk * 4], "uint8x4"))
+        four = tirx.reinterpret("int8x64", tirx.Broadcast(four, 16))
+        for g in gates:
+            for c in range(0, nb, 16):
+                dot = tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512",
+                                                 total.vload([g, c], "int32x16"), four,
+                                                 w.vload([d, jb, kk, g, c, 0], "int8x64"))
+                T.buffer_store(total, dot, [g, tirx.Ramp(c, 1, 16)])
+    for g in gates:
+        with T.vectorized(0, nb) as v:
+            row = g * h + tirx.min(jb * nb + v, h - 1)
+            centred = tirx.Cast(spec.dtype, total[g, v]) - hq[d, n, h + 1] * f[d, 1, row]
+            T.buffer_store(acc, centred * hq[d, n, h] * f[d, 0, row], [g, v])
 
 
 def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):

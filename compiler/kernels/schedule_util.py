@@ -91,6 +91,7 @@ def attach_epilogue(sch, out_block, loop, lanes):
     order = [b for b in blocks_in_order(sch)]
     names = [block_name(sch, b) for b in order]
     idx = names.index(block_name(sch, out_block))
+    _inline_epilogue_inputs(sch, out_block, order[:idx])
     epilogue = order[idx + 1:]
     for b in epilogue[:-1]:
         try:
@@ -107,6 +108,24 @@ def attach_epilogue(sch, out_block, loop, lanes):
         sch.reverse_compute_at(last, loop)
     vectorize_inner(sch, last, lanes)
     return last
+
+
+def _inline_epilogue_inputs(sch, out_block, before):
+    """Inline the blocks ahead of the anchor that only the epilogue reads (an
+    integer product's zero point cast to float, say): computed at the root,
+    they would keep the epilogue from moving under the tile loop."""
+    feeds, todo = set(), [out_block]
+    while todo:
+        for p in sch.get_producers(todo.pop()):
+            if block_name(sch, p) not in feeds:
+                feeds.add(block_name(sch, p))
+                todo.append(p)
+    for b in before:
+        if block_name(sch, b) not in feeds:
+            try:
+                sch.compute_inline(b)
+            except s_tir.ScheduleError:
+                pass
 
 
 def vectorize_inner(sch, block, lanes):

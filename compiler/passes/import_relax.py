@@ -87,7 +87,7 @@ class _Cell:
     """The importer's converter of a recurrent cell's node (ir/recurrent.py):
     a call of the cell's placeholder kernel (compiler/kernels/recurrent.py),
     marked opaque, on (xw, R with its bias column, h0, c0, [R's scales]),
-    giving (Y, Y_h, Y_c, [h_q])."""
+    giving (Y, Y_h, Y_c, [h_q: h quantized, its scale and zero point])."""
 
     @classmethod
     def get_converter(cls, opset):
@@ -104,7 +104,8 @@ class _Cell:
                              int(text["linear_before_reset"]), text["activation"], quantize_h=bool(text["quantize_h"]))
         gv = bb.add_func(placeholder(spec).with_attr("op_pattern", branches.OPAQUE), "cb_cell")
         state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
-        out = [relax.TensorType(spec.output_shape, spec.dtype), state, state] + [state] * spec.quantize_h
+        scratch = relax.TensorType((dirs, batch, spec.hidden + 2), spec.dtype)  # h_q, its scale and zero point
+        out = [relax.TensorType(spec.output_shape, spec.dtype), state, state] + [scratch] * spec.quantize_h
         return bb.emit(relax.call_tir(gv, [xw, w, h0, c0, *scale], out))
 
 

@@ -13,6 +13,7 @@ keys are anchor ids (c<k> for convs, d<k> for dense layers, in graph order),
 op names, or "*". A global choice that does not apply to a layer falls back
 to "auto" for it; a per-anchor one that does not apply is an error.
 """
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ def auto_variant(spec, isa):
     if isinstance(spec, DenseSpec):
         return "dense.int8_dot" if spec.in_scale and isa.int8_dot else "dense.packed_gemm"
     if isinstance(spec, RecurrentSpec):
-        return "recurrent.packed"
+        return "recurrent.int8_dot" if spec.int8_weights and isa.int8_dot else "recurrent.packed"
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
         return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
     if spec.depthwise:
@@ -129,34 +130,45 @@ def _spec_of(call, op_name, w):
     return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
 
 
+def _for_integers(spec, x, w, binding, own_scales):
+    """`spec` with what its input and weights allow the integer variants:
+    a dense layer's input grid (_on_grid), a quantized cell's int8 weights."""
+    if isinstance(spec, DenseSpec):
+        return _on_grid(spec, x, w, binding, own_scales)
+    if isinstance(spec, RecurrentSpec) and spec.quantize_h:
+        return dataclasses.replace(spec, int8_weights=_int8_cell(w))
+    return spec
+
+
 def _on_grid(spec, x, w, binding, own_scales):
     """`spec` with its input's quantized grid (DenseSpec.in_scale) where x
-    is a DequantizeLinear's output (a per-tensor constant scale and zero
-    point, from 8-bit integers) and w the model's own int8 weights: the
-    integer variant (dense.int8_dot) can then multiply the integers."""
-    import dataclasses
-
+    holds 8-bit integers, times a scale: a DequantizeLinear's output (a
+    per-tensor constant scale and zero point), or a cast of them to float
+    (an integer product's left operand: MatMulInteger, decompose.py),
+    and w is the model's own int8 weights: the integer variant
+    (dense.int8_dot) can then multiply the integers."""
+    import tvm
     from tvm import relax
 
     call = binding(x) if isinstance(x, relax.Var) else None
-    if (not isinstance(call, relax.Call) or not call.op.same_as(_DEQUANTIZE())
-            or model_scale(w, 1, own_scales) is None):
+    if not isinstance(call, relax.Call) or model_scale(w, 1, own_scales) is None:
         return spec
-    scale, zero = (const_value(a, binding) for a in call.args[1:3])
     kind = str(call.args[0].ty.dtype)
-    if scale is None or zero is None or scale.size != 1 or zero.size != 1 or kind not in ("int8", "uint8"):
+    if kind not in ("int8", "uint8"):
+        return spec
+    if call.op.same_as(tvm.ir.Op.get("relax.astype")):
+        scale, zero = np.ones(1), np.zeros(1)
+    elif call.op.same_as(tvm.ir.Op.get("relax.dequantize")):
+        scale, zero = (const_value(a, binding) for a in call.args[1:3])
+    else:
+        return spec
+    if scale is None or zero is None or scale.size != 1 or zero.size != 1:
         return spec
     scale, zero = float(scale.reshape(())), int(zero.reshape(()))
     shift = zero + (128 if kind == "int8" else 0)  # q - zero + shift in [0, 255]
     if not scale > 0 or not 0 <= shift <= 255:
         return spec
     return dataclasses.replace(spec, in_scale=scale, in_shift=shift)
-
-
-def _DEQUANTIZE():
-    import tvm
-
-    return tvm.ir.Op.get("relax.dequantize")
 
 
 def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
@@ -210,7 +222,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             spec = cell or _spec_of(call, op_name, w)
             if spec is None:
                 return call
-            spec = _on_grid(spec, args[0], w, self.lookup_binding, own_scales) if isinstance(spec, DenseSpec) else spec
+            spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
             if self.phase == "collect":
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
@@ -221,7 +233,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             a = next(a for a in self.anchors if a.id == anchor_id)
             short = a.variant.name.split(".")[1]
             if cell is not None:
-                return _cell_call(self.builder_, a, args, call)
+                return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             scale = [a.scale] if a.scale is not None else []
             return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
@@ -256,11 +268,16 @@ def _settled(mod):
     return mod
 
 
-def _cell_call(builder, a, args, call):
+def _cell_call(builder, a, args, call, binding):
     """A cell placeholder's call made on the chosen variant's kernel and
-    its weights (a.const: transformed, or raw for the transform at run time)."""
+    its weights (a.const: transformed, or raw for the transform at run time);
+    an integer cell's scales with its weight rows' sums (recurrent.int8_dot)."""
     from tvm import relax
 
+    if a.variant.integer:
+        h = a.spec.hidden
+        sums = a.raw[:, :, :h].sum(axis=2)
+        args = args[:4] + [relax.const(np.stack([const_value(args[4], binding), sums], axis=1).astype(np.float32))]
     func = a.variant.kernel(a.spec, a.params, "int8" if a.direct else a.spec.dtype).with_attr("op_pattern", OPAQUE)
     gv = builder.add_func(func, f"cb{a.index}_cell_{a.variant.name.split('.')[1]}")
     return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
@@ -280,6 +297,12 @@ def _cell_of(mod, call):
 
 
 STREAMED_ROWS = 32  # a dense layer of at most this many rows reads each weight so often: its time is their bytes
+
+
+def _int8_cell(raw):
+    """A quantized cell's raw weights are int8 integers with a zero bias
+    column (R's bias joined the projection's): recurrent.int8_dot's."""
+    return bool(np.array_equal(np.rint(raw), raw) and np.abs(raw).max(initial=0) <= 127 and not raw[..., -1].any())
 
 
 def _own_int8(a, own_scales):
@@ -324,7 +347,7 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
         a.direct_error = weight_error(a.raw, wide)
         if a.direct == "int8":  # the values rearranged as they are (exact integers), scaled after the sum
             a.const = relax.const(transform(a, stored[0].astype(np.float32)).astype(np.int8))
-            scale = int8_dot_factors(a.spec, stored[0], stored[1]) if a.variant.integer else stored[1]
+            scale = int8_dot_factors(a.spec, stored[0], stored[1]) if a.variant.integer and not cell else stored[1]
             a.scale = None if cell else relax.const(scale.reshape(kbuild.scale_shape(a.spec, a.variant)))
         else:
             a.const = relax.const(a.transformed.astype(np.float16))

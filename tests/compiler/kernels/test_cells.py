@@ -5,6 +5,8 @@ of the block) against the numpy reference, for the host and AVX2, through
 every schedule of their spaces; the packing transform; and models whose
 cells compile to one cell layer (not unrolled) computing what onnxruntime
 computes, with cached and raw weights and either variant."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -41,8 +43,9 @@ def run_kernel(spec, variant, params, target):
     if transform is not None:
         wt = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32))
         lib["pack"](tvm.runtime.tensor(w), wt)
+    scratch = (spec.dirs, spec.batch, spec.hidden + 2)  # h_q, its scale and zero point
     outs = [tvm.runtime.tensor(np.zeros(s, np.float32))
-            for s in (spec.output_shape, state, state) + (state,) * spec.quantize_h]  # h_q: scratch
+            for s in (spec.output_shape, state, state) + (scratch,) * spec.quantize_h]
     scale = (rng.uniform(0.5, 2, (spec.dirs, spec.gates * spec.hidden)).astype(np.float32) if spec.quantize_h
              else None)  # a quantized cell's weights' scales
     ins = [tvm.runtime.tensor(a) for a in (xw, h0, c0) + ((scale,) if spec.quantize_h else ())]
@@ -160,7 +163,8 @@ def test_weights_that_disagree_with_hidden_size_are_named():
 def test_the_tests_cover_every_cell_variant():
     from coldbrew.compiler.kernels import variants
 
-    assert {v.name for v in variants(TARGETS[0].vector, "recurrent")} == set(VARIANTS)
+    # the integer cell: test_an_integer_cell_matches_the_reference_where_the_host_has_vnni
+    assert {v.name for v in variants(TARGETS[0].vector, "recurrent")} == set(VARIANTS) | {"recurrent.int8_dot"}
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -198,3 +202,56 @@ def test_a_quantized_lstm_kernel_quantizes_h_per_row(name):
     spec = RecurrentSpec("lstm", 4, 2, 24, 2, quantize_h=True)
     variant = get(name, target.vector)
     check(*run_kernel(spec, variant, variant.space(spec)[0], target), spec)
+
+
+def _integer_cell(spec, variant, params, target):
+    """(outputs, reference) of recurrent.int8_dot on int8 weights."""
+    rng = np.random.default_rng(7)
+    h, state = spec.hidden, (spec.dirs, spec.batch, spec.hidden)
+    w = rng.integers(-127, 128, spec.weight_shape).astype(np.float32)
+    w[..., -1] = 0  # R's bias joined the projection's
+    scale = rng.uniform(0.5, 2, (spec.dirs, spec.gates * h)).astype(np.float32) * 0.003
+    xw = rng.standard_normal(spec.input_shape).astype(np.float32)
+    h0, c0 = (rng.standard_normal(state).astype(np.float32) for _ in range(2))
+    lib = kb.build({"cell": variant.kernel(spec, params, "int8"), "pack": kb.transform_func(variant, spec, params)},
+                   target)
+    packed = tvm.runtime.tensor(np.zeros(variant.transformed_shape(spec, params), np.float32))
+    lib["pack"](tvm.runtime.tensor(w), packed)
+    factors = np.stack([scale, w[:, :, :h].sum(axis=2)], axis=1).astype(np.float32)
+    outs = [tvm.runtime.tensor(np.zeros(s, np.float32))
+            for s in (spec.output_shape, state, state, (spec.dirs, spec.batch, h + 2))]
+    lib["cell"](*[tvm.runtime.tensor(a) for a in (xw,)], tvm.runtime.tensor(packed.numpy().astype(np.int8)),
+                *[tvm.runtime.tensor(a) for a in (h0, c0, factors)], *outs)
+    return [o.numpy() for o in outs[:3]], reference(spec, xw, w, h0, c0, scale)
+
+
+@pytest.mark.parametrize("dirs,batch,hidden", [(1, 1, 64), (2, 2, 40), (1, 3, 17)])
+def test_an_integer_cell_matches_the_reference_where_the_host_has_vnni(dirs, batch, hidden):
+    """recurrent.int8_dot: the state's uint8 levels times the int8 weights
+    in int32 lanes, the zero point's share taken out with the rows' sums;
+    every schedule of its space. Without VNNI it does not apply."""
+    spec = RecurrentSpec("lstm", 4, batch, hidden, dirs, quantize_h=True, int8_weights=True)
+    target = TARGETS[0]
+    variant = get("recurrent.int8_dot", target.vector)
+    if not target.vector.int8_dot:
+        assert not variant.applies(spec)
+        return
+    assert not variant.applies(dataclasses.replace(spec, int8_weights=False))
+    for params in variant.space(spec):
+        got, want = _integer_cell(spec, variant, params, target)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6, err_msg=str(params))
+
+
+def test_an_integer_cell_is_vpdpbusd(tmp_path):
+    """Four products per int32 lane: the cell's code has the instruction."""
+    import subprocess
+
+    from conftest import vnni_target
+
+    spec = RecurrentSpec("lstm", 2, 1, 32, 1, quantize_h=True, int8_weights=True)
+    variant = get("recurrent.int8_dot", vnni_target().vector)
+    so = tmp_path / "cell.so"
+    kb.build({"cell": variant.kernel(spec, {"nb": 32}, "int8")}, vnni_target()).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert asm.count("vpdpbusd") >= 8  # 4 gates x 2 vectors of 16 units

@@ -12,17 +12,11 @@ from coldbrew.compiler.kernels import DenseSpec, get
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.kernels.dense import int8_dot_factors, reference
 from coldbrew.targets import resolve
+from conftest import vnni_target
 
 HOST = resolve("host")
 SPECS = [DenseSpec(8, 96, 80, in_scale=0.02, in_shift=128), DenseSpec(7, 33, 50, in_scale=0.5, in_shift=3),
          DenseSpec(1, 64, 16, in_scale=0.1, in_shift=0, lead=1)]
-
-
-def vnni_target():
-    """The AVX-512 build target with VNNI (Ice Lake and later): the code the
-    variant makes where a CPU has it, buildable on any x86 host."""
-    t = resolve("x86_64-avx512")
-    return dataclasses.replace(t, cpu="icelake-server", features=tuple(t.features) + ("avx512vnni",))
 
 
 def _case(spec, seed=0):

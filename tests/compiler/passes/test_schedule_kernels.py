@@ -35,3 +35,28 @@ def test_a_failing_variant_schedule_falls_back_with_a_note(small_model, monkeypa
     assert len(failed) == len([la for la in fgraph.layers if la.variant != "generic"]) > 0
     assert fallback != data
     assert_close(_run(fallback, x), ort_run(small_model, {"x": x})[0])
+
+
+def test_an_epilogue_reading_a_value_computed_ahead_of_the_anchor_keeps_the_variant_schedule():
+    """A MatMulInteger whose left operand's zero point is computed at run
+    time (decompose.py: a x b_c - a_zero x b_c's column sums): the zero
+    point's cast to float is a block ahead of the anchor that only the
+    epilogue reads; it is inlined so the epilogue can follow the tiles
+    (else the variant's schedule fails and the layer runs generic)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    b = rng.integers(-127, 128, (64, 48), dtype=np.int8)
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])], "mi",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [40, 64]),
+         helper.make_tensor_value_info("az", TensorProto.UINT8, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [40, 48])], [numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data, graph = compile_graph(m)
+    assert not [n for n in graph.notes if "schedule failed" in n], graph.notes
+    a = rng.integers(0, 256, (40, 64), dtype=np.uint8)
+    az = np.array(131, np.uint8)
+    got = coldbrew.load(data).run(None, {"a": a, "az": az})[0]
+    np.testing.assert_array_equal(got, (a.astype(np.int64) - 131) @ b.astype(np.int64))
