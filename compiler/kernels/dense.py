@@ -82,8 +82,8 @@ class Int8Dot(Variant):
     op = "dense"
     integer = True
 
-    def applies(self, spec):
-        return self.isa.int8_dot and spec.in_scale > 0
+    def applies(self, spec):  # fewer outputs than one instruction's 16 lanes: not worth packing
+        return self.isa.int8_dot and spec.in_scale > 0 and spec.n >= 16
 
     def transformed_shape(self, spec, params):
         nb = params["nb"]

@@ -23,7 +23,8 @@ import tempfile
 
 import numpy as np
 
-from ..kernels import ConvSpec, RecurrentSpec, applicable, get
+from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
+from ..errors import CompileError
 from .protocol import cache_dir, code_hash, core_classes, sample
 
 WARM_RUNS = 10
@@ -78,8 +79,10 @@ def layers_model(specs, weights=None):
     nodes, inputs, outputs, inits = [], [], [], []
     for k, spec in enumerate(specs):
         x, w, y = f"x{k}", f"w{k}", f"y{k}"
-        data = weights[k] if weights else (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
-        if not isinstance(spec, RecurrentSpec):
+        data = weights[k] if weights else _seeded(spec, rng)
+        if isinstance(spec, DenseSpec) and spec.in_scale:
+            x, w = _quantized_dense(spec, x, w, data, nodes, inits)
+        elif not isinstance(spec, RecurrentSpec):
             inits.append(numpy_helper.from_array(data, w))
         if isinstance(spec, RecurrentSpec):
             xs, ys = _cell_node(spec, x, y, data, nodes, inits)
@@ -90,12 +93,40 @@ def layers_model(specs, weights=None):
         else:
             nodes.append(helper.make_node("MatMul", [x, w], [y]))
             xs, ys = list(spec.input_shape), list(spec.output_shape)
+        x = f"x{k}"
         inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, xs))
         outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, ys))
     g = helper.make_graph(nodes, "coldbrew_layers", inputs, outputs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 9
     return m
+
+
+def _seeded(spec, rng):
+    """Weights for a spec: normal, or the int8 integers (bias column 0) a
+    quantized cell's int8_weights stand for."""
+    if isinstance(spec, RecurrentSpec) and spec.quantize_h:
+        raw = rng.integers(-127, 128, spec.weight_shape).astype(np.float32)
+        raw[..., -1] = 0
+        return raw
+    return (rng.standard_normal(spec.weight_shape) * 0.1).astype(np.float32)
+
+
+def _quantized_dense(spec, x, w, data, nodes, inits):
+    """A dense spec on a quantized grid as a QDQ model writes it: x through
+    QuantizeLinear and DequantizeLinear (in_scale, uint8 zero point
+    in_shift), int8 weights per column dequantized; (its input, weights)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    scale = np.maximum(np.abs(data).max(axis=0), 1e-12) / 127
+    q = np.clip(np.rint(data / scale), -127, 127).astype(np.int8)
+    inits += [numpy_helper.from_array(np.array(spec.in_scale, np.float32), f"{x}_s"),
+              helper.make_tensor(f"{x}_z", TensorProto.UINT8, [], [spec.in_shift]),
+              numpy_helper.from_array(q, f"{w}_q"), numpy_helper.from_array(scale.astype(np.float32), f"{w}_s")]
+    nodes += [helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
+              helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_dq"]),
+              helper.make_node("DequantizeLinear", [f"{w}_q", f"{w}_s"], [w], axis=1)]
+    return f"{x}_dq", w
 
 
 def _cell_node(spec, x, y, raw, nodes, inits):
@@ -106,6 +137,8 @@ def _cell_node(spec, x, y, raw, nodes, inits):
     from onnx import helper, numpy_helper
 
     h, n = spec.hidden, spec.gates * spec.hidden
+    if spec.quantize_h:
+        return _quantized_cell_node(spec, x, y, raw, nodes, inits)
     w = np.full((spec.dirs, n, 1), 0.5, np.float32)
     bias = np.concatenate([np.zeros((spec.dirs, n), np.float32), raw[:, :, h]], axis=1)
     names = [f"{x}_{t}" for t in "WRB"]
@@ -118,6 +151,24 @@ def _cell_node(spec, x, y, raw, nodes, inits):
     if spec.kind == "rnn":
         attrs["activations"] = [spec.activation] * spec.dirs
     nodes.append(helper.make_node(spec.kind.upper(), [x] + names, [y], **attrs))
+    return [spec.seq, spec.batch, 1], list(spec.output_shape)
+
+
+def _quantized_cell_node(spec, x, y, raw, nodes, inits):
+    """onnxruntime's DynamicQuantizeLSTM whose recurrent weights are the
+    integers `raw` holds (R with a zero bias column); as _cell_node."""
+    from onnx import helper, numpy_helper
+
+    h, dirs = spec.hidden, spec.dirs
+    values = {"W": np.ones((dirs, 1, 4 * h), np.int8), "R": raw[:, :, :h].transpose(0, 2, 1).astype(np.int8),
+              "B": np.zeros((dirs, 8 * h), np.float32), "ws": np.full(dirs, 0.01, np.float32),
+              "wz": np.zeros(dirs, np.int8), "rs": np.full(dirs, 0.01, np.float32), "rz": np.zeros(dirs, np.int8)}
+    for name, value in values.items():
+        inits.append(numpy_helper.from_array(value, f"{x}_{name}"))
+    ins = [x] + [f"{x}_{t}" for t in "WRB"] + ["", "", "", ""] + [f"{x}_{t}" for t in ("ws", "wz", "rs", "rz")]
+    direction = "bidirectional" if dirs == 2 else "reverse" if spec.reverse else "forward"
+    nodes.append(helper.make_node("DynamicQuantizeLSTM", ins, [y], domain="com.microsoft", direction=direction,
+                                  hidden_size=h))
     return [spec.seq, spec.batch, 1], list(spec.output_shape)
 
 
@@ -174,10 +225,15 @@ def measure_shapes(specs, target, threads, progress):
 
     def run_columns(columns, stage):
         with tempfile.TemporaryDirectory(prefix="coldbrew-tune-") as tmp:
-            for c, choice in enumerate(columns):
-                progress(c, len(columns), f"tune {stage}: column {c + 1}/{len(columns)}")
+            todo = list(columns)
+            for c, choice in enumerate(todo):
+                progress(c, len(todo), f"tune {stage}: column {c + 1}/{len(todo)}")
                 bundle = os.path.join(tmp, f"column{c}.brew")
-                compile_graph(model, bundle, target, variants=choice, weights="raw", threads=threads, front=front)
+                try:
+                    compile_graph(model, bundle, target, variants=choice, weights="raw", threads=threads, front=front)
+                except CompileError:  # a candidate TVM cannot generate code for is none: the rest, one at a time
+                    todo += [{aid: cand} for aid, cand in choice.items()] if len(choice) > 1 else []
+                    continue
                 runs = sample(bundle, cores, threads, warm=WARM_RUNS)
                 for aid, (name, params) in choice.items():
                     f, key = found[aid], json.dumps([name, params], sort_keys=True)
@@ -206,6 +262,8 @@ def measure_shapes(specs, target, threads, progress):
     for a in anchors:
         f = found[a.id]
         ranked = sorted(f["execute_ms"].items(), key=lambda kv: kv[1])
+        if not ranked:
+            continue  # no candidate compiled: the layer keeps the model's pick
         best_per_variant = {}
         for key, _ in ranked:
             name, params = json.loads(key)

@@ -177,3 +177,40 @@ def test_tuning_another_target_is_refused(tmp_path, small_model):
     model.write_bytes(small_model.SerializeToString())
     r = CliRunner().invoke(main, ["compile", str(model), "-o", str(tmp_path / "x.brew"), "--tune", "--target", "sd855"])
     assert r.exit_code == 2 and "--tune measures kernels on this machine: it needs --target host" in r.output
+
+
+def test_the_layers_model_keeps_a_quantized_layers_spec():
+    """A QDQ dense layer (its input's grid) and a quantized LSTM cell (its
+    int8 weights) are measured as what they are: the layers model writes
+    them as a quantized model does, so its anchors have the same specs (the
+    tuner's entries are looked up by them) and the integer variants apply."""
+    from coldbrew.compiler.kernels import DenseSpec, RecurrentSpec
+    from coldbrew.compiler.pipeline import front_end
+
+    specs = [DenseSpec(6, 40, 32, in_scale=float(np.float32(0.02)), in_shift=131),  # a model's float32 scale
+             RecurrentSpec("lstm", 3, 1, 16, 1, activation="Sigmoid", quantize_h=True, int8_weights=True)]
+    got = [a.spec for a in tn.anchors_of(None, "host", front=front_end(tn.layers_model(specs)))]
+    assert specs[0] in got and specs[1] in got
+
+
+def test_a_candidate_that_does_not_compile_is_left_out(monkeypatch):
+    """One candidate whose code cannot be generated fails its column: the
+    column's other candidates are measured one by one, the failing one is
+    not (its layer keeps the others' figures)."""
+    from coldbrew.compiler import pipeline
+    from coldbrew.compiler.errors import CompileError
+    from coldbrew.compiler.kernels import DenseSpec
+
+    real = pipeline.compile_graph
+
+    def failing(model, path, target, variants=None, **kw):
+        if any(params == {"mb": 1, "nb": 16} for _, params in (variants or {}).values()):
+            raise CompileError("kernel code generation failed: no")
+        return real(model, path, target, variants=variants, **kw)
+
+    monkeypatch.setattr(pipeline, "compile_graph", failing)
+    specs = [DenseSpec(4, 32, 16), DenseSpec(2, 16, 48)]
+    found = tn.measure_shapes(specs, resolve("host"), 2, lambda *a: None)
+    assert set(found) == {repr(s) for s in specs}
+    for entry in found.values():
+        assert entry["execute_ms"] and not any('"nb": 16' in k and '"mb": 1' in k for k in entry["execute_ms"])
