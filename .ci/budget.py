@@ -23,8 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 11850: MatMulInteger's exact float32 form; 12000 at stop 58: whole-tensor reductions in parallel chunks,
 # exact integer sums cast back to float, the model's own int8 read in place by streaming dense layers and
 # quantized cells; 12300 at stop 59: dense.int8_dot, a QDQ layer's integers multiplied by VNNI dot products,
-# and the finish rewrite that emits them; 12400 the same stop: recurrent.int8_dot, the quantized cell's integers)
-BUDGET = {"compiler": 12400, "runtime": 5300}
+# and the finish rewrite that emits them; 12400 the same stop: recurrent.int8_dot, the quantized cell's integers;
+# 12450: the tuner's layers model of quantized layers)
+BUDGET = {"compiler": 12450, "runtime": 5300}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {
