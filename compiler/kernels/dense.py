@@ -185,11 +185,17 @@ def _vpdpbusd(block):
     a = next(t for t in loads if t.source.dtype == "uint8")
     b = next(t for t in loads if t.source.dtype == "int8")
     c = first(store.indices)
-    four = tirx.reinterpret("int32", a.source.vload(first(a.indices), "uint8x4"))
-    dot = tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", store.buffer.vload(c, "int32x16"),
-                                     tirx.reinterpret("int8x64", tirx.Broadcast(four, 16)),
-                                     b.source.vload(first(b.indices), "int8x64"))
+    dot = vpdpbusd(store.buffer.vload(c, "int32x16"), a.source.vload(first(a.indices), "uint8x4"),
+                   b.source.vload(first(b.indices), "int8x64"))
     return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
+
+
+def vpdpbusd(acc, four, weights):
+    """acc (int32x16) plus, in each lane, the four u8 `four` (uint8x4,
+    broadcast to every lane) times that lane's four s8 of `weights` (int8x64):
+    one AVX-512 VNNI instruction (the integer variants' only one)."""
+    four = tirx.reinterpret("int8x64", tirx.Broadcast(tirx.reinterpret("int32", four), 16))
+    return tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, four, weights)
 
 
 def _rewritten(stmt, body_of):

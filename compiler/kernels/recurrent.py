@@ -36,6 +36,7 @@ import numpy as np
 
 from .build import Widened
 from .contract import Variant, register
+from .dense import vpdpbusd
 
 def _blocks(spec, nb):
     return (spec.hidden + nb - 1) // nb
@@ -115,8 +116,9 @@ class Int8Dot(_Cell):
         def pack(w):
             def value(d, jb, kk, g, v, ki):
                 unit, k = jb * nb + v, kk * 4 + ki
-                return tirx.if_then_else(tirx.all(unit < h, k < h),
-                                         w[d, g * h + tirx.min(unit, h - 1), tirx.min(k, h - 1)], tirx.const(0, w.dtype))
+                inside = tirx.all(unit < h, k < h)
+                return tirx.if_then_else(inside, w[d, g * h + tirx.min(unit, h - 1), tirx.min(k, h - 1)],
+                                         tirx.const(0, w.dtype))
             return te.compute(self.transformed_shape(spec, params), value, name="cb_pack")
         return pack
 
@@ -319,13 +321,10 @@ def _dot_int8(T, spec, b, acc, at, nb, gates):
         with T.vectorized(0, nb) as v:
             T.buffer_store(total, tirx.const(0, "int32"), [g, v])
     with T.serial(0, quads) as kk:
-        four = tirx.reinterpret("int32", levels.vload([kk * 4], "uint8x4"))
-        four = tirx.reinterpret("int8x64", tirx.Broadcast(four, 16))
+        four = levels.vload([kk * 4], "uint8x4")
         for g in gates:
             for c in range(0, nb, 16):
-                dot = tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512",
-                                                 total.vload([g, c], "int32x16"), four,
-                                                 w.vload([d, jb, kk, g, c, 0], "int8x64"))
+                dot = vpdpbusd(total.vload([g, c], "int32x16"), four, w.vload([d, jb, kk, g, c, 0], "int8x64"))
                 T.buffer_store(total, dot, [g, tirx.Ramp(c, 1, 16)])
     for g in gates:
         with T.vectorized(0, nb) as v:

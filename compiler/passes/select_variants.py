@@ -222,8 +222,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             spec = cell or _spec_of(call, op_name, w)
             if spec is None:
                 return call
-            spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
             if self.phase == "collect":
+                spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
                                            np.ascontiguousarray(w.astype(spec.dtype)),
@@ -235,7 +235,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             scale = [a.scale] if a.scale is not None else []
-            return self.builder_.call_te(kbuild.execute_te(a.variant, spec, a.params), call.args[0], a.const, *scale,
+            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), call.args[0], a.const, *scale,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
 
         def transform(self):
@@ -315,8 +315,7 @@ def _own_int8(a, own_scales):
     quarter of the bytes."""
     axis = kbuild.output_axis(a.spec)
     if isinstance(a.spec, RecurrentSpec):
-        whole = a.spec.quantize_h and np.array_equal(np.rint(a.raw), a.raw) and np.abs(a.raw).max(initial=0) <= 127
-        return np.ones(a.raw.shape[axis], np.float32) if whole else None
+        return np.ones(a.raw.shape[axis], np.float32) if a.spec.int8_weights else None  # _int8_cell
     if a.variant.integer:  # its spec is on a grid only with the model's int8 weights (_on_grid)
         return model_scale(a.raw, axis, own_scales)
     if not own_scales or not isinstance(a.spec, DenseSpec) or a.spec.m > STREAMED_ROWS:
