@@ -216,6 +216,9 @@ void cb_session_release(cb_session* session);
 /* Copy `nbytes` (must equal the input's nbytes) into input `index`. An
  * input keeps its value until set again: runs never overwrite it. */
 cb_status cb_session_set_input(cb_session* session, size_t index, const void* data, size_t nbytes);
+/* Borrow input `index`'s storage, to write its value in place (what
+ * set_input copies there); valid until release. */
+cb_status cb_session_input_buffer(cb_session* session, size_t index, void** out_data, size_t* out_nbytes);
 cb_status cb_session_run(cb_session* session);
 /* Borrow output `index`; valid until the next run or release. */
 cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,

@@ -75,6 +75,7 @@ def _load_library():
         "cb_session_set_input": ([vp, sz, vp, sz], ctypes.c_int),
         "cb_session_run": ([vp], ctypes.c_int),
         "cb_session_get_output": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
+        "cb_session_input_buffer": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
         "cb_session_trace": ([vp, ctypes.POINTER(ctypes.POINTER(_TraceEvent)), ctypes.POINTER(sz)], ctypes.c_int),
         "cb_bundle_step_info": ([vp, sz, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)],
                                 ctypes.c_int),
@@ -120,6 +121,7 @@ class NodeArg:
         self.name = info.name.decode()
         self.dtype = np.dtype(_DTYPES[info.dtype])
         self.shape = [info.shape[i] for i in range(info.ndim)]
+        self.dims = tuple(self.shape)
         self.type = f"tensor({self.dtype.name})"
         self.nbytes = info.nbytes
 
@@ -168,6 +170,19 @@ class InferenceSession:
             self._shares = (ctypes.c_uint8 * len(exec_shares))(*exec_shares)
             opts.exec_share_count, opts.exec_shares = len(exec_shares), self._shares
         _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
+        # numpy views of the inputs' and outputs' places in the session's arena
+        # (fixed for its lifetime): a run copies the feeds in and the outputs out
+        self._in_views = [self._view(_lib.cb_session_input_buffer, k, m) for k, m in enumerate(self._inputs)]
+        self._out_views = [self._view(_lib.cb_session_get_output, k, m) for k, m in enumerate(self._outputs)]
+
+    def _view(self, fn, k, meta):
+        ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
+        _check(fn(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
+        if size.value != meta.nbytes:
+            raise BundleError(_STATUS.index("CORRUPT"), f"'{meta.name}' holds {size.value} bytes in the session, its shape "
+                                       f"{meta.shape} needs {meta.nbytes}")
+        raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
+        return np.frombuffer(raw, dtype=meta.dtype).reshape(meta.dims)
 
     def _infos(self, count, info_fn):
         out = []
@@ -196,44 +211,42 @@ class InferenceSession:
         return list(self._outputs)
 
     def _bind(self, feeds):
-        names = [i.name for i in self._inputs]
-        unknown = sorted(set(feeds) - set(names))
-        if unknown:
-            raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
-        missing = [n for n in names if n not in feeds]
-        if missing:
-            raise ValueError(f"missing input(s) {missing}")
-        for k, meta in enumerate(self._inputs):
+        inputs = self._inputs
+        if len(feeds) != len(inputs) or any(i.name not in feeds for i in inputs):
+            names = [i.name for i in inputs]
+            unknown = sorted(set(feeds) - set(names))
+            if unknown:
+                raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+            raise ValueError(f"missing input(s) {[n for n in names if n not in feeds]}")
+        for meta, view in zip(inputs, self._in_views):
             arr = feeds[meta.name]
-            if isinstance(arr, np.generic):
-                arr = np.asarray(arr)
-            if not isinstance(arr, np.ndarray):
-                raise TypeError(f"input '{meta.name}' must be a numpy array, got {type(arr).__name__}")
-            if arr.dtype != meta.dtype:
-                raise TypeError(f"input '{meta.name}' must have dtype {meta.dtype.name}, got {arr.dtype.name}")
-            if list(arr.shape) != meta.shape:
-                raise ValueError(f"input '{meta.name}' must have shape {meta.shape}, got {list(arr.shape)}")
-            arr = np.ascontiguousarray(arr)
-            _check(_lib.cb_session_set_input(self._session, k, arr.ctypes.data, arr.nbytes))
+            if type(arr) is not np.ndarray or arr.dtype != meta.dtype or arr.shape != meta.dims:
+                arr = self._checked(meta, arr)
+            view[...] = arr
+
+    @staticmethod
+    def _checked(meta, arr):
+        if isinstance(arr, np.generic):
+            arr = np.asarray(arr)
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"input '{meta.name}' must be a numpy array, got {type(arr).__name__}")
+        if arr.dtype != meta.dtype:
+            raise TypeError(f"input '{meta.name}' must have dtype {meta.dtype.name}, got {arr.dtype.name}")
+        if list(arr.shape) != meta.shape:
+            raise ValueError(f"input '{meta.name}' must have shape {meta.shape}, got {list(arr.shape)}")
+        return arr
 
     def run(self, output_names, input_feed):
         """Run once; returns the requested outputs (all when None) as numpy arrays."""
         self._bind(input_feed)
         _check(_lib.cb_session_run(self._session))
+        if output_names is None:
+            return [v.copy() for v in self._out_views]  # one copy, straight out of the session's arena
         names = [o.name for o in self._outputs]
-        wanted = names if output_names is None else list(output_names)
-        result = []
-        for name in wanted:
-            if name not in names:
-                raise ValueError(f"unknown output name '{name}'; the model's outputs are {names}")
-            k = names.index(name)
-            meta = self._outputs[k]
-            ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
-            _check(_lib.cb_session_get_output(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
-            # one copy, straight out of the session's arena
-            raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
-            result.append(np.frombuffer(raw, dtype=meta.dtype).reshape(meta.shape).copy())
-        return result
+        unknown = [n for n in output_names if n not in names]
+        if unknown:
+            raise ValueError(f"unknown output name '{unknown[0]}'; the model's outputs are {names}")
+        return [self._out_views[names.index(n)].copy() for n in output_names]
 
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with

@@ -205,6 +205,17 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
   return CB_OK;
 }
 
+cb_status cb_session_input_buffer(cb_session* s, size_t index, void** out_data, size_t* out_nbytes) {
+  if (!s || !out_data || !out_nbytes) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
+  const cb_model* m = &s->bundle->model;
+  if (index >= m->ninputs)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input index %zu out of range (%u inputs)", index, m->ninputs);
+  const cb_tensor_desc* d = &m->tensors[m->inputs[index]];
+  *out_data = s->arena + d->arena_offset;
+  *out_nbytes = (size_t)d->nbytes;
+  return CB_OK;
+}
+
 cb_status cb_session_get_output(const cb_session* s, size_t index, const void** out_data, size_t* out_nbytes) {
   if (!s || !out_data || !out_nbytes) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
   const cb_model* m = &s->bundle->model;
