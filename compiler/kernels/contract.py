@@ -69,14 +69,51 @@ class DenseSpec:
     # model's int8): x = in_scale * q with q + in_shift in [0, 255]; 0: any x
     in_scale: float = 0.0
     in_shift: int = 0
+    # x [*batch, K] whose leading axes are not all units (a batch of
+    # sequences): its m = prod(batch) rows taken flat, as they lie in memory
+    batch: tuple = ()
 
     @property
     def input_shape(self):
-        return (1,) * self.lead + (self.m, self.k)
+        return self.batch + (self.k,) if self.batch else (1,) * self.lead + (self.m, self.k)
 
     @property
     def output_shape(self):
-        return (1,) * self.lead + (self.m, self.n)
+        return self.batch + (self.n,) if self.batch else (1,) * self.lead + (self.m, self.n)
+
+    def x_row(self, i):
+        """x's index (without its K axis) of flat row `i`."""
+        if not self.batch:
+            return (0,) * self.lead + (i,)
+        index = []
+        for d in reversed(self.batch):
+            index.append(i % d if d > 1 else 0)
+            i = i // d
+        return tuple(reversed(index))
+
+    def row_block(self, mb):
+        """Whether mb rows (from a multiple of mb) are a box of x's leading
+        axes: a block of rows that crossed a batch boundary part-way would
+        need an output region that is no box (its epilogue cannot follow
+        it)."""
+        if self.m % mb:
+            return False
+        for d in reversed(self.batch):
+            if mb <= d:
+                return d % mb == 0
+            if mb % d:
+                return False
+            mb //= d
+        return True
+
+    def out_row(self, ix):
+        """The flat row of output index `ix` (without its N axis)."""
+        if not self.batch:
+            return ix[-1]
+        row = 0
+        for d, v in zip(self.batch, ix):
+            row = row * d + v
+        return row
 
     @property
     def weight_shape(self):

@@ -33,16 +33,15 @@ class PackedGemm(Variant):
         nb = params["nb"]
         k = te.reduce_axis((0, spec.k), "k")
         np_ = (spec.n + nb - 1) // nb * nb
-        lead = (0,) * spec.lead
-        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[lead + (i, k)] * wt[j // nb, k, j % nb], axis=k),
-                            name=ANCHOR)
-        return te.compute(spec.output_shape, lambda *ix: anchor[ix[-2], ix[-1]], name="cb_out")
+        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[spec.x_row(i) + (k,)] * wt[j // nb, k, j % nb],
+                                                                 axis=k), name=ANCHOR)
+        return te.compute(spec.output_shape, lambda *ix: anchor[spec.out_row(ix[:-1]), ix[-1]], name="cb_out")
 
     def space(self, spec):
         # rows must divide m (no row padding); a single row (a classifier)
         # streams the weights once, so its blocks are a few vectors wide
         lanes = self.isa.lanes
-        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.m % mb == 0]
+        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.row_block(mb)]
         return [{"mb": mb, "nb": v * lanes} for mb, v in
                 ranked([(intensity(mb, v) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
 
@@ -103,11 +102,10 @@ class Int8Dot(Variant):
 
     def compute(self, spec, x, wt, params, scale):
         nb, kp = params["nb"], (spec.k + 3) // 4 * 4
-        lead = (0,) * spec.lead
         inv = 1.0 / spec.in_scale
 
         def integer(m, k):  # x / in_scale is an integer: rounding only removes fp32's error
-            q = tirx.round(x[lead + (m, tirx.min(k, spec.k - 1))] * inv) + float(spec.in_shift)
+            q = tirx.round(x[spec.x_row(m) + (tirx.min(k, spec.k - 1),)] * inv) + float(spec.in_shift)
             q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
             return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
         xq = te.compute((spec.m, kp), integer, name="cb_quant")
@@ -115,12 +113,12 @@ class Int8Dot(Variant):
         np_ = (spec.n + nb - 1) // nb * nb
         acc = te.compute((spec.m, np_), lambda i, j: te.sum(
             xq[i, k].astype("int32") * wt[j // nb, k // 4, j % nb, k % 4].astype("int32"), axis=k), name=ANCHOR)
-        return te.compute(spec.output_shape, lambda *ix: acc[ix[-2], ix[-1]].astype("float32") * scale[0, ix[-1]]
-                          + scale[1, ix[-1]], name="cb_out")
+        return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
+                          * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
 
     def space(self, spec):
         lanes = 16  # int32 lanes of one vpdpbusd
-        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.m % mb == 0]
+        blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.row_block(mb)]
         return [{"mb": mb, "nb": v * lanes} for mb, v in
                 ranked([(intensity(mb, v) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
 

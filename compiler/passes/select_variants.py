@@ -123,10 +123,11 @@ def _spec_of(call, op_name, w):
         return ConvSpec(xs[0], xs[1] * (ib or 1), xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
                         tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
                         int(a.groups), dtype, ib, ob)
-    # rows: x [M, K], or a batch-1 sequence [1, ..., 1, M, K]
-    if (w.ndim != 2 or len(xs) < 2 or any(d != 1 for d in xs[:-2]) or dtype != "float32"
-            or str(w.dtype) != dtype):
+    # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
+    if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None
+    if any(d != 1 for d in xs[:-2]):
+        return DenseSpec(int(np.prod(xs[:-1])), xs[-1], int(w.shape[1]), dtype, batch=tuple(xs[:-1]))
     return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
 
 

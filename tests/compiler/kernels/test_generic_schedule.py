@@ -11,7 +11,7 @@ import tvm
 from tvm import s_tir, te, topi
 
 from coldbrew.compiler.kernels import build as kb
-from coldbrew.compiler.kernels.schedule_util import generic
+from coldbrew.compiler.kernels.schedule_util import MIN_PARALLEL_WORK, generic
 from coldbrew.targets import resolve
 
 TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
@@ -40,7 +40,8 @@ def test_a_product_of_two_activations_is_register_blocked(target, b, m, k, n):
     out = te.compute((1, b, m, n), lambda a, h, i, j: te.sum(x[a, h, i, r] * y[a, h, r, j], axis=r), name="mm")
     func = scheduled(te.create_prim_func([x, y, out]), target)
     text = func.script()
-    assert 'scope="local"' in text and "T.vectorized" in text and "T.parallel" in text
+    assert 'scope="local"' in text and "T.vectorized" in text
+    assert ("T.parallel" in text) == (b * m * k * n >= MIN_PARALLEL_WORK)
     (a, c, _), got = run(func, target, [(1, b, m, k), (1, b, k, n), (1, b, m, n)])
     np.testing.assert_allclose(got, a @ c, rtol=1e-5, atol=1e-5)
 
@@ -71,12 +72,33 @@ def test_a_whole_tensor_reduction_runs_in_parallel_chunks_of_vectors(target, red
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
 def test_a_reduction_over_several_contiguous_axes_is_vectorized_per_lane(target):
     """A global pooling (a mean over H and W) as one reduced axis, per lane."""
-    x = te.placeholder((2, 24, 8, 16), name="x")
+    x = te.placeholder((2, 24, 16, 64), name="x")
     func = scheduled(te.create_prim_func([x, topi.sum(x, axis=(2, 3))]), target)
     text = func.script()
     assert "_rf" in text and "T.vectorized" in text and "T.parallel" in text
-    (a, _), got = run(func, target, [(2, 24, 8, 16), (2, 24)])
+    (a, _), got = run(func, target, [(2, 24, 16, 64), (2, 24)])
     np.testing.assert_allclose(got, a.sum(axis=(2, 3)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["relu", "softmax", "sum"])
+def test_a_layer_of_little_work_runs_on_one_thread_and_a_large_one_in_parallel(op):
+    """A pool launch and the data's move between cores cost more than a
+    small layer's work: below MIN_PARALLEL_WORK iterations no loop is
+    parallel; the same layer 16 times larger has one."""
+    target = TARGETS[0]
+    texts = {}
+    for rows in (8, 128):
+        x = te.placeholder((rows, 256), name="x")
+        y = {"relu": lambda: topi.nn.relu(x), "softmax": lambda: topi.nn.softmax(x),
+             "sum": lambda: topi.sum(x, axis=1)}[op]()
+        func = scheduled(te.create_prim_func([x, y]), target)
+        texts[rows] = func.script()
+        (a, _), got = run(func, target, [(rows, 256), tuple(int(d) for d in y.shape)])
+        want = {"relu": lambda: np.maximum(a, 0), "softmax": lambda: np.exp(a) / np.exp(a).sum(1, keepdims=True),
+                "sum": lambda: a.sum(1)}[op]()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert 8 * 256 < MIN_PARALLEL_WORK <= 128 * 256
+    assert "T.parallel" not in texts[8] and "T.parallel" in texts[128]
 
 
 def test_a_product_read_across_its_output_axis_is_not_vectorized_along_it():

@@ -132,3 +132,28 @@ def test_a_quantized_layer_multiplies_the_models_integers(kind, zero):
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = coldbrew.load(compile_model(m)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("shape", [(32, 1, 48), (4, 6, 48), (2, 3, 4, 48)])
+def test_a_batch_of_sequences_times_weights_is_a_dense_layer_over_its_rows(shape):
+    """x [*batch, K] @ w [K, N] whose leading axes are not all units (a
+    batch of sequences) gets a dense variant over its prod(batch) rows,
+    taken flat as they lie in memory, not the generic schedule."""
+    import coldbrew
+    from onnx import TensorProto, helper, numpy_helper
+
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((48, 40)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "bm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape[:-1] + (40,))],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data = compile_model(m)
+    variants = [(st.variant or b"").decode() for st in read_bytes(data)[0].plan.steps]
+    assert any(v.startswith("dense.") for v in variants), variants
+    x = rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], x @ w, rtol=1e-4, atol=1e-4)
