@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from harness.common import geomean, host_isa, median_ms, ort_session, zoo
 from harness import units as U
@@ -104,10 +105,14 @@ def layer_rows(model, x, target, threads, rounds=3):
         row["coldbrew_ms"], row["ort_ms"] = interleaved_ms([lambda: cb.run(None, feeds), lambda: ort.run(None, feeds)],
                                                            rounds, per_round)
         row["ratio"] = row["coldbrew_ms"] / row["ort_ms"]
+        time.sleep(0.2)  # onnxruntime's threads go idle (interleaved_ms's pause), then a settled traced run
+        for _ in range(3):
+            cb.run(None, feeds)
+        row["steps"] = [[layer, variant or "generic", ms] for _, layer, variant, ms in layer_times(cb.trace())]
     return list(rows.values())
 
 
-def print_rows(rows, title):
+def print_rows(rows, title, steps=False):
     print(f"{'kind':<15} {'layer':<34} {'shapes':<40} {'n':>3} {'coldbrew':>9} {'ort':>9} {'ratio':>6}  variants")
     for r in rows:
         if "error" in r:
@@ -116,6 +121,8 @@ def print_rows(rows, title):
             continue
         print(f"{r['kind']:<15} {r['label'][:34]:<34} {r['shape'][:40]:<40} {r['count']:>3} {r['coldbrew_ms']:>8.3f}m "
               f"{r['ort_ms']:>8.3f}m {r['ratio']:>5.2f}x  {','.join(r['variants'])}")
+        for layer, variant, ms in r["steps"] if steps else ():
+            print(f"{'':<15} {'':<34} {layer + ' ' + variant:<40} {'':>3} {ms:>8.3f}m")
     summary(rows, title)
 
 
@@ -202,6 +209,7 @@ def main():
     ap.add_argument("model", nargs="*")
     ap.add_argument("--corpus", action="store_true", help="every fetched corpus model (or those named)")
     ap.add_argument("--candidates", action="store_true", help="also every variant of each conv / dense / cell layer")
+    ap.add_argument("--steps", action="store_true", help="each layer's steps in coldbrew (a traced warm run), slowest first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", default="host", help="code built for this target, run on this machine")
     ap.add_argument("--json", help="write the rows here")
@@ -220,7 +228,7 @@ def main():
         model, shapes, x = _model(args.model[0])
         rows = layer_rows(model, x, target, args.threads)
         if not args.quiet:
-            print_rows(rows, args.model[0])
+            print_rows(rows, args.model[0], args.steps)
         if args.candidates:
             candidates(model, shapes, target, args.threads)
     if args.json:

@@ -5,6 +5,7 @@ int8_dot      a quantized model's layer: its int8 weights times its activations'
               integers, 64 products per instruction (AVX-512 VNNI)
 """
 import numpy as np
+import tvm
 from tvm import te, tirx
 
 from .contract import ANCHOR, Variant, register
@@ -105,10 +106,19 @@ class Int8Dot(Variant):
         inv = 1.0 / spec.in_scale
 
         def integer(m, k):  # x / in_scale is an integer: rounding only removes fp32's error
-            q = tirx.round(x[spec.x_row(m) + (tirx.min(k, spec.k - 1),)] * inv) + float(spec.in_shift)
-            q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
+            v = x[spec.x_row(m) + (tirx.min(k, spec.k - 1),)]
+            if x.dtype == "int8":  # the model's integers themselves (select_variants): q - zero + shift = q + 128
+                q = tirx.Cast("uint8", v.astype("int32") + 128)
+            elif x.dtype == "uint8":
+                q = v
+            else:
+                q = tirx.round(v * inv) + float(spec.in_shift)
+                q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
             return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
-        xq = te.compute((spec.m, kp), integer, name="cb_quant")
+        if x.dtype == "uint8" and kp == spec.k:  # the model's uint8 read in place
+            xq = te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
+        else:
+            xq = te.compute((spec.m, kp), integer, name="cb_quant")
         k = te.reduce_axis((0, kp), "k")
         np_ = (spec.n + nb - 1) // nb * nb
         acc = te.compute((spec.m, np_), lambda i, j: te.sum(
@@ -125,6 +135,9 @@ class Int8Dot(Variant):
     def schedule(self, sch, block, spec, params):
         mb, nb = params["mb"], params["nb"]
         quant = sch.get_producers(block)[0]
+        in_place = _reads_uint8_in_place(sch.get(quant))
+        if in_place:
+            sch.compute_inline(quant)
         i, j, k = sch.get_loops(block)
         io, ii = sch.split(i, [None, mb])
         jo, ji = sch.split(j, [None, nb])
@@ -138,6 +151,8 @@ class Int8Dot(Variant):
         sch.unroll(jv)
         sch.decompose_reduction(block, ko)
         sch.annotate(sch.blockize(j16), INT8_DOT, 1)
+        if in_place:
+            return
         m, kq = sch.get_loops(quant)
         sch.parallel(m)
         _, kv = sch.split(kq, [None, self.isa.lanes])
@@ -162,6 +177,13 @@ def int8_dot_factors(spec, w, w_scale):
     s = spec.in_scale * np.asarray(w_scale, np.float64)
     colsum = np.asarray(w, np.int64).sum(axis=0)
     return np.stack([s, -spec.in_shift * colsum * s]).astype(np.float32)
+
+
+def _reads_uint8_in_place(block):
+    """Whether Int8Dot's row block only copies the model's uint8 (no cast,
+    no padding): then the products read them where they lie."""
+    store = block.body
+    return isinstance(store, tirx.stmt.BufferStore) and isinstance(store.value, tvm.ir.TensorLoad)
 
 
 def _vpdpbusd(block):

@@ -57,7 +57,7 @@ def auto_variant(spec, isa):
     """The default variant of a layer for the vector unit `isa`, when neither
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
-        return "dense.int8_dot" if spec.in_scale and isa.int8_dot else "dense.packed_gemm"
+        return "dense.int8_dot" if get("dense.int8_dot", isa).applies(spec) else "dense.packed_gemm"
     if isinstance(spec, RecurrentSpec):
         return "recurrent.int8_dot" if spec.int8_weights and isa.int8_dot else "recurrent.packed"
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
@@ -172,6 +172,20 @@ def _on_grid(spec, x, w, binding, own_scales):
     return dataclasses.replace(spec, in_scale=scale, in_shift=shift)
 
 
+def _integers(x, binding):
+    """The 8-bit integers under an integer variant's input (the cast or
+    DequantizeLinear _on_grid found): the kernel reads them, not the floats
+    made of them (a quarter of the bytes, no conversion pass)."""
+    import tvm
+    from tvm import relax
+
+    call = binding(x) if isinstance(x, relax.Var) else None
+    if (isinstance(call, relax.Call) and str(call.args[0].ty.dtype) in ("int8", "uint8")
+            and any(call.op.same_as(tvm.ir.Op.get(f"relax.{op}")) for op in ("astype", "dequantize"))):
+        return call.args[0]
+    return x
+
+
 def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/measure/tune.py's result, or None) supplies measured choices.
@@ -236,7 +250,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             scale = [a.scale] if a.scale is not None else []
-            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), call.args[0], a.const, *scale,
+            x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
+            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), x, a.const, *scale,
                                          primfunc_name_hint=f"cb{a.index}_{short}")
 
         def transform(self):

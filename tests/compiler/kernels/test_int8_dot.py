@@ -29,9 +29,9 @@ def _case(spec, seed=0):
     return x, w, w_scale, exact.reshape(spec.output_shape)
 
 
-def _funcs(spec, params):
+def _funcs(spec, params, x_dtype=None):
     v = get("dense.int8_dot", vnni_target().vector if not HOST.vector.int8_dot else HOST.vector)
-    return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, params), v, spec, params),
+    return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, params, x_dtype=x_dtype), v, spec, params),
                "tr": kb.transform_func(v, spec, params)}
 
 
@@ -54,6 +54,35 @@ def test_int8_dot_matches_the_exact_product_on_the_host(spec):
     dev = tvm.cpu()
     for params in v.space(spec):
         _, funcs = _funcs(spec, params)
+        lib = kb.build(funcs, HOST)
+        packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
+        lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
+        out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
+        lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
+                   tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
+        np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max(), err_msg=str(params))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+def test_int8_dot_reads_the_models_integers(spec, x_dtype):
+    """Given the 8-bit integers under the grid (a cast's or a
+    DequantizeLinear's input: q - zero + shift = q for uint8, q + 128 for
+    int8) instead of their floats: the same exact product; uint8 rows whose
+    K is a multiple of 4 are read in place (no row pass)."""
+    v = get("dense.int8_dot", HOST.vector)
+    if not HOST.vector.int8_dot:
+        assert not v.applies(spec)
+        return
+    _, w, w_scale, exact = _case(spec)
+    rng = np.random.default_rng(0)
+    u8 = rng.integers(-spec.in_shift, 256 - spec.in_shift, (spec.m, spec.k)) + spec.in_shift  # _case's q + shift
+    x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    dev = tvm.cpu()
+    for params in v.space(spec)[:2]:
+        _, funcs = _funcs(spec, params, x_dtype)
+        in_place = x_dtype == "uint8" and spec.k % 4 == 0
+        assert ("cb_quant" in funcs["exe"].script()) != in_place
         lib = kb.build(funcs, HOST)
         packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
         lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
