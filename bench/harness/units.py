@@ -96,20 +96,31 @@ def _written_out_norm(r, nodes, producer, consumers, inits):
                                                             and nodes[p].input[0] == nodes[p].input[1])):
             return None
         start, src, mine = r, nodes[p].input[0], [p, r]
-    end, frontier = None, [start]
-    while frontier and end is None:
+    end, frontier, seen = None, [start], set(mine)
+    while frontier:  # the elementary operators after the start, the first division of src by something the end
         for c in (c for o in nodes[frontier.pop(0)].output for c in consumers[o]):
             n = nodes[c]
-            if n.op_type not in _NORM_STEPS or c in mine:
+            if n.op_type not in _NORM_STEPS or c in seen:
                 continue
-            mine.append(c)
-            if n.op_type in ("Div", "Mul") and src in n.input and n.input[0] != n.input[1]:
+            seen.add(c)
+            if end is None and n.op_type in ("Div", "Mul") and src in n.input and n.input[0] != n.input[1]:
                 end = c
-                break
-            frontier.append(c)
-        if len(mine) > _MAX_NORM_NODES:
-            return None
-    if end is None or sum(nodes[m].op_type == "ReduceMean" for m in mine) < (2 if sub is not None else 1):
+            elif c != end:
+                frontier.append(c)
+        if len(seen) > 3 * _MAX_NORM_NODES:
+            break
+    if end is None:
+        return None
+    producer_in = {o: k for k in seen for o in nodes[k].output}
+    back, mine = [end], set(mine) | {end}  # the nodes on a path to the end
+    while back:
+        for i in nodes[back.pop()].input:
+            k = producer_in.get(i)
+            if k is not None and k not in mine:
+                mine.add(k)
+                back.append(k)
+    mine = sorted(mine)
+    if len(mine) > _MAX_NORM_NODES or sum(nodes[m].op_type == "ReduceMean" for m in mine) < (2 if sub is not None else 1):
         return None
     for op in ("Mul", "Add"):  # the scale and shift
         after = consumers[nodes[end].output[0]]

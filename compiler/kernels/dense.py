@@ -103,22 +103,7 @@ class Int8Dot(Variant):
 
     def compute(self, spec, x, wt, params, scale):
         nb, kp = params["nb"], (spec.k + 3) // 4 * 4
-        inv = 1.0 / spec.in_scale
-
-        def integer(m, k):  # x / in_scale is an integer: rounding only removes fp32's error
-            v = x[spec.x_row(m) + (tirx.min(k, spec.k - 1),)]
-            if x.dtype == "int8":  # the model's integers themselves (select_variants): q - zero + shift = q + 128
-                q = tirx.Cast("uint8", v.astype("int32") + 128)
-            elif x.dtype == "uint8":
-                q = v
-            else:
-                q = tirx.round(v * inv) + float(spec.in_shift)
-                q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
-            return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
-        if x.dtype == "uint8" and kp == spec.k:  # the model's uint8 read in place
-            xq = te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
-        else:
-            xq = te.compute((spec.m, kp), integer, name="cb_quant")
+        xq = _integer_rows(spec, x, kp)
         k = te.reduce_axis((0, kp), "k")
         np_ = (spec.n + nb - 1) // nb * nb
         acc = te.compute((spec.m, np_), lambda i, j: te.sum(
@@ -134,10 +119,7 @@ class Int8Dot(Variant):
 
     def schedule(self, sch, block, spec, params):
         mb, nb = params["mb"], params["nb"]
-        quant = sch.get_producers(block)[0]
-        in_place = _reads_uint8_in_place(sch.get(quant))
-        if in_place:
-            sch.compute_inline(quant)
+        rows = _rows_pass(sch, sch.get_producers(block)[0], self.isa.lanes)
         i, j, k = sch.get_loops(block)
         io, ii = sch.split(i, [None, mb])
         jo, ji = sch.split(j, [None, nb])
@@ -151,19 +133,14 @@ class Int8Dot(Variant):
         sch.unroll(jv)
         sch.decompose_reduction(block, ko)
         sch.annotate(sch.blockize(j16), INT8_DOT, 1)
-        if in_place:
-            return
-        m, kq = sch.get_loops(quant)
-        sch.parallel(m)
-        _, kv = sch.split(kq, [None, self.isa.lanes])
-        sch.vectorize(kv)
+        rows()
 
     def finish(self, func):
         return func.with_body(_rewritten(func.body, _vpdpbusd))
 
 
 def reference(spec, x, w, scale):
-    """numpy: Int8Dot's output from x on its grid, int8 w [K, N] and the
+    """numpy: Int8Dot's (and Int8DotK's) output from x on its grid, int8 w [K, N] and the
     [2, N] factors, the sums exact."""
     q = np.rint(np.asarray(x, np.float64).reshape(spec.m, spec.k) / spec.in_scale) + spec.in_shift
     acc = q @ np.asarray(w, np.float64)
@@ -188,33 +165,54 @@ def _reads_uint8_in_place(block):
 
 def _vpdpbusd(block):
     """A blockized 16 x 4 update (C[n] += u8 A[k] x s8 B[n, k]) as one
-    vpdpbusd: the four A bytes broadcast, the 64 B bytes one load."""
+    vpdpbusd: the four A bytes broadcast (or, where A moves with the lane,
+    Int8DotK's, its 64 bytes one load), the 64 B bytes one load."""
+    loop_n = block.body
+    realize = loop_n.body.body
+    store = realize.block.body
+    first, second = (_at(block, n) for n in (0, 1))  # the element at k = 0 and n = 0, 1
+    loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
+    a = next(t for t in loads if t.source.dtype == "uint8")
+    b = next(t for t in loads if t.source.dtype == "int8")
+    along = any(_nonzero(p - q) for p, q in zip(first(a.indices), second(a.indices)))
+    c = first(store.indices)
+    dot = vpdpbusd(store.buffer.vload(c, "int32x16"), a.source.vload(first(a.indices), "uint8x64" if along
+                                                                      else "uint8x4"),
+                   b.source.vload(first(b.indices), "int8x64"))
+    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
+
+
+def _nonzero(expr):
+    from tvm.sym.analyzer import Analyzer
+
+    d = Analyzer().simplify(expr)
+    return not (isinstance(d, tirx.IntImm) and d.value == 0)
+
+
+def _at(block, n):
+    """Simplifies an index of a blockized 16 x 4 update's body at lane n, k 0."""
     from tvm.sym.analyzer import Analyzer
 
     loop_n = block.body
     loop_k = loop_n.body
     realize = loop_k.body
     ana = Analyzer()
-    ana.bind(loop_n.loop_var, 0)
+    ana.bind(loop_n.loop_var, n)
     ana.bind(loop_k.loop_var, 0)
     for iv, value in zip(realize.block.iter_vars, realize.iter_values):
         ana.bind(iv.var, ana.simplify(value))
-    store = realize.block.body
-    first = lambda index: [ana.simplify(e) for e in index]  # noqa: E731  (the element at n = k = 0)
-    loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
-    a = next(t for t in loads if t.source.dtype == "uint8")
-    b = next(t for t in loads if t.source.dtype == "int8")
-    c = first(store.indices)
-    dot = vpdpbusd(store.buffer.vload(c, "int32x16"), a.source.vload(first(a.indices), "uint8x4"),
-                   b.source.vload(first(b.indices), "int8x64"))
-    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
+    return lambda index: [ana.simplify(e) for e in index]
 
 
 def vpdpbusd(acc, four, weights):
     """acc (int32x16) plus, in each lane, the four u8 `four` (uint8x4,
-    broadcast to every lane) times that lane's four s8 of `weights` (int8x64):
-    one AVX-512 VNNI instruction (the integer variants' only one)."""
-    four = tirx.reinterpret("int8x64", tirx.Broadcast(tirx.reinterpret("int32", four), 16))
+    broadcast to every lane; or uint8x64, four per lane) times that lane's
+    four s8 of `weights` (int8x64): one AVX-512 VNNI instruction (the
+    integer variants' only one)."""
+    if str(four.ty) == "uint8x64":
+        four = tirx.reinterpret("int8x64", four)
+    else:
+        four = tirx.reinterpret("int8x64", tirx.Broadcast(tirx.reinterpret("int32", four), 16))
     return tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, four, weights)
 
 
@@ -244,3 +242,95 @@ def _rewritten(stmt, body_of):
 
 
 register(Int8Dot.name, Int8Dot)
+
+
+def _integer_rows(spec, x, kp):
+    """x's rows as the u8 integers an integer variant multiplies, K padded
+    with zeros to kp: the model's uint8 themselves where no padding is
+    needed (the products then read them in place), its int8 plus 128, or
+    floats on the grid turned back into q + in_shift."""
+    if x.dtype == "uint8" and kp == spec.k:
+        return te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
+    inv = 1.0 / spec.in_scale
+
+    def integer(m, k):  # x / in_scale is an integer: rounding only removes fp32's error
+        v = x[spec.x_row(m) + (tirx.min(k, spec.k - 1),)]
+        if x.dtype == "int8":  # the model's integers themselves (select_variants): q - zero + shift = q + 128
+            q = tirx.Cast("uint8", v.astype("int32") + 128)
+        elif x.dtype == "uint8":
+            q = v
+        else:
+            q = tirx.round(v * inv) + float(spec.in_shift)
+            q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
+        return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
+    return te.compute((spec.m, kp), integer, name="cb_quant")
+
+
+def _rows_pass(sch, quant, lanes):
+    """Schedule the row pass; in place (a copy of the model's uint8) it is
+    inlined into the products instead. Returns the function that schedules
+    what is left once the products are scheduled (an inlined producer must
+    go before the products are blockized)."""
+    if _reads_uint8_in_place(sch.get(quant)):
+        sch.compute_inline(quant)
+        return lambda: None
+
+    def rest():
+        m, kq = sch.get_loops(quant)
+        sch.parallel(m)
+        _, kv = sch.split(kq, [None, lanes])
+        sch.vectorize(kv)
+    return rest
+
+
+class Int8DotK(Variant):
+    """Int8Dot for layers of few outputs (under one instruction's 16): the
+    products run along K instead, each vpdpbusd multiplying 64 bytes of a
+    row by the 64 matching weight bytes of one output into 16 partial sums,
+    added up once per output at the end (an attention score of one output
+    over many rows reads each row once). Weights packed [N, K padded to 64]."""
+
+    name = "dense.int8_dot_k"
+    op = "dense"
+    integer = True
+
+    def applies(self, spec):
+        return self.isa.int8_dot and spec.in_scale > 0 and spec.n < 16
+
+    def transformed_shape(self, spec, params):
+        return (spec.n, (spec.k + 63) // 64 * 64)
+
+    def transform(self, spec, params):
+        return lambda w: te.compute(self.transformed_shape(spec, params), lambda j, k: tirx.if_then_else(
+            k < spec.k, w[tirx.min(k, spec.k - 1), j], tirx.const(0, w.dtype)), name="cb_pack")
+
+    def compute(self, spec, x, wt, params, scale):
+        kp = self.transformed_shape(spec, params)[1]
+        xq = _integer_rows(spec, x, kp)
+        ko, t = te.reduce_axis((0, kp // 64), "ko"), te.reduce_axis((0, 4), "t")
+        part = te.compute((spec.m, spec.n, 16), lambda i, j, lane: te.sum(
+            xq[i, ko * 64 + lane * 4 + t].astype("int32") * wt[j, ko * 64 + lane * 4 + t].astype("int32"),
+            axis=[ko, t]), name=ANCHOR)
+        lane = te.reduce_axis((0, 16), "lane")
+        acc = te.compute((spec.m, spec.n), lambda i, j: te.sum(part[i, j, lane], axis=lane), name="cb_lanes")
+        return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
+                          * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
+
+    def space(self, spec):
+        return [{}]
+
+    def schedule(self, sch, block, spec, params):
+        rows = _rows_pass(sch, sch.get_producers(block)[0], self.isa.lanes)
+        i, j, lane, ko, t = sch.get_loops(block)
+        sch.reorder(i, j, ko, lane, t)
+        sch.parallel(i)
+        attach_epilogue(sch, block, i, None)
+        sch.decompose_reduction(block, ko)
+        sch.annotate(sch.blockize(lane), INT8_DOT, 1)
+        rows()
+
+    def finish(self, func):
+        return func.with_body(_rewritten(func.body, _vpdpbusd))
+
+
+register(Int8DotK.name, Int8DotK)

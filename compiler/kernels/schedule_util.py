@@ -87,7 +87,8 @@ def attach_epilogue(sch, out_block, loop, lanes):
     Intermediate epilogue blocks are inlined into the last one, which is
     computed per tile right after the tile is produced; the tile itself then
     lives in local memory. Without an epilogue, a local cache of the tile is
-    written back per tile instead."""
+    written back per tile instead. `lanes` None: the last block is not
+    vectorized (its loops are the tile loop's: one output at a time)."""
     order = [b for b in blocks_in_order(sch)]
     names = [block_name(sch, b) for b in order]
     idx = names.index(block_name(sch, out_block))
@@ -106,7 +107,8 @@ def attach_epilogue(sch, out_block, loop, lanes):
         last = sch.cache_write(out_block, 0, "local")
         # the write-back block is the consumer now; move it under the tile
         sch.reverse_compute_at(last, loop)
-    vectorize_inner(sch, last, lanes)
+    if lanes:
+        vectorize_inner(sch, last, lanes)
     return last
 
 
@@ -156,9 +158,10 @@ def _extent(sch, loop):
 MIN_PARALLEL_WORK = 32768
 
 
-def _parallel(sch, block, loop):
-    """Run `loop` in parallel unless `block` is too little work for it."""
-    ext = [_extent(sch, lp) for lp in sch.get_loops(block)]
+def _parallel(sch, block, loop, work=None):
+    """Run `loop` in parallel unless `block` (of `work` iterations, where
+    given) is too little work for it."""
+    ext = [_extent(sch, lp) for lp in sch.get_loops(block)] if work is None else [work]
     if None in ext or _product(ext) >= MIN_PARALLEL_WORK:
         sch.parallel(loop)
 
@@ -351,7 +354,12 @@ def generic_block(sch, block, lanes):
     elementwise = spatial == len(loops)
     inner = loops[spatial - 1]
     outer = list(loops[:spatial - 1])
-    if elementwise and extents[spatial - 1] % lanes == 0 and extents[spatial - 1] >= lanes:
+    ext = extents[spatial - 1]
+    if elementwise and ext >= 2 * lanes and ext % lanes:
+        # whole vectors, then the last few values on their own (a row of 6,625)
+        inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
+        ext = ext // lanes * lanes
+    if elementwise and ext % lanes == 0 and ext >= lanes:
         io, iv = sch.split(inner, [None, lanes])
         sch.vectorize(iv)
         if not outer:
@@ -359,4 +367,4 @@ def generic_block(sch, block, lanes):
     if not outer:
         outer = [inner]
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    _parallel(sch, block, par)
+    _parallel(sch, block, par, _product(extents))

@@ -45,9 +45,57 @@ def _polynomial(name):
     def legalize(bb, call):
         x = call.args[0]
         extra = [int(call.attrs.axis)] if name == "softmax" else []
+        if name == "softmax" and _ragged_rows(x, extra[0]):
+            return bb.call_te(_row_softmax_te, x, primfunc_name_hint=name)
         return bb.call_te(fast if str(x.ty.dtype) == "float32" else exact, x, *extra, primfunc_name_hint=name)
 
     return legalize
+
+
+VECTOR_ROW = 16  # a row reduction's vectors are whole for every target's lanes (4, 8, 16)
+
+
+def _ragged_rows(x, axis):
+    """A float32 softmax over a last axis of several vectors and a few
+    values more (6,625 classes): _row_softmax_te's."""
+    shape = [int(d) for d in x.ty.shape.values]
+    n = shape[-1]
+    return str(x.ty.dtype) == "float32" and axis in (-1, len(shape) - 1) and n >= 2 * VECTOR_ROW and n % VECTOR_ROW
+
+
+def _row_softmax_te(x, log=False):
+    """Softmax (or log-softmax) over the last axis whose row is q whole
+    vectors and r < 16 values more: each row's max and sum reduce the
+    whole vectors (the generic schedule's per-lane row reduction) and the
+    r values apart, then combine the two; exp as topi.fast_exp."""
+    from tvm import te, tirx, topi
+
+    lead, n = list(x.shape[:-1]), int(x.shape[-1])
+    q = n // VECTOR_ROW * VECTOR_ROW
+
+    def reduced(value, combine, name):
+        k, t = te.reduce_axis((0, q), "k"), te.reduce_axis((q, n), "t")
+        body = te.compute(lead, lambda *i: combine(value(i, k), axis=k), name=f"cb_{name}_vectors")
+        tail = te.compute(lead, lambda *i: combine(value(i, t), axis=t), name=f"cb_{name}_rest")
+        return body, tail
+
+    mb, mt = reduced(lambda i, k: x[i + (k,)], te.max, "max")
+    m = te.compute(lead, lambda *i: tirx.max(mb[i], mt[i]), name="cb_max")
+    e = topi.fast_exp(te.compute(x.shape, lambda *i: x[i] - m[i[:-1]], name="cb_shifted"))
+    sb, st = reduced(lambda i, k: e[i + (k,)], te.sum, "sum")
+    if log:
+        return te.compute(x.shape, lambda *i: x[i] - m[i[:-1]] - tirx.log(sb[i[:-1]] + st[i[:-1]]),
+                          name="cb_log_softmax")
+    return te.compute(x.shape, lambda *i: e[i] / (sb[i[:-1]] + st[i[:-1]]), name="cb_softmax")
+
+
+def _legalize_log_softmax(bb, call):
+    x = call.args[0]
+    if _ragged_rows(x, int(call.attrs.axis)):
+        return bb.call_te(lambda v: _row_softmax_te(v, log=True), x, primfunc_name_hint="log_softmax")
+    from tvm import topi
+
+    return bb.call_te(topi.nn.log_softmax, x, int(call.attrs.axis), primfunc_name_hint="log_softmax")
 
 
 def apply(mod, cpu=True):
@@ -61,6 +109,7 @@ def apply(mod, cpu=True):
     from ..kernels.lower_sequential import legalize_cumsum, legalize_topk
 
     fast = {"relax.sigmoid": _legalize_sigmoid, "relax.nn.softmax": _polynomial("softmax"),
+            "relax.nn.log_softmax": _legalize_log_softmax,
             **{f"relax.{op}": _polynomial(op) for op in ("exp", "erf", "tanh")}}
     legalize = {"relax.image.resize2d": legalize_resize2d, "relax.cumsum": legalize_cumsum,
                 "relax.topk": legalize_topk, **(fast if cpu else {})}

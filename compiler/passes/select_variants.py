@@ -57,7 +57,8 @@ def auto_variant(spec, isa):
     """The default variant of a layer for the vector unit `isa`, when neither
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
-        return "dense.int8_dot" if get("dense.int8_dot", isa).applies(spec) else "dense.packed_gemm"
+        return next((v for v in ("dense.int8_dot", "dense.int8_dot_k") if get(v, isa).applies(spec)),
+                    "dense.packed_gemm")
     if isinstance(spec, RecurrentSpec):
         return "recurrent.int8_dot" if spec.int8_weights and isa.int8_dot else "recurrent.packed"
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
@@ -246,13 +247,12 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
                                            tuned=tuned))
                 return call
             a = next(a for a in self.anchors if a.id == anchor_id)
-            short = a.variant.name.split(".")[1]
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
-            scale = [a.scale] if a.scale is not None else []
             x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), x, a.const, *scale,
-                                         primfunc_name_hint=f"cb{a.index}_{short}")
+            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), x, a.const,
+                                         *([a.scale] if a.scale is not None else []),
+                                         primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
 
         def transform(self):
             for gv, func in self.mod_.functions.items():

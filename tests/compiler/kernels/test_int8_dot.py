@@ -108,3 +108,45 @@ def test_int8_dot_applies_only_on_a_grid_with_vnni():
     v = get("dense.int8_dot", vnni_target().vector)
     assert v.applies(SPECS[0]) and not v.applies(dataclasses.replace(SPECS[0], in_scale=0.0))
     assert not get("dense.int8_dot", resolve("x86_64-avx512").vector).applies(SPECS[0])
+
+
+K_SPECS = [DenseSpec(64, 512, 1, in_scale=1.0, in_shift=0, batch=(8, 8)), DenseSpec(7, 33, 5, in_scale=0.5, in_shift=3),
+           DenseSpec(6, 130, 15, in_scale=0.1, in_shift=128)]
+
+
+@pytest.mark.parametrize("spec", K_SPECS, ids=str)
+@pytest.mark.parametrize("x_dtype", [None, "uint8", "int8"])
+def test_int8_dot_k_matches_the_exact_product(spec, x_dtype):
+    """Layers of fewer outputs than a vpdpbusd's 16 lanes (an attention
+    score over many rows): products along K, 64 bytes of a row against 64
+    of an output's weights per instruction, the 16 partial sums added at
+    the end; from floats on the grid or from the model's integers."""
+    v = get("dense.int8_dot_k", HOST.vector)
+    assert not get("dense.int8_dot", HOST.vector).applies(spec)
+    if not HOST.vector.int8_dot:
+        assert not v.applies(spec)
+        return
+    x, w, w_scale, exact = _case(spec)
+    if x_dtype:
+        u8 = np.rint(x.reshape(spec.m, spec.k) / spec.in_scale).astype(np.int64) + spec.in_shift
+        x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    funcs = {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
+             "tr": kb.transform_func(v, spec, {})}
+    lib, dev = kb.build(funcs, HOST), tvm.cpu()
+    packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, {}), np.float32), dev)
+    lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
+    out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
+    lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
+               tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
+    np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
+
+
+def test_int8_dot_k_code_is_vpdpbusd_on_whole_rows(tmp_path):
+    """Each 16 x 4 update is one vpdpbusd (TVM selects none from the loops)."""
+    spec = K_SPECS[0]
+    v = get("dense.int8_dot_k", vnni_target().vector)
+    func = kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype="uint8"), v, spec, {})
+    so = tmp_path / "k.so"
+    kb.build({"exe": func}, vnni_target()).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert asm.count("vpdpbusd") >= 1
