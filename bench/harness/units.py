@@ -162,6 +162,18 @@ def captured(model, feeds, names):
     return values
 
 
+def constant_tensors(graph):
+    """The tensors computed from constants alone (a Constant's output, a
+    Transpose or DequantizeLinear of an initializer...): a compiler folds
+    them, so a layer alone gets them as constants too."""
+    const = {t.name for t in graph.initializer}
+    for n in graph.node:  # in topological order
+        subgraph = any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute)
+        if not subgraph and all(i in const for i in n.input if i):
+            const.update(o for o in n.output if o)
+    return const - {t.name for t in graph.initializer}
+
+
 def unit_model(model, unit, values):
     """(standalone ONNX model of `unit`, its feeds, a key naming its shapes):
     the model's initializers and Constant outputs and small integer values
@@ -171,7 +183,7 @@ def unit_model(model, unit, values):
 
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    const_nodes = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    const_nodes = constant_tensors(g)
     ins, outs = interface(g, unit)
     graph_inputs, consts, feeds, sig = [], [], {}, []
     for name in ins:

@@ -65,6 +65,55 @@ def expand(node, name, consts, shapes, opset):
     # rows of the full (uncropped) output to compute: through the last one kept
     end_h, end_w = (h - 1) * sh + kh + oph - pb, (wd - 1) * sw + kw + opw - pr
     qh, qw = max(h + mh - 1, -(-end_h // sh)), max(wd + mw - 1, -(-end_w // sw))
+    if mh == mw == 1 and w.shape[0] == groups == co and (qh, qw) == (h, wd):
+        nodes, inits = _per_channel(node, name, consts, w, (n, co, h, wd), (sh, sw))
+    else:
+        nodes, inits = _phases(node, name, consts, w, (n, h, wd), (sh, sw), (pt, pl, pb, pr), (qh, qw), groups)
+    full = f"{name}/full"
+    if opset < 10:  # Slice's bounds as attributes
+        nodes.append(helper.make_node("Slice", [full], [node.output[0]], name=f"{name}/crop", starts=[pt, pl],
+                                      ends=[end_h, end_w], axes=[2, 3]))
+        return nodes, inits
+    starts, ends = np.array([pt, pl], np.int64), np.array([end_h, end_w], np.int64)
+    inits += [numpy_helper.from_array(starts, f"{name}/crop_start"), numpy_helper.from_array(ends, f"{name}/crop_end"),
+              numpy_helper.from_array(np.array([2, 3], np.int64), f"{name}/crop_axes")]
+    nodes.append(helper.make_node("Slice", [full, f"{name}/crop_start", f"{name}/crop_end", f"{name}/crop_axes"],
+                                  [node.output[0]], name=f"{name}/crop"))
+    return nodes, inits
+
+
+def _per_channel(node, name, consts, w, shape, strides):
+    """A depthwise ConvTranspose whose kernel fits its stride (2 x 2,
+    stride 2: a learned upsampling) writes each input value, times one
+    weight per tap, to its own s x s block: x [n, c, h, 1, w, 1] times
+    w [1, c, 1, sh, 1, sw] (plus the bias), read as [n, c, h sh, w sw];
+    elementwise, no product of a zero."""
+    n, c, h, wd = shape
+    (sh, sw), (kh, kw) = strides, w.shape[2:]
+    taps = np.zeros((c, sh, sw), w.dtype)
+    taps[:, :kh, :kw] = w[:, 0]
+    inits = [numpy_helper.from_array(taps.reshape(1, c, 1, sh, 1, sw), f"{name}/taps"),
+             numpy_helper.from_array(np.array([n, c, h, 1, wd, 1], np.int64), f"{name}/spread"),
+             numpy_helper.from_array(np.array([n, c, h * sh, wd * sw], np.int64), f"{name}/rows")]
+    nodes = [helper.make_node("Reshape", [node.input[0], f"{name}/spread"], [f"{name}/x6"], name=f"{name}/spread"),
+             helper.make_node("Mul", [f"{name}/x6", f"{name}/taps"], [f"{name}/blocks"], name=f"{name}/taps")]
+    out = f"{name}/blocks"
+    if len(node.input) > 2 and node.input[2]:
+        b = numpy_helper.to_array(consts[node.input[2]]).reshape(1, c, 1, 1, 1, 1)
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(b), f"{name}/bias"))
+        nodes.append(helper.make_node("Add", [out, f"{name}/bias"], [f"{name}/biased"], name=f"{name}/bias"))
+        out = f"{name}/biased"
+    nodes.append(helper.make_node("Reshape", [out, f"{name}/rows"], [f"{name}/full"], name=f"{name}/full"))
+    return nodes, inits
+
+
+def _phases(node, name, consts, w, shape, strides, pads, q, groups):
+    """The phases' Conv, then the Reshape and Transpose that interleave
+    them into the rows and columns of the full output."""
+    n, h, wd = shape
+    (sh, sw), (qh, qw), (kh, kw) = strides, q, w.shape[2:]
+    co = w.shape[1] * groups
+    mh, mw = -(-kh // sh), -(-kw // sw)
     inits = [numpy_helper.from_array(phase_weights(w, (sh, sw), groups), f"{name}/phase_w")]
     conv_in = [node.input[0], inits[0].name]
     if len(node.input) > 2 and node.input[2]:
@@ -84,15 +133,6 @@ def expand(node, name, consts, shapes, opset):
                                perm=[0, 1, 4, 5, 2, 6, 3])]
     full = f"{name}/full"
     nodes.append(helper.make_node("Reshape", [f"{name}/shuffled", f"{name}/rows"], [full], name=full))
-    if opset < 10:  # Slice's bounds as attributes
-        nodes.append(helper.make_node("Slice", [full], [node.output[0]], name=f"{name}/crop", starts=[pt, pl],
-                                      ends=[end_h, end_w], axes=[2, 3]))
-        return nodes, inits
-    starts, ends = np.array([pt, pl], np.int64), np.array([end_h, end_w], np.int64)
-    inits += [numpy_helper.from_array(starts, f"{name}/crop_start"), numpy_helper.from_array(ends, f"{name}/crop_end"),
-              numpy_helper.from_array(np.array([2, 3], np.int64), f"{name}/crop_axes")]
-    nodes.append(helper.make_node("Slice", [full, f"{name}/crop_start", f"{name}/crop_end", f"{name}/crop_axes"],
-                                  [node.output[0]], name=f"{name}/crop"))
     return nodes, inits
 
 

@@ -308,10 +308,14 @@ def reduction_block(sch, block, lanes, registers):
     spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
     ext = [_extent(sch, lp) for lp in loops]
     if (spatial == 0 or spatial == len(kinds) or len(loops) != len(kinds) or any(k != 2 for k in kinds[spatial:])
-            or None in ext or ext[spatial - 1] % lanes):
+            or None in ext or ext[spatial - 1] < lanes):
         return False
     if not _read_along(sch, block, spatial - 1):
         return False  # vectors along it would gather (a reduction over the contiguous axis: row_reduction_block)
+    if ext[spatial - 1] % lanes:  # a row of whole vectors and a few values more (100 keys): padded to whole vectors
+        sch.pad_einsum(block, [1] * (spatial - 1) + [lanes] + [1] * (len(kinds) - spatial))
+        loops = sch.get_loops(block)
+        ext = [_extent(sch, lp) for lp in loops]
     nv = next(v for v in (4, 3, 2, 1) if ext[spatial - 1] % (v * lanes) == 0)
     rows = ext[spatial - 2] if spatial >= 2 else 1
     mb = next(m for m in (16, 12, 8, 6, 4, 3, 2, 1) if rows % m == 0 and m * nv + nv + 2 <= registers)

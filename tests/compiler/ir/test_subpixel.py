@@ -60,3 +60,20 @@ def test_what_it_does_not_rewrite_stays_a_deconvolution():
     model = deconv(dilations=(2, 2))
     legalized = front_end(model).proto
     assert [n.op_type for n in legalized.graph.node] == ["ConvTranspose"]
+
+
+@pytest.mark.parametrize("attrs", [{"k": (2, 2), "pads": (0, 0, 0, 0)}, {"k": (2, 2), "s": (3, 2), "bias": False,
+                                                                       "pads": (0, 0, 0, 0)},
+                                   {"k": (2, 2), "pads": (1, 0, 0, 1)}, {"k": (2, 2), "pads": (0, 0, 0, 0), "opset": 9}],
+                         ids=str)
+def test_a_depthwise_deconvolution_that_fits_its_stride_is_elementwise(attrs):
+    """A learned upsampling (depthwise, kernel within the stride): each
+    input value times one weight per tap into its own block, no Conv (whose
+    phases would be a grouped 1x1 convolution); what onnxruntime computes."""
+    model = deconv(c=8, co=8, group=8, h=6, w=9, **attrs)
+    x = np.random.default_rng(1).standard_normal((1, 8, 6, 9)).astype(np.float32)
+    expanded = subpixel.apply(model)
+    assert "Conv" not in [n.op_type for n in expanded.graph.node] and "Mul" in [n.op_type for n in expanded.graph.node]
+    model = deconv(c=8, co=8, group=8, h=6, w=9, **attrs)
+    np.testing.assert_allclose(coldbrew.load(compile_model(model)).run(None, {"x": x})[0], ort_run(model, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
