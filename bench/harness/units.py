@@ -198,7 +198,7 @@ def unit_model(model, unit, values):
     outputs = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(values[o].dtype), values[o].shape)
                for o in outs]
     graph = helper.make_graph(list(unit.nodes), f"unit_{unit.label}", graph_inputs, outputs, consts)
-    m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 4))  # 3 wants initializers as inputs too
     ops = [(n.op_type, sorted((a.name, str(helper.get_attribute_value(a))) for a in n.attribute
                               if a.type != a.GRAPH)) for n in unit.nodes]
     return m, feeds, json.dumps([ops, sig])

@@ -38,6 +38,9 @@ ops.check_static to name):
 - LpNormalization: x / ReduceL1 or ReduceL2 of x along the axis (0 where
   the norm is 0).
 - EyeLike: the constant identity-like matrix of its input's static shape.
+- MaxPool of stride 1 with a large window (a detector's SPP block: 5 x 5 to
+  13 x 13): a column pool then a row pool (the max is separable; padding
+  counts as -inf in both), kh + kw comparisons per output, not kh x kw.
 - LayerNormalization asked for its Mean and InvStdDev outputs: computed
   from its parts (ReduceMean, Sub, Mul, Sqrt, Reciprocal), in float32 when
   stash_type asks for it.
@@ -563,6 +566,20 @@ def swish(model):
     rewrite(model, "Swish", expand)
 
 
+def separable_max_pool(model):
+    def expand(node, name, a, add_init):
+        k, pads = list(a.get("kernel_shape", [])), list(a.get("pads", [0, 0, 0, 0]))
+        if (len(k) != 2 or k[0] * k[1] < 9 or min(k) < 2 or any(s != 1 for s in a.get("strides", [1, 1]))
+                or any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+                or len([o for o in node.output if o]) != 1):
+            return [node]
+        return [helper.make_node("MaxPool", [node.input[0]], [f"{name}/columns"], name=f"{name}/columns",
+                                 kernel_shape=[k[0], 1], pads=[pads[0], 0, pads[2], 0]),
+                helper.make_node("MaxPool", [f"{name}/columns"], [node.output[0]], name=name,
+                                 kernel_shape=[1, k[1]], pads=[0, pads[1], 0, pads[3]])]
+    rewrite(model, "MaxPool", expand)
+
+
 def lp_normalization(model):
     types, _ = types_and_shapes(model)
 
@@ -789,7 +806,7 @@ DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, th
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
     (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer),
     (("MatMulInteger",), matmul_integer), (("Cast",), exact_casts), (("Celu",), celu), (("Swish",), swish),
-    (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like),
+    (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like), (("MaxPool",), separable_max_pool),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
     (("Resize",), resize_by_matrices), (("Pow",), pow_types)]
 

@@ -6,10 +6,11 @@ int8_dot      a quantized model's layer: its int8 weights times its activations'
 """
 import numpy as np
 import tvm
-from tvm import te, tirx
+from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, register
-from .schedule_util import attach_epilogue, intensity, padding_efficiency, ranked, register_blocks
+from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, padding_efficiency,
+                            ranked, register_blocks)
 
 
 class PackedGemm(Variant):
@@ -244,6 +245,27 @@ def _rewritten(stmt, body_of):
 register(Int8Dot.name, Int8Dot)
 
 
+def _epilogue_apart(sch, block, lanes):
+    """What follows `block` (the lanes' sums, the factors, FuseOps'
+    epilogue) as one pass over the outputs after it: its 16 partial sums
+    per output are a few bytes next to the rows it reads."""
+    after = blocks_in_order(sch)
+    after = after[[block_name(sch, b) for b in after].index(block_name(sch, block)) + 1:]
+    for b in after[:-1]:
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            pass
+    generic_block(sch, after[-1], lanes)
+
+
+def _tree_sum(values):
+    """values[0] + ... + values[-1] added pairwise (depth log2 n)."""
+    while len(values) > 1:
+        values = [values[k] + values[k + 1] if k + 1 < len(values) else values[k] for k in range(0, len(values), 2)]
+    return values[0]
+
+
 def _integer_rows(spec, x, kp):
     """x's rows as the u8 integers an integer variant multiplies, K padded
     with zeros to kp: the model's uint8 themselves where no padding is
@@ -311,8 +333,8 @@ class Int8DotK(Variant):
         part = te.compute((spec.m, spec.n, 16), lambda i, j, lane: te.sum(
             xq[i, ko * 64 + lane * 4 + t].astype("int32") * wt[j, ko * 64 + lane * 4 + t].astype("int32"),
             axis=[ko, t]), name=ANCHOR)
-        lane = te.reduce_axis((0, 16), "lane")
-        acc = te.compute((spec.m, spec.n), lambda i, j: te.sum(part[i, j, lane], axis=lane), name="cb_lanes")
+        acc = te.compute((spec.m, spec.n), lambda i, j: _tree_sum([part[i, j, lane] for lane in range(16)]),
+                         name="cb_lanes")  # a sum of 16 values, not a loop: no chain of 16 dependent adds
         return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
                           * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
 
@@ -324,8 +346,9 @@ class Int8DotK(Variant):
         i, j, lane, ko, t = sch.get_loops(block)
         sch.reorder(i, j, ko, lane, t)
         sch.parallel(i)
-        attach_epilogue(sch, block, i, None)
-        sch.decompose_reduction(block, ko)
+        _epilogue_apart(sch, block, self.isa.lanes)
+        init = sch.decompose_reduction(block, ko)
+        sch.vectorize(sch.get_loops(init)[-1])
         sch.annotate(sch.blockize(lane), INT8_DOT, 1)
         rows()
 

@@ -87,8 +87,7 @@ def attach_epilogue(sch, out_block, loop, lanes):
     Intermediate epilogue blocks are inlined into the last one, which is
     computed per tile right after the tile is produced; the tile itself then
     lives in local memory. Without an epilogue, a local cache of the tile is
-    written back per tile instead. `lanes` None: the last block is not
-    vectorized (its loops are the tile loop's: one output at a time)."""
+    written back per tile instead."""
     order = [b for b in blocks_in_order(sch)]
     names = [block_name(sch, b) for b in order]
     idx = names.index(block_name(sch, out_block))
@@ -107,8 +106,7 @@ def attach_epilogue(sch, out_block, loop, lanes):
         last = sch.cache_write(out_block, 0, "local")
         # the write-back block is the consumer now; move it under the tile
         sch.reverse_compute_at(last, loop)
-    if lanes:
-        vectorize_inner(sch, last, lanes)
+    vectorize_inner(sch, last, lanes)
     return last
 
 
@@ -308,7 +306,7 @@ def reduction_block(sch, block, lanes, registers):
     spatial = next((k for k, kind in enumerate(kinds) if kind != 0), len(kinds))
     ext = [_extent(sch, lp) for lp in loops]
     if (spatial == 0 or spatial == len(kinds) or len(loops) != len(kinds) or any(k != 2 for k in kinds[spatial:])
-            or None in ext or ext[spatial - 1] < lanes):
+            or None in ext or 2 * ext[spatial - 1] < lanes):  # padded to one vector: at most half wasted
         return False
     if not _read_along(sch, block, spatial - 1):
         return False  # vectors along it would gather (a reduction over the contiguous axis: row_reduction_block)

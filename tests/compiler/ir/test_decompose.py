@@ -273,3 +273,15 @@ def test_exact_sums_cast_back_to_float_skip_the_int32(bias):
     assert int32 and not [n for n in out.graph.node if n.op_type == "Cast" and n.input[0] in int32]
     y = a.astype(np.int64) @ b.astype(np.int64) + (np.floor(bb / np.float32(0.25)).astype(np.int64) if bias else 0)
     np.testing.assert_array_equal(coldbrew.load(compile_model(m)).run(None, {"a": a})[0], y.astype(np.float32) * 0.25)
+
+
+@pytest.mark.parametrize("kernel,pads", [((13, 13), (6, 6, 6, 6)), ((5, 3), (2, 0, 1, 1)), ((3, 3), (0, 0, 0, 0))])
+def test_a_large_stride_1_max_pool_is_a_column_pool_then_a_row_pool(kernel, pads):
+    """An SPP block's 13 x 13 window: 26 comparisons per output, not 169;
+    the max is separable and padding counts as -inf in both pools."""
+    h, w = 13 + 2, 13
+    m = one_node("MaxPool", [("x", F, [1, 3, h, w])],
+                 [1, 3, h + pads[0] + pads[2] - kernel[0] + 1, w + pads[1] + pads[3] - kernel[1] + 1],
+                 kernel_shape=list(kernel), pads=list(pads))
+    x = np.random.default_rng(3).standard_normal((1, 3, h, w)).astype(np.float32)
+    _check(m, {"x": x}, lambda n: n.op_type == "MaxPool" and list(n.attribute[0].ints) == list(kernel))

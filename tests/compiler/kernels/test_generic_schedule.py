@@ -33,10 +33,11 @@ def run(func, target, shapes):
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
-@pytest.mark.parametrize("b,m,k,n", [(4, 24, 40, 64), (1, 5, 7, 48), (2, 64, 100, 100), (1, 5, 7, 20)])
+@pytest.mark.parametrize("b,m,k,n", [(4, 24, 40, 64), (1, 5, 7, 48), (2, 64, 100, 100), (1, 5, 7, 20), (8, 40, 40, 15)])
 def test_a_product_of_two_activations_is_register_blocked(target, b, m, k, n):
     """Rows of whole vectors; a row of whole vectors and a few values more
-    (100 keys) is padded to whole vectors (pad_einsum) and blocked too."""
+    (100 keys), or of most of one (15), is padded to whole vectors
+    (pad_einsum) and blocked too."""
     x, y = te.placeholder((1, b, m, k), name="x"), te.placeholder((1, b, k, n), name="y")
     r = te.reduce_axis((0, k), "r")
     out = te.compute((1, b, m, n), lambda a, h, i, j: te.sum(x[a, h, i, r] * y[a, h, r, j], axis=r), name="mm")
