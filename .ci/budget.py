@@ -24,11 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # exact integer sums cast back to float, the model's own int8 read in place by streaming dense layers and
 # quantized cells; 12300 at stop 59: dense.int8_dot, a QDQ layer's integers multiplied by VNNI dot products,
 # and the finish rewrite that emits them; 12400 the same stop: recurrent.int8_dot, the quantized cell's integers;
-# 12450: the tuner's layers model of quantized layers; 12750 at stop 60: dense layers over a batch of sequences,
+# 12450: the tuner's layers model of quantized layers; 12800 at stop 60: dense layers over a batch of sequences,
 # dense.int8_dot_k and the integer variants reading the model's 8-bit integers, the generic schedule's rows that
 # are not whole vectors (partitioned, padded, a softmax's split reductions) and its one-thread small blocks, a
 # depthwise ConvTranspose as elementwise taps)
-BUDGET = {"compiler": 12750, "runtime": 5300}
+BUDGET = {"compiler": 12800, "runtime": 5300}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {
