@@ -35,6 +35,18 @@ def _funcs(spec, params, x_dtype=None):
                "tr": kb.transform_func(v, spec, params)}
 
 
+def _check(v, spec, params, funcs, x, w, w_scale, exact):
+    """Build `funcs` (the weights' transform "tr", the kernel "exe") for the
+    host, run them on x and int8 w, compare with the exact product."""
+    lib, dev = kb.build(funcs, HOST), tvm.cpu()
+    packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
+    lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
+    out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
+    lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
+               tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
+    np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max(), err_msg=str(params))
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=str)
 def test_the_reference_is_the_exact_integer_product(spec):
     x, w, w_scale, exact = _case(spec)
@@ -51,16 +63,9 @@ def test_int8_dot_matches_the_exact_product_on_the_host(spec):
         assert not v.applies(spec)
         return
     x, w, w_scale, exact = _case(spec)
-    dev = tvm.cpu()
     for params in v.space(spec):
         _, funcs = _funcs(spec, params)
-        lib = kb.build(funcs, HOST)
-        packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
-        lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
-        out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
-        lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
-                   tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
-        np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max(), err_msg=str(params))
+        _check(v, spec, params, funcs, x, w, w_scale, exact)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=str)
@@ -78,18 +83,11 @@ def test_int8_dot_reads_the_models_integers(spec, x_dtype):
     rng = np.random.default_rng(0)
     u8 = rng.integers(-spec.in_shift, 256 - spec.in_shift, (spec.m, spec.k)) + spec.in_shift  # _case's q + shift
     x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
-    dev = tvm.cpu()
     for params in v.space(spec)[:2]:
         _, funcs = _funcs(spec, params, x_dtype)
         in_place = x_dtype == "uint8" and spec.k % 4 == 0
         assert ("cb_quant" in funcs["exe"].script()) != in_place
-        lib = kb.build(funcs, HOST)
-        packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
-        lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
-        out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
-        lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
-                   tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
-        np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max(), err_msg=str(params))
+        _check(v, spec, params, funcs, x, w, w_scale, exact)
 
 
 def test_int8_dot_code_is_vpdpbusd(tmp_path):
@@ -132,13 +130,7 @@ def test_int8_dot_k_matches_the_exact_product(spec, x_dtype):
         x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
     funcs = {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
              "tr": kb.transform_func(v, spec, {})}
-    lib, dev = kb.build(funcs, HOST), tvm.cpu()
-    packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, {}), np.float32), dev)
-    lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
-    out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
-    lib["exe"](tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed.numpy().astype(np.int8), dev),
-               tvm.runtime.tensor(int8_dot_factors(spec, w, w_scale), dev), out)
-    np.testing.assert_allclose(out.numpy(), exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
+    _check(v, spec, {}, funcs, x, w, w_scale, exact)
 
 
 def test_int8_dot_k_code_is_vpdpbusd_on_whole_rows(tmp_path):
