@@ -149,21 +149,14 @@ def _on_grid(spec, x, w, binding, own_scales):
     (an integer product's left operand: MatMulInteger, decompose.py),
     and w is the model's own int8 weights: the integer variant
     (dense.int8_dot) can then multiply the integers."""
-    import tvm
-    from tvm import relax
-
-    call = binding(x) if isinstance(x, relax.Var) else None
-    if not isinstance(call, relax.Call) or model_scale(w, 1, own_scales) is None:
+    call = _eight_bit_source(x, binding)
+    if call is None or model_scale(w, 1, own_scales) is None:
         return spec
     kind = str(call.args[0].ty.dtype)
-    if kind not in ("int8", "uint8"):
-        return spec
-    if call.op.same_as(tvm.ir.Op.get("relax.astype")):
+    if call.op.name == "relax.astype":
         scale, zero = np.ones(1), np.zeros(1)
-    elif call.op.same_as(tvm.ir.Op.get("relax.dequantize")):
-        scale, zero = (const_value(a, binding) for a in call.args[1:3])
     else:
-        return spec
+        scale, zero = (const_value(a, binding) for a in call.args[1:3])
     if scale is None or zero is None or scale.size != 1 or zero.size != 1:
         return spec
     scale, zero = float(scale.reshape(())), int(zero.reshape(()))
@@ -173,18 +166,25 @@ def _on_grid(spec, x, w, binding, own_scales):
     return dataclasses.replace(spec, in_scale=scale, in_shift=shift)
 
 
-def _integers(x, binding):
-    """The 8-bit integers under an integer variant's input (the cast or
-    DequantizeLinear _on_grid found): the kernel reads them, not the floats
-    made of them (a quarter of the bytes, no conversion pass)."""
+def _eight_bit_source(x, binding):
+    """The cast or DequantizeLinear (relax.astype / relax.dequantize) of
+    8-bit integers that computes `x`, or None."""
     import tvm
     from tvm import relax
 
     call = binding(x) if isinstance(x, relax.Var) else None
-    if (isinstance(call, relax.Call) and str(call.args[0].ty.dtype) in ("int8", "uint8")
-            and any(call.op.same_as(tvm.ir.Op.get(f"relax.{op}")) for op in ("astype", "dequantize"))):
-        return call.args[0]
-    return x
+    if (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and str(call.args[0].ty.dtype) in ("int8", "uint8")
+            and call.op.name in ("relax.astype", "relax.dequantize")):
+        return call
+    return None
+
+
+def _integers(x, binding):
+    """The 8-bit integers under an integer variant's input (the cast or
+    DequantizeLinear _on_grid found): the kernel reads them, not the floats
+    made of them (a quarter of the bytes, no conversion pass)."""
+    call = _eight_bit_source(x, binding)
+    return x if call is None else call.args[0]
 
 
 def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):

@@ -205,26 +205,26 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
   return CB_OK;
 }
 
-cb_status cb_session_input_buffer(cb_session* s, size_t index, void** out_data, size_t* out_nbytes) {
+/* Where model input (or output) `index` lies in the session's arena. */
+static cb_status io_place(const cb_session* s, size_t index, int input, void** out_data, size_t* out_nbytes) {
   if (!s || !out_data || !out_nbytes) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
   const cb_model* m = &s->bundle->model;
-  if (index >= m->ninputs)
-    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input index %zu out of range (%u inputs)", index, m->ninputs);
-  const cb_tensor_desc* d = &m->tensors[m->inputs[index]];
+  uint32_t count = input ? m->ninputs : m->noutputs;
+  if (index >= count)
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "%s index %zu out of range (%u %ss)", input ? "input" : "output", index,
+                   count, input ? "input" : "output");
+  const cb_tensor_desc* d = &m->tensors[input ? m->inputs[index] : m->outputs[index]];
   *out_data = s->arena + d->arena_offset;
   *out_nbytes = (size_t)d->nbytes;
   return CB_OK;
 }
 
+cb_status cb_session_input_buffer(cb_session* s, size_t index, void** out_data, size_t* out_nbytes) {
+  return io_place(s, index, 1, out_data, out_nbytes);
+}
+
 cb_status cb_session_get_output(const cb_session* s, size_t index, const void** out_data, size_t* out_nbytes) {
-  if (!s || !out_data || !out_nbytes) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
-  const cb_model* m = &s->bundle->model;
-  if (index >= m->noutputs)
-    return cb_fail(CB_ERR_INVALID_ARGUMENT, "output index %zu out of range (%u outputs)", index, m->noutputs);
-  const cb_tensor_desc* d = &m->tensors[m->outputs[index]];
-  *out_data = s->arena + d->arena_offset;
-  *out_nbytes = (size_t)d->nbytes;
-  return CB_OK;
+  return io_place(s, index, 0, (void**)out_data, out_nbytes);
 }
 
 cb_status cb_session_trace(const cb_session* s, const cb_trace_event** out_events, size_t* out_count) {
