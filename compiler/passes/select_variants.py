@@ -173,8 +173,8 @@ def _eight_bit_source(x, binding):
     from tvm import relax
 
     call = binding(x) if isinstance(x, relax.Var) else None
-    if (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and str(call.args[0].ty.dtype) in ("int8", "uint8")
-            and call.op.name in ("relax.astype", "relax.dequantize")):
+    if (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+            and call.op.name in ("relax.astype", "relax.dequantize") and str(call.args[0].ty.dtype) in ("int8", "uint8")):
         return call
     return None
 
