@@ -1,7 +1,8 @@
 """Schedule helpers shared by the variants: the register-block model,
 epilogue attachment, generic schedules for layers without an anchor. Vector
 widths are always passed in (`lanes`, from the target's vector unit)."""
-from tvm import s_tir
+import numpy as np
+from tvm import s_tir, tirx
 
 
 def round_up(n, m):
@@ -208,6 +209,104 @@ def _read_along(sch, block, axis):
                for r in b.reads if r.source.name not in written and r.region)
 
 
+def _reads(sch, block):
+    """`block`'s input regions (not those of buffers it writes)."""
+    b = sch.get(block)
+    written = {w.source.name for w in b.writes}
+    return [r for r in b.reads if r.source.name not in written and r.region]
+
+
+def _gathers_along(sch, block, axis):
+    """Whether some input of `block` is read at a stride other than 0 or 1
+    along its iteration axis `axis` (a pixel shuffle's x // 2 and x % 2, a
+    transpose's column read down a row, a nearest Resize's floor(x * s)),
+    as far as the simplifier proves with every axis in its range: a vector
+    of such reads is gathered one lane at a time, slower than the scalar
+    loop."""
+    from tvm.ir import Range
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx.analysis import undefined_vars
+
+    ivs = sch.get(block).iter_vars
+    var = ivs[axis].var
+    ext = int(ivs[axis].dom.extent)
+    at = tirx.Var("at", str(ivs[axis].dom.extent.ty))
+
+    def shifted(expr, offset):  # expr with the axis at `at + offset`
+        ana = Analyzer()
+        ana.bind(var, at + offset)
+        return ana.simplify(expr)
+
+    ana = Analyzer()
+    for iv in ivs:
+        if not iv.var.same_as(var):
+            ana.bind(iv.var, iv.dom)
+    ana.bind(at, Range.from_min_extent(0, max(ext - 1, 1)))
+    for r in _reads(sch, block):
+        for d, rng in enumerate(r.region):
+            if not any(u.same_as(var) for u in undefined_vars(rng.min)):
+                continue
+            step = ana.simplify(shifted(rng.min, 1) - shifted(rng.min, 0))
+            if d < len(r.region) - 1 or not (isinstance(step, tirx.IntImm) and step.value in (0, 1)):
+                return True
+    return False
+
+
+def _mostly_contiguous(sch, block, axis, samples=4):
+    """Whether every input of `block` is read at consecutive addresses
+    along `axis` for most steps (checked at a few points of the other
+    axes: a blocked layout's channels are consecutive but for the step
+    from one block to the next, which no simplifier proves)."""
+    from tvm.sym.analyzer import Analyzer
+
+    ivs = sch.get(block).iter_vars
+    rng = np.random.default_rng(0)
+    reads = _reads(sch, block)
+    steps = []
+    for _ in range(samples):
+        point = {iv.var: int(rng.integers(int(iv.dom.min), int(iv.dom.min) + int(iv.dom.extent))) for iv in ivs}
+        ext = int(ivs[axis].dom.extent)
+        for k in range(min(ext - 1, 16)):
+            addrs = []
+            for v in (k, k + 1):
+                ana = Analyzer()
+                for iv in ivs:
+                    ana.bind(iv.var, v if iv.var.same_as(ivs[axis].var) else point[iv.var])
+                addrs.append([_flat(ana, r) for r in reads])
+            steps += [b - a for a, b in zip(*addrs) if a is not None and b is not None]
+    return bool(steps) and sum(s in (0, 1) for s in steps) * 4 >= len(steps) * 3
+
+
+def _flat(ana, region):
+    """The flat element offset of `region`'s first element under `ana`'s bindings (None: not a constant)."""
+    offset = 0
+    for rng, dim in zip(region.region, region.source.shape):
+        v = ana.simplify(rng.min)
+        if not isinstance(v, tirx.IntImm):
+            return None
+        offset = offset * int(dim) + v.value
+    return offset
+
+
+def _transposed(sch, block, loops, spatial, lanes):
+    """A block that gathers along its last axis (a transpose, a layout
+    change, a pixel shuffle) in tiles: `lanes` values of the last axis
+    inside the nearest outer axis along which the inputs are read
+    contiguously, so each cache line read serves `lanes` outputs in a row
+    and each line written is written whole. The tile is unrolled (a vector
+    of gathered lanes costs more than the scalar loads). Returns the loops
+    left outside the tile (to run in parallel), or None when no such axis."""
+    axis = next((a for a in range(spatial - 2, -1, -1)
+                 if _extent(sch, loops[a]) > 1 and _mostly_contiguous(sch, block, a)), None)
+    if axis is None:
+        return None
+    io, ii = sch.split(loops[spatial - 1], [None, lanes])
+    outer = [lp for k, lp in enumerate(loops[:spatial - 1]) if k != axis]
+    sch.reorder(*outer, io, loops[axis], ii)
+    sch.unroll(ii)
+    return outer + [io]
+
+
 def row_reduction_block(sch, block, lanes):
     """Schedule a reduction over its last, contiguous axes (a softmax's max
     and sum, a normalization's mean, a global pooling over H and W fused
@@ -357,15 +456,19 @@ def generic_block(sch, block, lanes):
     inner = loops[spatial - 1]
     outer = list(loops[:spatial - 1])
     ext = extents[spatial - 1]
-    if elementwise and ext >= 2 * lanes and ext % lanes:
-        # whole vectors, then the last few values on their own (a row of 6,625)
-        inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
-        ext = ext // lanes * lanes
-    if elementwise and ext % lanes == 0 and ext >= lanes:
-        io, iv = sch.split(inner, [None, lanes])
-        sch.vectorize(iv)
-        if not outer:
-            outer = [io]
+    if elementwise and _gathers_along(sch, block, spatial - 1):
+        # no vectors along the last axis: tiles inside a contiguous axis, or scalar
+        tiled = _transposed(sch, block, loops, spatial, lanes) if ext % lanes == 0 and ext >= lanes else None
+        outer = tiled or outer
+    else:
+        if elementwise and ext >= 2 * lanes and ext % lanes:
+            # whole vectors, then the last few values on their own (a row of 6,625)
+            inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
+            ext = ext // lanes * lanes
+        if elementwise and ext % lanes == 0 and ext >= lanes:
+            io, iv = sch.split(inner, [None, lanes])
+            sch.vectorize(iv)
+            outer = outer or [io]
     if not outer:
         outer = [inner]
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]

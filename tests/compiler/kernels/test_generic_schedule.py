@@ -117,6 +117,80 @@ def test_a_product_read_across_its_output_axis_is_not_vectorized_along_it():
     np.testing.assert_allclose(got, a @ c.T, rtol=1e-5, atol=1e-5)
 
 
+def _loops(func):
+    """The scheduled function's loops, outermost first, as (variable, kind)."""
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, tvm.tirx.For):
+            found.append((stmt.loop_var.name, tvm.tirx.ForKind(int(stmt.kind)).name))
+            visit(stmt.body)
+        elif isinstance(stmt, tvm.tirx.SeqStmt):
+            for s in stmt.seq:
+                visit(s)
+        elif hasattr(stmt, "block"):  # a block realize
+            visit(stmt.block.body)
+        elif hasattr(stmt, "body"):
+            visit(stmt.body)
+    visit(func.body)
+    return found
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+@pytest.mark.parametrize("case", ["transpose", "to_blocked", "pixel_shuffle_from_blocked"])
+def test_a_gathering_copy_is_tiled_inside_its_contiguous_axis_and_unrolled(target, case):
+    """A copy that reads its input at a stride along its output's last axis
+    (a transpose, NCHW to the blocked layout, a pixel shuffle out of the
+    blocked layout) is not vectorized (each lane would be a load of its
+    own) but runs a tile of a vector's lanes of that axis, unrolled, inside
+    the nearest axis along which the input is read contiguously: each
+    cache line read serves a whole tile."""
+    lanes = target.vector.lanes
+    if case == "transpose":
+        shape, out_shape = (96, 64), (64, 96)
+        x = te.placeholder(shape, name="x")
+        out = te.compute(out_shape, lambda i, j: x[j, i], name="t")
+        want = lambda a: a.T  # noqa: E731
+        partner = "i"
+    elif case == "to_blocked":
+        shape, out_shape = (1, 2 * lanes, 6, 2 * lanes), (1, 2, 6, 2 * lanes, lanes)
+        x = te.placeholder(shape, name="x")
+        out = te.compute(out_shape, lambda n, cb, y, z, c: x[n, cb * lanes + c, y, z], name="t")
+        want = lambda a: a.reshape(1, 2, lanes, 6, 2 * lanes).transpose(0, 1, 3, 4, 2)  # noqa: E731
+        partner = "z"
+    else:  # 3 * lanes / 2 channels per phase (24 on AVX-512), 2 x 2 phases, blocked [1, 6, h, w, lanes]
+        c, h, w = 3 * lanes // 2, 5, lanes
+        shape, out_shape = (1, 4 * c // lanes, h, w, lanes), (1, c, 2 * h, 2 * w)
+
+        def value(n, k, y, z):
+            ch = ((y % 2) * 2 + z % 2) * c + k
+            return x[n, ch // lanes, y // 2, z // 2, ch % lanes]
+        x = te.placeholder(shape, name="x")
+        out = te.compute(out_shape, value, name="t")
+
+        def want(a):
+            phases = a.transpose(0, 1, 4, 2, 3).reshape(1, 2, 2, c, h, w)
+            return phases.transpose(0, 3, 4, 1, 5, 2).reshape(out_shape)
+        partner = "k"
+    func = scheduled(te.create_prim_func([x, out]), target)
+    loops = _loops(func)
+    assert "VECTORIZED" not in {k for _, k in loops}
+    (_, kind), (outside, _) = loops[-1], loops[-2]
+    assert kind == "UNROLLED" and outside.split("_")[0] == partner, loops
+    (a, _), got = run(func, target, [shape, out_shape])
+    np.testing.assert_array_equal(got, want(a))
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+def test_a_copy_read_contiguously_stays_vectorized(target):
+    x = te.placeholder((8, 4, 64), name="x")
+    out = te.compute((4, 8, 64), lambda i, j, k: x[j, i, k] * 2.0, name="t")
+    func = scheduled(te.create_prim_func([x, out]), target)
+    assert "T.vectorized" in func.script()
+    (a, _), got = run(func, target, [(8, 4, 64), (4, 8, 64)])
+    np.testing.assert_array_equal(got, a.transpose(1, 0, 2) * 2)
+
+
 @pytest.mark.parametrize("op", ["Exp", "Softmax", "Erf", "Tanh"])
 def test_transcendentals_are_polynomials_on_the_cpu(op):
     """No libm call per lane: the lowered layer holds no exp/erf/tanh call."""
