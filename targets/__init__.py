@@ -81,13 +81,15 @@ class Vector(NamedTuple):
     l1d_kb: int  # the fastest class's data caches, for tile sizes
     l2_kb: int
     int8_dot: bool = False  # u8 x s8 dot products into int32 lanes (AVX-512 VNNI vpdpbusd: 64 per instruction)
+    int8_tiles: bool = False  # u8 x s8 tile products (AMX tdpbusd: 16 x 16 outputs x 64 per instruction)
     __getitem__ = _by_name
 
 
 def vector_unit(arch, features, caches):
     """The Vector of a CPU with `features` (AVX-512 F: 16 lanes and 32
     registers; AVX2: 8 and 16; SSE: 4 and 16; NEON: 4 and 32), with
-    AVX-512 VNNI's int8 dot products where the features name it."""
+    AVX-512 VNNI's int8 dot products and AMX's int8 tiles where the
+    features name them."""
     f = set(features)
     if arch == "aarch64":
         isa, lanes, regs, fma = "neon", 4, 32, True
@@ -97,7 +99,8 @@ def vector_unit(arch, features, caches):
         isa, lanes, regs, fma = "avx2", 8, 16, "fma" in f
     else:
         isa, lanes, regs, fma = "sse", 4, 16, False
-    return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb, isa == "avx512" and "avx512vnni" in f)
+    return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb, isa == "avx512" and "avx512vnni" in f,
+                  isa == "avx512" and {"amx-tile", "amx-int8"} <= f)
 
 
 class Gpu(NamedTuple):
@@ -143,8 +146,10 @@ class Target:
         return [speeds[min(k, len(speeds) - 1)] for k in range(threads)]
 
     def llvm(self):
-        """The TVM target dict for this CPU."""
-        return {"kind": "llvm", "mtriple": self.triple, "mcpu": self.cpu}
+        """The TVM target dict for this CPU (with the features its cpu may
+        not imply: AMX where detected on a host LLVM names otherwise)."""
+        extra = [f"+{f}" for f in self.features if f in EXPLICIT_FEATURES]
+        return {"kind": "llvm", "mtriple": self.triple, "mcpu": self.cpu, **({"mattr": extra} if extra else {})}
 
     def core_class(self, name):
         for c in self.core_classes:
@@ -214,6 +219,22 @@ def split_factor(speeds, shares):
 # with dotprod, rdm, lse, rcpc, crc, aes, sha2), and its aes and sha2 are
 # what runtime/src/bundle/target.c checks as aes (+PMULL) and sha2 (+SHA1).
 LLVM_NAMES = {"aarch64": {"fp16": "fullfp16", "fhm": "fp16fml", "fcma": "complxnum"}}
+
+
+# Features a host may have beyond what LLVM's name for its cpu implies (a
+# virtual machine's CPU model can name an older core): asked of the kernel
+# (/proc/cpuinfo's flags, spelled with "_"), and passed to LLVM explicitly.
+EXPLICIT_FEATURES = ("amx-tile", "amx-int8")
+
+
+def _cpuinfo_features(path="/proc/cpuinfo"):
+    """The EXPLICIT_FEATURES /proc/cpuinfo lists (none where it cannot be read)."""
+    flags = set()
+    for line in (_read(path) or "").splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return tuple(f for f in EXPLICIT_FEATURES if f.replace("-", "_") in flags)
 
 
 def _features_of(triple, cpu):
@@ -310,7 +331,8 @@ def _host():
             "storage": dict(HOST_STORAGE), "gpu": None, "modeled": False,
             "source": "detected: LLVM host CPU, sched_getaffinity, /sys/devices/system/cpu (cpufreq, cache); "
                       "storage nominal until measured"}
-    return _target(validate(desc, "host"), _features_of(triple, cpu))
+    features = _features_of(triple, cpu) + (_cpuinfo_features() if arch == "x86_64" else ())
+    return _target(validate(desc, "host"), _union(arch, features))
 
 
 def available():

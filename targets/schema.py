@@ -8,7 +8,7 @@ and the field. targets/README.md describes the format.
 # Features the runtime checks (keep in sync with runtime/src/bundle/target.c).
 CHECKED_FEATURES = {
     "x86_64": ["sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-               "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16", "bmi", "bmi2"],
+               "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16", "bmi", "bmi2", "amx-tile", "amx-int8"],
     # aarch64: Linux AT_HWCAP/AT_HWCAP2 bits; LLVM's names in targets/__init__.py LLVM_NAMES
     "aarch64": ["neon", "fp16", "dotprod", "rdm", "lse", "crc", "rcpc", "fhm", "i8mm", "bf16", "sve", "sve2",
                 "aes", "sha2", "sha3", "fcma"],

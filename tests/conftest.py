@@ -99,3 +99,12 @@ def vnni_target():
 
     t = resolve("x86_64-avx512")
     return dataclasses.replace(t, cpu="icelake-server", features=tuple(t.features) + ("avx512vnni",))
+
+
+def amx_target():
+    """The AVX-512 build target with AMX's int8 tiles (Sapphire Rapids and
+    later): the code dense.int8_tiles makes, buildable on any x86 host."""
+    import dataclasses
+
+    t = vnni_target()
+    return dataclasses.replace(t, cpu="sapphirerapids", features=tuple(t.features) + ("amx-tile", "amx-int8"))

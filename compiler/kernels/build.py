@@ -127,8 +127,24 @@ def schedule(func, variant, spec, params=None):
     return variant.finish(sch.mod["main"])
 
 
+def allow_tiles():
+    """Ask Linux for this process's AMX tile state (arch_prctl
+    ARCH_REQ_XCOMP_PERM, XTILEDATA), without which the first tile
+    instruction faults: what the runtime does when it opens a bundle, for
+    kernels run in this process instead (tests, tools). False where refused."""
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    return ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl
+
+
 def build(funcs, target):
-    """Compile {name: PrimFunc} for `target` (a coldbrew Target)."""
+    """Compile {name: PrimFunc} for `target` (a coldbrew Target); where it
+    uses AMX tiles, this process may run them (allow_tiles)."""
+    if target.vector.int8_tiles:
+        allow_tiles()
     mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
     with tvm.transform.PassContext(opt_level=3):
         return tvm.tirx.build(mod, target=tvm.target.Target(target.llvm()))

@@ -3,6 +3,8 @@
 packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
 int8_dot      a quantized model's layer: its int8 weights times its activations'
               integers, 64 products per instruction (AVX-512 VNNI)
+int8_dot_k    the same for layers of under 16 outputs, the products along K
+int8_tiles    the same in AMX tiles: 16 x 16 outputs x 64 products per instruction
 """
 import numpy as np
 import tvm
@@ -217,27 +219,30 @@ def vpdpbusd(acc, four, weights):
     return tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, four, weights)
 
 
-def _rewritten(stmt, body_of):
-    """`stmt` with the body of every block annotated INT8_DOT replaced by
-    body_of(block) (the loops and blocks on the way rebuilt, the rest shared)."""
+def _rewritten(stmt, body_of, mark=INT8_DOT):
+    """`stmt` with every block annotated `mark` replaced: its body by
+    body_of(block), or where that returns (body, buffers), also the
+    buffers it allocates; its init dropped (the loops and blocks on the way
+    rebuilt, the rest shared)."""
     from tvm import s_tir
 
     if isinstance(stmt, s_tir.SBlockRealize):
         blk = stmt.block
-        marked = blk.annotations is not None and INT8_DOT in blk.annotations
-        body = body_of(blk) if marked else _rewritten(blk.body, body_of)
+        marked = blk.annotations is not None and mark in blk.annotations
+        body = body_of(blk) if marked else _rewritten(blk.body, body_of, mark)
+        body, allocs = body if isinstance(body, tuple) else (body, [])
         if body.same_as(blk.body):
             return stmt
-        notes = {k: v for k, v in blk.annotations.items() if k != INT8_DOT} if blk.annotations else {}
-        new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init, blk.alloc_buffers,
-                           blk.match_buffers, notes)
+        notes = {k: v for k, v in blk.annotations.items() if k != mark} if blk.annotations else {}
+        new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, None if marked else blk.init,
+                           list(blk.alloc_buffers) + allocs, blk.match_buffers, notes)
         return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new)
     if isinstance(stmt, tirx.For):
-        body = _rewritten(stmt.body, body_of)
+        body = _rewritten(stmt.body, body_of, mark)
         return stmt if body.same_as(stmt.body) else tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                                                              stmt.thread_binding, stmt.annotations)
     if isinstance(stmt, tirx.SeqStmt):
-        seq = [_rewritten(s, body_of) for s in stmt.seq]
+        seq = [_rewritten(s, body_of, mark) for s in stmt.seq]
         return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else tirx.SeqStmt(seq)
     return stmt
 
@@ -266,12 +271,13 @@ def _tree_sum(values):
     return values[0]
 
 
-def _integer_rows(spec, x, kp):
+def _integer_rows(spec, x, kp, mp=None):
     """x's rows as the u8 integers an integer variant multiplies, K padded
-    with zeros to kp: the model's uint8 themselves where no padding is
+    with zeros to kp (and the rows to mp): the model's uint8 themselves where no padding is
     needed (the products then read them in place), its int8 plus 128, or
     floats on the grid turned back into q + in_shift."""
-    if x.dtype == "uint8" and kp == spec.k:
+    mp = mp or spec.m
+    if x.dtype == "uint8" and kp == spec.k and mp == spec.m:
         return te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
     inv = 1.0 / spec.in_scale
 
@@ -285,7 +291,10 @@ def _integer_rows(spec, x, kp):
             q = tirx.round(v * inv) + float(spec.in_shift)
             q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
         return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
-    return te.compute((spec.m, kp), integer, name="cb_quant")
+    if mp == spec.m:
+        return te.compute((spec.m, kp), integer, name="cb_quant")
+    return te.compute((mp, kp), lambda m, k: tirx.if_then_else(
+        m < spec.m, integer(tirx.min(m, spec.m - 1), k), tirx.const(0, "uint8")), name="cb_quant")
 
 
 def _rows_pass(sch, quant, lanes):
@@ -357,3 +366,123 @@ class Int8DotK(Variant):
 
 
 register(Int8DotK.name, Int8DotK)
+
+
+INT8_TILES = "cb_int8_tiles"  # annotation of the output tile blocks finish() writes as AMX code
+TILE = 16  # an AMX tile: 16 rows of 64 bytes (A: 16 rows x 64 k; B: 16 k/4 x 16 outputs x 4; C: 16 x 16 int32)
+
+
+class Int8Tiles(Variant):
+    """Int8Dot on AMX tiles (Sapphire Rapids and later): each output tile of
+    2 x 2 accumulator tiles (32 rows x 32 outputs, int32) runs the whole
+    reduction in tile registers, per 64 values of K two row tiles of the
+    integers and two weight tiles loaded, four tdpbusd (16 x 16 outputs x
+    64 products each). Rows padded to 32 and K to 64 with zeros by the row
+    pass (or read in place: the model's uint8 already whole tiles); weights
+    packed [N / 16, K / 4, 16, 4], as one B tile wants them (Int8Dot's
+    packing with 16 outputs per block, K padded to 64). The sums are exact;
+    the epilogue (Int8Dot's factors, FuseOps' ops) is one pass after."""
+
+    name = "dense.int8_tiles"
+    op = "dense"
+    integer = True
+    rows, cols = 2, 2  # accumulator tiles per output tile
+
+    def applies(self, spec):
+        # at least two output tiles' rows and columns: smaller layers pad the tiles more than they gain
+        return self.isa.int8_tiles and spec.in_scale > 0 and spec.m >= 2 * self.rows * TILE and spec.n >= 32
+
+    def _padded(self, spec):
+        return (-(-spec.m // (self.rows * TILE)) * self.rows * TILE, -(-spec.n // (self.cols * TILE)) * self.cols * TILE,
+                -(-spec.k // 64) * 64)
+
+    def transformed_shape(self, spec, params):
+        _, np_, kp = self._padded(spec)
+        return (np_ // TILE, kp // 4, TILE, 4)
+
+    def transform(self, spec, params):
+        return Int8Dot.transform(self, spec, {"nb": TILE})
+
+    def compute(self, spec, x, wt, params, scale):
+        mp, np_, kp = self._padded(spec)
+        xq = _integer_rows(spec, x, kp, mp)
+        k = te.reduce_axis((0, kp), "k")
+        acc = te.compute((mp, np_), lambda i, j: te.sum(
+            xq[i, k].astype("int32") * wt[j // TILE, k // 4, j % TILE, k % 4].astype("int32"), axis=k), name=ANCHOR)
+        return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
+                          * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
+
+    def space(self, spec):
+        return [{}]
+
+    def schedule(self, sch, block, spec, params):
+        rows = _rows_pass(sch, sch.get_producers(block)[0], self.isa.lanes)
+        i, j, k = sch.get_loops(block)
+        io, ii = sch.split(i, [None, self.rows * TILE])
+        jo, ji = sch.split(j, [None, self.cols * TILE])
+        sch.reorder(jo, io, ii, ji, k)  # consecutive tiles share their weights
+        par = sch.fuse(jo, io)
+        sch.parallel(par)
+        _epilogue_apart(sch, block, self.isa.lanes)
+        sch.annotate(sch.blockize(ii), INT8_TILES, spec.m)  # finish() stores the rows under spec.m
+        rows()
+
+    def finish(self, func):
+        return func.with_body(_rewritten(func.body, self._tile_code, INT8_TILES))
+
+    def _tile_code(self, block):
+        """One output tile as AMX code: configure the tiles, zero the
+        accumulators, run K in steps of 64, store the accumulators."""
+        acc_region = block.writes[0]
+        acc, (ri, rj) = acc_region.source, acc_region.region
+        xq = next(r.source for r in block.reads if r.source.dtype == "uint8")
+        wt = next(r.source for r in block.reads if r.source.dtype == "int8")
+        i0, j0 = ri.min, rj.min
+        kp = int(xq.shape[-1])
+        cfg = tirx.decl_buffer((64,), "uint8", name="cb_tile_config", scope="local")
+        a_tiles, b_tiles = list(range(4, 4 + self.rows)), list(range(6, 6 + self.cols))
+        config = [0] * 64
+        config[0] = 1  # palette 1
+        for t in range(8):  # every tile 16 rows of 64 bytes
+            config[16 + 2 * t], config[48 + t] = 64, TILE
+        stmts = [tirx.BufferStore(cfg, tirx.const(v, "uint8"), [b]) for b, v in enumerate(config)]
+
+        def call(name, *args):
+            return tirx.Evaluate(tirx.call_llvm_intrin("void", f"llvm.x86.{name}", *args))
+
+        def tile(t):
+            return tirx.const(t, "int8")
+
+        def addr(buf, *index):
+            return tirx.address_of(tirx.BufferLoad(buf, list(index)))
+
+        stmts.append(call("ldtilecfg", addr(cfg, 0)))
+        stmts += [call("tilezero", tile(c)) for c in range(self.rows * self.cols)]
+        ko = tirx.Var("ko", "int64")
+        lead = [0] * (len(xq.shape) - 2)
+        step = [call("tileloadd64", tile(a), addr(xq, *lead, i0 + r * TILE, ko * 64), tirx.const(kp, "int64"))
+                for r, a in enumerate(a_tiles)]
+        step += [call("tileloadd64", tile(b), addr(wt, j0 // TILE + c, ko * TILE, 0, 0), tirx.const(64, "int64"))
+                 for c, b in enumerate(b_tiles)]
+        step += [call("tdpbusd", tile(r * self.cols + c), tile(a), tile(b))
+                 for r, a in enumerate(a_tiles) for c, b in enumerate(b_tiles)]
+        stmts.append(tirx.For(ko, tirx.const(0, "int64"), tirx.const(kp // 64, "int64"), tirx.ForKind.SERIAL,
+                              tirx.SeqStmt(step)))
+        # the accumulators through a scratch tile into acc: stores TVM sees
+        # (it sizes acc by them), the rows past the layer's left out
+        th, tw = self.rows * TILE, self.cols * TILE
+        scratch = tirx.decl_buffer((th, tw), "int32", name="cb_tile_sums", scope="local")
+        stmts += [call("tilestored64", tile(r * self.cols + c), addr(scratch, r * TILE, c * TILE),
+                       tirx.const(tw * 4, "int64"))
+                  for r in range(self.rows) for c in range(self.cols)]
+        stmts.append(call("tilerelease"))
+        r, c = tirx.Var("r", "int64"), tirx.Var("c", "int64")
+        copy = tirx.BufferStore(acc, tirx.BufferLoad(scratch, [r, c]), [i0 + r, j0 + c])
+        valid = int(block.annotations[INT8_TILES])  # the layer's rows (the schedule's annotation)
+        stmts.append(tirx.For(r, tirx.const(0, "int64"), tirx.const(th, "int64"), tirx.ForKind.SERIAL, tirx.IfThenElse(
+            i0 + r < valid, tirx.For(c, tirx.const(0, "int64"), tirx.const(tw, "int64"), tirx.ForKind.VECTORIZED, copy),
+            None)))
+        return tirx.SeqStmt(stmts), [cfg, scratch]
+
+
+register(Int8Tiles.name, Int8Tiles)

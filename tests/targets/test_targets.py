@@ -245,3 +245,25 @@ def test_split_by_speed_never_slower_than_even(name, threads):
 def test_exec_speeds_fastest_class_first():
     assert resolve("sd855").exec_speeds(5) == [1.0, 0.85, 0.85, 0.85, 0.14]
     assert resolve("sd855").exec_speeds(10)[-2:] == [0.14, 0.14]  # more threads than cores share the slowest
+
+
+def test_amx_tiles_from_cpuinfo_and_passed_to_llvm(tmp_path):
+    """A host's AMX comes from the kernel's flags (LLVM's name for a
+    virtual machine's CPU can be an older core without it); the features
+    are then recorded, handed to LLVM explicitly, and the vector unit has
+    int8 tiles; a flags line without them adds nothing."""
+    import dataclasses
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n")
+    assert targets._cpuinfo_features(str(info)) == ("amx-tile", "amx-int8")
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni\n")
+    assert targets._cpuinfo_features(str(info)) == ()
+    assert targets._cpuinfo_features(str(tmp_path / "absent")) == ()
+    base = resolve("x86_64-avx512")
+    t = dataclasses.replace(base, features=base.features + ("avx512vnni", "amx-tile", "amx-int8"))
+    assert t.llvm()["mattr"] == ["+amx-tile", "+amx-int8"] and t.vector.int8_tiles
+    assert "mattr" not in base.llvm() and not base.vector.int8_tiles
+    host = resolve("host")
+    if targets._cpuinfo_features() == targets.EXPLICIT_FEATURES:
+        assert {"amx-tile", "amx-int8"} <= set(host.features)

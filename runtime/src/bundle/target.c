@@ -1,5 +1,6 @@
 /* Target check: a bundle built for another ISA, or needing CPU features this
  * machine lacks, is refused with a message instead of dying on SIGILL. */
+#define _DEFAULT_SOURCE /* syscall() under -std=c11 */
 #include <pthread.h>
 #include <string.h>
 
@@ -15,12 +16,16 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* x86 features from CPUID (and XGETBV: the OS must save the AVX and
  * AVX-512 registers), one table for every compiler. */
 typedef struct { const char* name; unsigned leaf, sub, reg, bit, xsave; } cb_x86_feature;
 enum { EAX, EBX, ECX, EDX };
-enum { XS_NONE, XS_AVX, XS_AVX512 };
+enum { XS_NONE, XS_AVX, XS_AVX512, XS_AMX };
 static const cb_x86_feature k_x86[] = {
     {"sse4.2", 1, 0, ECX, 20, XS_NONE},     {"fma", 1, 0, ECX, 12, XS_AVX},
     {"avx", 1, 0, ECX, 28, XS_AVX},         {"f16c", 1, 0, ECX, 29, XS_AVX},
@@ -30,6 +35,7 @@ static const cb_x86_feature k_x86[] = {
     {"avx512bw", 7, 0, EBX, 30, XS_AVX512}, {"avx512vl", 7, 0, EBX, 31, XS_AVX512},
     {"avx512vnni", 7, 0, ECX, 11, XS_AVX512}, {"avx512fp16", 7, 0, EDX, 23, XS_AVX512},
     {"avx512bf16", 7, 1, EAX, 5, XS_AVX512},
+    {"amx-tile", 7, 0, EDX, 24, XS_AMX},    {"amx-int8", 7, 0, EDX, 25, XS_AMX},
 };
 
 /* The CPUID leaves the table reads, and what the OS saves (XGETBV), asked
@@ -37,10 +43,22 @@ static const cb_x86_feature k_x86[] = {
  * the development VM the per-feature queries, about 60 CPUIDs for a
  * bundle's 15 features, were the largest share of an open's own CPU time
  * in a profile of repeated opens). */
-typedef struct { unsigned r[3][4]; int avx, avx512; } cb_x86_host;
+typedef struct { unsigned r[3][4]; int avx, avx512, amx; } cb_x86_host;
 
 static cb_x86_host g_host;
 static pthread_once_t g_host_once = PTHREAD_ONCE_INIT;
+
+/* Linux hands a process the AMX tile registers' state (8 KiB per thread)
+ * only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA); until
+ * then the first tile instruction faults. Asked once per process, for
+ * every thread; elsewhere the tiles count as absent. */
+static int amx_permitted(void) {
+#if defined(__linux__)
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+  return 0;
+#endif
+}
 
 static void ask_host(void) {
   cb_x86_host h;
@@ -56,6 +74,7 @@ static void ask_host(void) {
     __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     h.avx = (lo & 0x6u) == 0x6u;      /* SSE and AVX state */
     h.avx512 = (lo & 0xE6u) == 0xE6u; /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    h.amx = (lo & 0x60000u) == 0x60000u && amx_permitted(); /* XTILECFG, XTILEDATA */
   }
   g_host = h;
 }
@@ -157,7 +176,7 @@ int cb_host_has(const char* f) {
     if (strcmp(f, x->name) != 0) continue;
     const cb_x86_host* h = x86_host();
     const unsigned* r = x86_leaf(h, x->leaf, x->sub);
-    int saved = x->xsave == XS_NONE || (x->xsave == XS_AVX ? h->avx : h->avx512);
+    int saved = x->xsave == XS_NONE || (x->xsave == XS_AVX ? h->avx : x->xsave == XS_AVX512 ? h->avx512 : h->amx);
     return r && (r[x->reg] >> x->bit & 1u) && saved;
   }
 #elif defined(__aarch64__) && defined(__linux__)

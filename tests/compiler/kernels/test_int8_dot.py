@@ -1,6 +1,7 @@
 """dense.int8_dot: a quantized model's layer as integer dot products
 (AVX-512 VNNI vpdpbusd) against the exact integer product, and the
-instruction in its code."""
+instruction in its code; dense.int8_dot_k (few outputs) and
+dense.int8_tiles (AMX tiles) the same."""
 import dataclasses
 import subprocess
 
@@ -12,7 +13,7 @@ from coldbrew.compiler.kernels import DenseSpec, get
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.kernels.dense import int8_dot_factors, reference
 from coldbrew.targets import resolve
-from conftest import vnni_target
+from conftest import amx_target, vnni_target
 
 HOST = resolve("host")
 SPECS = [DenseSpec(8, 96, 80, in_scale=0.02, in_shift=128), DenseSpec(7, 33, 50, in_scale=0.5, in_shift=3),
@@ -142,3 +143,56 @@ def test_int8_dot_k_code_is_vpdpbusd_on_whole_rows(tmp_path):
     kb.build({"exe": func}, vnni_target()).export_library(str(so))
     asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     assert asm.count("vpdpbusd") >= 1
+
+
+TILE_SPECS = [DenseSpec(100, 200, 50, in_scale=0.02, in_shift=128), DenseSpec(64, 128, 64, in_scale=0.5, in_shift=3),
+              DenseSpec(96, 64, 40, in_scale=0.1, in_shift=0, batch=(2, 48))]
+
+
+def _tiles(spec, x_dtype=None):
+    target = HOST if HOST.vector.int8_tiles else amx_target()
+    v = get("dense.int8_tiles", target.vector)
+    return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
+               "tr": kb.transform_func(v, spec, {})}
+
+
+@pytest.mark.parametrize("spec", TILE_SPECS, ids=str)
+@pytest.mark.parametrize("x_dtype", [None, "uint8", "int8"])
+def test_int8_tiles_match_the_exact_product_on_the_host(spec, x_dtype):
+    """Rows, outputs and K that are not whole tiles (100 rows, 50 outputs,
+    K 200), whole ones (the model's uint8 then read in place), a batch of
+    rows; from floats on the grid or the model's integers. Where the host
+    has no AMX the variant does not apply (its instructions would fault)."""
+    v = get("dense.int8_tiles", HOST.vector)
+    if not HOST.vector.int8_tiles:
+        assert not v.applies(spec)
+        return
+    x, w, w_scale, exact = _case(spec)
+    if x_dtype:
+        u8 = np.rint(x.reshape(spec.m, spec.k) / spec.in_scale).astype(np.int64) + spec.in_shift
+        x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    v, funcs = _tiles(spec, x_dtype)
+    assert ("cb_quant" in funcs["exe"].script()) != (x_dtype == "uint8" and spec.m % 32 == 0 and spec.k % 64 == 0)
+    _check(v, spec, {}, funcs, x, w, w_scale, exact)
+
+
+def test_int8_tiles_code_is_amx(tmp_path):
+    """finish() writes each output tile as AMX code: the tile
+    configuration, per 64 values of K two row tiles and two weight tiles
+    loaded and four tdpbusd, the sums stored, the tiles released (TVM
+    selects none of these from the loops: without the rewrite there are none)."""
+    v, funcs = _tiles(TILE_SPECS[0])
+    so = tmp_path / "k.so"
+    kb.build(funcs, amx_target()).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    dots = asm.count("tdpbusd")  # 4 per step of K (LLVM may unroll the 4 steps of K = 200)
+    assert dots >= 4 and dots % 4 == 0 and asm.count("tileloadd") == dots and asm.count("tilestored") == 4
+    assert "ldtilecfg" in asm and "tilerelease" in asm
+
+
+def test_int8_tiles_apply_only_with_amx_on_enough_rows():
+    spec = TILE_SPECS[0]
+    v = get("dense.int8_tiles", amx_target().vector)
+    assert v.applies(spec) and not v.applies(dataclasses.replace(spec, in_scale=0.0))
+    assert not v.applies(DenseSpec(16, 200, 50, in_scale=0.02, in_shift=128))  # one row tile, mostly padding
+    assert not get("dense.int8_tiles", vnni_target().vector).applies(spec)

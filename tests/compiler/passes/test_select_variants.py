@@ -87,9 +87,12 @@ def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct
     data = compile_model(m)
     bundle = read_bytes(data)[0]
     step = next(st for st in bundle.plan.steps if (st.variant or b"").startswith(b"dense."))
-    # with VNNI the integer variant multiplies a's 8-bit values (always int8 weights, direct)
+    # with VNNI the integer variant multiplies a's 8-bit values (always int8 weights, direct);
+    # with AMX tiles too, those of 64 rows in tiles
     integer = ISA.int8_dot
-    assert step.variant.decode() == ("dense.int8_dot" if integer else "dense.packed_gemm")
+    tiles = ISA.int8_tiles and rows >= 64
+    assert step.variant.decode() == ("dense.int8_tiles" if tiles else "dense.int8_dot" if integer
+                                     else "dense.packed_gemm")
     assert (WEIGHT_FORMS[step.weightForm] == "direct") == (direct or integer)
     np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
 
