@@ -10,19 +10,23 @@ runs, from a device cost table (compiler/measure/profile.py).
                  inference.txt, section 3.3), adapted as below
 
 The scheduler, for each execution configuration the cores allow (every
-preparation inline on the execution threads; a preparation worker beside
-them, on a free core or sharing one; one execution thread fewer and the
-worker on the freed core):
+preparation inline on the execution threads; 1 to W preparation workers
+beside them, W the cores the execution threads leave free, at most the
+runtime's 8 queues, or one worker sharing a core where none is free; the
+same with one execution thread fewer):
 
 1. drops the (variant, form) pairs of a layer that another pair beats in
    both preparation (read + transform) and execution;
 2. starts from each layer's least sequential cold cost, the first layer's
-   preparation on the execution threads and every other on the worker;
-3. moves preparations from the head of the worker's queue onto the
+   preparation on the execution threads and every other on a worker:
+   largest preparation first, each to the least loaded worker;
+3. balances the workers (the paper's little-core loop): moves the largest
+   preparation of the most loaded worker that fits the gap to the least
+   loaded one while that shortens the predicted completion;
+4. moves preparations from the head of the workers' queues onto the
    execution threads while that shortens the predicted completion (the
-   paper's big-core loop; with one worker there is no load to balance
-   between workers);
-4. tries every remaining pair of every layer in turn and keeps a change
+   paper's big-core loop);
+5. tries every remaining pair of every layer in turn and keeps a change
    when it shortens the predicted completion, until a pass changes nothing
    (the paper enumerates kernel combinations; after step 1 a layer has one
    to three pairs left, and a coordinate search over them visits the
@@ -46,6 +50,7 @@ from .simulate import first_execute_ms, median_ms, narrow_transform_ms, read_ms,
 
 OBJECTIVES = ("warm", "cold-greedy", "cold")
 WORKER_MARGIN = 0.02  # the share of the inline plan's completion a worker must save
+MAX_WORKERS = 8  # preparation queues the runtime serves (CB_MAX_PREP_QUEUES)
 
 
 def choose(table, objective, precision="fp32"):
@@ -156,38 +161,96 @@ def _result(table, sel, queues, threads):
 
 
 def configurations(table):
-    """(execution threads, preparation worker?) pairs worth planning for."""
+    """(execution threads, preparation workers) pairs worth planning for:
+    every preparation inline; with `threads` and with one execution thread
+    fewer, 1 to W workers, W the cores left free (one worker sharing an
+    execution core where none is)."""
     threads = table["threads"]
-    configs = [(threads, False), (threads, True)]
-    if threads > 1:
-        configs.append((threads - 1, True))
+    cores = sum(len(c["ids"]) for c in table["classes"])
+    configs = [(threads, 0)]
+    for t in ([threads, threads - 1] if threads > 1 else [threads]):
+        configs += [(t, w) for w in range(1, min(max(cores - t, 1), MAX_WORKERS) + 1)]
     return configs
 
 
 def _schedule(table, precision="fp32"):
-    best = {}  # worker? -> the plan with the least predicted completion
-    for threads, worker in configurations(table):
-        plan = schedule_config(table, threads, worker, precision)
-        if worker not in best or plan["predicted_ms"] < best[worker]["predicted_ms"]:
-            best[worker] = plan
+    best = {}  # with workers? -> the plan with the least predicted completion
+    for threads, workers in configurations(table):
+        plan = schedule_config(table, threads, workers, precision)
+        key = workers > 0
+        if key not in best or plan["predicted_ms"] < best[key]["predicted_ms"]:
+            best[key] = plan
     inline, pipelined = best[False], best.get(True)
     if pipelined and pipelined["predicted_ms"] < inline["predicted_ms"] * (1 - WORKER_MARGIN):
         return pipelined
     return inline
 
 
-def schedule_config(table, threads, worker, precision="fp32"):
+def _loads(queues, prep, workers):
+    """Each worker's preparation time (queue q's at index q - 1)."""
+    load = [0.0] * workers
+    for q, ms in zip(queues, prep):
+        if q:
+            load[q - 1] += ms
+    return load
+
+
+def _spread(prep, workers):
+    """Queues for every layer but the first (inline): largest preparation
+    first, each to the least loaded worker."""
+    queues, load = [0] * len(prep), [0.0] * workers
+    for i in sorted(range(1, len(prep)), key=lambda i: -prep[i]):
+        q = min(range(workers), key=lambda w: load[w])
+        queues[i], load[q] = q + 1, load[q] + prep[i]
+    return queues
+
+
+def balance(queues, prep, workers, predict):
+    """The little-core loop: the most loaded worker's largest preparation
+    that is smaller than its gap to the least loaded one moves there, while
+    that shortens `predict(queues)`. Returns (queues, predicted)."""
+    cost = predict(queues)
+    while workers > 1:
+        load = _loads(queues, prep, workers)
+        hi, lo = max(range(workers), key=lambda w: load[w]), min(range(workers), key=lambda w: load[w])
+        gap = load[hi] - load[lo]
+        movable = [i for i, q in enumerate(queues) if q == hi + 1 and 0 < prep[i] < gap]
+        if not movable:
+            break
+        i = max(movable, key=lambda i: prep[i])
+        trial = queues[:i] + [lo + 1] + queues[i + 1:]
+        c = predict(trial)
+        if c >= cost:
+            break
+        queues, cost = trial, c
+    return queues, cost
+
+
+def schedule_config(table, threads, workers, precision="fp32"):
+    """The plan for `threads` execution threads and `workers` preparation
+    workers (0: every preparation inline)."""
+    workers = int(workers)
     layers = table["layers"]
     # preparation on a worker runs on one thread; inline, on the execution threads
-    options = [_undominated(narrow_pairs(layer_pairs(layer, table, threads, 1 if worker else threads, precision),
+    options = [_undominated(narrow_pairs(layer_pairs(layer, table, threads, 1 if workers else threads, precision),
                                          precision)) for layer in layers]
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
-    queues = [0] + [1 if worker else 0] * (len(layers) - 1)
-    cost = _predict(table, sel, queues, threads)
-    # big-core loop: the worker's head moves inline while that helps
-    for i in range(1, len(layers) if worker else 1):
+
+    def predict(queues):
+        return _predict(table, sel, queues, threads)
+
+    if workers:
+        prep = [p[2] for p in sel]
+        queues, cost = balance(_spread(prep, workers), prep, workers, predict)
+    else:
+        queues = [0] * len(layers)
+        cost = predict(queues)
+    # big-core loop: the workers' heads move inline while that helps
+    for i in range(1, len(layers) if workers else 1):
+        if not queues[i]:
+            continue
         trial = queues[:i] + [0] + queues[i + 1:]
-        c = _predict(table, sel, trial, threads)
+        c = predict(trial)
         if c >= cost:
             break
         queues, cost = trial, c

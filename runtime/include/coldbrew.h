@@ -182,6 +182,8 @@ typedef struct cb_trace_event {
   int32_t cpu;        /* core the phase started on */
   uint32_t alternate; /* 1: the step's warm alternate (continuous mode), 0: the plan's variant */
   uint64_t start_ns, end_ns;
+  uint32_t worker;    /* q: preparation worker q (queue q's; it may have taken another queue's step), 0: any other thread */
+  uint32_t reserved;
 } cb_trace_event;
 
 const char* cb_last_error(void);

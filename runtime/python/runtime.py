@@ -47,7 +47,8 @@ class _OpenOptions(ctypes.Structure):
 
 class _TraceEvent(ctypes.Structure):
     _fields_ = [("step", ctypes.c_uint32), ("phase", ctypes.c_uint32), ("cpu", ctypes.c_int32),
-                ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64)]
+                ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64),
+                ("worker", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
 def _load_library():
@@ -250,7 +251,9 @@ class InferenceSession:
 
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with
-        step, layer, variant, alternate, phase, cpu, start_ns, end_ns. Phases:
+        step, layer, variant, alternate, phase, cpu, worker, start_ns, end_ns
+        (worker: the preparation worker that ran the phase, its queue's
+        number, or 0 for any other thread). Phases:
         verify, code_load and session (opening the bundle and creating the
         session; step -1, layer "bundle", reported by the first run), then per step read and transform (first
         run) and execute. `alternate` marks a step's warm variant in
@@ -274,7 +277,7 @@ class InferenceSession:
                     _check(_lib.cb_bundle_step_alternate(self._bundle, step, ctypes.byref(variant)))
             out.append({"step": step, "layer": layer.value.decode(), "variant": variant.value.decode(),
                         "alternate": bool(e.alternate),
-                        "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu,
+                        "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu, "worker": e.worker,
                         "start_ns": e.start_ns, "end_ns": e.end_ns})
         return out
 

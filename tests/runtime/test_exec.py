@@ -277,3 +277,88 @@ def test_later_runs_use_the_cores_the_first_run_kept_for_preparation(tmp_path, s
     for _ in range(2):
         assert_close(fixed.run(None, feeds), ref)
         assert active() == 1
+
+
+def _conv_chain(n=8, c=32, hw=24):
+    """n 3 x 3 convolutions of c channels in a row (Winograd-able: raw
+    weights take a transform each)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    inits, nodes, x = [], [], "x"
+    for i in range(n):
+        inits.append(numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"y{i}"], pads=[1, 1, 1, 1], name=f"conv{i}"))
+        x = f"y{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, hw, hw])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+
+
+def _overlaps(a, b):
+    return a["start_ns"] < b["end_ns"] and b["start_ns"] < a["end_ns"]
+
+
+def test_preparation_runs_on_the_workers_thread_while_layers_execute():
+    """The trace names who prepared each step: the steps of queue 1 are
+    read and transformed by preparation worker 1 (not the executing
+    thread), and some of that preparation runs while an earlier layer
+    executes (the pipeline the plan asked for). Without workers every
+    event's worker is 0."""
+    from coldbrew.compiler import compile_model
+
+    model, x = _conv_chain()
+    data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
+    ref = coldbrew.load(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")).run(None, {"x": x})[0]
+    overlapped = False
+    for _ in range(10):
+        sess = coldbrew.load(data, threads=1, trace=True)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-5)
+        events = sess.trace()
+        prep = [e for e in events if e["phase"] in ("read", "transform") and e["step"] >= 0]
+        by_worker = [e for e in prep if e["worker"] == 1]
+        assert by_worker and all(e["step"] != 0 for e in by_worker)  # c0 is inline
+        assert all(e["worker"] == 0 for e in events if e["phase"] == "execute")
+        execs = [e for e in events if e["phase"] == "execute"]
+        if any(_overlaps(p, e) for p in by_worker for e in execs if e["step"] < p["step"]):
+            overlapped = True
+            break
+    assert overlapped
+
+
+def test_an_idle_worker_takes_steps_from_a_loaded_ones_queue():
+    """Two preparation queues, the second with one step: its worker, done
+    with it, takes pending steps of the first queue (worker-to-worker
+    stealing), while a busy process holds one core; every step is
+    prepared exactly once and the outputs do not change."""
+    import os
+    import subprocess
+    import sys
+
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    model, x = _conv_chain(n=12, c=96, hw=12)
+    data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw",
+                         queues={"*": 1, "c0": 0, "c1": 2})
+    queue = {i: s.prepQueue for i, s in enumerate(read_bytes(data)[0].plan.steps)}
+    assert sorted(set(queue.values())) == [0, 1, 2]
+    ref = coldbrew.load(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")).run(None, {"x": x})[0]
+    cores = sorted(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cores[-1]}}})\nwhile True: pass"])
+    stolen = False
+    try:
+        for _ in range(20):
+            sess = coldbrew.load(data, threads=1, trace=True)
+            np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-5)
+            reads = [e for e in sess.trace() if e["phase"] == "read" and e["step"] >= 0]
+            assert sorted(e["step"] for e in reads) == sorted(queue)  # each step prepared once
+            if any(e["worker"] == 2 and queue[e["step"]] == 1 for e in reads):
+                stolen = True
+                break
+    finally:
+        hog.kill()
+        hog.wait()
+    assert stolen

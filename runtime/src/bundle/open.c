@@ -15,7 +15,7 @@
 #include "bundle/bundle.h"
 
 void cb_open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
-  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, cb_now_ns()};
+  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, cb_now_ns(), 0, 0};
   if (k >= b->nopen_events) b->nopen_events = k + 1;
 }
 

@@ -36,12 +36,16 @@ static cb_status read_weights(cb_session* s, uint32_t step, int on_pool) {
   return c ? c : cb_read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name, on_pool);
 }
 
+/* The preparation worker this thread is (its queue), 0 on every other thread. */
+static _Thread_local uint32_t t_worker;
+
 cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate) {
   if (!s->trace) return NULL;
   size_t k = atomic_fetch_add(&s->ntrace, 1);
   if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
   cb_trace_event* ev = &s->trace[k];
-  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->start_ns = cb_now_ns();
+  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->worker = t_worker;
+  ev->start_ns = cb_now_ns();
   return ev;
 }
 
@@ -153,6 +157,7 @@ static void* prep_main(void* arg) {
   cb_prep_worker* w = arg;
   cb_session* s = w->s;
   cb_backend_enter_prep_worker(w->queue);
+  t_worker = w->queue;
   uint32_t own = 0, other = 0;
   for (int64_t i; !atomic_load(&s->abort) && (i = next_item(s, w, &own, &other)) >= 0;) {
     cb_status st = prepare_step(s, (uint32_t)i, 1);

@@ -161,7 +161,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     return st;
   }
   bind_session(s);
-  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns()};
+  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
   *out = s;
   return CB_OK;
 }

@@ -35,7 +35,7 @@ static void* gpu_reader_main(void* arg) {
         r->sink += cb_bring_in(b, data, d->nbytes);
       }
     }
-    r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, cb_now_ns()};
+    r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
   }
   return NULL;
 }
@@ -77,13 +77,13 @@ cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
     cb_free(reader.events);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, cb_now_ns()});
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_VERIFY, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0});
   pthread_t rt;
   int reading = pthread_create(&rt, NULL, gpu_reader_main, &reader) == 0;
   if (!reading) gpu_reader_main(&reader);
   uint64_t t1 = cb_now_ns();
   cb_status s = cb_gpu_open(&b->gpu);
-  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, cb_now_ns()});
+  add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, cb_now_ns(), 0, 0});
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (!s) s = cb_gpu_prepare(b->gpu, shaders, m, key, cores > 0 ? (uint32_t)cores : 1);
   if (reading) pthread_join(rt, NULL);
@@ -93,7 +93,7 @@ cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   if (!s && weights_checked(b)) { /* else the first run's read names the tensor */
     uint64_t t2 = cb_now_ns();
     s = cb_gpu_upload_weights(b->gpu, b->base, m);
-    add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, cb_now_ns()});
+    add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, cb_now_ns(), 0, 0});
   }
   if (b->gpu) {
     cb_status p = cb_gpu_pipelines_finish(b->gpu);

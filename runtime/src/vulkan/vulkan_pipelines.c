@@ -52,7 +52,7 @@ static void* pipeline_worker(void* arg) {
                                          g->layouts[sh->bindings], VK_NULL_HANDLE, -1};
       r = g->vk.vkCreateComputePipelines(g->device, g->cache, 1, &pci, NULL, &g->pipelines[i]);
     }
-    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, cb_now_ns()};
+    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
     if (r != VK_SUCCESS) {
       job->result = r;
       atomic_store(&job->failed, 1);

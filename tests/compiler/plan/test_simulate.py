@@ -107,6 +107,16 @@ def _chain(n, classes):
             "layers": layers}
 
 
+def _with_one_thread(t, slower=2.0):
+    """`t` with every candidate's execution on one thread measured too, `slower` times its two threads'."""
+    for layer in t["layers"]:
+        for c in layer["candidates"]:
+            for key in ("execute_first_ms", "execute_ms"):
+                runs = c[key]["core"]
+                runs["1"] = _stat(runs["2"]["median"] * slower)
+    return t
+
+
 def test_scheduler_drops_dominated_pairs():
     from coldbrew.compiler.plan.scheduler import _undominated
 
@@ -116,8 +126,9 @@ def test_scheduler_drops_dominated_pairs():
 
 def test_scheduler_pipelines_preparation_on_a_free_core():
     # 3 cores, 2 execution threads: a worker on the third core prepares
-    # the next layers' weights while earlier layers execute
-    t = _chain(6, [{"name": "core", "ids": [0, 1, 2]}])
+    # the next layers' weights while earlier layers execute (one thread
+    # executes at half the speed of two: not worth a second worker)
+    t = _with_one_thread(_chain(6, [{"name": "core", "ids": [0, 1, 2]}]))
     greedy, cold = choose(t, "cold-greedy"), choose(t, "cold")
     assert cold["predicted_ms"] < greedy["predicted_ms"]
     assert cold["queues"]["c0"] == 0 and any(q == 1 for q in cold["queues"].values())
@@ -135,14 +146,16 @@ def test_a_worker_must_save_more_than_the_margin(monkeypatch):
     # one wins only by WORKER_MARGIN of the best inline plan's completion
     import coldbrew.compiler.plan.scheduler as plan
 
-    predicted = {(2, False): 10.0, (2, True): 9.9, (1, True): 9.95}
-    monkeypatch.setattr(plan, "schedule_config", lambda t, threads, worker, precision="fp32": {
-        "predicted_ms": predicted[(threads, worker)], "threads": threads, "worker": worker})
-    chosen = plan._schedule({"threads": 2})
-    assert (chosen["threads"], chosen["worker"]) == (2, False)
-    predicted[(1, True)] = 10.0 * (1 - plan.WORKER_MARGIN) - 0.01
-    chosen = plan._schedule({"threads": 2})
-    assert (chosen["threads"], chosen["worker"]) == (1, True)
+    predicted = {(2, 0): 10.0, (2, 1): 9.9, (1, 1): 9.95}
+    monkeypatch.setattr(plan, "schedule_config", lambda t, threads, workers, precision="fp32": {
+        "predicted_ms": predicted[(threads, workers)], "threads": threads, "workers": workers})
+    table = {"threads": 2, "classes": [{"name": "core", "ids": [0, 1]}]}
+    assert sorted(plan.configurations(table)) == sorted(predicted)
+    chosen = plan._schedule(table)
+    assert (chosen["threads"], chosen["workers"]) == (2, 0)
+    predicted[(1, 1)] = 10.0 * (1 - plan.WORKER_MARGIN) - 0.01
+    chosen = plan._schedule(table)
+    assert (chosen["threads"], chosen["workers"]) == (1, 1)
 
 
 def test_scheduler_never_predicts_worse_than_greedy():
@@ -423,3 +436,37 @@ def test_direct_first_runs_carry_the_shipped_bundles_ratio_like_cached_ones():
     assert r["latency_ms"] == pytest.approx(5.5 + 0.2 + 2.75 + 1)
     pairs = {p[1]: p[3] for p in layer_pairs(table["layers"][0], table, 2, 2, "fp16") if p[0] == "conv2d.im2col_gemm"}
     assert pairs["direct"] == pytest.approx(2.75) and pairs["cached"] == pytest.approx(2.5)
+
+
+def test_preparation_is_spread_over_every_free_core_and_balanced():
+    """Algorithm 1 with several preparation workers: 6 cores, 2 execution
+    threads, a chain whose raw preparations (a costly transform each) take
+    longer than the executions. The plan puts them on more than one of
+    the 4 free cores, predicts less than the best plan with one worker, and
+    the workers' loads are balanced to within one preparation."""
+    from coldbrew.compiler.plan.scheduler import configurations, schedule_config
+
+    t = _with_one_thread(_chain(12, [{"name": "core", "ids": list(range(6))}]))
+    for layer in t["layers"]:
+        layer["candidates"] = layer["candidates"][:1]  # winograd only: raw 1 + 6 ms, or cached 4 ms
+    assert (2, 4) in configurations(t) and (1, 5) in configurations(t)
+    one, four = schedule_config(t, 2, 1), schedule_config(t, 2, 4)
+    assert four["predicted_ms"] < 0.8 * one["predicted_ms"]
+    used = [q for q in four["queues"].values() if q]
+    assert len(set(used)) > 1 and max(used) <= 4
+    cold = choose(t, "cold")
+    assert len({q for q in cold["queues"].values() if q}) > 1
+    assert cold["predicted_ms"] <= four["predicted_ms"] + 1e-9
+
+
+def test_balancing_moves_the_largest_fitting_preparation():
+    """The little-core loop on its own (the predictor here: the most loaded
+    queue): queue 1 holds 5 + 3 + 1 ms, queue 2 holds 1 ms; the 5 ms item
+    (the largest under the 8 ms gap) moves (9 / 1 -> 4 / 6), then queue 2's
+    1 ms item (under the 2 ms gap: 5 / 5), then nothing fits."""
+    from coldbrew.compiler.plan.scheduler import _loads, balance
+
+    prep = [0.0, 5.0, 3.0, 1.0, 1.0]
+    queues = [0, 1, 1, 1, 2]
+    got, cost = balance(queues, prep, 2, lambda q: max(_loads(q, prep, 2)))
+    assert got == [0, 2, 1, 1, 1] and cost == 5.0
