@@ -362,3 +362,61 @@ def test_an_idle_worker_takes_steps_from_a_loaded_ones_queue():
         hog.kill()
         hog.wait()
     assert stolen
+
+
+_PLACEMENT = """
+import json, os, sys
+import numpy as np
+import coldbrew
+data = open(sys.argv[1], "rb").read()
+slow, every = int(sys.argv[2]), os.sched_getaffinity(0)
+x = np.load(sys.argv[3])
+out = []
+for _ in range(4):
+    os.sched_setaffinity(0, {slow})  # the caller starts out on the slow core
+    os.sched_setaffinity(0, every)
+    sess = coldbrew.load(data, threads=1, trace=True)
+    sess.run(None, {"x": x})
+    out += [e for e in sess.trace() if e["step"] >= 0]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("fast_index", [0, 1])
+def test_threads_are_placed_by_core_class(tmp_path, fast_index):
+    """A fake sysfs (COLDBREW_SYSFS_CPU) gives the cores two classes: the
+    executing thread runs on the fastest core whatever core the caller is
+    on, the preparation worker on the other; both ways round. (With the
+    placement off the executing thread stays on the caller's core, the
+    slow one here.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from coldbrew.compiler import compile_model
+
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "needs two cores"
+    fast, slow = cores[fast_index], cores[1 - fast_index]
+    sysfs = tmp_path / "cpu"
+    for c in cores:
+        (sysfs / f"cpu{c}").mkdir(parents=True)
+        (sysfs / f"cpu{c}" / "cpu_capacity").write_text("1024\n" if c == fast else "430\n" if c == slow else "100\n")
+    model, x = _conv_chain(n=8, c=96, hw=12)
+    bundle = tmp_path / "m.brew"
+    bundle.write_bytes(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw",
+                                     queues={"*": 1, "c0": 0}))
+    np.save(tmp_path / "x.npy", x)
+    script = tmp_path / "placed.py"
+    script.write_text(_PLACEMENT)
+    env = dict(os.environ, COLDBREW_SYSFS_CPU=str(sysfs))
+    r = subprocess.run([sys.executable, str(script), str(bundle), str(slow), str(tmp_path / "x.npy")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    events = json.loads(r.stdout)
+    execs = [e for e in events if e["phase"] == "execute"]
+    prep = [e for e in events if e["worker"] == 1]
+    assert execs and prep
+    assert {e["cpu"] for e in execs} == {fast}
+    assert {e["cpu"] for e in prep} == {slow}

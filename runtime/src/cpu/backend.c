@@ -284,6 +284,83 @@ static int nth_core_after(int home, int k) {
   return cpu;
 }
 
+/* Core classes: the cores this process may use, fastest first, by the
+ * capacity Linux reports for each (cpu_capacity: Arm's big.LITTLE scale;
+ * else cpufreq's cpuinfo_max_freq), ties by core number; asked once per
+ * process. The compiler plans execution thread k for the k-th fastest core
+ * and preparation workers for the cores after the execution threads
+ * (targets/: core classes fastest first), so where the cores differ the
+ * pool is placed by this order, whatever core the caller is on; where they
+ * report the same (or nothing) the order is left alone (`ranked` 0) and
+ * the pool is placed around the caller's core. COLDBREW_SYSFS_CPU names
+ * another directory to read (tests: a fake topology). */
+#define CB_MAX_CORES 256
+typedef struct { int n, ranked, cpu[CB_MAX_CORES]; long capacity[CB_MAX_CORES]; } cb_core_order;
+
+static cb_core_order g_cores;
+static pthread_once_t g_cores_once = PTHREAD_ONCE_INIT;
+
+static long read_number(const char* root, int cpu, const char* file) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/cpu%d/%s", root, cpu, file);
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  long v = -1;
+  if (fscanf(f, "%ld", &v) != 1) v = -1;
+  fclose(f);
+  return v;
+}
+
+static void ask_cores(void) {
+  const char* root = getenv("COLDBREW_SYSFS_CPU");
+  if (!root || !*root) root = "/sys/devices/system/cpu";
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  cb_core_order o;
+  memset(&o, 0, sizeof o);
+  for (int cpu = 0; cpu < CPU_SETSIZE && o.n < CB_MAX_CORES; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    long c = read_number(root, cpu, "cpu_capacity");
+    if (c < 0) c = read_number(root, cpu, "cpufreq/cpuinfo_max_freq");
+    o.cpu[o.n] = cpu, o.capacity[o.n++] = c;
+  }
+  for (int i = 1; i < o.n; i++) /* insertion sort: fastest first, stable by core number */
+    for (int j = i; j > 0 && o.capacity[j] > o.capacity[j - 1]; j--) {
+      int c = o.cpu[j];
+      long v = o.capacity[j];
+      o.cpu[j] = o.cpu[j - 1], o.capacity[j] = o.capacity[j - 1];
+      o.cpu[j - 1] = c, o.capacity[j - 1] = v;
+    }
+  o.ranked = o.n > 1 && o.capacity[o.n - 1] >= 0 && o.capacity[0] != o.capacity[o.n - 1];
+  g_cores = o;
+}
+
+static const cb_core_order* core_order(void) {
+  pthread_once(&g_cores_once, ask_cores);
+  return &g_cores;
+}
+
+/* The core of execution thread (or, counting on, preparation worker) `k`:
+ * the k-th fastest where the cores differ, else the k-th after `home`. */
+static int placed_core(int home, int k) {
+  const cb_core_order* o = core_order();
+  if (o->ranked) return o->cpu[k % o->n];
+  return nth_core_after(home, k);
+}
+
+int cb_backend_core_classes(int* cores, long* capacity, int max) {
+  const cb_core_order* o = core_order();
+  int n = o->n < max ? o->n : max;
+  for (int i = 0; i < n; i++) cores[i] = o->cpu[i], capacity[i] = o->capacity[i];
+  return o->ranked ? n : 0;
+}
+
+/* Task 0's core: the fastest where the cores differ, else the caller's. */
+static int home_core(void) {
+  const cb_core_order* o = core_order();
+  return o->ranked ? o->cpu[0] : sched_getcpu();
+}
+
 static void pin_thread(pthread_t thread, int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -295,14 +372,14 @@ static void pin_thread(pthread_t thread, int cpu) {
  * counting from the one after the caller's, so the caller and its workers
  * do not start out sharing a core (the launch waits for every task). */
 static void pin_worker(pthread_t thread, int id) {
-  int cpu = nth_core_after(g_pool.home, id);
+  int cpu = placed_core(g_pool.home, id);
   if (cpu < 0 || cpu == g_pool.home) return; /* more workers than cores: leave it to the scheduler */
   pin_thread(thread, cpu);
 }
 
 void cb_backend_enter_prep_worker(uint32_t queue) {
   int home = g_pool.home >= 0 ? g_pool.home : sched_getcpu();
-  int cpu = nth_core_after(home, atomic_load(&g_pool.active) + (int)queue - 1);
+  int cpu = placed_core(home, atomic_load(&g_pool.active) + (int)queue - 1);
   if (cpu >= 0) pin_thread(pthread_self(), cpu);
   t_in_task = 1; /* its parallel launches run inline */
 }
@@ -311,7 +388,7 @@ int cb_backend_pin_caller(void* saved) {
   if (pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), (cpu_set_t*)saved) != 0) return 0;
   /* without pool workers the caller's own core is home: preparation workers
    * then take the cores after it rather than land on it */
-  if (g_pool.size <= 1) g_pool.home = sched_getcpu();
+  if (g_pool.size <= 1) g_pool.home = home_core();
   if (g_pool.home < 0 || !CPU_ISSET(g_pool.home, (cpu_set_t*)saved)) return 0;
   pin_thread(pthread_self(), g_pool.home);
   return 1;
@@ -328,7 +405,7 @@ cb_status cb_backend_set_threads(int n) {
   cb_status st = CB_OK;
   if (n != g_pool.size) {
     pool_stop();
-    g_pool.home = sched_getcpu();
+    g_pool.home = home_core();
     if (n > 1) {
       g_pool.threads = cb_calloc((size_t)n, sizeof(pthread_t));
       if (!g_pool.threads) st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");

@@ -52,15 +52,21 @@ int cb_backend_threads(void);
 void cb_backend_set_split(int n, const uint8_t* shares);
 /* Pin the calling thread to the core the pool was built around (its workers
  * sit on the next cores; without workers, the core it is on, which
- * preparation workers then count from); `saved` receives the old mask for
- * restore. Returns 1 if pinned. */
+ * preparation workers then count from; where the cores' classes differ,
+ * the fastest core, the workers on the next fastest); `saved` receives the
+ * old mask for restore. Returns 1 if pinned. */
 int cb_backend_pin_caller(void* saved_cpu_set);
 void cb_backend_restore_caller(const void* saved_cpu_set);
 /* Make the calling thread preparation worker `queue` (>= 1): pin it to the
  * first core after the execution cores (wrapping around when there are not
- * enough) and run its parallel launches inline, so its transforms never take
+ * enough; where the classes differ, the fastest core the execution threads
+ * leave) and run its parallel launches inline, so its transforms never take
  * the execution cores' pool. */
 void cb_backend_enter_prep_worker(uint32_t queue);
+/* The cores by class, fastest first, with their sysfs capacity: how many
+ * were written to `cores` / `capacity` (at most `max`), 0 where every core
+ * reports the same (one class: the pool is placed around the caller). */
+int cb_backend_core_classes(int* cores, long* capacity, int max);
 /* A runtime thread about to end (a preparation worker): its cached
  * workspace blocks freed now, not left to its exit's key destructor. */
 void cb_backend_leave_thread(void);

@@ -95,3 +95,40 @@ def test_the_storage_bandwidth_is_read_by_the_protocol(tmp_path, monkeypatch):
     monkeypatch.setattr(prof, "cold_read_ms", lambda p: calls.append(os.path.getsize(p)) or 10.0)
     storage = prof._storage(str(tmp_path))
     assert calls == [32 << 20] * 3 and round(storage["read_mb_s"]) == round((32 << 20) / 10.0 / 1e3)
+
+
+def test_the_cold_plan_is_the_plan_in_the_bundle(table_and_bundle, small_model, monkeypatch):
+    """What `--plan cold` chose (variant, weight form, preparation queue,
+    threads per layer) is what the bundle's steps hold. The plan is pushed
+    away from the defaults first (each layer with a choice takes its last
+    candidate, raw where it has a transform, on preparation queue 1), so a
+    compile that dropped the plan would not match."""
+    import coldbrew.compiler.plan.scheduler as scheduler
+    from coldbrew.compiler.bundle.reader import WEIGHT_FORMS, read_bytes
+
+    _, _, _, cache = table_and_bundle
+    monkeypatch.setenv("COLDBREW_CACHE", str(cache))
+    real, chosen = scheduler.choose, {}
+
+    def pushed(table, objective, precision="fp32"):
+        out = real(table, objective, precision)
+        for layer in table["layers"][1:]:
+            c = layer["candidates"][-1]
+            if len(layer["candidates"]) > 1 or c["has_transform"]:
+                out["variants"][layer["name"]] = c["variant"]
+                out["forms"][layer["name"]] = "raw" if c["has_transform"] else "cached"
+                out["precisions"][layer["name"]] = "fp32"
+                out["queues"][layer["name"]] = 1
+        chosen.update(out)
+        return out
+
+    monkeypatch.setattr(scheduler, "choose", pushed)
+    b = read_bytes(compile_model(small_model, plan="cold"))[0]
+    assert chosen["variants"] and any(chosen["queues"].values())
+    steps = {b.layers[s.layer].name.decode(): s for s in b.plan.steps}
+    for name, variant in chosen["variants"].items():
+        s = steps[name]
+        assert s.variant.decode() == variant, name
+        assert WEIGHT_FORMS[s.weightForm] == chosen["forms"][name], name
+        assert s.prepQueue == chosen["queues"][name], name
+    assert b.plan.threads == chosen["threads"]
