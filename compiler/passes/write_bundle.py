@@ -145,6 +145,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     p.warmThreads = graph.warm_threads
     p.execShares = _shares(target, graph.threads)
     p.warmExecShares = _shares(target, graph.warm_threads) if graph.warm_threads else []
+    queues = max((st.prepQueue for st in steps), default=0)
+    p.execClasses, p.queueClasses = placed_classes(target, graph.threads, queues)
     b.plan = p
     b.weightChecksums = True
     if graph.accuracy:
@@ -236,6 +238,17 @@ def unpack_code(kind, data, raw_size):
     import lz4.block
 
     return lz4.block.decompress(bytes(data), uncompressed_size=raw_size)
+
+
+def placed_classes(target, threads, queues):
+    """(per execution thread, per preparation queue) the core class it is
+    planned for: the target's cores fastest first, the execution threads on
+    the first ones (more threads than cores share the slowest), the workers
+    on the cores after them (the last execution core's where none is left)."""
+    cores = [c.name for c in target.core_classes for _ in c.ids] or ["core"]
+    execs = [cores[min(k, len(cores) - 1)] for k in range(max(threads, 1))]
+    rest = cores[len(execs):] or [execs[-1]]
+    return execs, [rest[(q - 1) % len(rest)] for q in range(1, queues + 1)]
 
 
 def _shares(target, threads):

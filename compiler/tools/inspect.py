@@ -45,6 +45,9 @@ def describe(path):
              else "")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
                  + later + _split(b.plan.execShares))
+    placed = _placed(b.plan)
+    if placed:
+        lines.append(placed)
     lines.append(tuning_line(b))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     for k, s in enumerate(b.plan.steps):
@@ -155,6 +158,18 @@ def gpu_summary(b):
     spirv = sum(sh.size for sh in b.shaders)
     return (f"gpu        {len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {dispatches} dispatches "
             f"of {len(steps)} layers; SPIR-V {spirv:,} bytes")
+
+
+def _placed(plan):
+    """The core class each execution thread and preparation queue is planned for ("" where not recorded)."""
+    execs = [_s(c) for c in (plan.execClasses or [])]
+    queues = [_s(c) for c in (plan.queueClasses or [])]
+    if not execs:
+        return ""
+    line = f"placed     execution threads on {', '.join(execs)}"
+    if queues:
+        line += "; preparation queues " + ", ".join(f"{q + 1} on {c}" for q, c in enumerate(queues))
+    return line + " (the runtime: fastest cores first, by their sysfs capacity)"
 
 
 def _split(shares):

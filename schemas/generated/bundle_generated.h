@@ -1158,7 +1158,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_PREPARED_SIZE = 10,
     VT_WARM_THREADS = 12,
     VT_EXEC_SHARES = 14,
-    VT_WARM_EXEC_SHARES = 16
+    VT_WARM_EXEC_SHARES = 16,
+    VT_EXEC_CLASSES = 18,
+    VT_QUEUE_CLASSES = 20
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -1181,6 +1183,12 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<uint8_t> *warm_exec_shares() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_WARM_EXEC_SHARES);
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *exec_classes() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *>(VT_EXEC_CLASSES);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *>(VT_QUEUE_CLASSES);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1195,6 +1203,12 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVector(exec_shares()) &&
            VerifyOffset(verifier, VT_WARM_EXEC_SHARES) &&
            verifier.VerifyVector(warm_exec_shares()) &&
+           VerifyOffset(verifier, VT_EXEC_CLASSES) &&
+           verifier.VerifyVector(exec_classes()) &&
+           verifier.VerifyVectorOfStrings(exec_classes()) &&
+           VerifyOffset(verifier, VT_QUEUE_CLASSES) &&
+           verifier.VerifyVector(queue_classes()) &&
+           verifier.VerifyVectorOfStrings(queue_classes()) &&
            verifier.EndTable();
   }
 };
@@ -1224,6 +1238,12 @@ struct PlanBuilder {
   void add_warm_exec_shares(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares) {
     fbb_.AddOffset(Plan::VT_WARM_EXEC_SHARES, warm_exec_shares);
   }
+  void add_exec_classes(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> exec_classes) {
+    fbb_.AddOffset(Plan::VT_EXEC_CLASSES, exec_classes);
+  }
+  void add_queue_classes(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes) {
+    fbb_.AddOffset(Plan::VT_QUEUE_CLASSES, queue_classes);
+  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1243,10 +1263,14 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     uint64_t prepared_size = 0,
     uint32_t warm_threads = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> exec_shares = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> exec_classes = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes = 0) {
   PlanBuilder builder_(_fbb);
   builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
+  builder_.add_queue_classes(queue_classes);
+  builder_.add_exec_classes(exec_classes);
   builder_.add_warm_exec_shares(warm_exec_shares);
   builder_.add_exec_shares(exec_shares);
   builder_.add_warm_threads(warm_threads);
@@ -1263,10 +1287,14 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     uint64_t prepared_size = 0,
     uint32_t warm_threads = 0,
     const std::vector<uint8_t> *exec_shares = nullptr,
-    const std::vector<uint8_t> *warm_exec_shares = nullptr) {
+    const std::vector<uint8_t> *warm_exec_shares = nullptr,
+    const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *exec_classes = nullptr,
+    const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes = nullptr) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
   auto exec_shares__ = exec_shares ? _fbb.CreateVector<uint8_t>(*exec_shares) : 0;
   auto warm_exec_shares__ = warm_exec_shares ? _fbb.CreateVector<uint8_t>(*warm_exec_shares) : 0;
+  auto exec_classes__ = exec_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*exec_classes) : 0;
+  auto queue_classes__ = queue_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*queue_classes) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
@@ -1275,7 +1303,9 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
       prepared_size,
       warm_threads,
       exec_shares__,
-      warm_exec_shares__);
+      warm_exec_shares__,
+      exec_classes__,
+      queue_classes__);
 }
 
 struct Accuracy FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

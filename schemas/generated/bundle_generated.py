@@ -1837,8 +1837,48 @@ class Plan(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # Plan
+    def ExecClasses(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Plan
+    def ExecClassesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def ExecClassesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Plan
+    def QueueClasses(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Plan
+    def QueueClassesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def QueueClassesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
 def PlanStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(9)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -1870,6 +1910,18 @@ def PlanAddWarmExecShares(builder, warmExecShares):
 def PlanStartWarmExecSharesVector(builder, numElems):
     return builder.StartVector(1, numElems, 1)
 
+def PlanAddExecClasses(builder, execClasses):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(execClasses), 0)
+
+def PlanStartExecClassesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def PlanAddQueueClasses(builder, queueClasses):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(queueClasses), 0)
+
+def PlanStartQueueClassesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def PlanEnd(builder):
     return builder.EndObject()
 
@@ -1891,6 +1943,8 @@ class PlanT(object):
         warmThreads = 0,
         execShares = None,
         warmExecShares = None,
+        execClasses = None,
+        queueClasses = None,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
@@ -1899,6 +1953,8 @@ class PlanT(object):
         self.warmThreads = warmThreads  # type: int
         self.execShares = execShares  # type: Optional[List[int]]
         self.warmExecShares = warmExecShares  # type: Optional[List[int]]
+        self.execClasses = execClasses  # type: Optional[List[Optional[str]]]
+        self.queueClasses = queueClasses  # type: Optional[List[Optional[str]]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1947,6 +2003,14 @@ class PlanT(object):
                     self.warmExecShares.append(plan.WarmExecShares(i))
             else:
                 self.warmExecShares = plan.WarmExecSharesAsNumpy()
+        if not plan.ExecClassesIsNone():
+            self.execClasses = []
+            for i in range(plan.ExecClassesLength()):
+                self.execClasses.append(plan.ExecClasses(i))
+        if not plan.QueueClassesIsNone():
+            self.queueClasses = []
+            for i in range(plan.QueueClassesLength()):
+                self.queueClasses.append(plan.QueueClasses(i))
 
     # PlanT
     def Pack(self, builder):
@@ -1974,6 +2038,22 @@ class PlanT(object):
                 for i in reversed(range(len(self.warmExecShares))):
                     builder.PrependUint8(self.warmExecShares[i])
                 warmExecShares = builder.EndVector()
+        if self.execClasses is not None:
+            execClasseslist = []
+            for i in range(len(self.execClasses)):
+                execClasseslist.append(builder.CreateString(self.execClasses[i]))
+            PlanStartExecClassesVector(builder, len(self.execClasses))
+            for i in reversed(range(len(self.execClasses))):
+                builder.PrependUOffsetTRelative(execClasseslist[i])
+            execClasses = builder.EndVector()
+        if self.queueClasses is not None:
+            queueClasseslist = []
+            for i in range(len(self.queueClasses)):
+                queueClasseslist.append(builder.CreateString(self.queueClasses[i]))
+            PlanStartQueueClassesVector(builder, len(self.queueClasses))
+            for i in reversed(range(len(self.queueClasses))):
+                builder.PrependUOffsetTRelative(queueClasseslist[i])
+            queueClasses = builder.EndVector()
         PlanStart(builder)
         if self.steps is not None:
             PlanAddSteps(builder, steps)
@@ -1985,6 +2065,10 @@ class PlanT(object):
             PlanAddExecShares(builder, execShares)
         if self.warmExecShares is not None:
             PlanAddWarmExecShares(builder, warmExecShares)
+        if self.execClasses is not None:
+            PlanAddExecClasses(builder, execClasses)
+        if self.queueClasses is not None:
+            PlanAddQueueClasses(builder, queueClasses)
         plan = PlanEnd(builder)
         return plan
 

@@ -169,3 +169,23 @@ def test_run_stores_the_measured_accuracy_of_narrowed_layers(front, host):
     plain = write_bundle.run(Compilation(graph=pipeline.lower(front, host, None, None, "cached", 2, None, 0),
                                          code=b"\x90" * 1000, target=host, model_hash=HASH))
     assert read_bytes(plain.data)[0].accuracy is None
+
+
+def test_the_plan_records_the_core_class_of_every_thread_and_queue():
+    """Execution thread k on the target's k-th fastest core, preparation
+    queues on the cores after them (sd855: prime, big x 3, little x 4), an
+    execution core's class where none is left; the bundle's plan holds them."""
+    from coldbrew.compiler import compile_model
+    from coldbrew.targets import resolve
+
+    from conftest import small_cnn
+
+    sd855 = resolve("sd855")
+    assert [c.name for c in sd855.core_classes][:2] == ["prime", "big"]
+    assert write_bundle.placed_classes(sd855, 2, 2) == (["prime", "big"], ["big", "big"])
+    assert write_bundle.placed_classes(sd855, 4, 5) == (["prime", "big", "big", "big"], ["little"] * 4 + ["little"])
+    host = resolve("host")
+    assert write_bundle.placed_classes(host, len(host.core_ids), 1)[1] == [host.core_classes[-1].name]
+    b = read_bytes(compile_model(small_cnn(), target="sd855", queues={"*": 1, "c0": 0}))[0]
+    assert [c.decode() for c in b.plan.execClasses] == ["prime", "big"][:b.plan.threads]
+    assert [c.decode() for c in b.plan.queueClasses] == ["big"]
