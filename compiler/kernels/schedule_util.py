@@ -2,6 +2,7 @@
 epilogue attachment, generic schedules for layers without an anchor. Vector
 widths are always passed in (`lanes`, from the target's vector unit)."""
 import numpy as np
+import tvm
 from tvm import s_tir, tirx
 
 
@@ -252,6 +253,25 @@ def _gathers_along(sch, block, axis):
     return False
 
 
+def _copies(sch, block):
+    """Whether `block` only moves values (its store is a load, a cast of one,
+    or a load or a constant by a condition: a transpose, a layout change, a
+    pad, a nearest Resize), not computes with them: a gathered vector of
+    such a block is all loads; one that computes (a linear Resize) keeps its
+    arithmetic in vectors."""
+    def moved(v):
+        if isinstance(v, tvm.ir.TensorLoad):
+            return True
+        if isinstance(v, tirx.Cast):
+            return moved(v.value)
+        if isinstance(v, tvm.ir.Call) and v.op.name.endswith("if_then_else"):
+            return all(moved(a) or isinstance(a, (tirx.FloatImm, tirx.IntImm)) for a in v.args[1:])
+        return False
+
+    store = sch.get(block).body
+    return isinstance(store, tirx.stmt.BufferStore) and moved(store.value)
+
+
 def _mostly_contiguous(sch, block, axis, samples=4):
     """Whether every input of `block` is read at consecutive addresses
     along `axis` for most steps (checked at a few points of the other
@@ -456,10 +476,13 @@ def generic_block(sch, block, lanes):
     inner = loops[spatial - 1]
     outer = list(loops[:spatial - 1])
     ext = extents[spatial - 1]
-    if elementwise and _gathers_along(sch, block, spatial - 1):
-        # no vectors along the last axis: tiles inside a contiguous axis, or scalar
-        tiled = _transposed(sch, block, loops, spatial, lanes) if ext % lanes == 0 and ext >= lanes else None
-        outer = tiled or outer
+    tiled = None
+    if (elementwise and ext % lanes == 0 and ext >= lanes and _copies(sch, block)
+            and _gathers_along(sch, block, spatial - 1)):
+        # a transpose: tiles inside the axis read contiguously, no vectors along the last axis
+        tiled = _transposed(sch, block, loops, spatial, lanes)
+    if tiled:
+        outer = tiled
     else:
         if elementwise and ext >= 2 * lanes and ext % lanes:
             # whole vectors, then the last few values on their own (a row of 6,625)
