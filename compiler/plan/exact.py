@@ -25,9 +25,10 @@ import numpy as np
 from .scheduler import layer_pairs
 
 
-def optimal_makespan(table, threads):
+def optimal_makespan(table, threads, time_limit=None):
     """The least predicted cold latency over every plan of the configuration
-    (ms), with the worker on a dedicated core."""
+    (ms), with the worker on a dedicated core; RuntimeError where the solver
+    does not prove it (within `time_limit` seconds, if given)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     layers = table["layers"]
@@ -79,7 +80,8 @@ def optimal_makespan(table, threads):
     integrality = np.zeros(nvar)
     integrality[:t0] = 1
     bounds = Bounds(np.zeros(nvar), np.concatenate([np.ones(t0), np.full(4 * n, np.inf)]))
-    res = milp(cost, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integrality, bounds=bounds)
+    res = milp(cost, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integrality, bounds=bounds,
+               options={"time_limit": time_limit} if time_limit else None)
     if not res.success:
         raise RuntimeError(f"exact plan: the solver failed ({res.message})")
     return float(res.fun) + load.get("run_overhead", {}).get("median", 0.0)

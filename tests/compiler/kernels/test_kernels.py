@@ -250,6 +250,26 @@ def test_gemm_spaces_hold_both_loop_orders_and_a_reduction_block(target):
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_unpadded_layers_prefer_width_tiles_that_divide_their_rows(target):
+    """A width tile that does not divide an unpadded layer's 160-wide rows
+    makes the kernel copy its input first: the first-ranked tile of each
+    width-vectorized variant divides the rows (a 16 -> 4 1 x 1 conv, a
+    transposed conv's phases); with pads the input is copied anyway and
+    the widths rank as before."""
+    from coldbrew.compiler.kernels import get
+    from coldbrew.compiler.kernels.conv import COPY_PENALTY, _copies_input
+
+    assert COPY_PENALTY < 1
+    isa = target.vector
+    bare = ConvSpec(1, 16, 160, 160, 4, 1, 1)
+    padded = dataclasses.replace(ConvSpec(1, 16, 160, 160, 4, 3, 3), pad=(1, 1, 1, 1))
+    for name, key in (("conv2d.direct", "zb"), ("conv2d.packed_direct", "zb"), ("conv2d.gemm_1x1", "zt")):
+        space = get(name, isa).space(bare)
+        assert 160 % space[0][key] == 0, (name, space[:3])
+    assert _copies_input(bare, 48) and not _copies_input(bare, 32) and not _copies_input(padded, 48)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_every_variant_is_exercised_by_the_sweep(target):
     isa = target.vector
     covered = {v.name for s in CONV_SPECS + blocked_specs(isa.lanes) for v in applicable(s, "conv2d", isa)}
