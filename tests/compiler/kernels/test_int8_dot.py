@@ -30,6 +30,15 @@ def _case(spec, seed=0):
     return x, w, w_scale, exact.reshape(spec.output_shape)
 
 
+def _integer_case(spec, x_dtype):
+    """_case's x as the model's 8-bit integers (x_dtype uint8: q + shift; int8: that - 128), or its floats (None)."""
+    x, w, w_scale, exact = _case(spec)
+    if x_dtype:
+        u8 = np.rint(x.reshape(spec.m, spec.k) / spec.in_scale).astype(np.int64) + spec.in_shift
+        x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    return x, w, w_scale, exact
+
+
 def _funcs(spec, params, x_dtype=None):
     v = get("dense.int8_dot", vnni_target().vector if not HOST.vector.int8_dot else HOST.vector)
     return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, params, x_dtype=x_dtype), v, spec, params),
@@ -125,10 +134,7 @@ def test_int8_dot_k_matches_the_exact_product(spec, x_dtype):
     if not HOST.vector.int8_dot:
         assert not v.applies(spec)
         return
-    x, w, w_scale, exact = _case(spec)
-    if x_dtype:
-        u8 = np.rint(x.reshape(spec.m, spec.k) / spec.in_scale).astype(np.int64) + spec.in_shift
-        x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    x, w, w_scale, exact = _integer_case(spec, x_dtype)
     funcs = {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
              "tr": kb.transform_func(v, spec, {})}
     _check(v, spec, {}, funcs, x, w, w_scale, exact)
@@ -167,10 +173,7 @@ def test_int8_tiles_match_the_exact_product_on_the_host(spec, x_dtype):
     if not HOST.vector.int8_tiles:
         assert not v.applies(spec)
         return
-    x, w, w_scale, exact = _case(spec)
-    if x_dtype:
-        u8 = np.rint(x.reshape(spec.m, spec.k) / spec.in_scale).astype(np.int64) + spec.in_shift
-        x = (u8 if x_dtype == "uint8" else u8 - 128).astype(x_dtype).reshape(spec.input_shape)
+    x, w, w_scale, exact = _integer_case(spec, x_dtype)
     v, funcs = _tiles(spec, x_dtype)
     assert ("cb_quant" in funcs["exe"].script()) != (x_dtype == "uint8" and spec.m % 32 == 0 and spec.k % 64 == 0)
     _check(v, spec, {}, funcs, x, w, w_scale, exact)
