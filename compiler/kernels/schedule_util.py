@@ -201,13 +201,12 @@ def _read_along(sch, block, axis):
     b = sch.get(block)
     var = b.iter_vars[axis].var
     reduced = [iv.var for iv in b.iter_vars if iv.iter_type == 2]
-    written = {w.source.name for w in b.writes}
 
     def uses(expr, vs):
         return any(u.same_as(v) for u in undefined_vars(expr) for v in vs)
 
     return any(uses(r.region[-1].min, [var]) and any(uses(d.min, reduced) for d in r.region)
-               for r in b.reads if r.source.name not in written and r.region)
+               for r in _reads(sch, block))
 
 
 def _reads(sch, block):
@@ -282,10 +281,9 @@ def _mostly_contiguous(sch, block, axis, samples=4):
     ivs = sch.get(block).iter_vars
     rng = np.random.default_rng(0)
     reads = _reads(sch, block)
-    steps = []
+    steps, ext = [], int(ivs[axis].dom.extent)
     for _ in range(samples):
         point = {iv.var: int(rng.integers(int(iv.dom.min), int(iv.dom.min) + int(iv.dom.extent))) for iv in ivs}
-        ext = int(ivs[axis].dom.extent)
         for k in range(min(ext - 1, 16)):
             addrs = []
             for v in (k, k + 1):
