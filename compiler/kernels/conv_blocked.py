@@ -10,15 +10,25 @@ blocked            output blocked; input blocked, or NCHW where its channels
                    stride, width or channel count wastes a lane
 depthwise_blocked  one filter per channel, the b channels of a block in the
                    lanes: every tap is one vector load, whatever the stride
+winograd_f{2,4,6}_blocked
+                   F(m x m, 3 x 3) with the b channels of a block in the
+                   lanes of every transform (3x3 stride 1): a Winograd-domain
+                   GEMM of tt tiles x kvb output channel blocks per element
+im2col_blocked     a GEMM over (channel, tap) with a packed weight panel:
+                   parallel over output row tiles, the tile's column matrix
+                   copied once and reused by every output channel block
+gemm_1x1_blocked   the same GEMM on 1x1 stride-1 layers, the input read in
+                   place as the column matrix
 
 Weights are packed so that a tile's weight vectors are contiguous:
 [K / b, C / cb, R, S, cb, b], cb = the input's channel block (1 for NCHW).
 """
-from tvm import te, tirx
+from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, register
-from .schedule_util import (attach_epilogue, intensity, pad_pass, pad_stage, padding_efficiency, ranked,
-                            register_blocks, round_up, vectorize_inner)
+from .conv import Winograd, _lincomb, _winograd_matrices
+from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit, pad_pass,
+                            pad_stage, padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
 
 
 def _padded(x, spec, owp):
@@ -165,5 +175,256 @@ class DepthwiseBlocked(_OnBlocks):
         sch.decompose_reduction(block, rr)
 
 
-for _cls in (Blocked, DepthwiseBlocked):
+class _PanelGemm(_OnBlocks):
+    """out[n, ko, y, z, ki] = sum_q col[n, q, y, z] * wt[ko // kvb, q, ko % kvb, ki],
+    q = (input channel block, tap row, tap column, channel in block).
+
+    Weights are packed as panels of kvb output channel blocks,
+    [K / (b kvb), C / cb, R, S, cb, kvb, b]: a reduction step loads kvb
+    vectors from one contiguous run. The loop order is conv2d.blocked's
+    turned round: parallel over output row tiles (zt columns), and every
+    output channel panel runs over the tile while its column values stay in
+    L1; the epilogue follows each panel's finished tile."""
+
+    copies_column = True
+
+    def transformed_shape(self, spec, params):
+        b, cb, kvb = self.isa.lanes, spec.in_block or 1, params["kvb"]
+        return (spec.k // (b * kvb), spec.c // cb, spec.r, spec.s, cb, kvb, b)
+
+    def transform(self, spec, params):
+        b, cb, kvb = self.isa.lanes, spec.in_block or 1, params["kvb"]
+        return lambda w: te.compute(
+            self.transformed_shape(spec, params),
+            lambda kp, co, r, s, ci, kv, ki: w[(kp * kvb + kv) * b + ki, co * cb + ci, r, s], name="cb_pack")
+
+    def compute(self, spec, x, wt, params):
+        b, cb, kvb, zt = self.isa.lanes, spec.in_block or 1, params["kvb"], params["zt"]
+        owp = round_up(spec.out_w, zt)
+        p = _padded(x, spec, owp)
+        (sh, sw), (dh, dw) = spec.stride, spec.dilation
+
+        def tap(n, co, r, s, y, z, ci):
+            iy, iz = y * sh + r * dh, z * sw + s * dw
+            return p[n, co, iy, iz, ci] if spec.in_block else p[n, co + ci, iy, iz]
+
+        if self.copies_column:  # the tile's column values, contiguous per tap
+            col = te.compute((spec.n, spec.c // cb, spec.r, spec.s, spec.out_h, owp, cb), tap, name="cb_col")
+            tap = lambda *i: col[i]  # noqa: E731
+        co = te.reduce_axis((0, spec.c // cb), "co")
+        rr = te.reduce_axis((0, spec.r), "rr")
+        rs = te.reduce_axis((0, spec.s), "rs")
+        ci = te.reduce_axis((0, cb), "ci")
+        anchor = te.compute(
+            (spec.n, spec.k // b, spec.out_h, owp, b),
+            lambda n, ko, y, z, ki: te.sum(tap(n, co, rr, rs, y, z, ci) * wt[ko // kvb, co, rr, rs, ci, ko % kvb, ki],
+                                           axis=[co, rr, rs, ci]),
+            name=ANCHOR)
+        return _crop(anchor, spec)
+
+    def space(self, spec):
+        # zt broadcasts x kvb weight vectors; the row tile's column values
+        # (every q for zt columns) should stay in L1 across the panels
+        kblocks, q = spec.k // self.isa.lanes, spec.c * spec.r * spec.s
+        blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
+                  if kblocks % kvb == 0 and zt <= spec.out_w]
+        return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
+            [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)) * l1_fit(self.isa, 4 * q * zt), (zt, kvb))
+             for zt, kvb in blocks])]
+
+    def schedule(self, sch, block, spec, params):
+        b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
+        n, ko, y, z, ki, co, rr, rs, ci = sch.get_loops(block)
+        koo, koi = sch.split(ko, [None, kvb])
+        zo, zi = sch.split(z, [None, zt])
+        sch.reorder(n, y, zo, koo, co, rr, rs, ci, zi, koi, ki)
+        par = sch.fuse(n, y, zo)
+        sch.parallel(par)
+        pad_pass(sch, b)
+        if self.copies_column:
+            col = sch.get_sblock("cb_col")
+            sch.compute_at(col, par, preserve_unit_loops=True)
+            vectorize_inner(sch, col, b)
+        attach_epilogue(sch, block, koo, b)
+        sch.unroll(koi)
+        sch.unroll(zi)
+        sch.vectorize(ki)
+        sch.decompose_reduction(block, co)
+
+
+def _pointwise(spec):
+    return spec.r == spec.s == 1 and spec.stride == (1, 1) and not any(spec.pad)
+
+
+class Im2colBlocked(_PanelGemm):
+    name = "conv2d.im2col_blocked"
+
+    def applies(self, spec):
+        return Blocked.applies(self, spec) and not _pointwise(spec)
+
+
+class Gemm1x1Blocked(_PanelGemm):
+    name = "conv2d.gemm_1x1_blocked"
+    copies_column = False  # the (blocked) input is the column matrix
+
+    def applies(self, spec):
+        return Blocked.applies(self, spec) and _pointwise(spec) and spec.in_block == self.isa.lanes
+
+
+class WinogradBlocked(Winograd):
+    """F(m x m, 3 x 3) on blocked activations: conv.Winograd's transforms
+    with the b channels of a block in the vector lanes (every transform
+    step is a vector add of b channels, whatever the tile count).
+
+    weight transform  U[e, k // b, c, k % b] = (G g G^T)[i, j] (Winograd's, kb = b)
+    input transform   V[e, c // b, t, c % b] = (B^T d_t B)[i, j]
+    anchor            M[e, ko, t, ki] = sum_c V[e, c // b, t, c % b] U[e, ko, c, ki]
+    output transform  Y[ko, t, i, j, ki] = (A^T M A)[i, j], scattered to the blocked output
+
+    The GEMM's register block is tt tiles (broadcast) x kvb weight vectors,
+    as conv2d.blocked's; it runs per (tile block, kvb channel blocks) over
+    every alpha^2 element, and the output transform of that block follows
+    on M still in cache."""
+
+    blocked = True
+
+    def __init__(self, isa, m):
+        super().__init__(isa, m)
+        self.name = f"conv2d.winograd_f{m}_blocked"
+
+    def applies(self, spec):
+        b = self.isa.lanes
+        return (super().applies(spec) and spec.in_block == spec.out_block == b
+                and spec.c % b == 0 and spec.k % b == 0)
+
+    def transformed_shape(self, spec, params):
+        return super().transformed_shape(spec, {"kb": self.isa.lanes})
+
+    def transform(self, spec, params):
+        return super().transform(spec, {"kb": self.isa.lanes})
+
+    def space(self, spec):
+        tiles, kblocks = self._tiles(spec)[2], spec.k // self.isa.lanes
+        block_bytes = self.alpha ** 2 * self.isa.lanes * 4  # M per tile and channel block
+
+        def score(tt, kvb):
+            return (intensity(tt, kvb) * l1_fit(self.isa, block_bytes * tt * kvb)
+                    * padding_efficiency((tiles, tt)))
+
+        blocks = [(tt, kvb) for tt, kvb in register_blocks(self.isa, (2, 3, 4, 6, 8, 12), 4)
+                  if kblocks % kvb == 0 and tt <= round_up(tiles, 2)]
+        return [{"kvb": kvb, "tt": tt} for tt, kvb in ranked([(score(tt, kvb), (tt, kvb)) for tt, kvb in blocks])]
+
+    def compute(self, spec, x, wt, params):
+        m, alpha, b = self.m, self.alpha, self.isa.lanes
+        a, bm, _ = _winograd_matrices(m)
+        nh, nw, tiles = self._tiles(spec)
+        tp = round_up(tiles, params["tt"])
+        cb, kb = spec.c // b, spec.k // b
+        pt, pl = spec.pad[0], spec.pad[1]
+        h, w = spec.h, spec.w
+        d = te.compute(  # padded so that every tile is whole
+            (spec.n, cb, nh * m + 2, nw * m + 2, b),
+            lambda n, c, y, z, l: tirx.if_then_else(
+                tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[n, c, y - pt, z - pl, l],
+                tirx.const(0, spec.dtype)),
+            name="cb_pad")
+
+        def bd(c, t, i, s, l):  # (B^T d)[i, s], b channels
+            t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped
+            n, y0, z0 = t // (nh * nw), (t % (nh * nw)) // nw * m, t % nw * m
+            return _lincomb(bm, i, lambda r: d[n, c, y0 + r, z0 + s, l])
+
+        bd = te.compute((cb, tp, alpha, alpha, b), bd, name="cb_wino_bd")
+        v = te.compute((alpha * alpha, cb, tp, b),
+                       lambda e, c, t, l: _lincomb(bm, e % alpha, lambda s: bd[c, t, e // alpha, s, l]),
+                       name="cb_wino_v")
+        rc = te.reduce_axis((0, cb), "rc")
+        ri = te.reduce_axis((0, b), "ri")
+        mm = te.compute((alpha * alpha, kb, tp, b),
+                        lambda e, ko, t, ki: te.sum(v[e, rc, t, ri] * wt[e, ko, rc * b + ri, ki], axis=[rc, ri]),
+                        name=ANCHOR)
+        ma = te.compute((kb, tp, alpha, m, b),  # (M A)[s1, j]
+                        lambda ko, t, s1, j, l: _lincomb(a, j, lambda s2: mm[s1 * alpha + s2, ko, t, l]),
+                        name="cb_wino_ma")
+        y = te.compute((kb, tp, m, m, b),  # (A^T M A)[i, j]
+                       lambda ko, t, i, j, l: _lincomb(a, i, lambda s1: ma[ko, t, s1, j, l]), name="cb_wino_y")
+        return te.compute(
+            spec.output_shape,
+            lambda n, ko, yy, zz, l: y[ko, n * nh * nw + yy // m * nw + zz // m, yy % m, zz % m, l], name="cb_out")
+
+    def schedule(self, sch, block, spec, params):
+        tt, kvb, b, alpha = params["tt"], params["kvb"], self.isa.lanes, self.alpha
+        pad_pass(sch, b)
+
+        # input transform, parallel over (channel block, tile block); per
+        # tile B^T d in registers, then its alpha^2 elements
+        v = sch.get_sblock("cb_wino_v")
+        e, c, t, l = sch.get_loops(v)
+        to, ti = sch.split(t, [None, tt])
+        ei, ej = sch.split(e, [alpha, alpha])
+        sch.reorder(c, to, ti, ei, ej, l)
+        par = sch.fuse(c, to)
+        sch.parallel(par)
+        sch.unroll(ej)
+        sch.vectorize(l)
+        bd = sch.get_sblock("cb_wino_bd")
+        sch.compute_at(bd, ti)
+        sch.set_scope(bd, 0, "local")
+        i, s, bl = sch.get_loops(bd)[-3:]
+        sch.reorder(s, i, bl)
+        sch.unroll(i)
+        sch.vectorize(bl)
+
+        # GEMM and output transform per (tile block, kvb channel blocks)
+        y = sch.get_sblock("cb_wino_y")
+        ko, t, i, j, l = sch.get_loops(y)
+        koo, koi = sch.split(ko, [None, kvb])
+        to, ti = sch.split(t, [None, tt])
+        sch.reorder(to, koo, koi, ti, j, i, l)
+        par = sch.fuse(to, koo)
+        sch.parallel(par)
+        sch.unroll(i)
+        sch.vectorize(l)
+        ma = sch.get_sblock("cb_wino_ma")
+        sch.compute_at(ma, par)
+        sch.set_scope(ma, 0, "local")
+        sch.compute_at(block, par, preserve_unit_loops=True)
+        s1, j, ml = sch.get_loops(ma)[-3:]
+        sch.unroll(j)
+        sch.vectorize(ml)
+
+        # per element: tt broadcasts x kvb weight vectors over the channels
+        e, ki, ti, kl, rc, ri = sch.get_loops(block)[-6:]
+        sch.reorder(e, rc, ri, ti, ki, kl)
+        acc = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc, e)
+        sch.set_scope(acc, 0, "local")
+        sch.unroll(ti)
+        sch.unroll(ki)
+        sch.vectorize(kl)
+        sch.decompose_reduction(block, rc)
+        al = sch.get_loops(acc)[-1]
+        sch.vectorize(al)
+
+        # scatter to the blocked output + fused epilogue: one parallel pass
+        order = blocks_in_order(sch)
+        names = [block_name(sch, x) for x in order]
+        after = order[names.index("cb_wino_y") + 1:]
+        for x in after[:-1]:
+            try:
+                sch.compute_inline(x)
+            except s_tir.ScheduleError:
+                pass
+        for x in after:
+            try:
+                sch.get_loops(x)
+            except Exception:
+                continue  # inlined
+            generic_block(sch, x, b)
+
+
+for _cls in (Blocked, DepthwiseBlocked, Im2colBlocked, Gemm1x1Blocked):
     register(_cls.name, _cls)
+for _m in (2, 4, 6):
+    register(f"conv2d.winograd_f{_m}_blocked", lambda isa, m=_m: WinogradBlocked(isa, m))

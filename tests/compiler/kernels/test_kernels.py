@@ -74,6 +74,7 @@ BLOCKED_SHAPES = [
     ConvSpec(1, 48, 14, 14, 48, 3, 3, (1, 1), (1, 1, 1, 1), groups=48),
     ConvSpec(1, 32, 15, 15, 32, 3, 3, (2, 2), (1, 1, 1, 1), groups=32),
     ConvSpec(1, 16, 9, 13, 16, 5, 5, (1, 1), (2, 2, 2, 2), groups=16),
+    ConvSpec(1, 16, 13, 12, 32, 3, 3, (1, 1), (1, 1, 1, 1)),  # winograd F(6x6) on blocks: two tiles per side
 ]
 
 
