@@ -34,7 +34,7 @@ from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generi
 def _padded(x, spec, owp):
     """x (NCHW or blocked) zero-padded by the conv's pads, and at the right
     wide enough for `owp` output columns; x itself when nothing is added."""
-    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    sw, dw = spec.stride[1], spec.dilation[1]
     pt, pl, pb, _ = spec.pad
     hp = spec.h + pt + pb
     wp = max(spec.w + spec.pad[1] + spec.pad[3], (owp - 1) * sw + (spec.s - 1) * dw + 1)

@@ -37,6 +37,7 @@ the same target again does not re-measure. Targets marked `modeled`
 (devices we do not have) get the host table scaled per core class and
 phase (targets/), and say so.
 """
+import copy
 import hashlib
 import json
 import os
@@ -45,6 +46,7 @@ import tempfile
 import time
 
 from ..ir.forms import DIRECT_FORMS, NARROW
+from ..kernels import get
 from .protocol import cache_dir, code_hash, cold_read_ms, core_classes, evict, sample
 
 FORMAT = "coldbrew-costs"
@@ -112,15 +114,48 @@ def _storage(tmp):
 
 # ---- columns ----
 
-def _columns(anchors):
-    """Per-anchor variant choices, one dict per column, covering every
-    applicable variant of every anchor; column 0 is the compiler's default."""
-    lists = {}
+def _groups(anchors):
+    """[(anchor ids, candidate names)] per distinct layer shape: anchors of
+    one spec with the same candidates, the compiler's default first."""
+    groups = {}
     for a in anchors:
-        rest = [v for v in a.alternatives if v != a.variant.name]
-        lists[a.id] = [a.variant.name] + rest
-    width = max((len(v) for v in lists.values()), default=1)
-    return [{aid: names[min(k, len(names) - 1)] for aid, names in lists.items()} for k in range(width)]
+        names = [a.variant.name] + [v for v in a.alternatives if v != a.variant.name]
+        groups.setdefault((a.spec, tuple(names)), []).append(a.id)
+    return [(ids, list(names)) for (_, names), ids in groups.items()]
+
+
+def _columns(groups, keep=None):
+    """Per-anchor variant choices, one dict per column, that measure every
+    candidate of every layer shape once: a shape's g layers take its
+    candidates g at a time (the k-th column gives its j-th layer candidate
+    k * g + j), so a shape repeated g times with n candidates needs
+    ceil(n / g) columns; column 0 holds each shape's default. `keep(name)`
+    narrows the candidates (a layer with none left keeps its default)."""
+    lists = [(ids, [n for n in names if keep is None or keep(n)] or names[:1]) for ids, names in groups]
+    width = max((-(-len(names) // len(ids)) for ids, names in lists), default=1)
+    return [{aid: names[i] if (i := k * len(ids) + j) < len(names) else names[0]
+             for ids, names in lists for j, aid in enumerate(ids)} for k in range(width)]
+
+
+def _share(layers, groups):
+    """Layers of one shape take each other's measurements: per candidate,
+    each field a layer did not measure itself comes from the first of its
+    shape's layers that did (they differ by their fused epilogues and by
+    what ran before them, which the profile leaves out)."""
+    for ids, _ in groups:
+        own = {i: copy.deepcopy(layers[i]["candidates"]) for i in ids if i in layers}
+        for i in own:
+            mine = {c["variant"]: c for c in layers[i]["candidates"]}
+            for j in own:
+                for c in own[j] if j != i else ():
+                    m = mine.get(c["variant"])
+                    if m is None:
+                        m = mine[c["variant"]] = {**copy.deepcopy(c), "read_ms": {}}
+                        layers[i]["candidates"].append(m)
+                    for k, v in c.items():
+                        m.setdefault(k, copy.deepcopy(v))
+                    for k, v in c.get("read_ms", {}).items():
+                        m["read_ms"].setdefault(k, v)
 
 
 def _layer_bytes(graph, layer):
@@ -208,31 +243,41 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
 
     t_start = time.perf_counter()
     front = front or front_end(proto, input_shapes, constants)  # shared by every column's compile
-    columns = _columns(anchors_of(proto, tgt, front=front))
+    anchors = anchors_of(proto, tgt, front=front)
+    groups = _groups(anchors)
+    defaults = {a.id: a.variant.name for a in anchors}
+    columns = _columns(groups)
+    # a transform that computes new values (Winograd's) has no direct form: the
+    # direct columns measure the rest (dense and recurrent layers decide their own)
+    direct_columns = _columns(groups, lambda name: not name.startswith("conv2d.")
+                              or get(name, tgt.vector).transform_rearranges)
     classes = core_classes(tgt)
     configs = _configs(classes, threads)
     rounds, narrow = max(1, repeat["cold"]), len(DIRECT_FORMS)
-    step = _Steps(progress, (1 + narrow) * len(columns) + 2
-                  + rounds * (len(columns) * len(configs) * (1 + narrow) + 1) + 1)
+    width = len(columns) + narrow * len(direct_columns)
+    step = _Steps(progress, width + 2 + rounds * (width * len(configs) + 1) + 1)
 
     def compile_column(path, c, **options):
-        return compile_graph(proto, path, tgt, input_shapes, constants, variants=columns[c], threads=threads,
+        chosen = None if c is None else direct_columns[c] if options.get("weights") == "direct" else columns[c]
+        return compile_graph(proto, path, tgt, input_shapes, constants, variants=chosen, threads=threads,
                              front=front, tuning=tuning, **options)[1]
 
     layers = {}
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
         step("storage")
         storage = _storage(tmp)
-        bundles, graphs, default = _compile_columns(compile_column, len(columns), tmp, step)
+        bundles, graphs, default = _compile_columns(compile_column, len(columns), len(direct_columns), tmp, step)
         runs, default_runs = _sample_rounds(bundles, default, configs, rounds, repeat, step)
         load = {k: stat(v) for k, v in default_runs["open"].items()}
         load["bundle_bytes"] = os.path.getsize(default)
         for c, graph in enumerate(graphs["fp32"]):
-            cached_runs = {configs[-1][:2]: default_runs} if c == 0 else {}
-            _add_column(layers, graph, c, runs["fp32"][c], tmp, repeat["reads"], cached_runs)
+            _add_column(layers, graph, runs["fp32"][c], tmp, repeat["reads"], defaults)
+        _share(layers, groups)  # a direct column may give a layer a candidate a sibling measured
         for p, form in DIRECT_FORMS.items():
             for graph, runs_c in zip(graphs[p], runs[p]):
                 _add_direct(layers, graph, runs_c, tmp, repeat["reads"], form)
+        _share(layers, groups)
+        _add_cached(layers, {configs[-1][:2]: {"execute_first_cached": default_runs["execute_first"]}})
     progress(step.total, step.total, "done")
     return {"widen_ms_per_byte": widen_rate(), "check_ms_per_byte": check_rate(),
             "format": FORMAT, "version": VERSION, "model": proto.graph.name or "model", "model_hash": model_hash,
@@ -265,7 +310,7 @@ def _configs(classes, threads):
     return configs
 
 
-def _compile_columns(compile_column, n, tmp, step):
+def _compile_columns(compile_column, n, n_direct, tmp, step):
     """({"fp32" | precision: [bundle path per column]}, the same of Graphs,
     the default bundle's path): every column with raw weights and with each
     narrow precision's direct weights, and the default plan as shipped
@@ -276,13 +321,13 @@ def _compile_columns(compile_column, n, tmp, step):
         bundles["fp32"].append(os.path.join(tmp, f"column{c}.brew"))
         graphs["fp32"].append(compile_column(bundles["fp32"][-1], c, weights="raw"))
     for p in DIRECT_FORMS:
-        for c in range(n):
-            step(f"compile column {c + 1}/{n}, direct {p} weights")
+        for c in range(n_direct):
+            step(f"compile column {c + 1}/{n_direct}, direct {p} weights")
             bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
             graphs[p].append(compile_column(bundles[p][-1], c, weights="direct", precision=p))
     step("compile the default bundle")
     default = os.path.join(tmp, "default.brew")
-    compile_column(default, 0)
+    compile_column(default, None)
     return bundles, graphs, default
 
 
@@ -295,14 +340,14 @@ def _sample_rounds(bundles, default, configs, rounds, repeat, step):
     stretch of it (shared machines drift)."""
     runs = {kind: [{cfg[:2]: {} for cfg in configs} for _ in paths] for kind, paths in bundles.items()}
     default_runs, default_left = {}, repeat["default"]
-    n = len(bundles["fp32"])
+    n = max(len(paths) for paths in bundles.values())
     for k in range(rounds):
         warm = repeat["warm"] if k == rounds - 1 else 0
         for c in range(n):
-            for kind in bundles:
+            for kind in (kind for kind, paths in bundles.items() if c < len(paths)):
                 for cls, threads, cores in configs:
                     extra = "" if kind == "fp32" else f", direct {kind}"
-                    step(f"round {k + 1}/{rounds}: column {c + 1}/{n}{extra} on {cls} x{threads}")
+                    step(f"round {k + 1}/{rounds}: column {c + 1}/{len(bundles[kind])}{extra} on {cls} x{threads}")
                     sample(bundles[kind][c], cores, threads, warm, runs[kind][c][(cls, threads)])
         step(f"round {k + 1}/{rounds}: default bundle")
         for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
@@ -322,10 +367,18 @@ def _per_config(runs, key, layer):
     return per
 
 
-def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
-    """Merge one column's measurements into `layers` (name -> layer entry).
-    `cached_runs` (column 0): first executions with weights read from the
-    bundle rather than just written by the transform."""
+def _add_cached(layers, cached_runs):
+    """The default bundle's first executions (weights read from the bundle
+    rather than just written by the transform) on each layer's default candidate."""
+    for entry in layers.values():
+        for c in entry["candidates"]:
+            if c["default"]:
+                c["execute_first_cached_ms"] = _per_config(cached_runs, "execute_first_cached", entry["name"])
+
+
+def _add_column(layers, graph, runs, tmp, reads, defaults):
+    """Merge one column's measurements into `layers` (name -> layer entry);
+    `defaults`: {anchor id: the compiler's default variant}."""
     new = []
     for layer in graph.layers:
         entry = layers.setdefault(layer.name, {"name": layer.name, "op": layer.op, "candidates": []})
@@ -335,13 +388,12 @@ def _add_column(layers, graph, column, runs, tmp, reads, cached_runs):
         narrow = _narrow_bytes(graph, layer)
         anchor = next((graph.tensors[i].anchor for i in layer.args if graph.tensors[i].anchor is not None), None)
         cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
-                "has_transform": bool(layer.transform), "default": column == 0,
+                "has_transform": bool(layer.transform),
+                "default": defaults.get(layer.name, layer.variant) == layer.variant,
                 "transform_rearranges": anchor.variant.transform_rearranges if anchor else True,
                 **{f"{p}_bytes": len(b) for p, b in narrow.items()}}
-        for key, source in (("transform", runs), ("execute_first", runs), ("execute", runs),
-                            ("execute_first_cached", {k: {"execute_first_cached": v["execute_first"]}
-                                                      for k, v in cached_runs.items()})):
-            cand[f"{key}_ms"] = _per_config(source, key, layer.name)
+        for key in ("transform", "execute_first", "execute"):
+            cand[f"{key}_ms"] = _per_config(runs, key, layer.name)
         entry["candidates"].append(cand)
         new.append((cand, raw, cached, narrow))
     regions = [r for _, r, _, _ in new] + [c for _, _, c, _ in new]

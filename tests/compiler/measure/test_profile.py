@@ -132,3 +132,43 @@ def test_the_cold_plan_is_the_plan_in_the_bundle(table_and_bundle, small_model, 
         assert WEIGHT_FORMS[s.weightForm] == chosen["forms"][name], name
         assert s.prepQueue == chosen["queues"][name], name
     assert b.plan.threads == chosen["threads"]
+
+
+def test_layers_of_one_shape_share_their_columns():
+    """Three layers of one shape with five candidates take two columns, not
+    five (every candidate once, the default in column 0), and each layer
+    then holds every candidate: its own measurements first, the rest from
+    the sibling that measured them. Without the sharing each would hold
+    only what its own columns gave it."""
+    from types import SimpleNamespace as NS
+
+    names = ["conv2d.blocked", "conv2d.im2col_blocked", "conv2d.winograd_f2_blocked",
+             "conv2d.winograd_f4_blocked", "conv2d.winograd_f6_blocked"]
+    anchors = [NS(id=f"c{k}", spec="3x3", variant=NS(name=names[0]), alternatives=names) for k in range(3)]
+    anchors.append(NS(id="c3", spec="1x1", variant=NS(name="conv2d.blocked"),
+                      alternatives=["conv2d.blocked", "conv2d.gemm_1x1_blocked"]))
+    groups = prof._groups(anchors)
+    columns = prof._columns(groups)
+    assert len(columns) == 2
+    assert columns[0] == {"c0": names[0], "c1": names[1], "c2": names[2], "c3": "conv2d.blocked"}
+    assert [columns[1][a] for a in ("c0", "c1", "c3")] == [names[3], names[4], "conv2d.gemm_1x1_blocked"]
+    measured = {(a, v) for col in columns for a, v in col.items()}
+    assert {v for a, v in measured if a != "c3"} == set(names)
+    # the direct columns leave out what keep() refuses (Winograd's transform computes values)
+    direct = prof._columns(groups, lambda n: "winograd" not in n)
+    assert len(direct) == 2 and [direct[0][a] for a in ("c0", "c1")] == names[:2]
+    assert all("winograd" not in v for col in direct for v in col.values())
+
+    layers = {a: {"name": a, "candidates": []} for a in ("c0", "c1", "c2", "c3")}
+    for col in columns:
+        for a, v in col.items():
+            if not any(c["variant"] == v for c in layers[a]["candidates"]):
+                layers[a]["candidates"].append({"variant": v, "execute_ms": int(a[1]), "read_ms": {"raw": 1}})
+    layers["c1"]["candidates"][0]["direct_bytes"] = 7  # a direct field only c1 measured
+    prof._share(layers, groups)
+    for a in ("c0", "c1", "c2"):
+        by = {c["variant"]: c for c in layers[a]["candidates"]}
+        assert set(by) == set(names), a
+        assert by[columns[0][a]]["execute_ms"] == int(a[1])  # its own measurement kept
+        assert by[names[1]]["direct_bytes"] == 7 and by[names[1]]["read_ms"] == {"raw": 1}
+    assert {c["variant"] for c in layers["c3"]["candidates"]} == {"conv2d.blocked", "conv2d.gemm_1x1_blocked"}
