@@ -260,7 +260,10 @@ class InferenceSession:
         continuous mode (its weights' read, its execution). GPU bundles:
         gpu_context, read per step (a reader thread, during the context),
         upload, pipeline per shader (step -1, layer "shader <k>", on the
-        core that made it), gpu_execute on the GPU's lane (cpu -1)."""
+        core that made it), gpu_execute on the GPU's lane (cpu -1): a
+        first run that began while pipelines were being made has one per
+        chunk of layers it submitted (step: the chunk's first; end: when
+        the chunk was seen complete)."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
         _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
         out = []

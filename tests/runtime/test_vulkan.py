@@ -58,6 +58,44 @@ def test_zoo_model_on_vulkan_matches_onnxruntime(name, tmp_path):
         assert_close(o, r)
 
 
+@pytest.mark.parametrize("first_run", ["chunks", "whole"])
+def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run, tmp_path, monkeypatch):
+    """A first-ever launch (empty pipeline cache) submits its first layers
+    as soon as their pipelines exist: the trace's first GPU chunk goes to
+    the GPU before the last pipeline is made, every chunk after the
+    pipelines of its first step's dispatches, and the chunks complete in
+    order. With the first run
+    made whole (COLDBREW_GPU_FIRST_RUN=whole: every pipeline first, as
+    before chunks) its one GPU event starts after the last pipeline. The
+    outputs match onnxruntime either way, on the first run and the next."""
+    if first_run == "whole":
+        monkeypatch.setenv("COLDBREW_GPU_FIRST_RUN", "whole")
+    model = zoo.build("squeezenet")
+    path = str(tmp_path / "squeezenet.brew")
+    compile_model(model, path, target="vulkan")
+    b = read_bytes(open(path, "rb").read())[0]
+    x = np.random.default_rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    sess = coldbrew.load(path, trace=True)
+    first = sess.run(None, {"input": x})[0]  # right after the open, while its workers make pipelines
+    ref = ort_run(model, {"input": x})
+    assert_close(first, ref[0])
+    ev = sess.trace()
+    gpu = sorted((e for e in ev if e["phase"] == "gpu_execute"), key=lambda e: e["start_ns"])
+    made = {int(e["layer"].split()[-1]): e["end_ns"] for e in ev if e["phase"] == "pipeline"}
+    assert sorted(made) == list(range(len(b.shaders)))
+    if first_run == "whole":
+        assert len(gpu) == 1 and gpu[0]["start_ns"] >= max(made.values())
+    else:
+        assert len(gpu) >= 2, gpu
+        assert gpu[0]["start_ns"] < max(made.values())  # layers on the GPU before the last pipeline exists
+        assert [e["end_ns"] for e in gpu] == sorted(e["end_ns"] for e in gpu)
+        for e in gpu:
+            shaders = [d.shader for d in b.plan.steps[e["step"]].dispatches]
+            assert e["start_ns"] >= max(made[k] for k in shaders), e
+    assert_close(sess.run(None, {"input": x})[0], ref[0])  # the recorded command buffer
+    assert len([e for e in sess.trace() if e["phase"] == "gpu_execute"]) == 1
+
+
 def test_small_model_runs_repeatedly_and_in_two_sessions(small_gpu_bundle, small_model):
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     ref = ort_run(small_model, {"x": x})[0]
@@ -303,8 +341,8 @@ def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation(t
 def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp_path):
     """The traced first run reports the open's GPU mode: weights read per step
     by a reader while the context is made, then the upload and one pipeline
-    event per shader (worker threads), and the command buffer on the GPU's
-    own lane; the trace exports name that lane."""
+    event per shader (worker threads), and the GPU's work on its own lane;
+    the trace exports name that lane."""
     from coldbrew.compiler.tools import trace_export
 
     sess = coldbrew.load(small_gpu_bundle, trace=True)
@@ -314,12 +352,13 @@ def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp
     for e in ev:
         by.setdefault(e["phase"], []).append(e)
     b = read_bytes(open(small_gpu_bundle, "rb").read())[0]
-    (ctx,), (up,), (run,) = by["gpu_context"], by["upload"], by["gpu_execute"]
+    (ctx,), (up,), runs = by["gpu_context"], by["upload"], by["gpu_execute"]
     assert sorted(e["step"] for e in by["read"]) == list(range(len(b.plan.steps)))
     assert sorted(e["layer"] for e in by["pipeline"]) == sorted(f"shader {k}" for k in range(len(b.shaders)))
     assert up["start_ns"] >= max(ctx["end_ns"], max(e["end_ns"] for e in by["read"]))
     assert min(e["start_ns"] for e in by["pipeline"]) >= ctx["end_ns"]
-    assert run["cpu"] == -1 and run["start_ns"] >= max(e["end_ns"] for e in by["pipeline"])
+    # the GPU's lane: one event per chunk of the first run (one when every pipeline was made in time)
+    assert runs and all(r["cpu"] == -1 and r["start_ns"] >= up["end_ns"] for r in runs)
     chrome = trace_export.to_chrome(ev)["traceEvents"]
     assert {"name": "gpu"} in [x["args"] for x in chrome if x["name"] == "thread_name"]
     lay = trace_export.lanes(ev)

@@ -230,9 +230,17 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   return CB_OK;
 }
 
+/* A copy of `e` in the trace (an event another layer timed). */
+static void trace_add(cb_session* s, const cb_trace_event* e) {
+  cb_trace_event* ev = trace_begin(s, e->step, e->phase);
+  if (ev) *ev = *e;
+}
+
 /* A GPU bundle's run: it submits the recorded command buffer and waits. The
  * open read, checked and uploaded the weights; where it could not (a tensor
- * failed its checksum), the first run reads them itself and names it. */
+ * failed its checksum), the first run reads them itself and names it. A
+ * first run while pipelines are still being made runs in chunks (one trace
+ * event each), and the trace then holds the pipelines' events too. */
 static cb_status run_gpu(cb_session* s, int first) {
   cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
@@ -253,10 +261,16 @@ static cb_status run_gpu(cb_session* s, int first) {
     cb_trace_end(ev);
   }
   if (!st) {
+    cb_trace_event chunks[CB_GPU_MAX_CHUNKS];
+    uint32_t nchunks = 0;
     cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE);
     if (ev) ev->cpu = -1; /* the GPU's lane */
-    st = cb_gpu_session_run(s->gpu);
+    st = cb_gpu_session_run(s->gpu, chunks, &nchunks);
     cb_trace_end(ev);
+    if (ev && nchunks) *ev = chunks[0]; /* the submissions' own times */
+    for (uint32_t k = 1; ev && k < nchunks; k++) trace_add(s, &chunks[k]);
+    const cb_trace_event* pe = first && s->trace ? cb_gpu_pipeline_events(b->gpu) : NULL;
+    for (uint32_t i = 0; pe && !st && i < m->nshaders; i++) trace_add(s, &pe[i]);
   }
   if (!st) s->warm = 1;
   return st;

@@ -95,7 +95,7 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
   /* GPU bundles keep prepared tensors in the device's weights buffer */
   s->prepared = gpu ? cb_aligned_alloc(64, 64) : big_alloc((size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events;
+    s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events + m->nshaders + CB_GPU_MAX_CHUNKS;
     s->trace = cb_calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }

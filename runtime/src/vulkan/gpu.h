@@ -17,8 +17,14 @@ cb_status cb_gpu_open(cb_gpu** out);
 /* The weights buffer of a bundle, and its pipelines started (through the
  * cache) on `threads` - 1 worker threads. */
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);
-/* The caller helps make the remaining pipelines, then waits for all. */
+/* The caller helps make the remaining pipelines, then waits for all (once
+ * per bundle: later calls return at once). */
 cb_status cb_gpu_pipelines_finish(cb_gpu* g);
+int cb_gpu_pipelines_done(const cb_gpu* g);
+/* One shader's pipeline: whether it exists; wait for it (helping make the
+ * next ones meanwhile). */
+int cb_gpu_pipeline_ready(const cb_gpu* g, uint32_t shader);
+cb_status cb_gpu_pipeline_wait(cb_gpu* g, uint32_t shader);
 /* Per shader: when and on which core its pipeline was made (after finish). */
 const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g);
 int cb_gpu_weights_ready(cb_gpu* g);
@@ -28,7 +34,15 @@ const char* cb_gpu_cache_path(const cb_gpu* g);
 /* Copy every weight tensor (already read and checked) to the device, once per bundle. */
 cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* m);
 cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** out, void** host_view);
-cb_status cb_gpu_session_run(cb_gpu_session* gs);
+/* A session's first run, while pipelines are still being made, submits the
+ * layers in chunks: each as soon as its pipelines exist, the next waiting
+ * for its own (at most CB_GPU_MAX_CHUNKS); it then finishes the pipelines
+ * and records the command buffer every later run submits whole.
+ * `chunks` (may be NULL) gets one event per submission (its first step, or
+ * CB_STEP_BUNDLE for the whole plan; submitted; seen complete), `*nchunks`
+ * their count. */
+#define CB_GPU_MAX_CHUNKS 32
+cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* chunks, uint32_t* nchunks);
 void cb_gpu_session_release(cb_gpu_session* gs);
 
 /* open_gpu.c: a GPU bundle's open, after bundle/'s checks (cb_bundle_verify:

@@ -1,5 +1,6 @@
 /* Opening a GPU bundle: shaders checked, weights read beside the context,
- * pipelines made while the weights upload. */
+ * pipelines started while the weights upload (the first run dispatches
+ * each layer as soon as its pipelines exist, vulkan_session.c). */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <unistd.h>
@@ -53,8 +54,9 @@ static void add_open_event(cb_bundle* b, cb_trace_event e) {
 /* A GPU bundle's open, CPU threads preparing ahead of the GPU (see
  * cb_phase): shaders checked (as code); weights read and checked by a reader
  * thread while the GPU context is made; then the pipelines on worker threads
- * while this thread uploads the weights and helps. `key` names the bundle's
- * pipeline cache. */
+ * while this thread uploads the weights. The workers go on past the open:
+ * the first run waits for each layer's own pipelines (and helps make them).
+ * `key` names the bundle's pipeline cache. */
 cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   const cb_model* m = &b->model;
   const uint8_t* shaders = b->head ? b->head : b->base; /* the head, where it holds them all */
@@ -70,7 +72,7 @@ cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
       return cb_fail(CB_ERR_CORRUPT, "a GPU bundle carries CPU code");
     }
   }
-  b->open_cap = 4 + (int)m->nsteps + (int)m->nshaders;
+  b->open_cap = 4 + (int)m->nsteps;
   b->open_events = cb_calloc((size_t)b->open_cap, sizeof *b->open_events);
   gpu_reader reader = {b, cb_calloc(m->nsteps ? m->nsteps : 1, sizeof(cb_trace_event)), 0};
   if (!b->open_events || !reader.events) {
@@ -94,12 +96,6 @@ cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
     uint64_t t2 = cb_now_ns();
     s = cb_gpu_upload_weights(b->gpu, b->base, m);
     add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_UPLOAD, sched_getcpu(), 0, t2, cb_now_ns(), 0, 0});
-  }
-  if (b->gpu) {
-    cb_status p = cb_gpu_pipelines_finish(b->gpu);
-    if (!s) s = p;
-    const cb_trace_event* pe = cb_gpu_pipeline_events(b->gpu);
-    for (uint32_t i = 0; pe && i < m->nshaders; i++) add_open_event(b, pe[i]);
   }
   return s;
 }

@@ -49,7 +49,7 @@
   X(vkUpdateDescriptorSets) X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers)       \
   X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)              \
   X(vkCmdDispatch) X(vkCmdPushConstants) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)              \
-  X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
+  X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle) X(vkGetFenceStatus) X(vkFreeCommandBuffers)
 
 #define CB_VK_DECLARE(name) PFN_##name name;
 typedef struct cb_vk {
@@ -96,8 +96,11 @@ struct cb_gpu_session {
   void* staging_map;
   VkDescriptorPool pool;
   VkCommandPool cmd_pool;
-  VkCommandBuffer cmd;
+  VkCommandBuffer cmd; /* every run's, recorded once the pipelines all exist */
   VkFence fence;
+  const cb_model* m;
+  VkDescriptorSet* sets; /* per dispatch, in plan order */
+  int recorded;
 };
 
 /* A failed Vulkan call as a status (out of memory, or CB_ERR_GPU) and message. */

@@ -1,6 +1,10 @@
 /* A GPU bundle's pipelines: one per distinct shader, created on several
- * CPU threads at once through the pipeline cache. */
+ * CPU threads at once through the pipeline cache. Each shader's pipeline is
+ * marked ready as it is made, so a first run can dispatch the layers whose
+ * pipelines exist while later ones are still being made. */
 #define _GNU_SOURCE
+#include <time.h>
+
 #include "vulkan/vk.h"
 
 static cb_status layouts_for(cb_gpu* g, uint32_t n) {
@@ -28,18 +32,21 @@ typedef struct pipeline_job {
   _Atomic int failed;
   VkResult result;
   cb_trace_event* events; /* per shader: the thread that made its pipeline, when */
+  _Atomic uint8_t* ready; /* per shader: its pipeline exists */
   pthread_t tid[16];
   uint32_t nworkers;
   int cached; /* the cache file was accepted: nothing to write back */
+  pthread_mutex_t finish_mu;
+  _Atomic int finished; /* workers joined, the cache written */
 } pipeline_job;
 
-/* Worker: takes the next shader, makes its module and pipeline. */
-static void* pipeline_worker(void* arg) {
-  pipeline_job* job = arg;
+/* Takes the next shader and makes its module and pipeline: 0 when none is
+ * left or one failed. */
+static int make_next(pipeline_job* job) {
   cb_gpu* g = job->g;
-  for (;;) {
+  {
     uint32_t i = atomic_fetch_add(&job->next, 1);
-    if (i >= job->m->nshaders || atomic_load(&job->failed)) return NULL;
+    if (i >= job->m->nshaders || atomic_load(&job->failed)) return 0;
     const cb_shader_desc* sh = &job->m->shaders[i];
     uint64_t t0 = cb_now_ns();
     VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
@@ -56,8 +63,18 @@ static void* pipeline_worker(void* arg) {
     if (r != VK_SUCCESS) {
       job->result = r;
       atomic_store(&job->failed, 1);
+      return 0;
     }
+    atomic_store_explicit(&job->ready[i], 1, memory_order_release);
+    return 1;
   }
+}
+
+/* Worker: makes pipelines until none is left. */
+static void* pipeline_worker(void* arg) {
+  while (make_next(arg)) {
+  }
+  return NULL;
 }
 
 /* Start making every shader's pipeline on `threads` - 1 worker threads (the
@@ -68,12 +85,15 @@ cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* 
   g->pipelines = cb_calloc(m->nshaders, sizeof *g->pipelines);
   g->job = cb_calloc(1, sizeof *g->job);
   cb_trace_event* events = cb_calloc(m->nshaders ? m->nshaders : 1, sizeof *events);
-  if (!g->modules || !g->pipelines || !g->job || !events) {
+  _Atomic uint8_t* ready = cb_calloc(m->nshaders ? m->nshaders : 1, sizeof *ready);
+  if (!g->modules || !g->pipelines || !g->job || !events || !ready) {
     cb_free(events);
+    cb_free((void*)ready);
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   pipeline_job* job = g->job;
-  job->g = g, job->base = base, job->m = m, job->events = events, job->result = VK_SUCCESS;
+  job->g = g, job->base = base, job->m = m, job->events = events, job->ready = ready, job->result = VK_SUCCESS;
+  pthread_mutex_init(&job->finish_mu, NULL);
   for (uint32_t i = 0; i < m->nshaders; i++) {
     cb_status s = layouts_for(g, m->shaders[i].bindings);
     if (s) return s;
@@ -95,16 +115,46 @@ cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* 
   return CB_OK;
 }
 
+int cb_gpu_pipeline_ready(const cb_gpu* g, uint32_t shader) {
+  const pipeline_job* job = g->job;
+  return job && shader < job->m->nshaders && atomic_load_explicit(&job->ready[shader], memory_order_acquire);
+}
+
+/* Wait for one shader's pipeline. */
+cb_status cb_gpu_pipeline_wait(cb_gpu* g, uint32_t shader) {
+  pipeline_job* job = g->job;
+  if (!job || shader >= job->m->nshaders) return cb_fail(CB_ERR_GPU, "pipelines were never started");
+  while (!cb_gpu_pipeline_ready(g, shader)) {
+    if (atomic_load(&job->failed)) return cb_vk_fail(job->result, "creating a compute pipeline");
+    /* help with the shaders up to this one (numbered in order of first
+     * use); once another thread is making it, wait: a later shader taken
+     * now would hold this thread past the moment it could dispatch */
+    if (atomic_load(&job->next) > shader || !make_next(job)) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return CB_OK;
+}
+
 cb_status cb_gpu_pipelines_finish(cb_gpu* g) {
   pipeline_job* job = g->job;
   if (!job) return cb_fail(CB_ERR_GPU, "pipelines were never started");
-  pipeline_worker(job);
-  for (uint32_t k = 0; k < job->nworkers; k++) pthread_join(job->tid[k], NULL);
-  job->nworkers = 0;
-  if (atomic_load(&job->failed)) return cb_vk_fail(job->result, "creating a compute pipeline");
-  if (!job->cached) cb_vk_write_cache(g);
-  job->cached = 1;
-  return CB_OK;
+  pthread_mutex_lock(&job->finish_mu); /* two sessions' first runs may both finish */
+  if (!atomic_load(&job->finished)) {
+    pipeline_worker(job);
+    for (uint32_t k = 0; k < job->nworkers; k++) pthread_join(job->tid[k], NULL);
+    job->nworkers = 0;
+    if (!atomic_load(&job->failed) && !job->cached) cb_vk_write_cache(g);
+    job->cached = 1;
+    atomic_store(&job->finished, 1);
+  }
+  pthread_mutex_unlock(&job->finish_mu);
+  return atomic_load(&job->failed) ? cb_vk_fail(job->result, "creating a compute pipeline") : CB_OK;
+}
+
+int cb_gpu_pipelines_done(const cb_gpu* g) {
+  return g->job && atomic_load(&g->job->finished) && !atomic_load(&g->job->failed);
 }
 
 const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g) { return g && g->job ? g->job->events : NULL; }
@@ -115,7 +165,9 @@ void cb_vk_pipelines_stop(cb_gpu* g) {
   if (!g->job) return;
   atomic_store(&g->job->failed, 1);
   for (uint32_t k = 0; k < g->job->nworkers; k++) pthread_join(g->job->tid[k], NULL);
+  pthread_mutex_destroy(&g->job->finish_mu);
   cb_free(g->job->events);
+  cb_free((void*)g->job->ready);
   cb_free(g->job);
   g->job = NULL;
 }

@@ -1,6 +1,11 @@
 /* A GPU session: arena and staging buffers, descriptor sets, and the
- * command buffer recorded once and submitted by every run. */
+ * command buffer recorded once and submitted by every run. A first run
+ * that comes while pipelines are still being made submits its layers in
+ * chunks instead, each as soon as its pipelines exist. */
 #define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
 #include "vulkan/vk.h"
 
 static void barrier(cb_gpu* g, VkCommandBuffer cmd, VkPipelineStageFlags src, VkAccessFlags src_access,
@@ -9,49 +14,140 @@ static void barrier(cb_gpu* g, VkCommandBuffer cmd, VkPipelineStageFlags src, Vk
   g->vk.vkCmdPipelineBarrier(cmd, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
-static void copy_io(cb_gpu_session* gs, const cb_model* m, const uint32_t* ids, uint32_t n, int in) {
+static void copy_io(cb_gpu_session* gs, VkCommandBuffer cmd, const cb_model* m, const uint32_t* ids, uint32_t n,
+                    int in) {
   VkBufferCopy regions[64];
   uint32_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
     const cb_tensor_desc* d = &m->tensors[ids[i]];
     regions[k++] = (VkBufferCopy){d->arena_offset, d->arena_offset, d->nbytes};
     if (k == 64 || i + 1 == n) {
-      gs->gpu->vk.vkCmdCopyBuffer(gs->cmd, in ? gs->staging : gs->arena, in ? gs->arena : gs->staging, k, regions);
+      gs->gpu->vk.vkCmdCopyBuffer(cmd, in ? gs->staging : gs->arena, in ? gs->arena : gs->staging, k, regions);
       k = 0;
     }
   }
 }
 
-static cb_status record(cb_gpu_session* gs, const cb_model* m, VkDescriptorSet* sets) {
+/* Begin `cmd`; the first one also copies the inputs in. */
+static cb_status begin(cb_gpu_session* gs, VkCommandBuffer cmd, int inputs) {
   cb_gpu* g = gs->gpu;
   VkCommandBufferBeginInfo bi = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, NULL, 0, NULL};
-  VK_TRY(g->vk.vkBeginCommandBuffer(gs->cmd, &bi), "vkBeginCommandBuffer");
-  barrier(g, gs->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+  VK_TRY(g->vk.vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+  if (!inputs) return CB_OK;
+  barrier(g, cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
           VK_ACCESS_TRANSFER_READ_BIT);
-  copy_io(gs, m, m->inputs, m->ninputs, 1);
-  barrier(g, gs->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+  copy_io(gs, cmd, gs->m, gs->m->inputs, gs->m->ninputs, 1);
+  barrier(g, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++)
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++, k++) {
-      const cb_dispatch_desc* d = &m->steps[i].dispatches[j];
-      const cb_shader_desc* sh = &m->shaders[d->shader];
-      g->vk.vkCmdBindPipeline(gs->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipelines[d->shader]);
-      g->vk.vkCmdBindDescriptorSets(gs->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->layouts[sh->bindings], 0, 1, &sets[k],
-                                    0, NULL);
-      if (d->npush)
-        g->vk.vkCmdPushConstants(gs->cmd, g->layouts[sh->bindings], VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * d->npush,
-                                 d->push);
-      g->vk.vkCmdDispatch(gs->cmd, d->grid[0], d->grid[1], d->grid[2]);
-      barrier(g, gs->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
-              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-              VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
-    }
-  copy_io(gs, m, m->outputs, m->noutputs, 0);
-  barrier(g, gs->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-          VK_ACCESS_HOST_READ_BIT);
-  VK_TRY(g->vk.vkEndCommandBuffer(gs->cmd), "vkEndCommandBuffer");
   return CB_OK;
+}
+
+/* Dispatch `k` (in plan order) and the barrier after it. A barrier's scope
+ * spans later submissions to the queue, so a chunk ends with it too. */
+static void dispatch(cb_gpu_session* gs, VkCommandBuffer cmd, const cb_dispatch_desc* d, uint32_t k) {
+  cb_gpu* g = gs->gpu;
+  const cb_shader_desc* sh = &gs->m->shaders[d->shader];
+  g->vk.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipelines[d->shader]);
+  g->vk.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->layouts[sh->bindings], 0, 1, &gs->sets[k], 0,
+                                NULL);
+  if (d->npush)
+    g->vk.vkCmdPushConstants(cmd, g->layouts[sh->bindings], VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * d->npush, d->push);
+  g->vk.vkCmdDispatch(cmd, d->grid[0], d->grid[1], d->grid[2]);
+  barrier(g, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+}
+
+/* The outputs copied out, and `cmd` ended. */
+static cb_status end(cb_gpu_session* gs, VkCommandBuffer cmd) {
+  cb_gpu* g = gs->gpu;
+  copy_io(gs, cmd, gs->m, gs->m->outputs, gs->m->noutputs, 0);
+  barrier(g, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+          VK_ACCESS_HOST_READ_BIT);
+  VK_TRY(g->vk.vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+  return CB_OK;
+}
+
+/* The command buffer every run submits: the whole plan. */
+static cb_status record(cb_gpu_session* gs) {
+  cb_status s = begin(gs, gs->cmd, 1);
+  uint32_t k = 0;
+  for (uint32_t i = 0; !s && i < gs->m->nsteps; i++)
+    for (uint32_t j = 0; j < gs->m->steps[i].ndispatches; j++, k++) dispatch(gs, gs->cmd, &gs->m->steps[i].dispatches[j], k);
+  if (!s) s = end(gs, gs->cmd);
+  if (!s) gs->recorded = 1;
+  return s;
+}
+
+/* The chunks of a first run: command buffers, their fences, their events. */
+typedef struct chunks {
+  VkCommandBuffer cmd[CB_GPU_MAX_CHUNKS];
+  VkFence fence[CB_GPU_MAX_CHUNKS];
+  cb_trace_event ev[CB_GPU_MAX_CHUNKS];
+  uint32_t n, submitted, done; /* chunks begun, submitted, seen complete (in order) */
+} chunks;
+
+static cb_status chunk_begin(cb_gpu_session* gs, chunks* c, uint32_t step) {
+  cb_gpu* g = gs->gpu;
+  VkCommandBufferAllocateInfo ai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, NULL, gs->cmd_pool,
+                                    VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1};
+  VK_TRY(g->vk.vkAllocateCommandBuffers(g->device, &ai, &c->cmd[c->n]), "vkAllocateCommandBuffers");
+  VkFenceCreateInfo fci = {VK_STRUCTURE_TYPE_FENCE_CREATE_INFO, NULL, 0};
+  VK_TRY(g->vk.vkCreateFence(g->device, &fci, NULL, &c->fence[c->n]), "vkCreateFence");
+  c->ev[c->n] = (cb_trace_event){step, CB_PHASE_GPU_EXECUTE, -1, 0, 0, 0, 0, 0};
+  uint32_t k = c->n++;
+  return begin(gs, c->cmd[k], k == 0);
+}
+
+static cb_status chunk_submit(cb_gpu_session* gs, chunks* c) {
+  cb_gpu* g = gs->gpu;
+  uint32_t k = c->n - 1;
+  VK_TRY(g->vk.vkEndCommandBuffer(c->cmd[k]), "vkEndCommandBuffer");
+  VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO, NULL, 0, NULL, NULL, 1, &c->cmd[k], 0, NULL};
+  c->ev[k].start_ns = cb_now_ns();
+  VK_TRY(g->vk.vkQueueSubmit(g->queue, 1, &si, c->fence[k]), "vkQueueSubmit");
+  c->submitted++;
+  return CB_OK;
+}
+
+/* Stamp the submitted chunks seen complete (`wait`: wait for them all). */
+static cb_status chunks_poll(cb_gpu_session* gs, chunks* c, int wait) {
+  cb_gpu* g = gs->gpu;
+  for (; c->done < c->submitted; c->done++) {
+    VkResult r = wait ? g->vk.vkWaitForFences(g->device, 1, &c->fence[c->done], VK_TRUE, UINT64_MAX)
+                      : g->vk.vkGetFenceStatus(g->device, c->fence[c->done]);
+    if (r == VK_NOT_READY) return CB_OK;
+    if (r != VK_SUCCESS) return cb_vk_fail(r, "waiting for the GPU");
+    c->ev[c->done].end_ns = cb_now_ns();
+  }
+  return CB_OK;
+}
+
+/* A first run while pipelines are being made: dispatches recorded in
+ * plan order; where the next one's pipeline does not exist yet, the chunk
+ * so far is submitted and this thread helps make pipelines until it does. */
+static cb_status run_chunked(cb_gpu_session* gs, chunks* c) {
+  cb_gpu* g = gs->gpu;
+  const cb_model* m = gs->m;
+  cb_status s = chunk_begin(gs, c, 0);
+  uint32_t k = 0, in_chunk = 0;
+  for (uint32_t i = 0; !s && i < m->nsteps; i++)
+    for (uint32_t j = 0; !s && j < m->steps[i].ndispatches; j++, k++) {
+      const cb_dispatch_desc* d = &m->steps[i].dispatches[j];
+      if (!cb_gpu_pipeline_ready(g, d->shader)) {
+        if (in_chunk && c->n < CB_GPU_MAX_CHUNKS) {
+          if ((s = chunk_submit(gs, c)) || (s = chunk_begin(gs, c, i))) break;
+          in_chunk = 0;
+        }
+        if ((s = cb_gpu_pipeline_wait(g, d->shader)) || (s = chunks_poll(gs, c, 0))) break;
+      }
+      dispatch(gs, c->cmd[c->n - 1], d, k);
+      in_chunk++;
+    }
+  if (!s) s = end(gs, c->cmd[c->n - 1]);
+  if (!s) s = chunk_submit(gs, c);
+  cb_status w = chunks_poll(gs, c, 1);
+  return s ? s : w;
 }
 
 static cb_status bind_sets(cb_gpu_session* gs, const cb_model* m, VkDescriptorSet* sets, uint32_t nsets,
@@ -91,11 +187,11 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
   *out = NULL, *host_view = NULL;
   cb_gpu_session* gs = cb_calloc(1, sizeof *gs);
   if (!gs) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  gs->gpu = g;
+  gs->gpu = g, gs->m = m;
   uint32_t nsets = 0, nbindings = 0;
   for (uint32_t i = 0; i < m->nsteps; i++)
     for (uint32_t j = 0; j < m->steps[i].ndispatches; j++) nsets++, nbindings += m->steps[i].dispatches[j].nbindings;
-  VkDescriptorSet* sets = cb_calloc(nsets ? nsets : 1, sizeof *sets);
+  VkDescriptorSet* sets = gs->sets = cb_calloc(nsets ? nsets : 1, sizeof *sets);
   cb_status s = sets ? CB_OK : cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   if (!s) s = cb_vk_make_buffer(g, m->arena_size, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &gs->arena,
                           &gs->arena_mem);
@@ -112,9 +208,9 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
     VkResult r = g->vk.vkCreateCommandPool(g->device, &pci, NULL, &gs->cmd_pool);
     if (r == VK_SUCCESS) ai.commandPool = gs->cmd_pool, r = g->vk.vkAllocateCommandBuffers(g->device, &ai, &gs->cmd);
     if (r == VK_SUCCESS) r = g->vk.vkCreateFence(g->device, &fci, NULL, &gs->fence);
-    s = r == VK_SUCCESS ? record(gs, m, sets) : cb_vk_fail(r, "creating the session's command buffer");
+    s = r != VK_SUCCESS ? cb_vk_fail(r, "creating the session's command buffer")
+        : cb_gpu_pipelines_done(g) ? record(gs) : CB_OK; /* else the first run records it */
   }
-  cb_free(sets);
   if (s) {
     cb_gpu_session_release(gs);
     return s;
@@ -124,12 +220,33 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
   return CB_OK;
 }
 
-cb_status cb_gpu_session_run(cb_gpu_session* gs) {
+cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* events, uint32_t* nevents) {
   cb_gpu* g = gs->gpu;
+  if (nevents) *nevents = 0;
+  const char* whole = getenv("COLDBREW_GPU_FIRST_RUN"); /* "whole": wait for every pipeline first (to compare) */
+  if (!gs->recorded && whole && !strcmp(whole, "whole")) {
+    cb_status s = cb_gpu_pipelines_finish(g);
+    if (!s) s = record(gs);
+    if (s) return s;
+  }
+  if (!gs->recorded) {
+    chunks c = {0};
+    cb_status s = run_chunked(gs, &c);
+    for (uint32_t k = 0; k < c.n; k++) {
+      if (events && nevents && c.ev[k].end_ns) events[(*nevents)++] = c.ev[k];
+      if (c.fence[k]) g->vk.vkDestroyFence(g->device, c.fence[k], NULL);
+    }
+    if (c.n) g->vk.vkFreeCommandBuffers(g->device, gs->cmd_pool, c.n, c.cmd);
+    if (!s) s = cb_gpu_pipelines_finish(g);
+    return s ? s : record(gs);
+  }
   VK_TRY(g->vk.vkResetFences(g->device, 1, &gs->fence), "vkResetFences");
   VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO, NULL, 0, NULL, NULL, 1, &gs->cmd, 0, NULL};
+  uint64_t t0 = cb_now_ns();
   VK_TRY(g->vk.vkQueueSubmit(g->queue, 1, &si, gs->fence), "vkQueueSubmit");
   VK_TRY(g->vk.vkWaitForFences(g->device, 1, &gs->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  if (events && nevents) events[(*nevents)++] = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE, -1, 0, t0,
+                                                                 cb_now_ns(), 0, 0};
   return CB_OK;
 }
 
@@ -146,5 +263,6 @@ void cb_gpu_session_release(cb_gpu_session* gs) {
   if (gs->staging_mem) vk->vkFreeMemory(g->device, gs->staging_mem, NULL);
   if (gs->arena) vk->vkDestroyBuffer(g->device, gs->arena, NULL);
   if (gs->arena_mem) vk->vkFreeMemory(g->device, gs->arena_mem, NULL);
+  cb_free(gs->sets);
   cb_free(gs);
 }
