@@ -14,7 +14,12 @@ Every engine's output for one input is compared with coldbrew's (which the
 test suite compares with onnxruntime) and the largest difference printed.
 - first-ever: coldbrew's pipeline cache and the driver's shader disk cache
   (the folder __GL_SHADER_DISK_CACHE_PATH / MESA_SHADER_CACHE_DIR name, set
-  here for every process) deleted before the process;
+  here for every process) deleted before the process; its first run
+  dispatches each layer as soon as its pipelines exist;
+- first-ever, whole: the same with COLDBREW_GPU_FIRST_RUN=whole, the first
+  run waiting for every pipeline (as before per-layer dispatch), sampled
+  right after it in every round; "gpu before last pipeline" is how long
+  the first GPU submission preceded the last pipeline's end (median);
 - later: both caches as the previous launch left them;
 - context: the Vulkan loader, instance and device (coldbrew's gpu_context
   phase), reported apart; load + first includes it;
@@ -62,6 +67,9 @@ for e in sess.trace():
     lo, hi = spans.get(e["phase"], (e["start_ns"], e["end_ns"]))
     spans[e["phase"]] = (min(lo, e["start_ns"]), max(hi, e["end_ns"]))
 phases["pipelines_wall"] = (spans["pipeline"][1] - spans["pipeline"][0]) / 1e6 if "pipeline" in spans else 0.0
+if "pipeline" in spans and "gpu_execute" in spans:  # the GPU's first submission before the last pipeline's end
+    phases["gpu_ahead"] = max(0.0, (spans["pipeline"][1] - spans["gpu_execute"][0]) / 1e6)
+    phases["gpu_execute"] = (spans["gpu_execute"][1] - spans["gpu_execute"][0]) / 1e6  # chunks overlap: their span
 warm = []
 if sys.argv[2] == "warm":
     for i in range(23):
@@ -170,14 +178,26 @@ def med_phase(samples, phase):
     return statistics.median(vals) if vals else float("nan")
 
 
+def _protocol():
+    """compiler/measure/protocol.py (the standard library only), loaded by
+    path: the compiler package itself needs TVM, which a GPU machine may lack."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cb_protocol", os.path.join(ROOT, "compiler", "measure", "protocol.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run(out, models, samples, torch, ncnn):
-    from coldbrew.compiler.measure.protocol import evict  # no TVM: the runtime side of the compiler package
+    evict = _protocol().evict
 
     caches = tempfile.mkdtemp(prefix="cb-gpu-caches-")
     env = dict(os.environ, COLDBREW_CACHE_DIR=os.path.join(caches, "coldbrew"),
                __GL_SHADER_DISK_CACHE_PATH=os.path.join(caches, "driver"), __GL_SHADER_DISK_CACHE="1",
                __GL_SHADER_DISK_CACHE_SKIP_CLEANUP="1", MESA_SHADER_CACHE_DIR=os.path.join(caches, "driver"))
-    res = {m: {"first": [], "later": [], "torch": [], "ncnn_first": [], "ncnn_later": []} for m in models}
+    res = {m: {"first": [], "whole": [], "later": [], "torch": [], "ncnn_first": [], "ncnn_later": []} for m in models}
+    whole_env = dict(env, COLDBREW_GPU_FIRST_RUN="whole")
     for r in range(samples):  # rounds: every model and engine once per round
         for name in models:
             path = os.path.join(out, f"{name}.brew")
@@ -185,6 +205,10 @@ def run(out, models, samples, torch, ncnn):
             os.makedirs(caches)
             evict(path)
             res[name]["first"].append(child(COLDBREW_CHILD, [path, "cold"], env))
+            shutil.rmtree(caches, ignore_errors=True)
+            os.makedirs(caches)
+            evict(path)
+            res[name]["whole"].append(child(COLDBREW_CHILD, [path, "cold"], whole_env))
             evict(path)
             res[name]["later"].append(child(COLDBREW_CHILD, [path, "warm" if r == 0 else "cold"], env))
             stem = os.path.join(out, name)
@@ -206,9 +230,10 @@ def run(out, models, samples, torch, ncnn):
 def report(res, samples):
     print(f"{samples} samples per figure, interleaved in rounds; medians in ms; fresh process per sample")
     print(f"{'model':<14} {'engine':<26} {'import':>7} {'context':>8} {'load+1st':>9} {'pipelines':>9} "
-          f"{'1st exec':>9} {'warm':>7}")
+          f"{'1st exec':>9} {'warm':>7} {'gpu before last pipeline':>25}")
     for name, r in res.items():
-        for label, key in (("coldbrew first-ever", "first"), ("coldbrew later launch", "later")):
+        for label, key in (("coldbrew first-ever", "first"), ("coldbrew first-ever, whole", "whole"),
+                           ("coldbrew later launch", "later")):
             s = [x for x in r[key] if "error" not in x]
             errs = [x["error"] for x in r[key] if "error" in x]
             if errs:
@@ -218,8 +243,12 @@ def report(res, samples):
             warm = [w for x in s for w in x["warm"]]
             print(f"{name:<14} {label:<26} {med(s, 'import'):>7.1f} {med_phase(s, 'gpu_context'):>8.1f} "
                   f"{med(s, 'total'):>9.1f} {med_phase(s, 'pipelines_wall'):>9.1f} {med_phase(s, 'gpu_execute'):>9.1f} "
-                  f"{statistics.median(warm) if warm else float('nan'):>7.2f}")
+                  f"{statistics.median(warm) if warm else float('nan'):>7.2f} {med_phase(s, 'gpu_ahead'):>25.1f}")
         first = [x for x in r["first"] if "error" not in x]
+        whole = [x for x in r["whole"] if "error" not in x]
+        if first and whole:
+            print(f"{'':<14} first-ever load+1st, per-layer dispatch / whole first run: "
+                  f"{med(first, 'total') / med(whole, 'total'):.2f}x")
         ref = first[0]["out"] if first else None
         for label, key in (("ncnn first launch", "ncnn_first"), ("ncnn later launch", "ncnn_later")):
             n = [x for x in r[key] if "error" not in x]

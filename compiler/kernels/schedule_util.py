@@ -295,6 +295,49 @@ def _mostly_contiguous(sch, block, axis, samples=4):
     return bool(steps) and sum(s in (0, 1) for s in steps) * 4 >= len(steps) * 3
 
 
+def _affine_lanes(sch, block, axis, lanes, samples=3):
+    """The widest vector, `lanes` or a power-of-two fraction of it, over
+    which every input of `block` is read at one constant step per vector
+    along `axis` (from a vector-aligned start; sampled at a few points of the
+    other axes). An index with a shorter period (x % 8 under 16 lanes, a
+    rotary embedding's halves) is not one vector access at the full width;
+    LLVM's code for such a 16-lane gather was seen wrong on AVX-512 (values
+    of the other half) while 8 lanes were right. `lanes` where no narrower
+    width helps (a nearest Resize's floor(x * s) has no period)."""
+    from tvm.sym.analyzer import Analyzer
+
+    ivs = sch.get(block).iter_vars
+    ext, reads = int(ivs[axis].dom.extent), _reads(sch, block)
+    rng = np.random.default_rng(0)
+    points = [{iv.var: int(rng.integers(int(iv.dom.min), int(iv.dom.min) + int(iv.dom.extent))) for iv in ivs}
+              for _ in range(samples)]
+    addrs = []  # per point, per k along the axis: the reads' flat offsets
+    for point in points:
+        row = []
+        for k in range(min(ext, 2 * lanes)):
+            ana = Analyzer()
+            for iv in ivs:
+                ana.bind(iv.var, k if iv.var.same_as(ivs[axis].var) else point[iv.var])
+            row.append([_flat(ana, r) for r in reads])
+        addrs.append(row)
+
+    def affine(w):
+        for row in addrs:
+            for g in range(0, len(row) - w + 1, w):
+                for j in range(len(reads)):
+                    col = [row[g + i][j] for i in range(w)]
+                    if None in col:
+                        return True  # not a constant address: the simplifier's proof decides (_gathers_along)
+                    if len({b - a for a, b in zip(col, col[1:])}) > 1:
+                        return False
+        return True
+
+    width = lanes
+    while width > 2 and not affine(width):
+        width //= 2
+    return width if affine(width) else lanes
+
+
 def _flat(ana, region):
     """The flat element offset of `region`'s first element under `ana`'s bindings (None: not a constant)."""
     offset = 0
@@ -487,6 +530,8 @@ def generic_block(sch, block, lanes):
             inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
             ext = ext // lanes * lanes
         if elementwise and ext % lanes == 0 and ext >= lanes:
+            if _gathers_along(sch, block, spatial - 1):
+                lanes = _affine_lanes(sch, block, spatial - 1, lanes)
             io, iv = sch.split(inner, [None, lanes])
             sch.vectorize(iv)
             outer = outer or [io]

@@ -227,3 +227,22 @@ def test_a_per_row_value_read_beside_the_reduced_rows_does_not_make_it_a_product
     assert "_rf" in func.script()
     (a, m, _), got = run(func, target, [(64, 96), (64,), (64,)])
     np.testing.assert_allclose(got, ((a - m[:, None]) ** 2).sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.vector.isa)
+def test_a_read_with_a_shorter_period_than_the_vector_is_vectorized_at_that_period(target):
+    """A rotary embedding's halves: out[r, i] reads x[r, i % 8] and a
+    [4, 8] table at (i // 8, i % 8), a period of 8 along 32 outputs. On
+    16 lanes one vector would span two periods (a gather whose LLVM code
+    was seen to return the other half's values on AVX-512); the schedule
+    takes vectors of 8 there, of the full width where the period allows
+    it (8 lanes), and computes what numpy computes."""
+    x, t = te.placeholder((6, 8), name="x"), te.placeholder((4, 8), name="t")
+    out = te.compute((6, 32), lambda r, i: te.if_then_else(i % 8 < 4, x[r, i % 8] * t[i // 8, i % 8],
+                                                          x[r, i % 8] - t[i // 8, i % 8]), name="rot")
+    func = scheduled(te.create_prim_func([x, t, out]), target)
+    assert "T.vectorized(8)" in func.script()
+    (a, b, _), got = run(func, target, [(6, 8), (4, 8), (6, 32)])
+    i = np.arange(32)
+    want = np.where(i % 8 < 4, a[:, i % 8] * b[i // 8, i % 8], a[:, i % 8] - b[i // 8, i % 8])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
