@@ -525,14 +525,15 @@ def generic_block(sch, block, lanes):
     if tiled:
         outer = tiled
     else:
+        width = lanes  # the vector: no wider than the period of a gathered read
+        if elementwise and ext >= lanes and _gathers_along(sch, block, spatial - 1):
+            width = _affine_lanes(sch, block, spatial - 1, lanes)
         if elementwise and ext >= 2 * lanes and ext % lanes:
             # whole vectors, then the last few values on their own (a row of 6,625)
             inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
             ext = ext // lanes * lanes
         if elementwise and ext % lanes == 0 and ext >= lanes:
-            if _gathers_along(sch, block, spatial - 1):
-                lanes = _affine_lanes(sch, block, spatial - 1, lanes)
-            io, iv = sch.split(inner, [None, lanes])
+            io, iv = sch.split(inner, [None, width])
             sch.vectorize(iv)
             outer = outer or [io]
     if not outer:
