@@ -707,22 +707,28 @@ class Winograd(Variant):
         sch.unroll(ai)
         _vectorize(sch, at, tt, lanes)
 
-        # scatter to NCHW + fused epilogue: inline into the last block, one
-        # parallel pass over the output
-        order = blocks_in_order(sch)
-        names = [block_name(sch, b) for b in order]
-        after = order[names.index("cb_wino_y") + 1:]
-        for b in after[:-1]:
-            try:
-                sch.compute_inline(b)
-            except s_tir.ScheduleError:
-                pass
-        for b in after:
-            try:
-                sch.get_loops(b)
-            except Exception:
-                continue  # inlined
-            generic_block(sch, b, lanes)
+        # scatter to NCHW + fused epilogue: one parallel pass over the output
+        scatter_pass(sch, "cb_wino_y", lanes)
+
+
+def scatter_pass(sch, last, lanes):
+    """The stages after `last` (a scatter of Winograd's tiles to the output
+    layout, not an affine map of them, and the fused epilogue) inlined into
+    the final one: one parallel pass over the output."""
+    order = blocks_in_order(sch)
+    names = [block_name(sch, b) for b in order]
+    after = order[names.index(last) + 1:]
+    for b in after[:-1]:
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            pass
+    for b in after:
+        try:
+            sch.get_loops(b)
+        except Exception:
+            continue  # inlined
+        generic_block(sch, b, lanes)
 
 
 def _vectorize(sch, loop, extent, lanes):

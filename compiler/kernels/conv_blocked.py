@@ -23,12 +23,12 @@ gemm_1x1_blocked   the same GEMM on 1x1 stride-1 layers, the input read in
 Weights are packed so that a tile's weight vectors are contiguous:
 [K / b, C / cb, R, S, cb, b], cb = the input's channel block (1 for NCHW).
 """
-from tvm import s_tir, te, tirx
+from tvm import te, tirx
 
 from .contract import ANCHOR, Variant, register
-from .conv import Winograd, _lincomb, _winograd_matrices
-from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit, pad_pass,
-                            pad_stage, padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
+from .conv import Winograd, _lincomb, _winograd_matrices, scatter_pass
+from .schedule_util import (attach_epilogue, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
+                            register_blocks, round_up, vectorize_inner)
 
 
 def _padded(x, spec, owp):
@@ -407,21 +407,7 @@ class WinogradBlocked(Winograd):
         al = sch.get_loops(acc)[-1]
         sch.vectorize(al)
 
-        # scatter to the blocked output + fused epilogue: one parallel pass
-        order = blocks_in_order(sch)
-        names = [block_name(sch, x) for x in order]
-        after = order[names.index("cb_wino_y") + 1:]
-        for x in after[:-1]:
-            try:
-                sch.compute_inline(x)
-            except s_tir.ScheduleError:
-                pass
-        for x in after:
-            try:
-                sch.get_loops(x)
-            except Exception:
-                continue  # inlined
-            generic_block(sch, x, b)
+        scatter_pass(sch, "cb_wino_y", b)  # to the blocked output + fused epilogue: one parallel pass
 
 
 for _cls in (Blocked, DepthwiseBlocked, Im2colBlocked, Gemm1x1Blocked):
