@@ -3,13 +3,16 @@ layers whose variant `--plan warm` (the warm-fastest per layer, cached)
 and `--plan cold` (the scheduler on the cost table) do not share, the
 cold plan's weight form for each, and both plans' predicted cold start.
 
-    python bench/plan_choices.py [MODEL|PATH.onnx ...] [--layers]
+    python bench/plan_choices.py [MODEL ...] [--layers]
 
-MODEL names a zoo model (examples/zoo.py; default: all ten), PATH an ONNX
-file (a corpus model). The cost table is this machine's (profiled here,
-or from the cache: compiler/measure/profile.py), so the profile time
-printed is that of an empty cache only when the table was measured now.
+MODEL names a zoo model (examples/zoo.py; default: all ten) or, as
+corpus:NAME, a corpus model (bench/corpus/models.json, fetched by
+bench/corpus/fetch.py; its manifest's input shapes and bound inputs). The
+cost table is this machine's (profiled here, or from the cache:
+compiler/measure/profile.py), so the profile time printed is that of an
+empty cache only when the table was measured now (0 when cached).
 """
+import os
 import sys
 import time
 
@@ -17,6 +20,26 @@ from harness.common import host_isa, zoo
 
 from coldbrew.compiler.measure.profile import profile
 from coldbrew.compiler.plan.scheduler import choose
+
+
+def _table(model):
+    if not model.startswith("corpus:"):
+        return profile(zoo().build(model))
+    import numpy as np
+    import onnx
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus"))
+    import fetch
+
+    (entry,) = fetch.models([model.split(":", 1)[1]])
+    path = fetch.fetched(entry)
+    if path is None:
+        raise SystemExit(f"{model} is not fetched: python bench/corpus/fetch.py {entry['name']}")
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+             for i in onnx.load(path, load_external_data=False).graph.input}
+    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    binds = {k: np.array(v["bind"], types[k]) for k, v in entry["inputs"].items() if "bind" in v}
+    return profile(path, input_shapes=shapes or None, constants=binds or None)
 
 
 def main():
@@ -28,12 +51,12 @@ def main():
     differ = 0
     for m in models:
         t0 = time.perf_counter()
-        table = profile(m if m.endswith(".onnx") else zoo().build(m))
+        table = _table(m)
         took = time.perf_counter() - t0
         warm, cold = choose(table, "warm"), choose(table, "cold")
         diff = [n for n, v in cold["variants"].items() if v != warm["variants"].get(n)]
         differ += bool(diff)
-        name = m.rsplit("/", 1)[-1]
+        name = m.split(":")[-1]
         print(f"{name:24s} {len(table['layers']):6d} {len(diff):6d} {took if not table['cached'] else 0:9.1f} "
               f"{cold['predicted_ms']:10.2f} {warm['predicted_ms']:10.2f}", flush=True)
         for n in diff if show else ():
