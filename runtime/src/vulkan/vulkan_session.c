@@ -223,8 +223,8 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
 cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* events, uint32_t* nevents) {
   cb_gpu* g = gs->gpu;
   if (nevents) *nevents = 0;
-  const char* whole = getenv("COLDBREW_GPU_FIRST_RUN"); /* "whole": wait for every pipeline first (to compare) */
-  if (!gs->recorded && whole && !strcmp(whole, "whole")) {
+  const char* whole = gs->recorded ? NULL : getenv("COLDBREW_GPU_FIRST_RUN"); /* "whole": every pipeline first */
+  if (whole && !strcmp(whole, "whole")) {
     cb_status s = cb_gpu_pipelines_finish(g);
     if (!s) s = record(gs);
     if (s) return s;
