@@ -83,7 +83,7 @@ def main():
         paths, predicted = {}, {}
         for m in models:
             proto = zoo().build(m)
-            table = profile(proto, "host", threads, repeat=FEW)
+            table = profile(proto, "host", threads, repeat=FEW, direct=[])
             for arm, w in zip(arms, [0] + workers):
                 plan = raw_plan(table, threads, w)
                 path = paths[(m, arm)] = f"{d}/{m}.{w}.brew"

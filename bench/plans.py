@@ -206,7 +206,7 @@ def main():
                 f.write(proto.SerializeToString())
             save_ort_best(onnx_path, f"{d}/{m}.ort")
             front, tuning = tuned_front(proto, "host", 2)
-            table = profile(proto, "host", 2, tuning=tuning, front=front)
+            table = profile(proto, "host", 2, tuning=tuning, front=front, direct=[])
             paths = compile_arms(proto, table, d, m)
             scheduled.append(paths["cold"])
             plans = {arm: plan_of_bundle(path) for arm, path in paths.items()}

@@ -118,7 +118,9 @@ def _compile(model, output, target, input_shapes, constants, dump_ir, variants, 
     if plan != "default" or continuous:
         from .measure.profile import profile
 
-        table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning, front=front)
+        # a plan's narrow weights read in place need their direct forms measured; fp32 needs none
+        table = profile(model, target, threads, input_shapes, constants, progress, tuning=tuning, front=front,
+                        direct=[precision] if precision in NARROW else [])
         if continuous:
             from .plan.scheduler import choose
 

@@ -44,7 +44,7 @@ def main():
     print(f"host (cost tables measured here): {host_isa()}; every figure below is MODELED")
     gains = {}
     for m in a.models:
-        host = profile(zoo().build(m), "host", 2)
+        host = profile(zoo().build(m), "host", 2, direct=[])
         for name in PRESETS:
             tgt = resolve(name)
             t = modeled_table(host, tgt)

@@ -23,7 +23,9 @@ direct fp16 and the direct int8 weight forms (compiler/passes/plan_weights.py:
 their kernels read the narrow weights in place), sampled on every core
 config in the same rounds: the direct candidates' first and warm execution
 (a plan with fewer execution threads is predicted from its own thread
-count's times) and their read.
+count's times) and their read. Only the forms a plan can use are
+measured: a compile with fp32 weights asks for none (two thirds of the
+compiles and samples fewer), one with fp16 weights for the direct fp16.
 
 The kernels are compiled with the schedule parameters `compile` gives
 them: a tuned compile (compiler/measure/tune.py; the host's default) measures its
@@ -184,7 +186,7 @@ def _narrow_bytes(graph, layer):
             + rest for p in NARROW}
 
 
-def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tuning=None):
+def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tuning=None, direct=tuple(DIRECT_FORMS)):
     from ..pipeline import version
 
     h = hashlib.sha256()
@@ -192,7 +194,8 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tu
 
     code = code_hash([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))])
     h.update(json.dumps([model_hash, target.fingerprint(), threads, version(), code, FORMAT, VERSION,
-                         sorted((input_shapes or {}).items()), tuning.digest() if tuning else None]).encode())
+                         sorted((input_shapes or {}).items()), tuning.digest() if tuning else None,
+                         sorted(direct)]).encode())
     for name in sorted(constants or {}):
         h.update(name.encode())
         h.update(bytes(memoryview(constants[name]).cast("B")))
@@ -200,7 +203,7 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tu
 
 
 def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
-            repeat=None, tuning=None, front=None):
+            repeat=None, tuning=None, front=None, direct=None):
     """The cost table (a dict) of `model` on `target`, measured or from the cache.
 
     `progress(done, total, what)` is called as the work advances; `repeat`
@@ -208,7 +211,11 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     the layers' measured schedule parameters, so the table times the kernels
     a tuned compile ships (else each variant's derived parameters); `front`
     (compiler.front_end's result for this model and these inputs, e.g. the
-    one the tuner used) spares the measurement the first passes."""
+    one the tuner used) spares the measurement the first passes. `direct`
+    names the narrow precisions whose direct weight forms are measured
+    (None: all of them; a plan for fp32 weights uses none, and leaving
+    them out takes two thirds of the columns away); a cached table that
+    measured all of them serves any request."""
     from coldbrew.targets import resolve
 
     from ..passes import load_onnx
@@ -216,18 +223,19 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     tgt = resolve(target) if isinstance(target, str) else target
     proto, model_hash = load_onnx.read_model(model)
     if getattr(tgt, "modeled", False):
-        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning, front)
+        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning, front, direct)
         return modeled_table(host, tgt)
-    key = cache_key(model_hash, tgt, threads, input_shapes, constants, tuning)
-    path = os.path.join(cache_dir(), "costs", f"{key}.json")
-    if not force and os.path.exists(path):
-        with open(path) as f:
-            table = json.load(f)
-        if table.get("format") == FORMAT and table.get("version") == VERSION:
-            table["cached"] = True
+    forms = tuple(p for p in DIRECT_FORMS if direct is None or p in direct)
+    keys = [cache_key(model_hash, tgt, threads, input_shapes, constants, tuning, d)
+            for d in dict.fromkeys([forms, tuple(DIRECT_FORMS)])]
+    paths = [os.path.join(cache_dir(), "costs", f"{key}.json") for key in keys]
+    for path in paths if not force else ():
+        table = _cached(path)
+        if table:
             return table
     table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None),
-                     {**REPEAT, **(repeat or {})}, tuning, front)
+                     {**REPEAT, **(repeat or {})}, tuning, front, forms)
+    path = paths[0]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.{os.getpid()}.tmp"
     with open(tmp_path, "w") as f:
@@ -237,7 +245,20 @@ def profile(model, target="host", threads=2, input_shapes=None, constants=None, 
     return table
 
 
-def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None):
+def _cached(path):
+    """The table cached at `path` (its "cached" set), or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        table = json.load(f)
+    if table.get("format") != FORMAT or table.get("version") != VERSION:
+        return None
+    table["cached"] = True
+    return table
+
+
+def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None,
+             forms=tuple(DIRECT_FORMS)):
     from ..pipeline import compile_graph, front_end
     from .tune import anchors_of
 
@@ -250,10 +271,10 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     # a transform that computes new values (Winograd's) has no direct form: the
     # direct columns measure the rest (dense and recurrent layers decide their own)
     direct_columns = _columns(groups, lambda name: not name.startswith("conv2d.")
-                              or get(name, tgt.vector).transform_rearranges)
+                              or get(name, tgt.vector).transform_rearranges) if forms else []
     classes = core_classes(tgt)
     configs = _configs(classes, threads)
-    rounds, narrow = max(1, repeat["cold"]), len(DIRECT_FORMS)
+    rounds, narrow = max(1, repeat["cold"]), len(forms)
     width = len(columns) + narrow * len(direct_columns)
     step = _Steps(progress, width + 2 + rounds * (width * len(configs) + 1) + 1)
 
@@ -266,16 +287,17 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
         step("storage")
         storage = _storage(tmp)
-        bundles, graphs, default = _compile_columns(compile_column, len(columns), len(direct_columns), tmp, step)
+        bundles, graphs, default = _compile_columns(compile_column, len(columns), len(direct_columns), forms, tmp,
+                                                    step)
         runs, default_runs = _sample_rounds(bundles, default, configs, rounds, repeat, step)
         load = {k: stat(v) for k, v in default_runs["open"].items()}
         load["bundle_bytes"] = os.path.getsize(default)
         for c, graph in enumerate(graphs["fp32"]):
             _add_column(layers, graph, runs["fp32"][c], tmp, repeat["reads"], defaults)
         _share(layers, groups)  # a direct column may give a layer a candidate a sibling measured
-        for p, form in DIRECT_FORMS.items():
+        for p in forms:
             for graph, runs_c in zip(graphs[p], runs[p]):
-                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], form)
+                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], DIRECT_FORMS[p])
         _share(layers, groups)
         _add_cached(layers, {configs[-1][:2]: {"execute_first_cached": default_runs["execute_first"]}})
     progress(step.total, step.total, "done")
@@ -284,7 +306,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
             "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes],
             "storage": storage, "load": load, "layers": list(layers.values()), "repeat": repeat,
-            "tuned": bool(tuning), "profile_s": round(time.perf_counter() - t_start, 1)}
+            "tuned": bool(tuning), "direct_measured": list(forms),
+            "profile_s": round(time.perf_counter() - t_start, 1)}
 
 
 class _Steps:
@@ -310,17 +333,17 @@ def _configs(classes, threads):
     return configs
 
 
-def _compile_columns(compile_column, n, n_direct, tmp, step):
+def _compile_columns(compile_column, n, n_direct, forms, tmp, step):
     """({"fp32" | precision: [bundle path per column]}, the same of Graphs,
-    the default bundle's path): every column with raw weights and with each
-    narrow precision's direct weights, and the default plan as shipped
-    (cached weights: its open costs and first executions)."""
-    bundles, graphs = {"fp32": [], **{p: [] for p in DIRECT_FORMS}}, {"fp32": [], **{p: [] for p in DIRECT_FORMS}}
+    the default bundle's path): every column with raw weights and with the
+    direct weights of each narrow precision in `forms`, and the default
+    plan as shipped (cached weights: its open costs and first executions)."""
+    bundles, graphs = {"fp32": [], **{p: [] for p in forms}}, {"fp32": [], **{p: [] for p in forms}}
     for c in range(n):
         step(f"compile column {c + 1}/{n}")
         bundles["fp32"].append(os.path.join(tmp, f"column{c}.brew"))
         graphs["fp32"].append(compile_column(bundles["fp32"][-1], c, weights="raw"))
-    for p in DIRECT_FORMS:
+    for p in forms:
         for c in range(n_direct):
             step(f"compile column {c + 1}/{n_direct}, direct {p} weights")
             bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))

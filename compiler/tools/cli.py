@@ -272,7 +272,10 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
 @click.option("--tune/--no-tune", default=False, show_default=True,
               help="time the kernels with their tuned schedule parameters, as `compile --tune` ships them "
                    "(target host only)")
-def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune):
+@click.option("--precision", type=click.Choice(["all", "fp32", "fp16", "int8"]), default="all", show_default=True,
+              help="the weight precision the table's plans are for: the direct forms of the others are not "
+                   "measured (fp32: none, as `compile --plan` of fp32 weights profiles)")
+def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune, precision):
     """Measure MODEL's device cost table: per layer x variant, read / transform / execute."""
     from ..measure.profile import profile
 
@@ -281,6 +284,7 @@ def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune
     try:
         with _progress("measuring") as progress:
             table = profile(model, target, threads, shapes, constants, progress, force,
+                            direct=None if precision == "all" else [precision],
                             **_tuning(model, target, threads, shapes, constants, tune, progress))
     except ValueError as e:
         raise click.ClickException(str(e)) from None

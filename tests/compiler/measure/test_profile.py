@@ -134,6 +134,35 @@ def test_the_cold_plan_is_the_plan_in_the_bundle(table_and_bundle, small_model, 
     assert b.plan.threads == chosen["threads"]
 
 
+def test_a_plan_for_fp32_weights_measures_no_direct_form(small_model, tmp_path, monkeypatch):
+    """A table for fp32 plans compiles and samples no direct (narrow in
+    place) column, is cached apart, and is what `--plan cold` of fp32
+    weights reads; a plan for fp16 weights measures the direct fp16 form
+    (and not int8's). Without the narrowing the first profile would
+    compile the direct columns and the compile would measure again."""
+    monkeypatch.setenv("COLDBREW_CACHE", str(tmp_path))
+    steps = []
+    table = prof.profile(small_model, repeat=FEW, direct=[], progress=lambda d, n, w: steps.append(w))
+    assert not table["cached"] and table["direct_measured"] == []
+    assert any("compile column" in w for w in steps) and not any("direct" in w for w in steps)
+    cands = [c for layer in table["layers"] for c in layer["candidates"]]
+    assert not any(k.startswith(("execute_direct", "execute_first_direct")) or k.startswith("direct")
+                   for c in cands for k in c)
+    assert not any(f in c["read_ms"] for c in cands for f in ("direct", "direct_int8"))
+    real = prof._measure
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(prof, "_measure", no_measuring)
+    assert compile_model(small_model, plan="cold")[:8] == b"COLDBREW"  # from the fp32 table
+    monkeypatch.setattr(prof, "_measure", real)
+    fp16 = prof.profile(small_model, repeat=FEW, direct=["fp16"])
+    assert not fp16["cached"] and fp16["direct_measured"] == ["fp16"]
+    cands = [c for layer in fp16["layers"] for c in layer["candidates"]]
+    assert any("direct" in c["read_ms"] for c in cands) and not any("direct_int8" in c["read_ms"] for c in cands)
+
+
 def test_layers_of_one_shape_share_their_columns():
     """Three layers of one shape with five candidates take two columns, not
     five (every candidate once, the default in column 0), and each layer
