@@ -2,6 +2,7 @@
 floor, in one run.
 
     python bench/plans.py [MODEL[,MODEL...]] [ROUNDS]
+    python bench/plans.py MODEL[,corpus:NAME...] [ROUNDS] --ablation
 
 Per model, one device cost table (compiler/measure/profile.py) and these bundles
 (2 threads; kernels tuned, as `coldbrew compile --tune` does on the
@@ -23,7 +24,10 @@ tuned kernels):
     + cached     cold-greedy: variant and weight form together, inline
     + pipeline   the scheduler: preparation placed on a worker, threads chosen
 
-and onnxruntime default and its best cold configuration (ORT format
+(--ablation: these four arms alone, on zoo models or corpus:NAME ones,
+with how many layers the warm and the cold plan choose differently and
+whether "+ kernels" beats the baseline where they do) and onnxruntime
+default and its best cold configuration (ORT format
 optimized offline, memory mapped, optimizations and prepacking off).
 Samples are fresh processes (bench/harness/cold_sample.py: memory settled, file
 evicted, load + first result), all arms interleaved in rounds, each round
@@ -57,7 +61,7 @@ import sys
 import tempfile
 
 from harness.common import save_ort_best
-from harness.common import ROOT, geomean, host_isa, zoo
+from harness.common import ROOT, geomean, host_isa, model_source, zoo
 from coldbrew.compiler.measure.protocol import cold_process, cold_read_ms, read_rate  # noqa: E402
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
@@ -85,8 +89,8 @@ def raw_only_variants(table):
     return out
 
 
-def compile_arms(proto, table, d, m):
-    """{arm: bundle path}; every plan compiled once."""
+def compile_arms(proto, table, d, m, only=None, shapes=None, binds=None):
+    """{arm: bundle path}; every plan compiled once (`only`: these arms)."""
     cold, warm = choose(table, "cold"), choose(table, "warm")
     forced = {"variants": cold["variants"], "queues": cold["queues"], "threads": cold["threads"]}
     specs = {
@@ -100,9 +104,10 @@ def compile_arms(proto, table, d, m):
         "kernels": {"variants": raw_only_variants(table), "weights": "raw"},
     }
     paths = {}
-    for arm, kw in specs.items():
+    for arm, kw in specs.items() if only is None else ((a, specs[a]) for a in only):
         paths[arm] = f"{d}/{m}.{arm}.brew"
-        compile_model(proto, paths[arm], tune=True, **kw)  # the tuning is cached: every arm gets the same
+        # the tuning is cached: every arm gets the same
+        compile_model(proto, paths[arm], tune=True, input_shapes=shapes, constants=binds, **kw)
     return paths
 
 
@@ -192,10 +197,65 @@ def save_samples(res, rounds):
     print(f"samples: {os.path.join(OUT, 'samples.json')}")
 
 
+def ablation(models, rounds):
+    """--ablation: the ablation's arms alone, on zoo or corpus:NAME models
+    (no onnxruntime arms, so any model the corpus binds works), sampled
+    cold in interleaved rounds, the simulator's prediction under each;
+    per model how many layers the warm and the cold plan choose
+    differently, and whether "+ kernels" is faster than the baseline where
+    they differ (the issue's criterion; 5 % apart to count)."""
+    med = statistics.median
+    with tempfile.TemporaryDirectory(prefix="coldbrew-ablation-") as d:
+        arms, alias, predicted, differ, names = {}, {}, {}, {}, []
+        for m in models:
+            src, shapes, binds = model_source(m)
+            name = m.split(":")[-1]
+            names.append(name)
+            front, tuning = tuned_front(src, "host", 2, shapes, binds)
+            table = profile(src, "host", 2, shapes, binds, tuning=tuning, front=front, direct=[])
+            warm, cold = choose(table, "warm"), choose(table, "cold")
+            differ[name] = sum(v != warm["variants"].get(n) for n, v in cold["variants"].items())
+            paths = compile_arms(src, table, d, name, [a for _, a in ABLATION], shapes, binds)
+            plans = {arm: plan_of_bundle(path) for arm, path in paths.items()}
+            for arm, first in same_plans(plans).items():
+                alias[(name, arm)] = (name, first)
+                if first == arm:
+                    arms[(name, arm)] = [paths[arm]]
+                predicted[(name, arm)] = simulate(plans[arm], table)["latency_ms"]
+            print(f"{name}: compiled", flush=True)
+        res = {}
+        for r in range(rounds):
+            order = list(arms)
+            random.Random(r).shuffle(order)
+            for key in order:
+                res.setdefault(key, []).append(sample(arms[key]))
+    cold = {k: med(x["cold_ms"] for x in res[a]) for k, a in alias.items()}
+    print(f"\nablation (Fig. 13) on {host_isa()}, 2 threads, {rounds} interleaved rounds, fresh process per "
+          f"sample; cold ms, medians (predicted under each); {cold_protocol()}")
+    print(f"{'model':24s} {'differ':>6s} " + " ".join(f"{n:>11s}" for n, _ in ABLATION) + "  + kernels / baseline")
+    faster = 0
+    for m in names:
+        base, kern = cold[(m, "baseline")], cold[(m, "kernels")]
+        faster += bool(differ[m]) and kern < 0.95 * base
+        same = " (same plan)" if alias[(m, "kernels")] == alias[(m, "baseline")] else ""
+        print(f"{m:24s} {differ[m]:6d} " + " ".join(f"{cold[(m, a)]:11.2f}" for _, a in ABLATION)
+              + f"  {kern / base:.2f}{same}")
+        print(f"{'  predicted':24s} {'':6s} " + " ".join(f"{predicted[(m, a)]:11.2f}" for _, a in ABLATION))
+    print(f"{'geomean':24s} {'':6s} " + " ".join(f"{geomean([cold[(m, a)] for m in names]):11.2f}"
+                                                for _, a in ABLATION))
+    mixed = sum(bool(differ[m]) for m in names)
+    print(f"warm and cold plans differ on {mixed} of {len(names)} models; \"+ kernels\" at least 5 % faster than "
+          f"the baseline on {faster} of those {mixed}")
+
+
 def main():
-    args = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     models = args[0].split(",") if args else ["squeezenet", "mobilenet_v2", "resnet18", "googlenet"]
     rounds = int(args[1]) if len(args) > 1 else 5
+    if "--ablation" in sys.argv:
+        return ablation(models, rounds)
+    if any(m.startswith("corpus:") for m in models):
+        raise SystemExit("corpus models take --ablation (the onnxruntime arms feed zoo models only)")
     med = statistics.median
     with tempfile.TemporaryDirectory(prefix="coldbrew-plans-") as d:
         arms, predicted, sizes, alias, scheduled = {}, {}, {}, {}, []

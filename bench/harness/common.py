@@ -30,6 +30,28 @@ def zoo():
     return z
 
 
+def model_source(name):
+    """(model: ModelProto or ONNX path, input shapes or None, bound inputs
+    or None) of a zoo model's name or "corpus:NAME" (bench/corpus/models.json,
+    fetched by bench/corpus/fetch.py; its manifest's shapes and bound inputs)."""
+    if not name.startswith("corpus:"):
+        return zoo().build(name), None, None
+    import onnx
+
+    sys.path.insert(0, os.path.join(ROOT, "bench", "corpus"))
+    import fetch
+
+    (entry,) = fetch.models([name.split(":", 1)[1]])
+    path = fetch.fetched(entry)
+    if path is None:
+        raise SystemExit(f"{name} is not fetched: python bench/corpus/fetch.py {entry['name']}")
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+             for i in onnx.load(path, load_external_data=False).graph.input}
+    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    binds = {k: np.array(v["bind"], types[k]) for k, v in entry["inputs"].items() if "bind" in v}
+    return path, shapes or None, binds or None
+
+
 def ort_session(model, threads):
     import onnxruntime as ort
 

@@ -56,6 +56,17 @@ def _crop(anchor, spec):
     return te.compute(spec.output_shape, lambda *i: anchor[i], name="cb_out")
 
 
+
+def register_space(isa, spec, fit=lambda zt: 1.0):
+    """[{"kvb", "zt"}] register blocks of a convolution on the blocked
+    layout, best first: zt broadcast input values x kvb weight vectors
+    (kvb dividing the output channel blocks, zt within the row), ranked by
+    arithmetic intensity, the row's padding and `fit(zt)`."""
+    kblocks = spec.k // isa.lanes
+    blocks = [(zt, kvb) for zt, kvb in register_blocks(isa, range(1, 15), 4) if kblocks % kvb == 0 and zt <= spec.out_w]
+    return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
+        [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)) * fit(zt), (zt, kvb)) for zt, kvb in blocks])]
+
 class _OnBlocks(Variant):
     op = "conv2d"
     blocked = True
@@ -98,12 +109,7 @@ class Blocked(_OnBlocks):
         return _crop(anchor, spec)
 
     def space(self, spec):
-        # zt broadcasts x kvb weight vectors; kvb divides the channel blocks
-        kblocks = spec.k // self.isa.lanes
-        blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
-                  if kblocks % kvb == 0 and zt <= spec.out_w]
-        return [{"kvb": kvb, "zt": zt} for zt, kvb in
-                ranked([(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)), (zt, kvb)) for zt, kvb in blocks])]
+        return register_space(self.isa, spec)
 
     def schedule(self, sch, block, spec, params):
         b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
@@ -223,14 +229,9 @@ class _PanelGemm(_OnBlocks):
         return _crop(anchor, spec)
 
     def space(self, spec):
-        # zt broadcasts x kvb weight vectors; the row tile's column values
-        # (every q for zt columns) should stay in L1 across the panels
-        kblocks, q = spec.k // self.isa.lanes, spec.c * spec.r * spec.s
-        blocks = [(zt, kvb) for zt, kvb in register_blocks(self.isa, range(1, 15), 4)
-                  if kblocks % kvb == 0 and zt <= spec.out_w]
-        return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
-            [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt)) * l1_fit(self.isa, 4 * q * zt), (zt, kvb))
-             for zt, kvb in blocks])]
+        # the row tile's column values (every q for zt columns) should stay in L1 across the panels
+        q = spec.c * spec.r * spec.s
+        return register_space(self.isa, spec, lambda zt: l1_fit(self.isa, 4 * q * zt))
 
     def schedule(self, sch, block, spec, params):
         b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]

@@ -201,6 +201,26 @@ def test_continuous_runs_switch_to_the_alternate_and_stay_correct(continuous_bun
     sess.close()
 
 
+def test_runs_ready_the_alternates_themselves_without_the_warmer(continuous_bundle, small_model, feeds,
+                                                               monkeypatch):
+    """With no warmer (COLDBREW_WARMER=off: as with one kept off the cores
+    by back-to-back runs, or one that began a step and was then starved),
+    the second run finds the alternate's bytes in memory, checks them on
+    its own thread and executes the alternate."""
+    path, _, _ = continuous_bundle
+    monkeypatch.setenv("COLDBREW_WARMER", "off")
+    ref = ort_run(small_model, feeds)[0]
+    with coldbrew.load(path, mode="continuous", trace=True) as sess:
+        assert_close(sess.run(None, feeds)[0], ref)
+        time.sleep(0.2)  # a warmer would have readied it by now
+        assert sess.alternates() == (0, 1)
+        assert_close(sess.run(None, feeds)[0], ref)
+        events = sess.trace()
+        assert [e["worker"] for e in events if e["phase"] == "read" and e["alternate"]] == [0]
+        assert [e["alternate"] for e in events if e["phase"] == "execute" and e["layer"] == "c0"] == [True]
+        assert sess.alternates() == (1, 1)
+
+
 def test_cold_mode_never_uses_the_alternate(continuous_bundle, small_model, feeds):
     path, _, _ = continuous_bundle
     ref = ort_run(small_model, feeds)[0]

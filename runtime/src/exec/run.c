@@ -211,10 +211,9 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_status st = worker ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
-    /* an alternate nobody has taken (a plain load first: the warmer's or a
-     * finished one costs no syscall), with its bytes resident: ready it here */
-    if (!first && !alt && s->continuous && b->alternates[i] && !atomic_load(&s->alt_claimed[i]) &&
-        cb_alternate_resident(s, i) && cb_alternate_claim(s, i)) {
+    /* an alternate not ready yet (the warmer may have begun it and be kept
+     * off the cores), with its bytes resident: ready it here */
+    if (!first && !alt && s->continuous && b->alternates[i] && cb_alternate_resident(s, i)) {
       if ((st = cb_alternate_ready(s, i))) return st;
       alt = 1;
     }

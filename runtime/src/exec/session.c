@@ -86,7 +86,6 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
   s->aargs = cb_calloc(total_aargs ? total_aargs : 1, sizeof *s->aargs);
   s->aarg_start = cb_calloc(m->nsteps + 1, sizeof *s->aarg_start);
   s->alt_ready = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
-  s->alt_claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->is_prepared = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->skipped = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->was_read = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
@@ -100,8 +99,7 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
     if (!s->trace) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared || !s->skipped || !s->was_read ||
-      !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready ||
-      !s->alt_claimed)
+      !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready)
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   return CB_OK;
 }
@@ -172,7 +170,6 @@ void cb_session_release(cb_session* s) {
   cb_free(s->aargs);
   cb_free(s->aarg_start);
   cb_free((void*)s->alt_ready);
-  cb_free((void*)s->alt_claimed);
   if (s->gpu) cb_gpu_session_release(s->gpu);
   else cb_free(s->arena);
   cb_free(s->trace);

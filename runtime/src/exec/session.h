@@ -48,7 +48,6 @@ struct cb_session {
   pthread_t warmer;
   atomic_int warmer_stop;
   _Atomic uint8_t* alt_ready; /* per step: its warm alternate's weights are read and checked */
-  _Atomic uint8_t* alt_claimed; /* per step: the warmer or a run has taken its reading */
   cb_gpu_session* gpu;        /* GPU bundles: arena, staging (= arena above), command buffer */
   cb_status alt_status;       /* a warm weight failed its check (set by the warmer, under mu) */
   char alt_error[1024];
@@ -63,7 +62,6 @@ void cb_trace_end(cb_trace_event* ev);
 void cb_warmer_start(cb_session* s);
 void cb_warmer_stop(cb_session* s);
 cb_status cb_alternate_ready(cb_session* s, uint32_t i);
-int cb_alternate_claim(cb_session* s, uint32_t i);
 int cb_alternate_resident(cb_session* s, uint32_t i);
 
 #endif /* COLDBREW_SESSION_H_ */

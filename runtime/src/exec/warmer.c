@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,9 +15,14 @@
  * check each step's warm-alternate weights in plan order and mark the step
  * ready; later runs switch to a step's alternate once it is. Back-to-back
  * runs leave an idle-priority thread no time, so a later run that reaches
- * an alternate nobody has taken, with its bytes already in memory, readies
- * it itself (a checksum pass; the paper's "pipelined in the second
- * inference"); one whose bytes are still on disk keeps the plan's variant. */
+ * an alternate not yet ready, with its bytes already in memory, readies it
+ * itself (a checksum pass; the paper's "pipelined in the second
+ * inference"), also one the warmer has begun: a warmer that took a step and
+ * was then kept off the cores by the runs held that step's alternate back
+ * for every later run (crnn: 4 of 5 ready through run 6). The two may check
+ * the same tensors at once; a check only reads, and readiness is a flag.
+ * One whose bytes are still on disk keeps the plan's variant.
+ * COLDBREW_WARMER=off starts no warmer (runs ready the alternates alone). */
 cb_status cb_alternate_ready(cb_session* s, uint32_t i) {
   const cb_step_desc* st = &s->bundle->model.steps[i];
   cb_trace_event* ev = cb_trace_step(s, i, CB_PHASE_READ, 1);
@@ -30,11 +37,6 @@ cb_status cb_alternate_ready(cb_session* s, uint32_t i) {
   }
   atomic_store_explicit(&s->alt_ready[i], 1, memory_order_release);
   return CB_OK;
-}
-
-int cb_alternate_claim(cb_session* s, uint32_t i) {
-  uint8_t free_ = 0;
-  return atomic_compare_exchange_strong(&s->alt_claimed[i], &free_, 1);
 }
 
 /* Every page of step `i`'s alternate weights is in memory (mincore). */
@@ -70,15 +72,20 @@ static void* warmer_main(void* arg) {
     pthread_cond_wait(&s->ready_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   for (uint32_t i = 0; i < m->nsteps && !atomic_load(&s->warmer_stop); i++)
-    if (s->bundle->alternates[i] && cb_alternate_claim(s, i) && cb_alternate_ready(s, i)) break;
+    if (s->bundle->alternates[i] && !atomic_load_explicit(&s->alt_ready[i], memory_order_acquire) &&
+        cb_alternate_ready(s, i))
+      break;
   return NULL;
 }
 
+/* At the first run's start. */
 void cb_warmer_start(cb_session* s) {
   if (s->warmer_started || !s->continuous || !s->bundle->model.nwarm) return;
+  const char* want = getenv("COLDBREW_WARMER");
+  if (want && !strcmp(want, "off")) return;
   atomic_store(&s->warmer_stop, 0);
   s->warmer_started = pthread_create(&s->warmer, NULL, warmer_main, s) == 0;
-  /* no thread: later runs keep the plan's variants */
+  /* no thread: later runs ready the alternates whose bytes are in memory */
 }
 
 void cb_warmer_stop(cb_session* s) {
