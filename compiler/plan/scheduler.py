@@ -108,14 +108,6 @@ def narrow_pairs(pairs, precision):
     return [p for p in pairs if is_narrow_form(p[1])] or pairs
 
 
-def _undominated(pairs):
-    """Pairs that no other pair beats in both preparation and execution."""
-    def beaten(p):
-        return any(o[2] <= p[2] and o[3] <= p[3] and (o[2] < p[2] or o[3] < p[3]) for o in pairs)
-
-    return [p for p in pairs if not beaten(p)] or pairs[:1]
-
-
 def _greedy(layer, table, threads, objective, precision="fp32"):
     pairs = layer_pairs(layer, table, threads, threads, precision)
     if objective == "warm":
@@ -231,9 +223,11 @@ def schedule_config(table, threads, workers, precision="fp32"):
     workers (0: every preparation inline)."""
     workers = int(workers)
     layers = table["layers"]
-    # preparation on a worker runs on one thread; inline, on the execution threads
-    options = [_undominated(narrow_pairs(layer_pairs(layer, table, threads, 1 if workers else threads, precision),
-                                         precision)) for layer in layers]
+    # preparation on a worker runs on one thread; inline, on the execution threads. Every pair
+    # stays: one beaten on both of its own costs can still shorten the timeline (a cached read
+    # streams in behind earlier layers' execution, a raw one's transform holds the execution threads)
+    options = [narrow_pairs(layer_pairs(layer, table, threads, 1 if workers else threads, precision), precision)
+               for layer in layers]
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
 
     def predict(queues):

@@ -117,11 +117,25 @@ def _with_one_thread(t, slower=2.0):
     return t
 
 
-def test_scheduler_drops_dominated_pairs():
-    from coldbrew.compiler.plan.scheduler import _undominated
+def test_scheduler_weighs_a_pair_beaten_on_its_own_costs_in_the_whole_timeline():
+    # c1's cached form (2000 bytes: 2 ms of the stream) loses to raw (1 ms
+    # + a 0.8 ms transform on the execution threads) counted alone, but
+    # its bytes stream in while c0 executes for 20 ms and it has nothing to
+    # transform: the timeline is 0.8 ms shorter with it. A scheduler that
+    # dropped pairs beaten on both of their own costs would never try it.
+    from coldbrew.compiler.plan.scheduler import layer_pairs, schedule_config, simulated_plan
 
-    pairs = [("a", "cached", 1.0, 5.0), ("a", "raw", 2.0, 5.0), ("b", "cached", 3.0, 1.0), ("c", "raw", 3.0, 2.0)]
-    assert _undominated(pairs) == [pairs[0], pairs[2]]
+    t = _streamed(mb_s=1.0)
+    t["layers"] = [{"name": "c0", "candidates": [_cand("generic", 0.1, 0.1, None, 20.0, raw_bytes=100,
+                                                        transformed_bytes=100)]},
+                   {"name": "c1", "candidates": [_cand("conv2d.winograd_f4", 1.0, 2.0, 1.6, 1.0)]}]
+    pairs = {p[1]: p for p in layer_pairs(t["layers"][1], t, 2, 2)}
+    assert pairs["raw"][2] < pairs["cached"][2] and pairs["raw"][3] <= pairs["cached"][3]
+    inline = schedule_config(t, 2, 0)  # every preparation on the execution threads
+    assert inline["forms"]["c1"] == "cached" and not any(inline["queues"].values())
+    raw = dict(inline, forms={**inline["forms"], "c1": "raw"})
+    assert simulate(simulated_plan(t, raw), t)["latency_ms"] == pytest.approx(inline["predicted_ms"] + 0.8)
+    assert choose(t, "cold")["predicted_ms"] <= inline["predicted_ms"]
 
 
 def test_scheduler_pipelines_preparation_on_a_free_core():
@@ -404,14 +418,13 @@ def test_scheduler_compares_streamed_forms_by_their_bytes_not_two_cold_reads():
     # cold reads measured 6.5 and 5.3 ms (noise). With a bandwidth, each
     # form costs its bytes' share of the stream, so cached (no transform)
     # is not dropped as dominated by raw + transform, and the plan keeps it
-    from coldbrew.compiler.plan.scheduler import _undominated, layer_pairs
+    from coldbrew.compiler.plan.scheduler import layer_pairs
 
     t = _streamed(mb_s=1.0)
     t["layers"] = [{"name": "d0", "candidates": [
         _cand("dense.packed_gemm", 5.3, 6.5, 0.7, 0.05, raw_bytes=5000, transformed_bytes=5100)]}]
     pairs = layer_pairs(t["layers"][0], t, 2, 2)
     assert {p[1]: p[2] for p in pairs} == pytest.approx({"cached": 5.1, "raw": 5.0 + 0.35})
-    assert [p[1] for p in _undominated(pairs)] == ["cached"]
     assert choose(t, "cold")["forms"]["d0"] == "cached"
     # without a bandwidth the measured cold reads stand: raw + transform wins
     del t["storage"]
