@@ -47,8 +47,9 @@ import statistics
 import tempfile
 import time
 
-from ..ir.forms import DIRECT_FORMS, NARROW
+from ..ir.forms import DIRECT_FORMS
 from ..kernels import get
+from .columns import compile_all
 from .protocol import cache_dir, code_hash, cold_read_ms, core_classes, evict, sample
 
 FORMAT = "coldbrew-costs"
@@ -56,6 +57,7 @@ VERSION = 7  # 2: read times of the narrow weight forms (fp16, int8); 3: the dir
 # 5: the direct int8 form; 6: the direct forms on every core config; 7: storage bandwidth read the runtime's way
 CHECK_MS_PER_BYTE = 1.25e-7  # a table without its own measurement: 8 GB/s
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
+WARM_MS = 400  # a sample's warm runs stop here (at least protocol.WARM_MIN): u2netp's 10 took 3.5 s a sample
 
 
 def stat(samples):
@@ -160,32 +162,6 @@ def _share(layers, groups):
                         m["read_ms"].setdefault(k, v)
 
 
-def _layer_bytes(graph, layer):
-    """(raw bytes, transformed bytes, raw regions, transformed regions) of a layer's weights."""
-    tensors = [graph.tensors[i] for i in dict.fromkeys(list(layer.args) + list(layer.transform_args))]
-    raw_b = b"".join(t.data.tobytes() for t in tensors if t.kind == "weight")
-    cached_b = b"".join((t.anchor.transformed if t.kind == "prepared" else t.data).tobytes()
-                        for t in (graph.tensors[i] for i in layer.args) if t.kind in ("weight", "prepared"))
-    return len(raw_b), len(cached_b), raw_b, cached_b
-
-
-def _narrow_bytes(graph, layer):
-    """{precision: stored bytes} of a variant layer's weights narrowed
-    (compiler/passes/plan_weights.py: the anchor's raw weights fp16, or int8 +
-    scales; the layer's other weights stay fp32); {} for other layers."""
-    from ..kernels.build import output_axis
-    from ..ir.narrow import narrow_weights
-
-    ids = list(dict.fromkeys(list(layer.args) + list(layer.transform_args)))
-    anchor = next((graph.tensors[i].anchor for i in ids if graph.tensors[i].anchor is not None), None)
-    if anchor is None:
-        return {}
-    raw = layer.transform_args[0] if layer.transform else next(i for i in ids if graph.tensors[i].anchor is anchor)
-    rest = b"".join(graph.tensors[i].data.tobytes() for i in ids if graph.tensors[i].kind == "weight" and i != raw)
-    return {p: b"".join(a.tobytes() for a in narrow_weights(graph.tensors[raw].data, p, output_axis(anchor.spec))[0])
-            + rest for p in NARROW}
-
-
 def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tuning=None, direct=tuple(DIRECT_FORMS)):
     from ..pipeline import version
 
@@ -259,7 +235,7 @@ def _cached(path):
 
 def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None,
              forms=tuple(DIRECT_FORMS)):
-    from ..pipeline import compile_graph, front_end
+    from ..pipeline import front_end
     from .tune import anchors_of
 
     t_start = time.perf_counter()
@@ -278,26 +254,24 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
     width = len(columns) + narrow * len(direct_columns)
     step = _Steps(progress, width + 2 + rounds * (width * len(configs) + 1) + 1)
 
-    def compile_column(path, c, **options):
-        chosen = None if c is None else direct_columns[c] if options.get("weights") == "direct" else columns[c]
-        return compile_graph(proto, path, tgt, input_shapes, constants, variants=chosen, threads=threads,
-                             front=front, tuning=tuning, **options)[1]
-
     layers = {}
     with tempfile.TemporaryDirectory(prefix="coldbrew-profile-") as tmp:
         step("storage")
         storage = _storage(tmp)
-        bundles, graphs, default = _compile_columns(compile_column, len(columns), len(direct_columns), forms, tmp,
-                                                    step)
+        model = os.path.join(tmp, "model.onnx")
+        with open(model, "wb") as f:  # the column compiles' source, in this process or a worker
+            f.write(proto.SerializeToString())
+        job = {"model": model, "target": tgt, "input_shapes": input_shapes, "constants": constants, "tuning": tuning}
+        bundles, recs, default = _compile_columns(job, columns, direct_columns, forms, threads, tmp, step, front)
         runs, default_runs = _sample_rounds(bundles, default, configs, rounds, repeat, step)
         load = {k: stat(v) for k, v in default_runs["open"].items()}
         load["bundle_bytes"] = os.path.getsize(default)
-        for c, graph in enumerate(graphs["fp32"]):
-            _add_column(layers, graph, runs["fp32"][c], tmp, repeat["reads"], defaults)
+        for c, rec in enumerate(recs["fp32"]):
+            _add_column(layers, rec, runs["fp32"][c], tmp, repeat["reads"], defaults)
         _share(layers, groups)  # a direct column may give a layer a candidate a sibling measured
         for p in forms:
-            for graph, runs_c in zip(graphs[p], runs[p]):
-                _add_direct(layers, graph, runs_c, tmp, repeat["reads"], DIRECT_FORMS[p])
+            for rec, runs_c in zip(recs[p], runs[p]):
+                _add_direct(layers, rec, runs_c, tmp, repeat["reads"], DIRECT_FORMS[p])
         _share(layers, groups)
         _add_cached(layers, {configs[-1][:2]: {"execute_first_cached": default_runs["execute_first"]}})
     progress(step.total, step.total, "done")
@@ -333,25 +307,36 @@ def _configs(classes, threads):
     return configs
 
 
-def _compile_columns(compile_column, n, n_direct, forms, tmp, step):
-    """({"fp32" | precision: [bundle path per column]}, the same of Graphs,
-    the default bundle's path): every column with raw weights and with the
-    direct weights of each narrow precision in `forms`, and the default
-    plan as shipped (cached weights: its open costs and first executions)."""
-    bundles, graphs = {"fp32": [], **{p: [] for p in forms}}, {"fp32": [], **{p: [] for p in forms}}
-    for c in range(n):
-        step(f"compile column {c + 1}/{n}")
-        bundles["fp32"].append(os.path.join(tmp, f"column{c}.brew"))
-        graphs["fp32"].append(compile_column(bundles["fp32"][-1], c, weights="raw"))
-    for p in forms:
-        for c in range(n_direct):
-            step(f"compile column {c + 1}/{n_direct}, direct {p} weights")
-            bundles[p].append(os.path.join(tmp, f"column{c}.direct_{p}.brew"))
-            graphs[p].append(compile_column(bundles[p][-1], c, weights="direct", precision=p))
-    step("compile the default bundle")
+def _compile_columns(job, columns, direct_columns, forms, threads, tmp, step, front):
+    """({"fp32" | precision: [bundle path per column]}, the same of their
+    layer records (compiler/measure/columns.py), the default bundle's path):
+    every column with raw weights and with the direct weights of each
+    narrow precision in `forms`, and the default plan as shipped (cached
+    weights: its open costs and first executions), compiled side by side.
+    A column's records are the layers it measures first: all of column
+    0's, then the anchors whose variant no earlier column had."""
+    jobs, keys = [], []
+    for kind, cols in [("fp32", columns)] + [(p, direct_columns) for p in forms]:
+        for c, chosen in enumerate(cols):
+            new = None if c == 0 else {a for a, v in chosen.items() if all(prev[a] != v for prev in cols[:c])}
+            options = {"variants": chosen, "threads": threads, "weights": "raw"}
+            what = f"compile column {c + 1}/{len(cols)}"
+            if kind != "fp32":
+                options.update(weights="direct", precision=kind)
+                what += f", direct {kind} weights"
+            name = f"column{c}.brew" if kind == "fp32" else f"column{c}.direct_{kind}.brew"
+            jobs.append({**job, "bundle": os.path.join(tmp, name), "options": options, "names": new,
+                         "direct": kind != "fp32", "what": what})
+            keys.append(kind)
     default = os.path.join(tmp, "default.brew")
-    compile_column(default, None)
-    return bundles, graphs, default
+    jobs.append({**job, "bundle": default, "options": {"variants": None, "threads": threads}, "names": set(),
+                 "direct": False, "what": "compile the default bundle"})
+    out = compile_all(jobs, step, front=front)
+    bundles, recs = {"fp32": [], **{p: [] for p in forms}}, {"fp32": [], **{p: [] for p in forms}}
+    for kind, j, rec in zip(keys, jobs, out):
+        bundles[kind].append(j["bundle"])
+        recs[kind].append(rec)
+    return bundles, recs, default
 
 
 def _sample_rounds(bundles, default, configs, rounds, repeat, step):
@@ -371,7 +356,7 @@ def _sample_rounds(bundles, default, configs, rounds, repeat, step):
                 for cls, threads, cores in configs:
                     extra = "" if kind == "fp32" else f", direct {kind}"
                     step(f"round {k + 1}/{rounds}: column {c + 1}/{len(bundles[kind])}{extra} on {cls} x{threads}")
-                    sample(bundles[kind][c], cores, threads, warm, runs[kind][c][(cls, threads)])
+                    sample(bundles[kind][c], cores, threads, warm, runs[kind][c][(cls, threads)], WARM_MS)
         step(f"round {k + 1}/{rounds}: default bundle")
         for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
             sample(default, configs[-1][2], configs[-1][1], 0, default_runs)
@@ -399,57 +384,53 @@ def _add_cached(layers, cached_runs):
                 c["execute_first_cached_ms"] = _per_config(cached_runs, "execute_first_cached", entry["name"])
 
 
-def _add_column(layers, graph, runs, tmp, reads, defaults):
-    """Merge one column's measurements into `layers` (name -> layer entry);
-    `defaults`: {anchor id: the compiler's default variant}."""
+def _add_column(layers, records, runs, tmp, reads, defaults):
+    """Merge one column's measurements into `layers` (name -> layer entry):
+    `records` its layers' (compiler/measure/columns.py), `defaults`
+    {anchor id: the compiler's default variant}."""
     new = []
-    for layer in graph.layers:
-        entry = layers.setdefault(layer.name, {"name": layer.name, "op": layer.op, "candidates": []})
-        if any(c["variant"] == layer.variant for c in entry["candidates"]):
+    for rec in records:
+        entry = layers.setdefault(rec["name"], {"name": rec["name"], "op": rec["op"], "candidates": []})
+        if any(c["variant"] == rec["variant"] for c in entry["candidates"]):
             continue  # measured in an earlier column
-        raw_b, cached_b, raw, cached = _layer_bytes(graph, layer)
-        narrow = _narrow_bytes(graph, layer)
-        anchor = next((graph.tensors[i].anchor for i in layer.args if graph.tensors[i].anchor is not None), None)
-        cand = {"variant": layer.variant, "raw_bytes": raw_b, "transformed_bytes": cached_b,
-                "has_transform": bool(layer.transform),
-                "default": defaults.get(layer.name, layer.variant) == layer.variant,
-                "transform_rearranges": anchor.variant.transform_rearranges if anchor else True,
-                **{f"{p}_bytes": len(b) for p, b in narrow.items()}}
+        cand = {"variant": rec["variant"], "raw_bytes": len(rec["raw"]), "transformed_bytes": len(rec["cached"]),
+                "has_transform": rec["has_transform"],
+                "default": defaults.get(rec["name"], rec["variant"]) == rec["variant"],
+                "transform_rearranges": rec["transform_rearranges"],
+                **{f"{p}_bytes": len(b) for p, b in rec["narrow"].items()}}
         for key in ("transform", "execute_first", "execute"):
-            cand[f"{key}_ms"] = _per_config(runs, key, layer.name)
+            cand[f"{key}_ms"] = _per_config(runs, key, rec["name"])
         entry["candidates"].append(cand)
-        new.append((cand, raw, cached, narrow))
-    regions = [r for _, r, _, _ in new] + [c for _, _, c, _ in new]
+        new.append((cand, rec))
+    regions = [r["raw"] for _, r in new] + [r["cached"] for _, r in new]
     narrow_at = {}
-    for k, (_, _, _, narrow) in enumerate(new):
-        for p, b in narrow.items():
+    for k, (_, rec) in enumerate(new):
+        for p, b in rec["narrow"].items():
             narrow_at[(k, p)] = len(regions)
             regions.append(b)
     times = _read_times(regions, tmp, reads)
-    for k, (cand, _, _, narrow) in enumerate(new):
+    for k, (cand, rec) in enumerate(new):
         cand["read_ms"] = {"raw": times[k], "cached": times[len(new) + k],
-                           **{p: times[narrow_at[(k, p)]] for p in narrow}}
+                           **{p: times[narrow_at[(k, p)]] for p in rec["narrow"]}}
 
 
-def _add_direct(layers, graph, runs, tmp, reads, form):
+def _add_direct(layers, records, runs, tmp, reads, form):
     """Merge a direct column's measurements into the candidates of the
     same variant, under `form` (graph.DIRECT_FORMS: "direct" for fp16,
     "direct_int8"): `<form>_bytes`, read_ms[form] (the narrow transformed
     weights and the layer's other weights, as the bundle stores them),
     `execute_first_<form>_ms` and `execute_<form>_ms`."""
     new = []
-    for layer in graph.layers:
-        if layer.weight_form != "direct":
+    for rec in records:
+        if rec["weight_form"] != "direct":
             continue
-        cand = next(c for c in layers[layer.name]["candidates"] if c["variant"] == layer.variant)
+        cand = next(c for c in layers[rec["name"]]["candidates"] if c["variant"] == rec["variant"])
         if f"execute_{form}_ms" in cand:
             continue  # measured in an earlier column
-        stored = b"".join(graph.tensors[i].data.tobytes() for i in dict.fromkeys(layer.args)
-                          if graph.tensors[i].kind == "weight")
-        cand[f"{form}_bytes"] = len(stored)
+        cand[f"{form}_bytes"] = len(rec["stored"])
         for key in ("execute_first", "execute"):
-            cand[f"{key}_{form}_ms"] = _per_config(runs, key, layer.name)
-        new.append((cand, stored))
+            cand[f"{key}_{form}_ms"] = _per_config(runs, key, rec["name"])
+        new.append((cand, rec["stored"]))
     times = _read_times([b for _, b in new], tmp, reads)
     for (cand, _), t in zip(new, times):
         cand["read_ms"][form] = t

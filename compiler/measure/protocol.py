@@ -37,6 +37,7 @@ import sys
 import time
 
 STREAM_CHUNK = 2 << 20  # the runtime's read and check stripes (CB_STREAM_CHUNK)
+WARM_MIN = 3  # warm runs a sample keeps however long they take
 
 
 def cache_dir():
@@ -248,18 +249,23 @@ def _worker(args):
     # outputs, the step loop, waking the pool
     out["open"]["run_overhead"] = max(0.0, run_ms - sum((e["end_ns"] - e["start_ns"]) / 1e6
                                                          for e in events if e["step"] >= 0))
+    budget, start, n = args.get("warm_ms"), time.perf_counter(), 0
     for k in range(args["warm"] + (1 if args["warm"] else 0)):
+        if budget and n >= WARM_MIN and (time.perf_counter() - start) * 1e3 > budget:
+            break  # a slow model's warm medians from fewer runs: each run is long enough to time
         sess.run(None, x)
         if k:  # the second run still settles caches
             collect(sess.trace(), "execute")
+            n += 1
     return out
 
 
-def sample(bundle, cores, threads, warm=0, into=None):
+def sample(bundle, cores, threads, warm=0, into=None, warm_ms=None):
     """One cold sample in a fresh process pinned to `cores` (then `warm`
-    runs), merged into `into` (lists of samples per phase and layer)."""
+    runs, or fewer, at least WARM_MIN, once they have taken `warm_ms`),
+    merged into `into` (lists of samples per phase and layer)."""
     into = {} if into is None else into
-    args = {"bundle": bundle, "cores": list(cores), "threads": threads, "warm": warm}
+    args = {"bundle": bundle, "cores": list(cores), "threads": threads, "warm": warm, "warm_ms": warm_ms}
     proc = cold_process([sys.executable, "-m", "coldbrew.compiler.measure.protocol", json.dumps(args)], drop=False,
                         capture_output=True, text=True)
     if proc.returncode != 0:
