@@ -26,6 +26,8 @@ config in the same rounds: the direct candidates' first and warm execution
 count's times) and their read. Only the forms a plan can use are
 measured: a compile with fp32 weights asks for none (two thirds of the
 compiles and samples fewer), one with fp16 weights for the direct fp16.
+The columns are compiled side by side, a worker process per core
+(compiler/measure/columns.py).
 
 The kernels are compiled with the schedule parameters `compile` gives
 them: a tuned compile (compiler/measure/tune.py; the host's default) measures its
