@@ -59,6 +59,7 @@ VERSION = 7  # 2: read times of the narrow weight forms (fp16, int8); 3: the dir
 # 5: the direct int8 form; 6: the direct forms on every core config; 7: storage bandwidth read the runtime's way
 CHECK_MS_PER_BYTE = 1.25e-7  # a table without its own measurement: 8 GB/s
 REPEAT = {"cold": 5, "default": 9, "warm": 10, "reads": 5}  # "default": cold samples of the shipped plan
+ROUNDS_S, ROUNDS_MIN = 40.0, 3  # cold rounds: as many as the first one's time fits in ROUNDS_S, at least 3
 WARM_MS = 400  # a sample's warm runs stop here (at least protocol.WARM_MIN): u2netp's 10 took 3.5 s a sample
 
 
@@ -265,7 +266,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             f.write(proto.SerializeToString())
         job = {"model": model, "target": tgt, "input_shapes": input_shapes, "constants": constants, "tuning": tuning}
         bundles, recs, default = _compile_columns(job, columns, direct_columns, forms, threads, tmp, step, front)
-        runs, default_runs = _sample_rounds(bundles, default, configs, rounds, repeat, step)
+        runs, default_runs, rounds = _sample_rounds(bundles, default, configs, rounds, repeat, step)
         load = {k: stat(v) for k, v in default_runs["open"].items()}
         load["bundle_bytes"] = os.path.getsize(default)
         for c, rec in enumerate(recs["fp32"]):
@@ -282,7 +283,7 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
             "target": tgt.name, "fingerprint": tgt.fingerprint(), "modeled": False, "threads": threads,
             "classes": [{"name": n, "ids": ids, "relative_speed": _speed(tgt, n)} for n, ids in classes],
             "storage": storage, "load": load, "layers": list(layers.values()), "repeat": repeat,
-            "tuned": bool(tuning), "direct_measured": list(forms),
+            "tuned": bool(tuning), "direct_measured": list(forms), "rounds": rounds,
             "profile_s": round(time.perf_counter() - t_start, 1)}
 
 
@@ -345,13 +346,21 @@ def _sample_rounds(bundles, default, configs, rounds, repeat, step):
     """Cold samples (the last round with warm runs) of every bundle on
     every core config, and repeat["default"] of the default bundle on the
     last config: ({"fp32" | precision: [{(class, threads): samples} per
-    column]}, the default's samples). Taken in rounds over all of them, so
-    each measurement's median spans the whole profile rather than one
-    stretch of it (shared machines drift)."""
+    column]}, the default's samples, the rounds taken). Taken in rounds
+    over all of them, so each measurement's median spans the whole profile
+    rather than one stretch of it (shared machines drift). Where the first
+    round took long, fewer rounds (ROUNDS_S of them, at least ROUNDS_MIN)."""
     runs = {kind: [{cfg[:2]: {} for cfg in configs} for _ in paths] for kind, paths in bundles.items()}
     default_runs, default_left = {}, repeat["default"]
     n = max(len(paths) for paths in bundles.values())
-    for k in range(rounds):
+    per_round = sum(len(paths) for paths in bundles.values()) * len(configs) + 1
+    k, t_round = 0, time.perf_counter()
+    while k < rounds:
+        if k == 1 and rounds > ROUNDS_MIN:  # a slow model: fewer rounds (its samples are long enough to time)
+            fewer = max(ROUNDS_MIN, min(rounds, int(ROUNDS_S / max(time.perf_counter() - t_round, 1e-3))))
+            step.total -= (rounds - fewer) * per_round
+            rounds = fewer
+        t_round = time.perf_counter()
         warm = repeat["warm"] if k == rounds - 1 else 0
         for c in range(n):
             for kind in (kind for kind, paths in bundles.items() if c < len(paths)):
@@ -363,7 +372,8 @@ def _sample_rounds(bundles, default, configs, rounds, repeat, step):
         for _ in range(-(-default_left // (rounds - k))):  # the rest, spread over the rounds left
             sample(default, configs[-1][2], configs[-1][1], 0, default_runs)
             default_left -= 1
-    return runs, default_runs
+        k += 1
+    return runs, default_runs, rounds
 
 
 def _per_config(runs, key, layer):

@@ -201,3 +201,34 @@ def test_layers_of_one_shape_share_their_columns():
         assert by[columns[0][a]]["execute_ms"] == int(a[1])  # its own measurement kept
         assert by[names[1]]["direct_bytes"] == 7 and by[names[1]]["read_ms"] == {"raw": 1}
     assert {c["variant"] for c in layers["c3"]["candidates"]} == {"conv2d.blocked", "conv2d.gemm_1x1_blocked"}
+
+
+def test_a_slow_first_round_takes_fewer_rounds(monkeypatch):
+    """Where the first round of samples takes longer than ROUNDS_S, the
+    profile takes as many rounds as fit (at least ROUNDS_MIN), the warm runs
+    in the last of them, and its progress still ends at its total; a fast
+    round keeps every round asked for."""
+    import time
+
+    calls = []
+
+    def fake(bundle, cores, threads, warm=0, into=None, warm_ms=None):
+        calls.append((bundle, warm))
+        time.sleep(delay)
+        return into
+
+    monkeypatch.setattr(prof, "sample", fake)
+    monkeypatch.setattr(prof, "ROUNDS_S", 0.5)
+    bundles = {"fp32": ["c0", "c1"]}
+    configs = [("core", 1, [0]), ("core", 2, [0, 1])]
+    repeat = {"cold": 5, "default": 5, "warm": 4}
+    for delay, expect in ((0.05, 3), (0.0, 5)):
+        calls.clear()
+        done = []
+        step = prof._Steps(lambda d, n, w: done.append((d, n)), 5 * (2 * 2 + 1))
+        *_, rounds = prof._sample_rounds(bundles, "default", configs, 5, repeat, step)
+        assert rounds == expect
+        columns = [w for b, w in calls if b != "default"]
+        assert len(columns) == 4 * expect and columns[-4:] == [4] * 4 and not any(columns[:-4])
+        assert [b for b, _ in calls].count("default") == 5
+        assert step.done == step.total

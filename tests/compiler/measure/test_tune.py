@@ -103,20 +103,25 @@ def _count_front_ends(monkeypatch):
 
 def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_model, tmp_path, monkeypatch):
     """compile --plan cold with tuning profiles the kernels it ships: every
-    bundle the profile compiles carries the model's tuning, and the table is
-    cached apart from an untuned one. The first passes run once, shared by
-    the tuner, the profile and the bundle's compile."""
+    bundle the profile compiles (in its column workers) carries the model's
+    tuning, and so does the bundle's own compile; the table is cached apart
+    from an untuned one. The first passes run once in this process, shared
+    by the tuner, the profile and the bundle's compile."""
     import coldbrew.compiler as comp
     from coldbrew.compiler.passes import load_onnx
     from coldbrew.compiler.measure import profile as prof
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
     given, tables = [], []
-    real_compile, real_profile = comp.compile_graph, prof.profile
+    real_compile, real_profile, real_columns = comp.compile_graph, prof.profile, prof.compile_all
 
     def compile_spy(*a, **k):
         given.append(k.get("tuning"))
         return real_compile(*a, **k)
+
+    def columns_spy(jobs, *a, **k):
+        given.extend(job["tuning"] for job in jobs)
+        return real_columns(jobs, *a, **k)
 
     def profile_spy(*a, **k):
         tables.append((k.get("tuning"), real_profile(*a, **k)))
@@ -125,6 +130,7 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
     fronts = _count_front_ends(monkeypatch)
     monkeypatch.setattr(comp.pipeline, "compile_graph", compile_spy)
     monkeypatch.setattr(prof, "profile", profile_spy)
+    monkeypatch.setattr(prof, "compile_all", columns_spy)
     compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
     assert len(fronts) == 1
     (tuning, table), = tables
