@@ -81,13 +81,17 @@ def _narrow_bytes(graph, layer):
             + rest for p in NARROW}
 
 
+def _front_key(job):
+    return job["model"], repr(job["input_shapes"]), repr(sorted((job["constants"] or {}).keys()))
+
+
 def _run(job):
     """Compile one job (a dict: model path, bundle path, target, input
     shapes, constants, tuning, compile options, `names`, `direct`): its
     records, or raises."""
     from ..pipeline import compile_graph, front_end
 
-    key = (job["model"], repr(job["input_shapes"]), repr(sorted((job["constants"] or {}).keys())))
+    key = _front_key(job)
     front = _FRONTS.get(key)
     if front is None:
         front = _FRONTS[key] = front_end(job["model"], job["input_shapes"], job["constants"])
@@ -103,14 +107,18 @@ def compile_all(jobs, step, workers=None, front=None):
     jobs' model, used where the compiles run in this process."""
     workers = min(workers or len(os.sched_getaffinity(0)), len(jobs))
     if workers <= 1:
-        if front is not None and jobs:
-            j = jobs[0]
-            _FRONTS[(j["model"], repr(j["input_shapes"]), repr(sorted((j["constants"] or {}).keys())))] = front
-        out = []
-        for job in jobs:
-            step(job["what"])
-            out.append(_run(job))
-        return out
+        keys = {_front_key(j) for j in jobs}
+        if front is not None and len(keys) == 1:
+            _FRONTS[next(iter(keys))] = front
+        try:
+            out = []
+            for job in jobs:
+                step(job["what"])
+                out.append(_run(job))
+            return out
+        finally:  # this process lives on: its fronts go with the jobs
+            for key in keys:
+                _FRONTS.pop(key, None)
     results, lock, pending = [None] * len(jobs), threading.Lock(), list(range(len(jobs)))
     errors = []
 

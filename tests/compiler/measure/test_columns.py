@@ -21,6 +21,7 @@ def test_workers_compile_every_column_as_this_process_would(small_model, tmp_pat
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
     here = columns.compile_all(_jobs(small_model, tmp_path / "a", variants), lambda w: None, workers=1)
+    assert not columns._FRONTS  # the calling process keeps no model's first passes after its jobs
     jobs = _jobs(small_model, tmp_path / "b", variants)
 
     def not_here(job):
