@@ -19,6 +19,11 @@ from ..errors import CompileError
 MAX_GROUPS = 65535  # maxComputeWorkGroupCount[*] every Vulkan device supports
 TYPES = {"float32": "float", "int32": "int", "int64": "int", "bool": "bool", "uint32": "uint"}
 RESERVED_PREFIX = "v_"
+# Storage buffers hold tensors as the host lays them out: int64 as (low, high)
+# 32-bit words, read as the low word (shaders compute integers in 32 bits)
+# and written sign-extended; bool as one byte each, four to a word, written
+# with atomics (neighbouring invocations write bytes of one word).
+STORAGE = {"int64": "ivec2", "bool": "uint"}
 
 HELPERS = """
 int cb_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
@@ -30,6 +35,7 @@ float cb_erf(float x) {  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
   return x < 0.0 ? -y : y;
 }
 float cb_tanh(float x) { return tanh(clamp(x, -15.0, 15.0)); }
+ivec2 cb_wide(int v) { return ivec2(v, v >> 31); }
 """
 
 BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
@@ -77,6 +83,7 @@ class _Emitter:
         self.func, self.name = func, name
         self.names = {}  # Var -> GLSL name
         self.buffers = {}  # data Var -> GLSL array expression
+        self.storage = {}  # GLSL name of a storage buffer -> its dtype, where STORAGE packs it
         self.extents = {}  # thread tag -> extent
         self.shared, self.lines = [], []
         self.used_names = set()
@@ -141,7 +148,7 @@ class _Emitter:
         if k == "Cast":
             return f"{_ty(_dt(e), self.name)}({self.expr(e.value)})"
         if k in ("BufferLoad", "TensorLoad"):
-            return f"{self.buffer(getattr(e, 'buffer', None) or e.source)}[{self.index(e.indices)}]"
+            return self.load(self.buffer(getattr(e, 'buffer', None) or e.source), self.index(e.indices))
         if k == "Let":
             raise CompileError(f"GPU kernel {self.name}: expression-level let is not supported")
         if k == "Call":
@@ -152,6 +159,23 @@ class _Emitter:
         if len(indices) != 1:
             raise CompileError(f"GPU kernel {self.name}: buffer access is not flat ({len(indices)} indices)")
         return self.expr(indices[0])
+
+    def load(self, name, i):
+        kind = self.storage.get(name)
+        if kind == "int64":
+            return f"{name}[{i}].x"
+        if kind == "bool":
+            return f"((({name}[({i}) >> 2] >> ((({i}) & 3) * 8)) & 255u) != 0u)"
+        return f"{name}[{i}]"
+
+    def store(self, name, i, v):
+        kind = self.storage.get(name)
+        if kind == "int64":
+            return f"{name}[{i}] = cb_wide({v});"
+        if kind == "bool":
+            return (f"{{ int cb_i = {i}; uint cb_s = uint(cb_i & 3) * 8u; atomicAnd({name}[cb_i >> 2], "
+                    f"~(255u << cb_s)); atomicOr({name}[cb_i >> 2], uint({v}) << cb_s); }}")
+        return f"{name}[{i}] = {v};"
 
     def buffer(self, buf):
         if buf in self.buffers:  # declared by a parameter, an allocation or a view
@@ -223,7 +247,7 @@ class _Emitter:
                 self.stmt(s.else_case, depth + 1)
             self.emit("}", depth)
         elif k == "BufferStore":
-            self.emit(f"{self.buffer(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};", depth)
+            self.emit(self.store(self.buffer(s.buffer), self.index(s.indices), self.expr(s.value)), depth)
         elif k == "AllocBuffer":
             self.alloc(s.buffer, depth)
         elif k == "DeclBuffer":  # a view of a parameter, or of an allocation (buffer_data(buf))
@@ -272,8 +296,10 @@ class _Emitter:
                 raise CompileError(f"GPU kernel {self.name}: scalar parameter '{p.name}' is not supported")
             dtype = str(elem.dtype)
             name = self.var(p)
-            decls.append(f"layout(std430, set = 0, binding = {i}) buffer B{i} {{ {_ty(dtype, self.name)} "
-                         f"{name}[]; }};")
+            ty = STORAGE.get(dtype) or _ty(dtype, self.name)
+            decls.append(f"layout(std430, set = 0, binding = {i}) buffer B{i} {{ {ty} {name}[]; }};")
+            if dtype in STORAGE:
+                self.storage[name] = dtype
             self.buffers[p] = name
             params.append(p.name)
         self.stmt(f.body, 1)

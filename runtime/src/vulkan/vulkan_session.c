@@ -174,7 +174,9 @@ static cb_status bind_sets(cb_gpu_session* gs, const cb_model* m, VkDescriptorSe
           return cb_fail(CB_ERR_GPU, "tensor '%s' lies at offset %llu, not a multiple of this device's storage "
                                      "buffer alignment %llu", t->name, (unsigned long long)off,
                          (unsigned long long)align);
-        info[a] = (VkDescriptorBufferInfo){weight ? g->weights : gs->arena, off, t->nbytes ? t->nbytes : VK_WHOLE_SIZE};
+        /* whole 32-bit words (shaders read bool tensors four bytes to a word; slots are 256-byte aligned) */
+        info[a] = (VkDescriptorBufferInfo){weight ? g->weights : gs->arena, off,
+                                           t->nbytes ? (t->nbytes + 3) & ~(uint64_t)3 : VK_WHOLE_SIZE};
         w[a] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, NULL, sets[k], a, 0, 1,
                                       VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, NULL, &info[a], NULL};
       }
