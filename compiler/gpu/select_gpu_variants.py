@@ -121,7 +121,7 @@ def _chains(func, choice):
                 other = call.args[1] if call.args[0].same_as(cur.var) else call.args[0]
                 c = const_value(other)
                 if c is not None and stage == 0 and c.dtype == np.float32 and c.size == conv.k and \
-                        c.shape in ((conv.k,), (conv.k, 1, 1), (1, conv.k, 1, 1)):
+                        c.ndim in (3, 4) and c.shape[-3] == conv.k:  # per channel ([K] would be per column)
                     bias, stage = c.reshape(conv.k).astype(np.float32), 1
                     names.append("bias")
                 elif c is None and shape_of(other) == out_shape and str(other.ty.dtype) == "float32" and \
