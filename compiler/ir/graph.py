@@ -23,6 +23,8 @@ class Tensor:
     arena_offset: int = 0    # arena (input/output/intermediate) or prepared area (prepared)
     cached: bool = False     # weight: holds transformed weights (weights_cached segment)
     anchor: object = None    # weight: the select_variants Anchor whose transformed weights these are
+    source: str = ""         # the ONNX tensor whose value it holds ("": one the compiler made)
+    layout: str = ""         # its layout where not the ONNX tensor's (NCHW{b}c)
 
     @property
     def nbytes(self):

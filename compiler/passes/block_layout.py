@@ -34,6 +34,7 @@ from ..kernels.schedule_util import round_up
 
 NAME = "block_layout"
 
+BLOCKED_MARK = "@"  # a blocked value's name: its NCHW value's, this mark, the layout (NCHW8c)
 _UNARY = ("nn.relu", "sigmoid", "tanh", "exp", "negative", "sqrt", "nn.silu", "clip", "abs")
 _BINARY = ("add", "multiply", "subtract", "maximum", "minimum")  # no divide: padded lanes may hold zeros
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d")
@@ -130,11 +131,11 @@ def apply(mod, isa, choice=None):
                     new = r.rewrite(value, out_shape)
                     new = r.global_mean(value, out_shape) if new is None else new
                 if isinstance(new, tuple):  # a Clip half as a TE function
-                    blocked[var] = bb.emit_te(*new)
+                    blocked[var] = bb.emit_te(*new, name_hint=r.name(var))
                 elif new is not None:
-                    blocked[var] = bb.emit(new)
+                    blocked[var] = bb.emit(new, name_hint=r.name(var))
                 else:
-                    nchw[var] = bb.emit(r.plain(value))
+                    nchw[var] = bb.emit(r.plain(value), name_hint=var.name)
             result = bb.emit_output(r.plain(main.body.body))
         bb.emit_func_output(result)
     out = bb.get()
@@ -161,6 +162,10 @@ class _Rewrite:
         self.bb = relax.BlockBuilder(mod)
         self.nchw, self.blocked = {}, {}  # original Var -> its NCHW / blocked value in the new function
 
+    def name(self, v):
+        """The blocked form's name: v's and the layout (extract_layers records both)."""
+        return f"{v.name}{BLOCKED_MARK}{self.layout}"
+
     def channels(self, v):
         shape = shape_of(v)
         return shape[1] if shape is not None and len(shape) == 4 else None
@@ -174,7 +179,8 @@ class _Rewrite:
         c = self.channels(v)
         if not isinstance(v, relax.Var) or c is None or not _fills(c, self.lanes) or v not in self.nchw:
             return None
-        self.blocked[v] = self.bb.emit_te(_block_te, self.nchw[v], c, self.lanes, primfunc_name_hint="cb_block")
+        self.blocked[v] = self.bb.emit_te(_block_te, self.nchw[v], c, self.lanes, primfunc_name_hint="cb_block",
+                                          name_hint=self.name(v))
         return self.blocked[v]
 
     def get_nchw(self, v):
@@ -183,9 +189,10 @@ class _Rewrite:
         if v not in self.nchw:
             shape = shape_of(v)
             if shape[2] * shape[3] == 1 and shape[1] % self.lanes == 0:  # the same bytes: an alias (elide_copies)
-                self.nchw[v] = self.bb.emit(relax.op.reshape(self.blocked[v], shape))
+                self.nchw[v] = self.bb.emit(relax.op.reshape(self.blocked[v], shape), name_hint=v.name)
             else:
-                self.nchw[v] = self.bb.emit_te(_unblock_te, self.blocked[v], shape[1], primfunc_name_hint="cb_unblock")
+                self.nchw[v] = self.bb.emit_te(_unblock_te, self.blocked[v], shape[1], primfunc_name_hint="cb_unblock",
+                                               name_hint=v.name)
         return self.nchw[v]
 
     def plain(self, e):

@@ -6,12 +6,15 @@ aliases. A model output that is not written by a layer (an input or a
 constant passed straight through) gets a copy layer, so outputs always live
 in the arena.
 """
+import re
+
 import numpy as np
 
 from ..errors import CompileError
 from ..ir.forms import DTYPES
 from ..ir.graph import Graph, Layer, Tensor
 from ..ir.relax import is_const
+from .block_layout import BLOCKED_MARK
 
 NAME = "extract_layers"
 
@@ -24,12 +27,14 @@ def _copy_kernel(shape, dtype):
     return te.create_prim_func([src, dst])
 
 
-def apply(mod, model_name, input_names, output_names, anchors=()):
+def apply(mod, model_name, input_names, output_names, anchors=(), sources=()):
     """The coldbrew Graph of `mod`'s main function: a tensor per value, a
-    layer per call_tir (an anchor's layer named and typed after it)."""
+    layer per call_tir (an anchor's layer named and typed after it).
+    `sources`: the model's tensor names; a layer's output named as one of
+    them (import_relax, block_layout) records it as its source."""
     from tvm import relax
 
-    x = _Extractor(mod, model_name, anchors)
+    x = _Extractor(mod, model_name, anchors, set(sources))
     main = mod["main"]
     for k, param in enumerate(main.params):
         x.env[param] = x.g.add_tensor(_tensor(param.ty, input_names[k], "input"))
@@ -81,10 +86,10 @@ def _tensor(ty, name, kind):
 class _Extractor:
     """The Graph being built and what maps Relax values onto its tensors."""
 
-    def __init__(self, mod, model_name, anchors):
+    def __init__(self, mod, model_name, anchors, sources):
         import tvm
 
-        self.mod, self.g = mod, Graph(model_name)
+        self.mod, self.g, self.sources = mod, Graph(model_name), sources
         self.env = {}  # relax Var (or constant) -> tensor index, or tuple of indices
         self.anchor_of = {a.const: a for a in anchors}
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -120,8 +125,8 @@ class _Extractor:
             raise CompileError(f"kernel {func_name} takes a tuple argument")
         ty = var.ty
         outs = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
-        out_ids = [g.add_tensor(_tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name, "intermediate"))
-                   for k, t in enumerate(outs)]
+        out_ids = [g.add_tensor(self.sourced(_tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name,
+                                                     "intermediate"))) for k, t in enumerate(outs)]
         self.env[var] = tuple(out_ids) if isinstance(ty, relax.TupleType) else out_ids[0]
         sym = symbol(func_name)
         g.kernels[sym] = self.mod[func_name]
@@ -133,6 +138,14 @@ class _Extractor:
             layer.params, layer.tuned = dict(anchor.params), anchor.tuned
             layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
         g.layers.append(layer)
+
+    def sourced(self, t):
+        """`t` with its source and layout, where its name gives them."""
+        name, mark, layout = t.name.rpartition(BLOCKED_MARK)
+        name, layout = (name, layout) if mark and re.fullmatch(r"NCHW\d+c", layout) else (t.name, "")
+        if name in self.sources:
+            t.source, t.layout = name, layout
+        return t
 
     def outputs(self, body, output_names):
         """The model's outputs, named; one that is not a layer's own output
@@ -151,12 +164,13 @@ class _Extractor:
                 g.layers.append(Layer(f"L{len(g.layers)}", "copy", sym, [idx, out], 1))
                 idx = out
             t = g.tensors[idx]
-            t.kind, t.name = "output", name
+            t.kind, t.name, t.source, t.layout = "output", name, name, ""
             g.outputs.append(idx)
 
 
 def run(c):
-    c.graph = apply(c.mod, c.name, c.input_names, c.output_names, c.anchors)
+    names = [o for n in c.proto.graph.node for o in n.output] if c.proto is not None else ()
+    c.graph = apply(c.mod, c.name, c.input_names, c.output_names, c.anchors, names)
     c.graph.notes += c.notes
     if c.on_gpu:  # the layers without a variant run TVM's GPU schedules, one dispatch stream
         for layer in c.graph.layers:

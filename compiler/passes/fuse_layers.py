@@ -98,6 +98,50 @@ def _legalize_log_softmax(bb, call):
     return bb.call_te(topi.nn.log_softmax, x, int(call.attrs.axis), primfunc_name_hint="log_softmax")
 
 
+def _args(value):
+    """The variables and constants a binding's value reads, in order."""
+    from tvm import relax
+
+    if isinstance(value, relax.Call):
+        return [x for a in value.args for x in (a.fields if isinstance(a, relax.Tuple) else [a])]
+    if isinstance(value, relax.Tuple):
+        return list(value.fields)
+    return [value.tuple_value] if isinstance(value, relax.TupleGetItem) else [value]
+
+
+def keep_names(before, after):
+    """`after` (FuseOps' result on `before`) with the variable of each fused
+    group's call named as the value it stands for in `before`, so a layer's
+    output keeps the name of the model's tensor it holds (extract_layers).
+    FuseOps names that variable afresh; the value's name is still on its
+    uses: an argument of a binding kept from `before`, or a fused function's
+    parameter."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    old = {b.var: b.value for block in before["main"].body.blocks for b in block.bindings}
+    names = {}
+    for block in after["main"].body.blocks:
+        for b in block.bindings:
+            callee = after[b.value.op] if isinstance(getattr(b.value, "op", None), relax.GlobalVar) else None
+            was = _args(old[b.var]) if b.var in old else list(callee.params) if isinstance(callee, relax.Function) else []
+            names.update((v, w.name) for v, w in zip(_args(b.value), was)
+                         if isinstance(v, relax.DataflowVar) and isinstance(w, relax.Var) and not v.same_as(w))
+
+    @mutator
+    class Names(PyExprMutator):
+        def visit_var_binding_(self, binding):
+            if binding.var not in names:
+                return super().visit_var_binding_(binding)
+            value = self.visit_expr(binding.value)
+            self.set_var_remap(binding.var, self.builder_.emit(value, name_hint=names[binding.var]))
+
+    out = tvm.IRModule(dict(after.functions.items()), attrs=after.attrs)
+    out["main"] = Names(after).visit_expr(after["main"])
+    return out
+
+
 def apply(mod, cpu=True):
     """`cpu`: lower for the CPU code generator (the GPU's GLSL emitter has no
     bit reinterpretation, which the vectorizable sigmoid, exp, softmax, erf
@@ -121,10 +165,9 @@ def apply(mod, cpu=True):
         relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
     ])
+    fuse = tvm.transform.module_pass(lambda m, _: keep_names(m, relax.transform.FuseOps()(m)), 0, "FuseOps")
+    seq = tvm.transform.Sequential([seq, fuse, relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])
     try:
         with tvm.transform.PassContext(opt_level=3):
             return seq(mod)

@@ -61,26 +61,42 @@ def _node_watch(failed):
     from tvm.relax.frontend.onnx import onnx_frontend
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-    real = ONNXGraphImporter._convert_operator
+    real, parse = ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto
+
+    def node_of(self, node):  # called with each node just before its conversion
+        self.cb_node = node
+        return parse(self, node)
 
     def convert(self, op_name, inputs, attrs, opset):
         try:
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
-            return real(self, op_name, inputs, attrs, opset)
+            return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
         except Exception:
             if not failed:
                 failed.append((op_name, attrs.get("tvm_custom", {}).get("name") or "?"))
             raise
 
-    ONNXGraphImporter._convert_operator = convert
+    ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = convert, node_of
     real_map = onnx_frontend._get_convert_map
     onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell}
     try:
         yield
     finally:
-        ONNXGraphImporter._convert_operator = real
+        ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+def _named(bb, value, node):
+    """A node's one tensor result bound to a variable named as its ONNX
+    output: the passes keep the name to the layer that writes it, and the
+    bundle records it (`coldbrew compare` reads onnxruntime's value of the
+    same tensor)."""
+    from tvm import relax
+
+    if node is None or len(node.output) != 1 or not isinstance(value, relax.Call):
+        return value
+    return bb.emit(value, name_hint=node.output[0]) if isinstance(getattr(value, "ty", None), relax.TensorType) else value
 
 
 class _Cell:

@@ -126,7 +126,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     for i, ten in enumerate(graph.tensors):
         x = fb.TensorT()
         x.name, x.dtype, x.shape = ten.name, DTYPES.index(ten.dtype), [int(d) for d in ten.shape]
-        x.kind, x.nbytes = KINDS[ten.kind], ten.nbytes
+        x.kind, x.nbytes, x.source, x.layout = KINDS[ten.kind], ten.nbytes, ten.source, ten.layout
         if ten.kind == "weight":
             x.segment, x.segmentOffset, x.checksum = weight_offsets[i]
         else:

@@ -329,7 +329,9 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_ARENA_OFFSET = 14,
     VT_SEGMENT = 16,
     VT_SEGMENT_OFFSET = 18,
-    VT_CHECKSUM = 20
+    VT_CHECKSUM = 20,
+    VT_SOURCE = 22,
+    VT_LAYOUT = 24
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -358,6 +360,12 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t checksum() const {
     return GetField<uint64_t>(VT_CHECKSUM, 0);
   }
+  const ::flatbuffers::String *source() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_SOURCE);
+  }
+  const ::flatbuffers::String *layout() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_LAYOUT);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -372,6 +380,10 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint32_t>(verifier, VT_SEGMENT, 4) &&
            VerifyField<uint64_t>(verifier, VT_SEGMENT_OFFSET, 8) &&
            VerifyField<uint64_t>(verifier, VT_CHECKSUM, 8) &&
+           VerifyOffset(verifier, VT_SOURCE) &&
+           verifier.VerifyString(source()) &&
+           VerifyOffset(verifier, VT_LAYOUT) &&
+           verifier.VerifyString(layout()) &&
            verifier.EndTable();
   }
 };
@@ -407,6 +419,12 @@ struct TensorBuilder {
   void add_checksum(uint64_t checksum) {
     fbb_.AddElement<uint64_t>(Tensor::VT_CHECKSUM, checksum, 0);
   }
+  void add_source(::flatbuffers::Offset<::flatbuffers::String> source) {
+    fbb_.AddOffset(Tensor::VT_SOURCE, source);
+  }
+  void add_layout(::flatbuffers::Offset<::flatbuffers::String> layout) {
+    fbb_.AddOffset(Tensor::VT_LAYOUT, layout);
+  }
   explicit TensorBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -428,12 +446,16 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
     uint64_t arena_offset = 0,
     uint32_t segment = 0,
     uint64_t segment_offset = 0,
-    uint64_t checksum = 0) {
+    uint64_t checksum = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> source = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> layout = 0) {
   TensorBuilder builder_(_fbb);
   builder_.add_checksum(checksum);
   builder_.add_segment_offset(segment_offset);
   builder_.add_arena_offset(arena_offset);
   builder_.add_nbytes(nbytes);
+  builder_.add_layout(layout);
+  builder_.add_source(source);
   builder_.add_segment(segment);
   builder_.add_shape(shape);
   builder_.add_name(name);
@@ -452,9 +474,13 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
     uint64_t arena_offset = 0,
     uint32_t segment = 0,
     uint64_t segment_offset = 0,
-    uint64_t checksum = 0) {
+    uint64_t checksum = 0,
+    const char *source = nullptr,
+    const char *layout = nullptr) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto shape__ = shape ? _fbb.CreateVector<int64_t>(*shape) : 0;
+  auto source__ = source ? _fbb.CreateString(source) : 0;
+  auto layout__ = layout ? _fbb.CreateString(layout) : 0;
   return coldbrew::schema::CreateTensor(
       _fbb,
       name__,
@@ -465,7 +491,9 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
       arena_offset,
       segment,
       segment_offset,
-      checksum);
+      checksum,
+      source__,
+      layout__);
 }
 
 struct Attr FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -311,8 +311,22 @@ class Tensor(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # Tensor
+    def Source(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Tensor
+    def Layout(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def TensorStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(11)
 
 def TensorAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -344,6 +358,12 @@ def TensorAddSegmentOffset(builder, segmentOffset):
 def TensorAddChecksum(builder, checksum):
     builder.PrependUint64Slot(8, checksum, 0)
 
+def TensorAddSource(builder, source):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(source), 0)
+
+def TensorAddLayout(builder, layout):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(layout), 0)
+
 def TensorEnd(builder):
     return builder.EndObject()
 
@@ -367,6 +387,8 @@ class TensorT(object):
         segment = 0,
         segmentOffset = 0,
         checksum = 0,
+        source = None,
+        layout = None,
     ):
         self.name = name  # type: Optional[str]
         self.dtype = dtype  # type: int
@@ -377,6 +399,8 @@ class TensorT(object):
         self.segment = segment  # type: int
         self.segmentOffset = segmentOffset  # type: int
         self.checksum = checksum  # type: int
+        self.source = source  # type: Optional[str]
+        self.layout = layout  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -414,6 +438,8 @@ class TensorT(object):
         self.segment = tensor.Segment()
         self.segmentOffset = tensor.SegmentOffset()
         self.checksum = tensor.Checksum()
+        self.source = tensor.Source()
+        self.layout = tensor.Layout()
 
     # TensorT
     def Pack(self, builder):
@@ -427,6 +453,10 @@ class TensorT(object):
                 for i in reversed(range(len(self.shape))):
                     builder.PrependInt64(self.shape[i])
                 shape = builder.EndVector()
+        if self.source is not None:
+            source = builder.CreateString(self.source)
+        if self.layout is not None:
+            layout = builder.CreateString(self.layout)
         TensorStart(builder)
         if self.name is not None:
             TensorAddName(builder, name)
@@ -439,6 +469,10 @@ class TensorT(object):
         TensorAddSegment(builder, self.segment)
         TensorAddSegmentOffset(builder, self.segmentOffset)
         TensorAddChecksum(builder, self.checksum)
+        if self.source is not None:
+            TensorAddSource(builder, source)
+        if self.layout is not None:
+            TensorAddLayout(builder, layout)
         tensor = TensorEnd(builder)
         return tensor
 
