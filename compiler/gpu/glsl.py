@@ -12,6 +12,7 @@ A grid wider than Vulkan's guaranteed 65535 workgroups per dimension is
 folded: the runtime dispatches (x, y) with x * y >= the width and the shader
 rebuilds the index (and returns, uniformly for its workgroup, past the end).
 """
+import operator
 from dataclasses import dataclass
 
 from ..errors import CompileError
@@ -46,6 +47,8 @@ CALLS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "fabs": "abs", "floor": "fl
          "pow": "pow", "tanh": "cb_tanh", "erf": "cb_erf", "sin": "sin", "cos": "cos",
          "exp2": "exp2", "log2": "log2", "rsqrt": "inversesqrt", "isnan": "isnan",
          "isinf": "isinf", "atan": "atan", "tan": "tan", "sigmoid": None}
+COMPARE = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
+           "GE": operator.ge}
 THREADS = {"blockIdx.x": "gl_WorkGroupID.x", "blockIdx.y": "gl_WorkGroupID.y", "blockIdx.z": "gl_WorkGroupID.z",
            "threadIdx.x": "gl_LocalInvocationID.x", "threadIdx.y": "gl_LocalInvocationID.y",
            "threadIdx.z": "gl_LocalInvocationID.z"}
@@ -69,6 +72,23 @@ def _op(call):
 def _dt(e):
     """The dtype of a scalar expression, as a string ("int32", "float32", ...)."""
     return str(e.ty)
+
+
+def _wide(e):
+    """An int64 constant outside int32's range, else None. Shaders compute
+    int64 in 32 bits (its values lie in int32's range), so a comparison with
+    one has a fixed answer: the answer for 0."""
+    if type(e).__name__ != "IntImm" or _dt(e) != "int64":
+        return None
+    v = int(e.value)
+    return None if -2**31 <= v < 2**31 else v
+
+
+def _int_literal(v):
+    """A GLSL int literal of `v` taken modulo 2^32 (int64 arithmetic done in
+    32 bits: + - * and the bitwise operators agree on the low 32 bits)."""
+    v = (v + 2**31) % 2**32 - 2**31
+    return "(-2147483647 - 1)" if v == -2**31 else str(v)
 
 
 def _ty(dtype, what):
@@ -109,7 +129,7 @@ class _Emitter:
         if k == "IntImm":
             if _dt(e) == "bool":
                 return "true" if e.value else "false"
-            return str(int(e.value)) if _dt(e) != "uint32" else f"{int(e.value)}u"
+            return _int_literal(int(e.value)) if _dt(e) != "uint32" else f"{int(e.value)}u"
         if k == "FloatImm":
             import numpy as np
 
@@ -124,6 +144,10 @@ class _Emitter:
             if e in self.names:
                 return self.names[e]
             raise CompileError(f"GPU kernel {self.name}: variable '{e.name}' is not bound")
+        if k in COMPARE and (_wide(e.a) is not None or _wide(e.b) is not None):
+            # a 32-bit value against an int64 constant beyond int32: decided here
+            a, b = _wide(e.a), _wide(e.b)
+            return "true" if COMPARE[k](0 if a is None else a, 0 if b is None else b) else "false"
         if k in BINARY:
             return f"({self.expr(e.a)} {BINARY[k]} {self.expr(e.b)})"
         if k == "Div":
