@@ -32,6 +32,30 @@ def _tools():
         raise CompileError(f"GPU bundles need {' and '.join(missing)}")
 
 
+def bindable(func, symbol):
+    """`func` with what a storage buffer binding needs of its parameters:
+    every buffer at offset 0 (the runtime binds each tensor from its start;
+    TVM's extern kernels, scatter_nd's, leave the offset a free variable,
+    which would be a scalar kernel parameter) and a name of its own each
+    (device parameters are matched to the layer's by name; a Split's
+    outputs share one)."""
+    import tvm
+
+    fixed = {}
+    for p in func.params:
+        t = p.ty
+        if type(getattr(t, "elem_offset", None)).__name__ == "Var":
+            fixed[p] = tvm.tirx.decl_buffer(t.shape, t.dtype, p.name, elem_offset=0)
+    func = func.specialize(fixed) if fixed else func
+    names = [p.name for p in func.params]
+    if len(set(names)) < len(names):  # the script printer gives every parameter a distinct name
+        func = tvm.script.from_source(func.script())
+        names = [p.name for p in func.params]
+    if len(set(names)) < len(names):
+        raise CompileError(f"GPU kernel {symbol}: parameters share the names {sorted(set(names))}")
+    return func
+
+
 def lower(kernels):
     """{symbol: PrimFunc} -> {symbol: [device PrimFunc, ...] in launch order}."""
     import tvm
@@ -108,7 +132,8 @@ def apply(graph, target, anchors=()):
     words)]; returns (spirv segment bytes, [Shader record dict])."""
     _tools()
     by_layer = {a.id: a for a in anchors}
-    lowered = lower({s: f for s, f in graph.kernels.items() if not GPU_ANCHOR_RE.search(s)})
+    kernels = {s: bindable(f, s) for s, f in graph.kernels.items() if not GPU_ANCHOR_RE.search(s)}
+    lowered = lower(kernels)
     shaders, by_source, blob = [], {}, bytearray()
     with tempfile.TemporaryDirectory() as tmp:
         for layer in graph.layers:
@@ -119,7 +144,7 @@ def apply(graph, target, anchors=()):
                 for name, dev in lowered[layer.kernel]:
                     sh = glsl.emit(dev, name)
                     launches.append((name, sh.source, sh.local_size, sh.grid,
-                                     _bindings(layer, graph.kernels[layer.kernel], sh.params, name), []))
+                                     _bindings(layer, kernels[layer.kernel], sh.params, name), []))
             layer.dispatches = []
             for name, source, local_size, grid, binds, push in launches:
                 if source not in by_source:
