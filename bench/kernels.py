@@ -58,8 +58,8 @@ def _model(name):
         if path is None:
             sys.exit(f"not fetched: python bench/corpus/fetch.py {name}")
         shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
-        x = corpus.feeds(entry, corpus.reference(path, shapes).get_inputs())
-        return corpus.shaped_model(path, shapes), shapes, x
+        model = corpus.shaped_model(path, shapes)
+        return model, shapes, corpus.feeds(entry, model)
     model = onnx.load(name) if os.path.exists(name) else zoo().build(name)
     sess = ort_session(model, 1)
     rng = np.random.default_rng(0)

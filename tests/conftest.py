@@ -51,16 +51,29 @@ def ort_run(model, feeds):
     return sess.run(None, feeds)
 
 
+def _load_check():
+    """bench/harness/check.py, the output check every comparison uses."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coldbrew_output_check", os.path.join(ROOT, "bench", "harness", "check.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _load_check()
+
+
 def assert_close(ours, ref, rel=1e-3):
-    """max |diff| <= rel * max(1, output scale)."""
-    ours, ref = np.asarray(ours), np.asarray(ref)
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    if ref.dtype.kind in "biu":
-        np.testing.assert_array_equal(ours, ref)
-        return
-    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
-    diff = float(np.max(np.abs(ours.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
-    assert diff <= rel * scale, f"max abs diff {diff} > {rel} * {scale}"
+    """bench/harness/check.py's comparison: one output, or lists of outputs
+    (their counts compared); shapes, NaN and infinity, integers exactly,
+    floats within rel of the scale of the values they sit among (at least 1)."""
+    if isinstance(ref, (list, tuple)):
+        verdict = check.compare(ref, list(ours), rel)
+    else:
+        err, why = check.one(ref, ours, rel)
+        verdict = check.Verdict(err, [why] if why else [], rel)
+    assert verdict.ok, verdict.message()
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ def test_the_manifest_covers_many_packages_and_pins_everything():
     for e in entries:
         assert len(e["sha256"]) == 64 and len(e["dist_sha256"]) == 64 and e["version"] and e["member"].endswith(".onnx")
         for name, spec in e["inputs"].items():
-            assert set(spec) <= {"shape", "fill", "bind"}, (e["name"], name)
+            assert set(spec) <= {"shape", "fill", "bind", "range"}, (e["name"], name)
     kinds = {c for e in entries for c in e["categories"]}
     for needed in ("ocr-det", "ocr-rec", "vad", "kws", "text-transformer", "detector-nms-free", "face-landmarks",
                    "segmentation", "old-toolchain", "qdq", "rnn", "control-flow"):
@@ -86,39 +86,30 @@ def test_anything_that_does_not_match_its_pin_is_refused(monkeypatch, tmp_path, 
         fetch.fetch(entry(sha))
 
 
-def test_outputs_are_compared_relative_to_their_scale():
+def test_outputs_are_compared_by_the_check():
+    """corpus.compared is bench/harness/check.py's comparison, with the
+    manifest's ranked rows and tolerance."""
     ref = [np.array([10.0, -20.0], np.float32), np.array([1, 2], np.int64)]
-    assert corpus.error(ref, [np.array([10.0, -19.99], np.float32), np.array([1, 2])]) == pytest.approx(0.01 / 20, rel=1e-3)
-    assert corpus.error(ref, [ref[0], np.array([1, 3])]) == float("inf")
-    assert corpus.error(ref, [ref[0][:1], ref[1]]) == float("inf")
-    assert corpus.error([np.array([0.5])], [np.array([0.5004])]) == pytest.approx(4e-4, rel=1e-3)  # scale at least 1
-
-
-def test_ranked_rows_compare_as_a_set():
-    """A detector's top-k rows: near-equal scores in either order match;
-    a row with a clear score missing, or a wrong box, does not."""
-    ref = np.array([[[10, 10, 50, 50, 0.9, 0], [0, 0, 5, 5, 0.00010, 1], [1, 1, 6, 6, 0.00011, 1]]], np.float32)
-    swapped = ref[:, [0, 2, 1]]
-    assert corpus.ranked_error(ref, swapped, 4) == 0.0
-    assert corpus.error([ref], [swapped]) > 1e-3  # what a plain comparison would call wrong
-    cut = ref.copy()
-    cut[0, 2] = [7, 7, 9, 9, 0.00009, 1]  # a near-tie at the end made the cut instead
-    assert corpus.ranked_error(ref, cut, 4) == 0.0
-    lost = ref.copy()
-    lost[0, 0] = [30, 30, 60, 60, 0.00009, 0]  # the confident box is gone
-    assert corpus.ranked_error(ref, lost, 4) > 1e-3
-    moved = ref.copy()
-    moved[0, 0, 0] += 5  # the confident box moved
-    assert corpus.ranked_error(ref, moved, 4) > 1e-3
+    assert corpus.compared({}, ref, [np.array([10.0, -19.99], np.float32), np.array([1, 2])]).error == \
+        pytest.approx(0.01 / 20, rel=1e-3)
+    assert not corpus.compared({}, ref, [ref[0], np.array([1, 3])]).ok
+    assert not corpus.compared({}, ref, ref[:1]).ok
+    boxes = np.array([[[10, 10, 50, 50, 0.9, 0], [0, 0, 5, 5, 0.00010, 1], [1, 1, 6, 6, 0.00011, 1]]], np.float32)
+    entry = {"ranked_rows": {"output": 0, "score": 4}}
+    assert corpus.compared(entry, [boxes], [boxes[:, [0, 2, 1]]]).ok
+    assert not corpus.compared({}, [boxes], [boxes[:, [0, 2, 1]]]).ok  # what a plain comparison calls wrong
+    assert corpus.compared({"tolerance": 0.1}, ref, [ref[0] * 1.05, ref[1]]).ok
 
 
 def test_inputs_follow_the_manifest():
-    from types import SimpleNamespace as I
+    from onnx import TensorProto, helper
 
-    e = {"inputs": {"x": {"shape": [1, 4]}, "sr": {"bind": 16000}, "mask": {"shape": [1, 3], "fill": 1}}}
-    x = corpus.feeds(e, [I(name="x", type="tensor(float)", shape=["b", 4]), I(name="sr", type="tensor(int64)", shape=[]),
-                         I(name="mask", type="tensor(bool)", shape=["b", "n"]),
-                         I(name="ids", type="tensor(int64)", shape=[1, 5])])
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                           helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+                           helper.make_tensor_value_info("w", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])])
+    e = {"inputs": {"x": {"shape": [1, 4]}, "sr": {"bind": 16000}, "w": {"fill": 320}}}
+    x = corpus.feeds(e, helper.make_model(g))
     assert x["x"].shape == (1, 4) and x["x"].dtype == np.float32 and x["x"].std() > 0
-    assert x["sr"] == 16000 and x["sr"].dtype == np.int64 and x["mask"].all() and x["mask"].dtype == np.bool_
-    assert x["ids"].shape == (1, 5) and not x["ids"].any()
+    assert x["sr"] == 16000 and x["sr"].dtype == np.int64 and x["w"].tolist() == [320]

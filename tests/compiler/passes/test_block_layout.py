@@ -80,8 +80,7 @@ def test_blocked_model_matches_onnxruntime(target):
     # the 24-channel values: exact blocks on 8 lanes, padded to 32 on 16
     assert any(t.shape[1] * t.shape[-1] == (32 if lanes == 16 else 24) for t in blocked)
     got = coldbrew.load(data).run(None, {"x": x})
-    for a, b in zip(got, ort_run(model, {"x": x})):
-        assert_close(a, b, 1e-4)
+    assert_close(got, ort_run(model, {"x": x}), 1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
