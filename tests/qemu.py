@@ -69,6 +69,12 @@ def cpus():
     return tuple(line.split()[0] for line in r.stdout.splitlines()[1:] if line.strip())
 
 
+def command(runner, cpu=None):
+    """The command line that runs `runner` (build_runner's) under qemu, arguments to follow."""
+    bionic = os.path.join(os.path.dirname(runner), "bionic")
+    return ["qemu-aarch64", *(["-cpu", cpu] if cpu else []), "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={bionic}", runner]
+
+
 def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None):
     """Run `bundle` once under qemu with the arrays `inputs` (in input order); its outputs as arrays.
     `cpu`: the CPU qemu emulates (`qemu-aarch64 -cpu NAME`, one of cpus()); None: qemu's default."""

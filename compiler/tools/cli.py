@@ -467,6 +467,26 @@ def targets_cmd():
                    + ("  (modeled)" if t.modeled else ""))
 
 
+@main.command("compare")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="an input's value (others: seeded random)")
+@click.option("--tolerance", default=1e-3, show_default=True, help="max |diff| / max(1, max |onnxruntime|)")
+@click.option("--runner", metavar="CMD", help="run the bundle with this run_bundle command (e.g. under qemu-aarch64)")
+def compare_cmd(model, bundle, inputs, tolerance, runner):
+    """Run BUNDLE layer by layer against onnxruntime running MODEL; name the first layer that departs."""
+    from ..bundle.reader import InspectError
+    from .compare import CompareError, compare
+
+    try:
+        report = compare(model, bundle, _parse_binds(inputs), tolerance, runner)
+    except (CompareError, InspectError) as e:
+        raise click.ClickException(str(e)) from None
+    for line in report.lines():
+        click.echo(line)
+    sys.exit(1 if report.first else 0)
+
+
 @main.command("inspect")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
 @click.option("--verify", is_flag=True, help="also open it with the runtime (full verification)")

@@ -3,7 +3,11 @@
  * every output to OUT_PREFIX<k>.bin and print a summary.
  *
  *   cc -std=c11 run_bundle.c -I runtime/include -L DIR -lcoldbrew -o run_bundle
- *   ./run_bundle model.brew [out_prefix] [input0.bin ...]
+ *   ./run_bundle [--dump-layers DIR] model.brew [out_prefix] [input0.bin ...]
+ *
+ * --dump-layers DIR runs step by step (coldbrew_testing.h's observed run)
+ * and writes every output of step i, tensor t of the bundle, to
+ * DIR/step<i>-<t>.bin (coldbrew compare reads them).
  */
 #define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
@@ -11,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "coldbrew.h"
+#include "coldbrew_testing.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -24,9 +28,19 @@ static int fail(const char* what, cb_status s) {
   return 1;
 }
 
+static void dump_layer(void* dir, uint32_t step, uint32_t tensor, const void* data, uint64_t nbytes) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/step%u-%u.bin", (const char*)dir, step, tensor);
+  FILE* f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, nbytes, f) != nbytes) fprintf(stderr, "cannot write %s\n", path);
+  if (f) fclose(f);
+}
+
 int main(int argc, char** argv) {
+  const char* dump = NULL;
+  if (argc > 2 && !strcmp(argv[1], "--dump-layers")) dump = argv[2], argv += 2, argc -= 2;
   if (argc < 2) {
-    fprintf(stderr, "usage: %s model.brew [out_prefix] [input0.bin ...]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--dump-layers DIR] model.brew [out_prefix] [input0.bin ...]\n", argv[0]);
     return 2;
   }
   double t0 = now_ms();
@@ -54,7 +68,8 @@ int main(int argc, char** argv) {
     free(buf);
     if (s) return fail("set_input", s);
   }
-  if ((s = cb_session_run(session))) return fail("run", s);
+  if ((s = dump ? cb_session_run_observed(session, dump_layer, (void*)dump) : cb_session_run(session)))
+    return fail("run", s);
   double t1 = now_ms();
   for (size_t i = 0; i < cb_bundle_output_count(bundle); i++) {
     cb_tensor_info info;

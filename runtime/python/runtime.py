@@ -51,6 +51,9 @@ class _TraceEvent(ctypes.Structure):
                 ("worker", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
+_OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64)
+
+
 def _load_library():
     path = os.environ.get("COLDBREW_LIB") or os.path.join(os.path.dirname(__file__), "libcoldbrew.so")
     if not os.path.exists(path):
@@ -82,6 +85,7 @@ def _load_library():
                                 ctypes.c_int),
         "cb_bundle_step_alternate": ([vp, sz, ctypes.POINTER(ctypes.c_char_p)], ctypes.c_int),
         "cb_session_alternates": ([vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], ctypes.c_int),
+        "cb_session_run_observed": ([vp, _OBSERVER, vp], ctypes.c_int),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -248,6 +252,15 @@ class InferenceSession:
         if unknown:
             raise ValueError(f"unknown output name '{unknown[0]}'; the model's outputs are {names}")
         return [self._out_views[names.index(n)].copy() for n in output_names]
+
+    def run_layers(self, input_feed):
+        """Run once, step by step (coldbrew_testing.h's observed run): each
+        executed step's outputs as (step, tensor index in the bundle, bytes)."""
+        self._bind(input_feed)
+        seen = []
+        keep = _OBSERVER(lambda _, step, tensor, data, n: seen.append((step, tensor, ctypes.string_at(data, n))))
+        _check(_lib.cb_session_run_observed(self._session, keep, None))
+        return seen
 
     def trace(self):
         """Events of the last run (session made with trace=True): dicts with

@@ -198,6 +198,13 @@ static int skipped(cb_session* s, uint32_t i) {
   return skip;
 }
 
+static void observe_step(void* session, uint32_t i) {
+  cb_session* s = session;
+  const cb_step_desc* st = &s->bundle->model.steps[i];
+  for (uint32_t a = st->nargs - st->nouts; a < st->nargs; a++)
+    s->observe(s->observe_ctx, i, st->args[a], s->tensors[st->args[a]].data, s->bundle->model.tensors[st->args[a]].nbytes);
+}
+
 /* `queues`: the preparation queues workers serve on this run (0: none). */
 static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   const cb_bundle* b = s->bundle;
@@ -225,6 +232,7 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
                      alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
     }
     cb_trace_end(ev);
+    if (s->observe) observe_step(s, i);
   }
   return CB_OK;
 }
@@ -327,5 +335,14 @@ cb_status cb_session_run(cb_session* s) {
     for (uint32_t q = 0; q < nworkers; q++) pthread_join(workers[q], NULL);
   }
   if (!st) s->warm = 1;
+  return st;
+}
+
+cb_status cb_session_run_observed(cb_session* s, cb_step_observer observe, void* ctx) {
+  if (!s || !observe) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and observer are required");
+  cb_status st = s->gpu && !s->warm ? cb_session_run(s) : CB_OK; /* weights up, pipelines made */
+  s->observe = observe, s->observe_ctx = ctx;
+  if (!st) st = s->gpu ? cb_gpu_session_run_steps(s->gpu, observe_step, s) : cb_session_run(s);
+  s->observe = NULL;
   return st;
 }

@@ -5,6 +5,7 @@
 #ifndef COLDBREW_SESSION_H_
 #define COLDBREW_SESSION_H_
 
+#include "coldbrew_testing.h"
 #include "cpu/cpu.h"
 #include "vulkan/gpu.h"
 
@@ -49,6 +50,8 @@ struct cb_session {
   atomic_int warmer_stop;
   _Atomic uint8_t* alt_ready; /* per step: its warm alternate's weights are read and checked */
   cb_gpu_session* gpu;        /* GPU bundles: arena, staging (= arena above), command buffer */
+  cb_step_observer observe;   /* cb_session_run_observed's, during that run; else NULL */
+  void* observe_ctx;
   cb_status alt_status;       /* a warm weight failed its check (set by the warmer, under mu) */
   char alt_error[1024];
 };

@@ -43,6 +43,9 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
  * their count. */
 #define CB_GPU_MAX_CHUNKS 32
 cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* chunks, uint32_t* nchunks);
+/* The plan submitted step by step, each step's outputs copied to the
+ * staging buffer and `done(ctx, step)` called (cb_session_run_observed). */
+cb_status cb_gpu_session_run_steps(cb_gpu_session* gs, void (*done)(void*, uint32_t), void* ctx);
 void cb_gpu_session_release(cb_gpu_session* gs);
 
 /* open_gpu.c: a GPU bundle's open, after bundle/'s checks (cb_bundle_verify:

@@ -252,6 +252,40 @@ cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* events, uint32_
   return CB_OK;
 }
 
+/* One step's dispatches (the first step's with the inputs copied in), its
+ * outputs copied to staging; submitted and waited for. */
+static cb_status run_step(cb_gpu_session* gs, VkCommandBuffer cmd, uint32_t i, uint32_t* k) {
+  cb_gpu* g = gs->gpu;
+  const cb_step_desc* st = &gs->m->steps[i];
+  cb_status s = begin(gs, cmd, i == 0);
+  for (uint32_t j = 0; !s && j < st->ndispatches; j++, ++*k) dispatch(gs, cmd, &st->dispatches[j], *k);
+  if (s) return s;
+  copy_io(gs, cmd, gs->m, st->args + st->nargs - st->nouts, st->nouts, 0);
+  barrier(g, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+          VK_ACCESS_HOST_READ_BIT);
+  VK_TRY(g->vk.vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+  VK_TRY(g->vk.vkResetFences(g->device, 1, &gs->fence), "vkResetFences");
+  VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO, NULL, 0, NULL, NULL, 1, &cmd, 0, NULL};
+  VK_TRY(g->vk.vkQueueSubmit(g->queue, 1, &si, gs->fence), "vkQueueSubmit");
+  VK_TRY(g->vk.vkWaitForFences(g->device, 1, &gs->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  return CB_OK;
+}
+
+cb_status cb_gpu_session_run_steps(cb_gpu_session* gs, void (*done)(void*, uint32_t), void* ctx) {
+  cb_gpu* g = gs->gpu;
+  VkCommandBufferAllocateInfo ai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, NULL, gs->cmd_pool,
+                                    VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1};
+  cb_status s = CB_OK;
+  for (uint32_t i = 0, k = 0; !s && i < gs->m->nsteps; i++) {
+    VkCommandBuffer cmd;
+    VK_TRY(g->vk.vkAllocateCommandBuffers(g->device, &ai, &cmd), "vkAllocateCommandBuffers");
+    s = run_step(gs, cmd, i, &k);
+    g->vk.vkFreeCommandBuffers(g->device, gs->cmd_pool, 1, &cmd);
+    if (!s) done(ctx, i);
+  }
+  return s;
+}
+
 void cb_gpu_session_release(cb_gpu_session* gs) {
   if (!gs) return;
   cb_gpu* g = gs->gpu;
