@@ -16,6 +16,7 @@ import operator
 from dataclasses import dataclass
 
 from ..errors import CompileError
+from ..ir.anchors import GPU_MAX_BINDINGS
 
 MAX_GROUPS = 65535  # maxComputeWorkGroupCount[*] every Vulkan device supports
 TYPES = {"float32": "float", "int32": "int", "int64": "int", "bool": "bool", "uint32": "uint"}
@@ -340,6 +341,8 @@ class _Emitter:
         else:
             fold = "  int cb_group_x = int(gl_WorkGroupID.x);\n"
             grid = (gx, gy, gz)
+        if len(params) > GPU_MAX_BINDINGS:
+            raise CompileError(f"GPU kernel {self.name}: binds {len(params)} tensors (at most {GPU_MAX_BINDINGS})")
         if x * y * z > 1024:
             raise CompileError(f"GPU kernel {self.name}: workgroup of {x * y * z} invocations (at most 1024)")
         src = "\n".join(["#version 450",

@@ -16,6 +16,9 @@ GPU_ANCHOR_RE = re.compile(r"^cbg(\d+)_")  # GPU variants' functions
 GPU_TVM_TARGET = {"kind": "vulkan", "max_threads_per_block": 256, "max_num_threads": 256,
                   "max_shared_memory_per_block": 16384, "thread_warp_size": 1,
                   "supports_float32": True, "supports_int32": True}
+# Storage buffers one shader binds (a tensor each): Vulkan guarantees 4;
+# the GPUs coldbrew targets allow 24 (Adreno 6xx) to 32 (lavapipe) and more.
+GPU_MAX_BINDINGS = 16
 
 
 def forced(choice, anchor_id, op):

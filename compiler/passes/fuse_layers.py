@@ -6,6 +6,7 @@ bias + activation + residual add, ...), each fused group one PrimFunc: one
 coldbrew layer.
 """
 from ..errors import CompileError
+from ..ir.anchors import GPU_MAX_BINDINGS
 
 NAME = "fuse_layers"
 
@@ -142,6 +143,53 @@ def keep_names(before, after):
     return out
 
 
+def _split_concats(mod, most):
+    """Concatenations of more than `most` tensors as a tree of ones of at
+    most `most` (an unrolled recurrence stacks one tensor per step)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class Split(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            parts = call.args[0].fields if call.op.same_as(CONCAT) and isinstance(call.args[0], relax.Tuple) else ()
+            if len(parts) <= most:
+                return call
+            axis = int(call.attrs.axis)
+            while len(parts) > most:
+                parts = [self.builder_.emit(relax.op.concat(parts[k:k + most], axis)) if len(parts) - k > 1
+                         else parts[k] for k in range(0, len(parts), most)]
+            return relax.op.concat(parts, axis)
+
+    CONCAT = tvm.ir.Op.get("relax.concat")
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    out["main"] = Split(mod).visit_expr(mod["main"])
+    return out
+
+
+def _unfuse_wide(mod, most):
+    """Fused groups that would bind more than `most` tensors (parameters
+    and outputs) back to one layer per operator."""
+    import tvm
+    from tvm import relax
+
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    fused = [gv for gv, f in mod.functions.items() if isinstance(f, relax.Function) and "Primitive" in (f.attrs or {})]
+    for gv in fused:
+        f = mod[gv]
+        outputs = len(f.ret_ty.fields) if isinstance(f.ret_ty, relax.TupleType) else 1
+        wide = len(f.params) + outputs > most
+        # InlinePrivateFunctions inlines the private functions: the wide groups, not the others
+        out[gv] = f.without_attr("Primitive") if wide else f.with_attr("global_symbol", gv.name_hint)
+    out = relax.transform.InlinePrivateFunctions()(out)
+    for gv in fused:
+        if gv in out.functions:
+            out[gv] = out[gv].without_attr("global_symbol")
+    return out
+
+
 def apply(mod, cpu=True):
     """`cpu`: lower for the CPU code generator (the GPU's GLSL emitter has no
     bit reinterpretation, which the vectorizable sigmoid, exp, softmax, erf
@@ -166,7 +214,10 @@ def apply(mod, cpu=True):
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
     ])
-    fuse = tvm.transform.module_pass(lambda m, _: keep_names(m, relax.transform.FuseOps()(m)), 0, "FuseOps")
+    if not cpu:  # a GPU kernel binds each tensor to a storage buffer of its own
+        mod = _split_concats(mod, GPU_MAX_BINDINGS - 1)
+    bound = (lambda m: m) if cpu else (lambda m: _unfuse_wide(m, GPU_MAX_BINDINGS))
+    fuse = tvm.transform.module_pass(lambda m, _: bound(keep_names(m, relax.transform.FuseOps()(m))), 0, "FuseOps")
     seq = tvm.transform.Sequential([seq, fuse, relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])
     try:
         with tvm.transform.PassContext(opt_level=3):
