@@ -3,7 +3,7 @@ onnxruntime on the same input, naming the first layer whose output departs
 from onnxruntime's value of the same ONNX tensor.
 
 Each layer's outputs come from the runtime's observed run
-(coldbrew_testing.h: every step's outputs handed over right after the step,
+(cb_session_run_observed: every step's outputs handed over right after the step,
 a GPU session's read back step by step), in this process, or through a
 runner program (examples/c/run_bundle.c --dump-layers, e.g. under
 qemu-user for an aarch64 bundle). The bundle records, per tensor, the ONNX

@@ -5,7 +5,7 @@
  *   cc -std=c11 run_bundle.c -I runtime/include -L DIR -lcoldbrew -o run_bundle
  *   ./run_bundle [--dump-layers DIR] model.brew [out_prefix] [input0.bin ...]
  *
- * --dump-layers DIR runs step by step (coldbrew_testing.h's observed run)
+ * --dump-layers DIR runs step by step (cb_session_run_observed)
  * and writes every output of step i, tensor t of the bundle, to
  * DIR/step<i>-<t>.bin (coldbrew compare reads them).
  */
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "coldbrew_testing.h"
+#include "coldbrew.h"
 
 static double now_ms(void) {
   struct timespec ts;

@@ -226,6 +226,14 @@ cb_status cb_session_run(cb_session* session);
 cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,
                                 size_t* out_nbytes);
 
+/* Debugging (`coldbrew compare`): a run that hands every output of each
+ * step it executes to `observe` right after the step, before a later step
+ * reuses the memory: the step, the tensor's index in the bundle, its bytes
+ * (valid during the call). A GPU session runs step by step, reading each
+ * step's outputs back: slow. */
+typedef void (*cb_step_observer)(void* ctx, uint32_t step, uint32_t tensor, const void* data, uint64_t nbytes);
+cb_status cb_session_run_observed(cb_session* session, cb_step_observer observe, void* ctx);
+
 /* Continuous mode: how many steps have a warm alternate, and how many of
  * those are ready (later runs use them). */
 cb_status cb_session_alternates(const cb_session* session, size_t* out_ready, size_t* out_total);

@@ -42,14 +42,6 @@ void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
  * [outer][n][inner] (the transform cb.widen_i8). */
 void cb_widen_i8(const int8_t* in, const float* scale, float* out, uint64_t outer, uint64_t n, uint64_t inner);
 
-/* A run that hands every output of each step it executes to `observe`
- * right after the step (before a later step reuses the memory): the step,
- * the tensor's index in the bundle, its bytes (valid during the call).
- * A GPU session runs step by step, each step's outputs read back: slow, for
- * `coldbrew compare`. */
-typedef void (*cb_step_observer)(void* ctx, uint32_t step, uint32_t tensor, const void* data, uint64_t nbytes);
-cb_status cb_session_run_observed(cb_session* session, cb_step_observer observe, void* ctx);
-
 /* Threads the current run's parallel loops use (a continuous-mode run
  * switches to the warm plan's count). */
 int cb_backend_active_threads(void);

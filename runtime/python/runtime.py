@@ -254,7 +254,7 @@ class InferenceSession:
         return [self._out_views[names.index(n)].copy() for n in output_names]
 
     def run_layers(self, input_feed):
-        """Run once, step by step (coldbrew_testing.h's observed run): each
+        """Run once, step by step (cb_session_run_observed): each
         executed step's outputs as (step, tensor index in the bundle, bytes)."""
         self._bind(input_feed)
         seen = []

@@ -5,7 +5,6 @@
 #ifndef COLDBREW_SESSION_H_
 #define COLDBREW_SESSION_H_
 
-#include "coldbrew_testing.h"
 #include "cpu/cpu.h"
 #include "vulkan/gpu.h"
 
