@@ -23,6 +23,7 @@ from coldbrew.schemas.generated import bundle_generated as fb
 from coldbrew.targets import task_shares
 
 from ..bundle.checksum import checksum64
+from ..errors import InternalError
 from ..ir.graph import signatures
 from ..ir.forms import DTYPES, PRECISIONS
 
@@ -266,4 +267,17 @@ def run(c):
             layer.output_error = (c.accuracy.get("layers", {}).get(layer.name, 0.0)
                                   if layer.weight_precision != "fp32" else 0.0)
     c.data = apply(c.graph, c.code, c.target, c.producer, c.model_hash, c.spirv)
+    verify(c.data)
     return c
+
+
+def verify(data):
+    """The runtime's own structural checks of the bytes written (a GPU
+    bundle's shaders and dispatches too): a bundle the runtime would refuse
+    is a coldbrew bug, never shipped."""
+    from coldbrew.runtime import BundleError, check_bundle
+
+    try:
+        check_bundle(data)
+    except BundleError as e:
+        raise InternalError("the bundle written, by the runtime's verifier", e) from e

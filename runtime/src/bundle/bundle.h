@@ -85,9 +85,10 @@ cb_status cb_check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const c
  * verified yet */
 cb_status cb_bundle_from_file(const char* path, const cb_open_options* options, cb_bundle** out);
 cb_status cb_bundle_from_memory(const void* data, size_t size, cb_bundle** out);
-/* The preamble, signature, header and target checked, the header parsed
- * into b->model and the front read: what every bundle's open does before
- * its executor's part (cpu/code.c, vulkan/open_gpu.c). A signed open adds
+/* The preamble, signature and header checked, the header parsed into
+ * b->model and the front read: what every bundle's open does before the
+ * target check and its executor's part (cpu/code.c, vulkan/open_gpu.c),
+ * and all cb_bundle_check_memory does. A signed open adds
  * CB_OPEN_SKIP_WEIGHT_CHECKSUMS to `flags`; `key` receives the header's
  * checksum (a GPU bundle's pipeline cache is named by it); b->open_ns is
  * when the open began. */

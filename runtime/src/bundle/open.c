@@ -1,5 +1,5 @@
 /* Opening a bundle: its file mapped (or read, or the caller's memory
- * taken), the preamble, signature, header and target checked; freeing it;
+ * taken), the preamble, signature and header checked; freeing it;
  * what it says of its tensors and steps. The executor's part of an open
  * (the CPU code, the GPU) is the layers' above (exec/load.c puts them
  * together). */
@@ -85,7 +85,6 @@ cb_status cb_bundle_verify(cb_bundle* b, uint32_t* flags, const uint8_t* public_
     if (!b->streaming) cb_head_fill(b);
   }
   if (b->streaming) cb_stream_publish_front(b, front);
-  if ((s = cb_target_check(&b->model))) return s;
   /* Weights with checksums of their own are checked by the run that first
    * reads them (GPU bundles: by the open's reader), nothing waits here for
    * bytes it does not need yet; an older bundle's weight segments are

@@ -1,4 +1,5 @@
-/* A bundle opened to run: verified by bundle/ (cb_bundle_verify), then
+/* A bundle opened to run: verified by bundle/ (cb_bundle_verify, then
+ * cb_target_check against this machine), then
  * its executor readied, the CPU's (cpu/code.c: the code loaded) or the
  * GPU's (vulkan/open_gpu.c: context, pipelines, weights); released in the
  * reverse order. */
@@ -7,7 +8,7 @@
 static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* public_key) {
   uint64_t key = 0;
   cb_status s = cb_bundle_verify(b, &flags, public_key, &key);
-  if (s) return s;
+  if (s || (s = cb_target_check(&b->model))) return s;
   if (b->model.gpu_api[0]) return cb_open_gpu(b, b->open_ns, key);
   return cb_open_cpu(b, b->open_ns, flags);
 }
@@ -47,6 +48,17 @@ cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_ope
   cb_bundle* b = NULL;
   cb_status s = cb_bundle_from_memory(data, size, &b);
   return s ? s : finish_open(b, options, out_bundle);
+}
+
+cb_status cb_bundle_check_memory(const void* data, size_t size) {
+  if (!data) return cb_fail(CB_ERR_INVALID_ARGUMENT, "data is required");
+  cb_bundle* b = NULL;
+  uint32_t flags = CB_OPEN_SKIP_WEIGHT_CHECKSUMS;
+  uint64_t key = 0;
+  cb_status s = cb_bundle_from_memory(data, size, &b);
+  if (!s) s = cb_bundle_verify(b, &flags, NULL, &key);
+  cb_bundle_free(b);
+  return s;
 }
 
 void cb_bundle_release(cb_bundle* b) {

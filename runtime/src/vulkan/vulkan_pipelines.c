@@ -9,6 +9,9 @@
 
 static cb_status layouts_for(cb_gpu* g, uint32_t n) {
   if (g->layouts[n]) return CB_OK;
+  if (n > g->props.limits.maxPerStageDescriptorStorageBuffers)
+    return cb_fail(CB_ERR_GPU, "a shader binds %u storage buffers; this device allows %u", n,
+                   g->props.limits.maxPerStageDescriptorStorageBuffers);
   VkDescriptorSetLayoutBinding b[CB_MAX_BINDINGS];
   for (uint32_t i = 0; i < n; i++)
     b[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
