@@ -97,6 +97,13 @@ def _fold(groups):
     return [x, -(-groups // x), 1]
 
 
+def _tiles_by_y(tiles, y):
+    """(tiles, y) workgroups -> (x, y, z) within the grid limit: the shader's
+    tile is x + z * MAX_GRID (tiles past the end compute nothing)."""
+    x = min(tiles, MAX_GRID)
+    return [x, y, -(-tiles // x)]
+
+
 class ConvGemm(_Variant):
     name = "gpu.conv_gemm"
     local_size = (16, 16, 1)
@@ -106,7 +113,7 @@ class ConvGemm(_Variant):
 
     def grid(self, conv):
         cols = conv.n * conv.out_h * conv.out_w
-        return [-(-cols // GEMM_TILE), -(-conv.k // GEMM_TILE), 1]
+        return _tiles_by_y(-(-cols // GEMM_TILE), -(-conv.k // GEMM_TILE))
 
     body = """
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -115,7 +122,7 @@ shared float Bs[16][64];
 
 void main() {
   int tx = int(gl_LocalInvocationID.x), ty = int(gl_LocalInvocationID.y), t = ty * 16 + tx;
-  int m0 = int(gl_WorkGroupID.y) * 64, n0 = int(gl_WorkGroupID.x) * 64;
+  int m0 = int(gl_WorkGroupID.y) * 64, n0 = int(gl_WorkGroupID.z * 65535u + gl_WorkGroupID.x) * 64;
   int ohw = p.oh * p.ow, hw = p.h * p.w, cols = p.n * ohw, khw = p.kh * p.kw, R = p.c * khw;
   bool pointwise = khw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0;
   // the output pixel whose input column this invocation gathers (fixed per invocation)
@@ -192,7 +199,7 @@ class ConvWinograd(_Variant):
 
     def grid(self, conv):
         tiles = conv.n * ((conv.out_h + 1) // 2) * ((conv.out_w + 1) // 2)
-        return [-(-tiles // 8), -(-conv.k // 32), 1]
+        return _tiles_by_y(-(-tiles // 8), -(-conv.k // 32))
 
     def transformed_shape(self, conv):
         return (conv.c, 16, conv.k)
@@ -204,7 +211,7 @@ shared float Us[4][16][32];
 
 void main() {
   int t = int(gl_LocalInvocationID.x), kk = t >> 3, tt = t & 7;
-  int k0 = int(gl_WorkGroupID.y) * 32, tile0 = int(gl_WorkGroupID.x) * 8;
+  int k0 = int(gl_WorkGroupID.y) * 32, tile0 = int(gl_WorkGroupID.z * 65535u + gl_WorkGroupID.x) * 8;
   int tw = (p.ow + 1) / 2, th = (p.oh + 1) / 2, per_img = tw * th, tiles = p.n * per_img;
   float acc[16];
   for (int e = 0; e < 16; e++) acc[e] = 0.0;

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.anchors import GPU_ANCHOR_RE
 from ..errors import CompileError
-from ..ir.relax import clip_half, const_value, layer_id, shape_of
+from ..ir.relax import clip_half, const_value, layer_id, per_channel, shape_of
 from . import conv as gpu_conv
 
 NAME = "select_gpu_variants"
@@ -120,9 +120,8 @@ def _chains(func, choice):
             if call.op.same_as(ops["add"]) and stage < 2:
                 other = call.args[1] if call.args[0].same_as(cur.var) else call.args[0]
                 c = const_value(other)
-                if c is not None and stage == 0 and c.dtype == np.float32 and c.size == conv.k and \
-                        c.ndim in (3, 4) and c.shape[-3] == conv.k:  # per channel ([K] would be per column)
-                    bias, stage = c.reshape(conv.k).astype(np.float32), 1
+                if stage == 0 and c is not None and c.dtype == np.float32 and per_channel(c, conv.k) is not None:
+                    bias, stage = per_channel(c, conv.k), 1
                     names.append("bias")
                 elif c is None and shape_of(other) == out_shape and str(other.ty.dtype) == "float32" and \
                         not other.same_as(cur.var):

@@ -49,6 +49,15 @@ def const_value(e, binding=None):
     return np.where(*args).astype(args[1].dtype)  # where
 
 
+def per_channel(v, c):
+    """A constant's values as [c] where it holds one per channel of an NCHW
+    tensor of c channels ([c, 1, 1] or [1, c, 1, 1]; a [c] is one per
+    column), else None."""
+    if v is None or v.size != c or v.ndim not in (3, 4) or v.shape[-3] != c:
+        return None
+    return v.reshape(c)
+
+
 def bindings_of(block):
     """binding(var) over a dataflow block, for const_value."""
     bound = {b.var: b.value for b in block.bindings}

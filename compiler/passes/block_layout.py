@@ -29,7 +29,7 @@ runs in the layout it has in the model. Model inputs and outputs stay NCHW.
 import numpy as np
 
 from ..ir.anchors import forced
-from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, shape_of
+from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, per_channel, shape_of
 from ..kernels.schedule_util import round_up
 
 NAME = "block_layout"
@@ -226,7 +226,7 @@ class _Rewrite:
         if v is not None:
             if v.size == 1:
                 return relax.const(v.reshape(()))
-            if v.ndim in (3, 4) and v.shape[-3] == c and v.size == c:
+            if per_channel(v, c) is not None:
                 return self.per_channel(v, c)
             return None
         return self.get_blocked(a) if isinstance(a, relax.Var) and self.channels(a) == c else None

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import coldbrew
 from conftest import assert_close, ort_run
 from coldbrew.compiler import compile_model
+from coldbrew.compiler.bundle.reader import read_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -119,3 +120,19 @@ def test_a_convolution_plus_a_constant_by_column_is_not_a_bias(tmp_path):
              helper.make_node("Add", ["c", "cols"], ["y"])]
     inits = [weights(rng, "w", (8, 4, 3, 3)), numpy_helper.from_array(np.arange(8, dtype=np.float32), "cols")]
     assert_matches_onnxruntime(model(nodes, inits, (1, 4, 8, 8), {"y": TensorProto.FLOAT}, 13), tmp_path)
+
+
+@pytest.mark.parametrize("variant", ["gemm", "winograd"])
+def test_convolutions_of_more_tiles_than_a_grid_dimension_fold_them(variant):
+    """A 2050 x 2050 output has more pixel tiles (65,666 of 64 for the GEMM)
+    than the 65,535 workgroups a Vulkan grid dimension surely holds: they go
+    on along z. (Compiled only: lavapipe takes over a minute to run it; the
+    folded shaders matched onnxruntime there.)"""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = model(nodes, [weights(rng, "w", (16, 16, 3, 3))], (1, 16, 2050, 2050), {"y": TensorProto.FLOAT}, 13)
+    (step,) = read_bytes(compile_model(m, target="vulkan", variants={"*": variant}))[0].plan.steps
+    assert step.variant.decode() == f"gpu.conv_{variant}"
+    (d,) = step.dispatches
+    tiles = -(-2050 * 2050 // 64) if variant == "gemm" else -(-1025 * 1025 // 8)
+    assert max(d.grid) <= 65535 and d.grid[0] * d.grid[2] >= tiles
