@@ -70,7 +70,6 @@ def _load_library():
         "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_release": ([vp], None),
         "cb_bundle_verify_weights": ([vp], ctypes.c_int),
-        "cb_bundle_check_memory": ([ctypes.c_char_p, sz], ctypes.c_int),
         "cb_bundle_input_count": ([vp], sz),
         "cb_bundle_output_count": ([vp], sz),
         "cb_bundle_input_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
@@ -100,12 +99,6 @@ _lib = _load_library()
 def _check(status):
     if status != 0:
         raise BundleError(status, _lib.cb_last_error().decode("utf-8", "replace"))
-
-
-def check_bundle(data):
-    """The runtime's structural checks of bundle bytes (cb_bundle_check_memory);
-    BundleError names the first that fails."""
-    _check(_lib.cb_bundle_check_memory(bytes(data), len(data)))
 
 
 def read_public_key(value):
