@@ -128,7 +128,7 @@ def keep_names(before, after):
             callee = after[b.value.op] if isinstance(getattr(b.value, "op", None), relax.GlobalVar) else None
             was = _args(old[b.var]) if b.var in old else list(callee.params) if isinstance(callee, relax.Function) else []
             names.update((v, w.name) for v, w in zip(_args(b.value), was)
-                         if isinstance(v, relax.DataflowVar) and isinstance(w, relax.Var) and not v.same_as(w))
+                         if isinstance(v, relax.DataflowVar) and isinstance(w, relax.Var) and v.name != w.name)
 
     @mutator
     class Names(PyExprMutator):

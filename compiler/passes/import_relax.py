@@ -94,9 +94,14 @@ def _named(bb, value, node):
     same tensor)."""
     from tvm import relax
 
-    if node is None or len(node.output) != 1 or not isinstance(value, relax.Call):
+    if node is None or len(node.output) != 1:
         return value
-    return bb.emit(value, name_hint=node.output[0]) if isinstance(getattr(value, "ty", None), relax.TensorType) else value
+    call = value
+    if isinstance(value, relax.DataflowVar) and value.name not in node.input:  # bound by its converter: again, named
+        call = bb.lookup_binding(value)
+    if not isinstance(call, relax.Call) or not isinstance(getattr(call, "ty", None), relax.TensorType):
+        return value
+    return bb.emit(call, name_hint=node.output[0])
 
 
 class _Cell:
