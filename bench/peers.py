@@ -318,11 +318,11 @@ def sample(engine, prep, threads, warm):
 
 
 def check(engine, outs, ref, tolerance=0.0, entry=None):
-    """None when the outputs match onnxruntime's (bench/harness/check.py,
+    """None when the outputs match onnxruntime's (compiler/tools/check.py,
     within the engine's tolerance, or the model's own where larger), else
     what differs; a corpus model (`entry`) compared as bench/corpus.py
     compares it (its ranked rows as a set)."""
-    from harness import check as outputs
+    from corpus import outputs  # bench/corpus.py: compiler/tools/check.py
 
     rel = max(TOLERANCE.get(engine, 1e-3), tolerance)
     ranked = (entry or {}).get("ranked_rows")

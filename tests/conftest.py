@@ -52,10 +52,10 @@ def ort_run(model, feeds):
 
 
 def _load_check():
-    """bench/harness/check.py, the output check every comparison uses."""
+    """compiler/tools/check.py, the output check every comparison uses."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("coldbrew_output_check", os.path.join(ROOT, "bench", "harness", "check.py"))
+    spec = importlib.util.spec_from_file_location("coldbrew_output_check", os.path.join(ROOT, "compiler", "tools", "check.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,7 +65,7 @@ check = _load_check()
 
 
 def assert_close(ours, ref, rel=1e-3):
-    """bench/harness/check.py's comparison: one output, or lists of outputs
+    """compiler/tools/check.py's comparison: one output, or lists of outputs
     (their counts compared); shapes, NaN and infinity, integers exactly,
     floats within rel of the scale of the values they sit among (at least 1)."""
     if isinstance(ref, (list, tuple)):

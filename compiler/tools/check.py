@@ -1,6 +1,8 @@
 """The output check every comparison with a reference uses (bench/corpus.py,
-the benchmarks that check outputs, the tests' assert_close): coldbrew's
-outputs against onnxruntime's, built so that it cannot be fooled.
+the benchmarks that check outputs, the tests' assert_close, `coldbrew
+compare`): coldbrew's outputs against onnxruntime's, built so that it
+cannot be fooled. Only numpy (and onnx, for `inputs`): bench/corpus.py's
+replay loads it by path where no compiler is installed.
 
 - Counts, names and shapes: a missing or extra output fails, so does a
   shape that differs.
@@ -70,9 +72,11 @@ def compare(ref, got, tolerance=TOLERANCE, names=None, ranked=None):
     return Verdict(worst, failures, tolerance)
 
 
-def one(ref, got, tolerance=TOLERANCE, score=None):
+def one(ref, got, tolerance=TOLERANCE, score=None, same_nonfinite=False):
     """(error, failure or None) of one output; `score`: the score column of
-    ranked rows."""
+    ranked rows. `same_nonfinite`: a reference value that is NaN or
+    infinite is no failure where ours is the same (an intermediate tensor: an
+    attention mask's -inf), and is left out of the error."""
     r, g = np.asarray(ref), np.asarray(got)
     if r.shape != g.shape:
         return float("inf"), f"shape {list(g.shape)} where the reference has {list(r.shape)}"
@@ -82,6 +86,11 @@ def one(ref, got, tolerance=TOLERANCE, score=None):
     if not r.size:
         return 0.0, None
     r, g = r.astype(np.float64), g.astype(np.float64)
+    if same_nonfinite and not np.all(np.isfinite(r)):
+        odd = ~np.isfinite(r)
+        if not np.array_equal(r[odd], g[odd], equal_nan=True):
+            return float("inf"), "NaN or infinite values where the reference has other values"
+        r, g = np.where(odd, 0.0, r), np.where(odd, 0.0, g)
     if not np.all(np.isfinite(r)):
         return float("inf"), (f"the reference itself has {np.count_nonzero(~np.isfinite(r))} NaN or infinite values "
                               "(the input means nothing to the model)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import check
 from ..bundle.reader import read, text
 from ..ir.forms import DTYPES
 from ..passes.block_layout import from_blocked
@@ -48,20 +49,15 @@ class Report:
                 f" (layout {f['layout']})" if f["layout"] else "")]
 
 
-def random_inputs(specs, seed=0):
-    """Seeded inputs for [(name, shape, dtype name)]: floats normal, integers
-    1..7 (never all zeros), booleans either value."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, shape, dtype in specs:
-        dt = np.dtype(dtype)
-        if dt.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(dt)
-        elif dt.kind == "b":
-            feeds[name] = rng.random(shape) < 0.5
-        else:
-            feeds[name] = rng.integers(1, 8, shape).astype(dt)
-    return feeds
+def random_inputs(model, specs, seed=0):
+    """Seeded inputs for [(name, shape, dtype name)] that mean something to
+    the ONNX `model` (check.inputs: floats normal, ids from the model's
+    vocabulary, masks with padding); an integer input of unknown meaning is
+    named, to be given with --input."""
+    try:
+        return check.inputs(model, {name: {"shape": shape} for name, shape, _ in specs}, seed)
+    except ValueError as e:
+        raise CompareError(f"{e}; or give it with --input NAME=FILE.npy") from None
 
 
 def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
@@ -73,7 +69,10 @@ def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
     b = read(bundle)[0]
     specs = [(text(b.tensors[i].name), [int(d) for d in b.tensors[i].shape], DTYPES[b.tensors[i].dtype])
              for i in b.inputs]
-    feeds = {**random_inputs(specs, seed), **(inputs or {})}
+    names = [n for n, _, _ in specs]
+    given = dict(inputs or {})
+    seeded = random_inputs(_load(model), [x for x in specs if x[0] not in given], seed)
+    feeds = {**{k: v for k, v in seeded.items() if k in names and k not in given}, **given}
     unknown = sorted(set(inputs or {}) - {n for n, _, _ in specs})
     if unknown:
         raise CompareError(f"no bundle input named {unknown[0]!r}; its inputs are {[n for n, _, _ in specs]}")
@@ -129,17 +128,25 @@ def _run(bundle, feeds, names, runner):
         return sorted(out, key=lambda o: o[:2])
 
 
-def _reference(model, feeds, wanted):
-    """onnxruntime's value of each `wanted` tensor of the main graph, and
-    each tensor's producing node ("Relu node 'relu1'")."""
+def _load(model):
+    """`model` (a path or ModelProto) as a ModelProto of its own."""
     import onnx
-    import onnxruntime as ort
 
     m = onnx.ModelProto()
     try:
         m.CopyFrom(model if isinstance(model, onnx.ModelProto) else onnx.load(model))
     except Exception as e:
         raise CompareError(f"{model}: not an ONNX model ({type(e).__name__}: {e})") from None
+    return m
+
+
+def _reference(model, feeds, wanted):
+    """onnxruntime's value of each `wanted` tensor of the main graph, and
+    each tensor's producing node ("Relu node 'relu1'")."""
+    import onnx
+    import onnxruntime as ort
+
+    m = _load(model)
     producer = {o: f"{n.op_type} node '{n.name or o}'" for n in m.graph.node for o in n.output}
     have = {o.name for o in m.graph.output}
     extra = sorted(w for w in wanted if w in producer and w not in have)
@@ -162,21 +169,11 @@ def _as_onnx(data, desc):
 
 
 def _departure(ours, ref, tolerance):
-    """Why `ours` is not onnxruntime's `ref` (None: within tolerance: max
-    |diff| <= tolerance * max(1, max |ref|); integers and booleans exact)."""
+    """Why `ours` is not onnxruntime's `ref` (None: within tolerance by
+    check.one, a non-finite value allowed where both have it)."""
     ref = np.asarray(ref)
     if ours.ndim == 4 and ref.ndim == 4 and ours.shape[1] > ref.shape[1]:
         ours = ours[:, :ref.shape[1]]  # a blocked layout's padded channels
     if ours.size != ref.size:
         return f"shape {list(ours.shape)}, onnxruntime's {list(ref.shape)}"
-    ours = ours.reshape(ref.shape)
-    if ref.dtype.kind in "biu":
-        bad = int(np.count_nonzero(ours != ref))
-        return f"{bad} of {ref.size} values differ" if bad else None
-    a, r = ours.astype(np.float64), ref.astype(np.float64)
-    scale = max(1.0, float(np.max(np.abs(r))) if r.size else 1.0)
-    both_nan = np.isnan(a) & np.isnan(r)
-    diff = float(np.max(np.abs(np.where(both_nan, 0.0, a - r)))) if r.size else 0.0
-    if not diff <= tolerance * scale:  # a NaN on one side only fails too
-        return f"max |diff| {diff:.4g} > {tolerance:g} * {scale:.4g} (max |onnxruntime|)"
-    return None
+    return check.one(ref, ours.reshape(ref.shape), tolerance, same_nonfinite=True)[1]

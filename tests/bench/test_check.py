@@ -1,4 +1,4 @@
-"""bench/harness/check.py, the output check of the corpus, the benchmarks and
+"""compiler/tools/check.py, the output check of the corpus, the benchmarks and
 the tests' assert_close: each fault it guards against is planted and seen
 to fail (a NaN, an infinity, a reference that is not finite, a missing or
 extra output, a shape, an integer, rows swapped, a score off beside large

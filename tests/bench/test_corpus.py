@@ -87,7 +87,7 @@ def test_anything_that_does_not_match_its_pin_is_refused(monkeypatch, tmp_path, 
 
 
 def test_outputs_are_compared_by_the_check():
-    """corpus.compared is bench/harness/check.py's comparison, with the
+    """corpus.compared is compiler/tools/check.py's comparison, with the
     manifest's ranked rows and tolerance."""
     ref = [np.array([10.0, -20.0], np.float32), np.array([1, 2], np.int64)]
     assert corpus.compared({}, ref, [np.array([10.0, -19.99], np.float32), np.array([1, 2])]).error == \
