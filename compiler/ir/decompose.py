@@ -27,6 +27,8 @@ ops.check_static to name):
   float32 (their inputs cast up, the result cast back), as accumulating a
   long dot product in float16 loses digits (CPUs have no faster float16
   arithmetic; onnxruntime widens the same way).
+- DynamicQuantizeLinear: its reductions and element-wise steps, as
+  onnxruntime computes them (a scale of 1 for an all-zero input).
 - ConvInteger: a Conv of the inputs less their zero points, cast to int32,
   in float32 where its constant weights bound every sum under 2^24 (exact,
   and a convolution variant computes it), else in float64 (exact: every
@@ -409,6 +411,42 @@ def exact_casts(model):
         nodes.append(n)
     g.ClearField("node")
     g.node.extend(nodes)
+
+
+def dynamic_quantize_linear(model):
+    """DynamicQuantizeLinear as onnxruntime computes it: the range through
+    0, scale = (max - min) / 255 (1 where the range is empty: an all-zero
+    input), zero point = round(clip(0 - min / scale)), y = clip(round(x /
+    scale) + zero point), rounding half to even, the quotient a division."""
+    def expand(node, name, a, add_init):
+        def k(tag, v):
+            return add_init(f"{name}/{tag}", np.float32(v))
+        p = f"{name}/"
+        x, (y, scale, zero) = node.input[0], (list(node.output) + ["", "", ""])[:3]
+        scale, zero = scale or p + "scale", zero or p + "zero"
+
+        def clip(v, out):  # to [0, 255], then the rounded value as uint8
+            return [helper.make_node("Max", [v, k("lo", 0)], [out + "_lo"]),
+                    helper.make_node("Min", [out + "_lo", k("hi", 255)], [out + "_f"])]
+        return [helper.make_node("ReduceMin", [x], [p + "min"], keepdims=0),
+                helper.make_node("ReduceMax", [x], [p + "max"], keepdims=0),
+                helper.make_node("Min", [p + "min", k("lo", 0)], [p + "low"]),
+                helper.make_node("Max", [p + "max", k("lo", 0)], [p + "high"]),
+                helper.make_node("Sub", [p + "high", p + "low"], [p + "range"]),
+                helper.make_node("Div", [p + "range", k("hi", 255)], [p + "step"]),
+                helper.make_node("Equal", [p + "high", p + "low"], [p + "empty"]),
+                helper.make_node("Where", [p + "empty", k("one", 1), p + "step"], [scale]),
+                helper.make_node("Div", [p + "low", scale], [p + "low_q"]),
+                helper.make_node("Sub", [k("lo", 0), p + "low_q"], [p + "zero_f"]),
+                *clip(p + "zero_f", p + "zero_c"),
+                helper.make_node("Round", [p + "zero_c_f"], [p + "zero_r"]),
+                helper.make_node("Cast", [p + "zero_r"], [zero], to=TensorProto.UINT8),
+                helper.make_node("Div", [x, scale], [p + "x_q"]),
+                helper.make_node("Round", [p + "x_q"], [p + "x_r"]),
+                helper.make_node("Add", [p + "x_r", p + "zero_r"], [p + "y_z"]),
+                *clip(p + "y_z", p + "y_c"),
+                helper.make_node("Cast", [p + "y_c_f"], [y or p + "y"], to=TensorProto.UINT8, name=name)]
+    rewrite(model, "DynamicQuantizeLinear", expand)
 
 
 def conv_integer(model):
@@ -804,7 +842,8 @@ DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, th
     (("ConvTranspose",), subpixel.apply),
     (("Slice",), slice_attributes), (("LRN",), lrn), (("IsInf",), isinf), (("RMSNormalization",), rms_norm),
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
-    (_ACCUMULATING, wide_accumulation), (("ConvInteger",), conv_integer),
+    (_ACCUMULATING, wide_accumulation), (("DynamicQuantizeLinear",), dynamic_quantize_linear),
+    (("ConvInteger",), conv_integer),
     (("MatMulInteger",), matmul_integer), (("Cast",), exact_casts), (("Celu",), celu), (("Swish",), swish),
     (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like), (("MaxPool",), separable_max_pool),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
