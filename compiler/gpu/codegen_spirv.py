@@ -116,6 +116,16 @@ def _bindings(layer, func, device_params, kernel):
     return out
 
 
+def _check_int64(graph, layer, binds):
+    """Shaders compute integers in 32 bits: an int64 constant they read must fit."""
+    for i in binds:
+        t = graph.tensors[i]
+        if t.dtype == "int64" and t.data is not None and t.data.size and \
+                (int(t.data.min()) < -2**31 or int(t.data.max()) >= 2**31):
+            raise CompileError(f"layer {layer.name} ({layer.op}) reads the int64 constant '{t.source or t.name}' "
+                               "with values beyond 32 bits; GPU shaders compute integers in 32 bits")
+
+
 def _generic_dispatch(layer, anchor):
     """A shape-generic variant's launch: (name, source, local size, grid,
     bindings, push words). Layer args: input, weights, bias, [residual], output."""
@@ -147,6 +157,7 @@ def apply(graph, target, anchors=()):
                                      _bindings(layer, kernels[layer.kernel], sh.params, name), []))
             layer.dispatches = []
             for name, source, local_size, grid, binds, push in launches:
+                _check_int64(graph, layer, binds)
                 if source not in by_source:
                     spirv = compile_glsl(source, tmp, name)
                     by_source[source] = len(shaders)

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from conftest import assert_close, ort_run
-from coldbrew.compiler import compile_model
+from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.bundle.reader import read_bytes
 
 
@@ -136,3 +136,13 @@ def test_convolutions_of_more_tiles_than_a_grid_dimension_fold_them(variant):
     (d,) = step.dispatches
     tiles = -(-2050 * 2050 // 64) if variant == "gemm" else -(-1025 * 1025 // 8)
     assert max(d.grid) <= 65535 and d.grid[0] * d.grid[2] >= tiles
+
+
+def test_int64_constant_tensors_beyond_32_bits_are_refused():
+    """Shaders compute integers in 32 bits: an int64 constant tensor they
+    would read that does not fit is a compile error, not a wrong answer."""
+    big = numpy_helper.from_array(np.full(4, 2**40, np.int64), "big")
+    nodes = [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+             helper.make_node("Add", ["xi", "big"], ["y"])]
+    with pytest.raises(CompileError, match="32 bits"):
+        compile_model(model(nodes, [big], (1, 4, 6, 4), {"y": TensorProto.INT64}, 13), target="vulkan")
