@@ -85,6 +85,13 @@ def _wide(e):
     return None if -2**31 <= v < 2**31 else v
 
 
+def tvm_float(v):
+    """The float32 constant of the integer `v` (a wide int64 literal cast to float)."""
+    from tvm import tirx
+
+    return tirx.FloatImm("float32", float(v))
+
+
 def _int_literal(v):
     """A GLSL int literal of `v` taken modulo 2^32 (int64 arithmetic done in
     32 bits: + - * and the bitwise operators agree on the low 32 bits)."""
@@ -163,7 +170,7 @@ class _Emitter:
             return f"cb_floormod({self.expr(e.a)}, {self.expr(e.b)})" if "int" in _dt(e) \
                 else f"({self.expr(e.a)} - floor({self.expr(e.a)} / {self.expr(e.b)}) * {self.expr(e.b)})"
         if k in ("Min", "Max"):
-            return f"{k.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
+            return self.min_max(k, e.a, e.b)
         if k == "Not":
             return f"(!{self.expr(e.a)})"
         if k == "BitwiseNot":
@@ -171,6 +178,8 @@ class _Emitter:
         if k == "Select":
             return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
         if k == "Cast":
+            if _wide(e.value) is not None and _dt(e) == "float32":
+                return self.expr(tvm_float(_wide(e.value)))
             return f"{_ty(_dt(e), self.name)}({self.expr(e.value)})"
         if k in ("BufferLoad", "TensorLoad"):
             return self.load(self.buffer(getattr(e, 'buffer', None) or e.source), self.index(e.indices))
@@ -179,6 +188,19 @@ class _Emitter:
         if k == "Call":
             return self.call(e)
         raise CompileError(f"GPU kernel {self.name}: expression {k} has no GLSL form")
+
+    def min_max(self, k, a, b):
+        """min / max; against an int64 constant beyond int32 (an exporter's
+        clamp to INT64_MAX) the answer is the 32-bit side where it must be,
+        refused where it would be the constant (not representable here)."""
+        wa, wb = _wide(a), _wide(b)
+        if wa is None and wb is None:
+            return f"{k.lower()}({self.expr(a)}, {self.expr(b)})"
+        w, other = (wa, b) if wa is not None else (wb, a)
+        if (k == "Min") == (w > 0) and (wa is None or wb is None):  # min with a huge constant, max with a hugely negative one
+            return self.expr(other)
+        raise CompileError(f"GPU kernel {self.name}: {k.lower()} with the int64 constant {w} gives a value beyond "
+                           "32 bits, and GPU shaders compute int64 in 32 bits")
 
     def index(self, indices):
         if len(indices) != 1:

@@ -183,3 +183,34 @@ def test_fresh_names_are_prefixed_sanitized_and_distinct():
     e = glsl._Emitter(None, "k")
     assert [e.fresh("input"), e.fresh("input"), e.fresh("a.b[0]"), e.fresh("input")] == [
         "v_input", "v_input_1", "v_a_b_0_", "v_input_2"]
+
+
+@T.prim_func
+def clamp_to_int64_max(a_h: T.handle, b_h: T.handle):
+    A = T.match_buffer(a_h, (256,), "int64")
+    B = T.match_buffer(b_h, (256,), "float32")
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        B[tx] = T.Cast("float32", T.max(T.min(A[tx], T.int64(9223372036854775807)), T.int64(-9223372036854775808))) \
+            + T.Cast("float32", T.int64(1 << 40))
+
+
+@T.prim_func
+def max_with_int64_max(a_h: T.handle, b_h: T.handle):
+    A = T.match_buffer(a_h, (256,), "int64")
+    B = T.match_buffer(b_h, (256,), "int64")
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        B[tx] = T.max(A[tx], T.int64(1 << 40))
+
+
+@needs_tools
+def test_int64_constants_beyond_32_bits_clamp_to_the_32_bit_side_or_are_refused(tmp_path):
+    """Shaders compute int64 in 32 bits: a clamp to INT64_MAX / INT64_MIN
+    (an exporter's) keeps the value (taken modulo 2^32 it would be -1 / 0),
+    a wide constant cast to float keeps its value, and a max whose answer
+    would be the wide constant is refused."""
+    src = emit_one(clamp_to_int64_max).source
+    assert "min(" not in src and "max(" not in src and "(-1)" not in src and "1099511627776.0" in src
+    glsl_to_spirv(src, tmp_path)
+    (kernel, dev), = device(max_with_int64_max, "wide")
+    with pytest.raises(CompileError, match="max with the int64 constant 1099511627776 gives a value beyond 32 bits"):
+        glsl.emit(dev, kernel)
