@@ -47,9 +47,8 @@ def assert_matches_onnxruntime(m, tmp_path):
     inp = sess.get_inputs()[0]
     x = np.random.default_rng(1).standard_normal(inp.shape).astype(np.float32)
     ours, ref = sess.run(None, {"x": x}), ort_run(m, {"x": x})
-    for o, r in zip(ours, ref):
-        assert o.dtype == r.dtype
-        assert_close(o, r)
+    assert [o.dtype for o in ours] == [r.dtype for r in ref]
+    assert_close(ours, ref)
 
 
 def super_resolution(opset, c=8):
@@ -146,3 +145,21 @@ def test_int64_constant_tensors_beyond_32_bits_are_refused():
              helper.make_node("Add", ["xi", "big"], ["y"])]
     with pytest.raises(CompileError, match="32 bits"):
         compile_model(model(nodes, [big], (1, 4, 6, 4), {"y": TensorProto.INT64}, 13), target="vulkan")
+
+
+def test_int64_input_values_beyond_32_bits_are_refused_at_run(tmp_path):
+    """A GPU bundle computes int64 in 32 bits: an int64 input value beyond
+    them is an error naming the input, never a wrong answer; values within
+    them run."""
+    table = np.random.default_rng(0).standard_normal((40, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"])], "ids",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])],
+                          [numpy_helper.from_array(table, "table")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = coldbrew.load(compile_model(m, target="vulkan"))
+    ids = np.array([[1, 39, -2, 7]], np.int64)
+    assert_close(sess.run(None, {"ids": ids}), ort_run(m, {"ids": ids}))
+    with pytest.raises(Exception, match=r"input 'ids' holds 4294967297 at element 2: a GPU bundle computes int64 in "
+                                        r"32 bits"):
+        sess.run(None, {"ids": np.array([[1, 2, 2**32 + 1, 3]], np.int64)})

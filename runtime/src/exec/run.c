@@ -251,6 +251,14 @@ static void trace_add(cb_session* s, const cb_trace_event* e) {
 static cb_status run_gpu(cb_session* s, int first) {
   cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
+  for (uint32_t i = 0; i < m->ninputs; i++) { /* shaders compute int64 in 32 bits */
+    const cb_tensor_desc* d = &m->tensors[m->inputs[i]];
+    const int64_t* v = (const int64_t*)(s->arena + d->arena_offset);
+    for (uint64_t k = 0; d->dtype == CB_I64 && k < d->nbytes / 8; k++)
+      if (v[k] != (int32_t)v[k])
+        return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' holds %lld at element %llu: a GPU bundle computes int64 "
+                       "in 32 bits (use the CPU target for such values)", d->name, (long long)v[k], (unsigned long long)k);
+  }
   s->ntrace = 0;
   if (s->trace && first) {
     for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
