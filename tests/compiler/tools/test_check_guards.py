@@ -1,5 +1,5 @@
 """Each guard of compiler/tools/check.py removed, one at a time, in a copy
-of the module: a test of tests/bench/test_check.py that plants the fault it
+of the module: a test of tests/compiler/tools/test_check.py that plants the fault it
 guards against then fails. The check's own tests cannot pass a check that
 lost a guard."""
 import importlib.util
