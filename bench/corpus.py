@@ -14,7 +14,9 @@ Per model, in a fresh process (a crash or a hang is reported, not
 inherited): `compile_model` with the manifest's input shapes and binds
 (what a user passes as --input-shape and --bind), timed; then the bundle
 and onnxruntime run on two seeded inputs that mean something to the model
-(token ids from its own vocabulary, masks with padding) and the outputs
+(token ids from its own vocabulary, masks with padding), one session run
+on both with its arena first filled with NaN bytes (COLDBREW_POISON_ARENA:
+a value a layer leaves unwritten shows), and the outputs
 compared by compiler/tools/check.py (counts, shapes, NaN and infinity,
 integers exactly, floats within 1e-3 of the scale of the values they sit
 among, a detector's ranked rows as a set). Prints a line per model and a
@@ -269,6 +271,7 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=Non
     compile_s = time.perf_counter() - t
     runner = Runner(target, threads, qemu_runner)
     fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
+    os.environ["COLDBREW_POISON_ARENA"] = "1"  # the arena starts as NaN bytes: a value a layer leaves unwritten is seen
     if save:
         _save(save, entry, data, fed, refs, names, unchanged)
     out = run_and_compare(runner, entry, data, fed, refs, names, unchanged)

@@ -89,7 +89,10 @@ def attach_epilogue(sch, out_block, loop, lanes):
     Intermediate epilogue blocks are inlined into the last one, which is
     computed per tile right after the tile is produced; the tile itself then
     lives in local memory. Without an epilogue, a local cache of the tile is
-    written back per tile instead."""
+    written back per tile instead; so too where the epilogue writes more
+    than the anchor makes (a zero-padding for the next layer: computed per
+    tile it would write only the tiles, never the border), and the epilogue
+    is then a pass of its own over its whole output."""
     order = [b for b in blocks_in_order(sch)]
     names = [block_name(sch, b) for b in order]
     idx = names.index(block_name(sch, out_block))
@@ -100,6 +103,9 @@ def attach_epilogue(sch, out_block, loop, lanes):
             sch.compute_inline(b)
         except s_tir.ScheduleError:
             sch.reverse_compute_at(b, loop)
+    if epilogue and _written(sch, epilogue[-1]) > _written(sch, out_block):
+        generic_block(sch, epilogue[-1], lanes)
+        epilogue = []
     if epilogue:
         last = epilogue[-1]
         sch.reverse_compute_at(last, loop)
@@ -110,6 +116,14 @@ def attach_epilogue(sch, out_block, loop, lanes):
         sch.reverse_compute_at(last, loop)
     vectorize_inner(sch, last, lanes)
     return last
+
+
+def _written(sch, block):
+    """How many elements the buffer `block` writes holds."""
+    n = 1
+    for d in sch.get(block).writes[0].buffer.shape:
+        n *= int(d)
+    return n
 
 
 def _inline_epilogue_inputs(sch, out_block, before):

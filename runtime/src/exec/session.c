@@ -2,6 +2,7 @@
  * arguments), fed inputs, read for outputs and traces. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -77,6 +78,8 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
     s->arena = view;
   } else {
     s->arena = big_alloc((size_t)((m->arena_size + 63) & ~(uint64_t)63) + 64);
+    if (s->arena && getenv("COLDBREW_POISON_ARENA")) /* checks: what a layer reads unwritten is NaN */
+      memset(s->arena, 0xFF, (size_t)m->arena_size);
   }
   s->tensors = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *s->tensors);
   s->args = cb_calloc(total_args ? total_args : 1, sizeof *s->args);
@@ -106,7 +109,8 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
 
 /* Every tensor's place, and each step's kernel arguments pointing at them.
  * The arena is not zeroed: every tensor in it is written (inputs by the
- * caller, the rest by the layers) before it is read. */
+ * caller, the rest by the layers) before it is read (COLDBREW_POISON_ARENA
+ * fills it with NaN bytes at creation, to check that). */
 static void bind_session(cb_session* s) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
