@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 
-from . import glsl
+from . import glsl, provenance, schedule_gpu
 from ..ir.anchors import GPU_ANCHOR_RE, GPU_TVM_TARGET
 from ..errors import CompileError
 from . import conv as gpu_conv
@@ -137,38 +137,50 @@ def _generic_dispatch(layer, anchor):
             anchor.conv.push())
 
 
-def apply(graph, target, anchors=()):
+def apply(graph, target, anchors=(), proto=None):
     """Sets each layer's `dispatches` [(shader index, grid, bindings, push
-    words)]; returns (spirv segment bytes, [Shader record dict])."""
+    words)]; returns (spirv segment bytes, [Shader record dict]). A layer
+    the GPU path cannot compile is refused naming its node (`proto`: the
+    ONNX model)."""
     _tools()
     by_layer = {a.id: a for a in anchors}
-    kernels = {s: bindable(f, s) for s, f in graph.kernels.items() if not GPU_ANCHOR_RE.search(s)}
-    lowered = lower(kernels)
+    kernels = {s: bindable(f, s) for s, f in schedule_gpu.copies(graph.kernels).items() if not GPU_ANCHOR_RE.search(s)}
+    lowered = provenance.per_kernel(proto, lambda s: provenance.written_by(graph, s), kernels, lower,
+                                    "the GPU lowering fails on")
     shaders, by_source, blob = [], {}, bytearray()
     with tempfile.TemporaryDirectory() as tmp:
         for layer in graph.layers:
-            if layer.name in by_layer:
-                launches = [_generic_dispatch(layer, by_layer[layer.name])]
-            else:
-                launches = []
-                for name, dev in lowered[layer.kernel]:
-                    sh = glsl.emit(dev, name)
-                    launches.append((name, sh.source, sh.local_size, sh.grid,
-                                     _bindings(layer, kernels[layer.kernel], sh.params, name), []))
-            layer.dispatches = []
-            for name, source, local_size, grid, binds, push in launches:
-                _check_int64(graph, layer, binds)
-                if source not in by_source:
-                    spirv = compile_glsl(source, tmp, name)
-                    by_source[source] = len(shaders)
-                    shaders.append({"name": name, "offset": len(blob), "size": len(spirv),
-                                    "local_size": list(local_size), "bindings": len(binds)})
-                    blob += spirv
-                    blob += bytes(-len(blob) % 16)
-                layer.dispatches.append((by_source[source], list(grid), binds, push))
+            try:
+                _dispatch(graph, layer, by_layer, kernels, lowered, (shaders, by_source, blob), tmp)
+            except CompileError as e:
+                provenance.refuse(proto, provenance.written_by(graph, layer.kernel), layer.kernel, str(e))
     return bytes(blob), shaders
 
 
+def _dispatch(graph, layer, by_layer, kernels, lowered, out, tmp):
+    """`layer`'s dispatches, its new shaders added to `out` (records, index by source, segment)."""
+    shaders, by_source, blob = out
+    if layer.name in by_layer:
+        launches = [_generic_dispatch(layer, by_layer[layer.name])]
+    else:
+        launches = []
+        for name, dev in lowered[layer.kernel]:
+            sh = glsl.emit(dev, name)
+            launches.append((name, sh.source, sh.local_size, sh.grid,
+                             _bindings(layer, kernels[layer.kernel], sh.params, name), []))
+    layer.dispatches = []
+    for name, source, local_size, grid, binds, push in launches:
+        _check_int64(graph, layer, binds)
+        if source not in by_source:
+            spirv = compile_glsl(source, tmp, name)
+            by_source[source] = len(shaders)
+            shaders.append({"name": name, "offset": len(blob), "size": len(spirv),
+                            "local_size": list(local_size), "bindings": len(binds)})
+            blob += spirv
+            blob += bytes(-len(blob) % 16)
+        layer.dispatches.append((by_source[source], list(grid), binds, push))
+
+
 def run(c):
-    c.spirv = apply(c.graph, c.target, c.anchors)
+    c.spirv = apply(c.graph, c.target, c.anchors, c.proto)
     return c

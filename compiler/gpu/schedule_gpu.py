@@ -7,8 +7,8 @@ per-thread register blocks, reductions a cooperative tree, everything else
 one output element per thread. The limits are those every Vulkan device
 meets (`anchors.GPU_TVM_TARGET`), so one bundle runs on any of them.
 """
+from . import provenance
 from ..ir.anchors import GPU_ANCHOR_RE, GPU_TVM_TARGET
-from ..errors import CompileError
 
 NAME = "schedule_gpu"
 
@@ -19,27 +19,43 @@ def rules():
     return [gpu.Matmul(), gpu.GEMV(), gpu.Reduction(), gpu.GeneralReduction(), gpu.Fallback()]
 
 
-def apply(mod):
+def apply(mod, proto=None):
+    """`mod` with its kernels scheduled; a kernel dlight cannot schedule is
+    refused naming its node (`proto`: the ONNX model)."""
     import tvm
     from tvm import relax, s_tir
 
-
     # shape-generic variants (select_gpu_variants) bring their own shaders
-    funcs = {gv: f for gv, f in mod.functions.items()
+    funcs = {gv.name_hint: f for gv, f in mod.functions.items()
              if not isinstance(f, relax.Function) and not GPU_ANCHOR_RE.search(gv.name_hint)}
     if not funcs:
         return mod
-    try:
+
+    def schedule(fs):
         with tvm.target.Target(GPU_TVM_TARGET):
-            scheduled = s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(funcs))
-    except Exception as e:  # dlight raises several error types
-        msg = str(e).strip().splitlines()
-        raise CompileError(f"GPU scheduling failed: {msg[-1] if msg else type(e).__name__}") from None
-    for gv in funcs:
+            return s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(fs))
+
+    scheduled = provenance.per_kernel(proto, lambda s: provenance.bound_to(mod, s), funcs, schedule,
+                                      "the GPU scheduler (dlight) cannot schedule")
+    for gv in [gv for gv in mod.functions if gv.name_hint in funcs]:
         mod[gv] = scheduled[gv.name_hint]
     return mod
 
 
+def copies(kernels):
+    """`kernels` with extract_layers' copy kernels (made after this pass, for
+    a model output that no layer writes) scheduled as the rest are."""
+    import tvm
+    from tvm import s_tir
+
+    made = {s: f for s, f in kernels.items() if s.startswith("copy_")}
+    if not made:
+        return kernels
+    with tvm.target.Target(GPU_TVM_TARGET):
+        scheduled = s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(made))
+    return {**kernels, **{s: scheduled[s] for s in made}}
+
+
 def run(c):
-    c.mod = apply(c.mod)
+    c.mod = apply(c.mod, c.proto)
     return c

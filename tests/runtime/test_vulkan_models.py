@@ -163,3 +163,11 @@ def test_int64_input_values_beyond_32_bits_are_refused_at_run(tmp_path):
     with pytest.raises(Exception, match=r"input 'ids' holds 4294967297 at element 2: a GPU bundle computes int64 in "
                                         r"32 bits"):
         sess.run(None, {"ids": np.array([[1, 2, 2**32 + 1, 3]], np.int64)})
+
+
+def test_an_input_passed_straight_to_an_output_is_copied_on_the_gpu(tmp_path):
+    """A model output no layer writes (an input passed through, as an
+    encoder hands its mask on) is a copy layer, scheduled for the GPU too."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["x"], ["same"])]
+    m = model(nodes, [], (1, 3, 5), {"r": TensorProto.FLOAT, "same": TensorProto.FLOAT}, 13)
+    assert_matches_onnxruntime(m, tmp_path)
