@@ -34,9 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # columns shared by layers of one shape, vectors no wider than a gathered read's period; the GPU's first run
 # dispatching each layer once its pipelines exist; 13750 at stop 63: the profile's columns compiled by worker
 # processes side by side, describing back the bytes it times, and only the direct forms a plan can use;
-# 14550 and runtime 5550 at stop 70: the output check (tools/check.py) and `coldbrew compare` with the observed
-# run, the GPU path's int64/bool storage, binding cap, literal and clamp rules, the bundle checked as written)
-BUDGET = {"compiler": 14550, "runtime": 5550}
+# 14700 and runtime 5550 at stop 70: the output check (tools/check.py) and `coldbrew compare` with the observed
+# run, the GPU path's int64/bool storage, binding cap, literal and clamp rules, refusals naming the node, the bundle
+# checked as written)
+BUDGET = {"compiler": 14700, "runtime": 5550}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 
-from . import glsl, provenance, schedule_gpu
+from . import glsl, provenance
 from ..ir.anchors import GPU_ANCHOR_RE, GPU_TVM_TARGET
 from ..errors import CompileError
 from . import conv as gpu_conv
@@ -144,7 +144,7 @@ def apply(graph, target, anchors=(), proto=None):
     ONNX model)."""
     _tools()
     by_layer = {a.id: a for a in anchors}
-    kernels = {s: bindable(f, s) for s, f in schedule_gpu.copies(graph.kernels).items() if not GPU_ANCHOR_RE.search(s)}
+    kernels = {s: bindable(f, s) for s, f in _copies(graph.kernels).items() if not GPU_ANCHOR_RE.search(s)}
     lowered = provenance.per_kernel(proto, lambda s: provenance.written_by(graph, s), kernels, lower,
                                     "the GPU lowering fails on")
     shaders, by_source, blob = [], {}, bytearray()
@@ -155,6 +155,21 @@ def apply(graph, target, anchors=(), proto=None):
             except CompileError as e:
                 provenance.refuse(proto, provenance.written_by(graph, layer.kernel), layer.kernel, str(e))
     return bytes(blob), shaders
+
+
+def _copies(kernels):
+    """`kernels` with extract_layers' copy kernels (made after schedule_gpu,
+    for a model output that no layer writes) given GPU threads (dlight's
+    fallback rule: one element per thread)."""
+    import tvm
+    from tvm.s_tir import dlight
+
+    made = {s: f for s, f in kernels.items() if s.startswith("copy_")}
+    if not made:
+        return kernels
+    with tvm.target.Target(GPU_TVM_TARGET):
+        scheduled = dlight.ApplyDefaultSchedule(dlight.gpu.Fallback())(tvm.IRModule(made))
+    return {**kernels, **{s: scheduled[s] for s in made}}
 
 
 def _dispatch(graph, layer, by_layer, kernels, lowered, out, tmp):

@@ -42,20 +42,6 @@ def apply(mod, proto=None):
     return mod
 
 
-def copies(kernels):
-    """`kernels` with extract_layers' copy kernels (made after this pass, for
-    a model output that no layer writes) scheduled as the rest are."""
-    import tvm
-    from tvm import s_tir
-
-    made = {s: f for s, f in kernels.items() if s.startswith("copy_")}
-    if not made:
-        return kernels
-    with tvm.target.Target(GPU_TVM_TARGET):
-        scheduled = s_tir.dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule(made))
-    return {**kernels, **{s: scheduled[s] for s in made}}
-
-
 def run(c):
     c.mod = apply(c.mod, c.proto)
     return c

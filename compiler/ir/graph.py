@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import CompileError
 
+BLOCKED_MARK = "@"  # a blocked value's name: its NCHW value's, this mark, the layout (NCHW8c)
 
 
 @dataclass

@@ -29,12 +29,12 @@ runs in the layout it has in the model. Model inputs and outputs stay NCHW.
 import numpy as np
 
 from ..ir.anchors import forced
+from ..ir.graph import BLOCKED_MARK
 from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, per_channel, shape_of
 from ..kernels.schedule_util import round_up
 
 NAME = "block_layout"
 
-BLOCKED_MARK = "@"  # a blocked value's name: its NCHW value's, this mark, the layout (NCHW8c)
 _UNARY = ("nn.relu", "sigmoid", "tanh", "exp", "negative", "sqrt", "nn.silu", "clip", "abs")
 _BINARY = ("add", "multiply", "subtract", "maximum", "minimum")  # no divide: padded lanes may hold zeros
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d")

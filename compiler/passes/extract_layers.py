@@ -12,9 +12,8 @@ import numpy as np
 
 from ..errors import CompileError
 from ..ir.forms import DTYPES
-from ..ir.graph import Graph, Layer, Tensor
+from ..ir.graph import BLOCKED_MARK, Graph, Layer, Tensor
 from ..ir.relax import is_const
-from .block_layout import BLOCKED_MARK
 
 NAME = "extract_layers"
 

@@ -141,8 +141,15 @@ def test_symmetric_cores_split_evenly(small_bundle):
 @pytest.mark.parametrize("shares,message", [([1, 2, 3], "plan exec_shares has 3 entries for 2 execution threads"),
                                             ([0, 1], "plan exec_shares gives thread 0 no share")])
 def test_bundle_with_bad_shares_is_refused(tmp_path, small_model, monkeypatch, shares, message):
+    """The compiler's own check of what it writes refuses the bundle; written
+    past that check, the runtime refuses it at open."""
+    from coldbrew.compiler import InternalError
+
     monkeypatch.setattr(write_bundle, "_shares", lambda target, threads: shares if threads == 2 else [])
     path = tmp_path / "bad.brew"
+    with pytest.raises(InternalError, match=f"runtime's verifier: BundleError: .CORRUPT. {message}"):
+        compile_graph(small_model, str(path), threads=2)
+    monkeypatch.setattr(write_bundle, "verify", lambda data: None)
     compile_graph(small_model, str(path), threads=2)
     with pytest.raises(coldbrew.BundleError, match=f"CORRUPT.*{message}"):
         coldbrew.load(str(path))
