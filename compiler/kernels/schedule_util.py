@@ -121,7 +121,7 @@ def attach_epilogue(sch, out_block, loop, lanes):
 def _written(sch, block):
     """How many elements the buffer `block` writes holds."""
     n = 1
-    for d in sch.get(block).writes[0].buffer.shape:
+    for d in sch.get(block).writes[0].source.shape:
         n *= int(d)
     return n
 

@@ -30,10 +30,12 @@ def apply(mod, model_name, input_names, output_names, anchors=(), sources=()):
     """The coldbrew Graph of `mod`'s main function: a tensor per value, a
     layer per call_tir (an anchor's layer named and typed after it).
     `sources`: the model's tensor names; a layer's output named as one of
-    them (import_relax, block_layout) records it as its source."""
+    them (import_relax, block_layout; "." written "_") records it as its
+    source."""
     from tvm import relax
 
-    x = _Extractor(mod, model_name, anchors, set(sources))
+    named = {n.replace(".", "_"): n for n in sources}  # a Relax variable's name has "_" for "."
+    x = _Extractor(mod, model_name, anchors, {**named, **{n: n for n in sources}})
     main = mod["main"]
     for k, param in enumerate(main.params):
         x.env[param] = x.g.add_tensor(_tensor(param.ty, input_names[k], "input"))
@@ -52,7 +54,21 @@ def apply(mod, model_name, input_names, output_names, anchors=(), sources=()):
                 raise CompileError(f"unsupported Relax binding for '{var.name}': "
                                    f"{getattr(op, 'name', type(value).__name__)}")
     x.outputs(main.body.body, output_names)
+    _unique_sources(x.g)
     return x.g
+
+
+def _unique_sources(g):
+    """A source only where one tensor holds it: two values that took one
+    name (a rewrite's intermediate and its result) cannot say which holds
+    the model's tensor, so neither claims it."""
+    held = {}
+    for t in g.tensors:
+        if t.source:
+            held[(t.source, t.layout)] = held.get((t.source, t.layout), 0) + 1
+    for t in g.tensors:
+        if t.source and held[(t.source, t.layout)] > 1:
+            t.source, t.layout = "", ""
 
 
 MAX_SYMBOL = 120  # characters of a kernel's symbol
@@ -143,7 +159,7 @@ class _Extractor:
         name, mark, layout = t.name.rpartition(BLOCKED_MARK)
         name, layout = (name, layout) if mark and re.fullmatch(r"NCHW\d+c", layout) else (t.name, "")
         if name in self.sources:
-            t.source, t.layout = name, layout
+            t.source, t.layout = self.sources[name], layout
         return t
 
     def outputs(self, body, output_names):

@@ -484,7 +484,7 @@ def compare_cmd(model, bundle, inputs, tolerance, runner):
         raise click.ClickException(str(e)) from None
     for line in report.lines():
         click.echo(line)
-    sys.exit(1 if report.first else 0)
+    sys.exit(1 if report.first or not report.matched else 0)  # nothing compared proves nothing
 
 
 @main.command("inspect")

@@ -40,8 +40,10 @@ class Report:
                + (f", {len(self.skipped)} skipped" if self.skipped else "")]
         out += [f"  skipped  {name}: {why}" for name, why in self.skipped]
         f = self.first
+        if f is None and not self.matched:
+            return out + ["result     no layer output could be compared (none holds a tensor of the model's)"]
         if f is None:
-            return out + ["result     every layer matches"]
+            return out + ["result     every layer compared matches"]
         return out + [
             f"result     step {f['step']}, layer {f['layer']} departs: {f['why']}",
             f"  op       {f['op']}, variant {f['variant']}",
@@ -101,8 +103,11 @@ def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
 
 
 def _run(bundle, feeds, names, runner):
-    """[(step, tensor index, bytes)] of every executed step's outputs."""
+    """[(step, tensor index, bytes)] of every executed step's outputs; the
+    arena starts as NaN bytes (COLDBREW_POISON_ARENA), so a value a layer
+    leaves unwritten departs."""
     arrays = [np.ascontiguousarray(feeds[n]) for n in names]
+    os.environ["COLDBREW_POISON_ARENA"] = "1"
     if runner is None:
         import coldbrew
 

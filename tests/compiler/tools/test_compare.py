@@ -68,7 +68,7 @@ def test_host_bundle_matches_and_a_changed_layer_is_named(tmp_path):
     ok, wrong = check(tmp_path, "host")
     blocked = [t for t in read(str(tmp_path / "good.brew"))[0].tensors if t.layout]
     assert blocked, "the CPU bundle should hold blocked (NCHW{b}c) layer outputs"
-    assert "departs" in "\n".join(wrong.lines()) and "every layer matches" in "\n".join(ok.lines())
+    assert "departs" in "\n".join(wrong.lines()) and "every layer compared matches" in "\n".join(ok.lines())
 
 
 def test_vulkan_bundle_on_lavapipe(tmp_path, monkeypatch):
