@@ -188,8 +188,9 @@ def vocabularies(model):
 
 def inputs(model, spec, seed=0):
     """{input: array} for every input of the ONNX `model` (its initializers
-    excluded): `spec` is {input: {"shape", "fill", "bind", "range"}} (the
-    corpus manifest's; a float input's range draws it uniformly); otherwise
+    excluded): `spec` is {input: {"shape", "fill", "bind", "range", "draw"}}
+    (the corpus manifest's; a float input's range draws it uniformly, "draw":
+    "strokes" a text line's dark strokes on a light page); otherwise
     floats standard normal, a mask (a name
     holding "mask") a valid prefix of three quarters then padding, ids drawn
     from the model's vocabulary (never all zeros), any other integer input
@@ -216,6 +217,8 @@ def _draw(name, shape, dtype, want, vocab, rng):
     if "fill" in want:
         return np.full(shape, want["fill"], dtype)
     if np.issubdtype(dtype, np.floating):
+        if want.get("draw") == "strokes":  # a text line: dark strokes on a light page (a recognizer reads noise as blank)
+            return _strokes(shape, rng).astype(dtype)
         if "range" in want:  # an image of values in [low, high), say
             return rng.uniform(*want["range"], size=shape).astype(dtype)
         return rng.standard_normal(shape).astype(dtype)
@@ -230,6 +233,16 @@ def _draw(name, shape, dtype, want, vocab, rng):
     x = rng.integers(low, high, size=shape).astype(dtype)
     if x.size and not x.any():
         x.flat[0] = high - 1
+    return x
+
+
+def _strokes(shape, rng):
+    """1.0 with dark (0.0) rectangles the size of pen strokes over the last two axes."""
+    x = np.ones(shape, np.float32)
+    h, w = shape[-2], shape[-1]
+    for _ in range(max(1, w // 6)):
+        y0, x0 = rng.integers(h // 8, h - h // 8), rng.integers(0, w - 2)
+        x[..., y0:y0 + rng.integers(2, max(3, h // 3)), x0:x0 + rng.integers(2, max(3, h // 4))] = 0.0
     return x
 
 

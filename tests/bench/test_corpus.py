@@ -26,7 +26,7 @@ def test_the_manifest_covers_many_packages_and_pins_everything():
     for e in entries:
         assert len(e["sha256"]) == 64 and len(e["dist_sha256"]) == 64 and e["version"] and e["member"].endswith(".onnx")
         for name, spec in e["inputs"].items():
-            assert set(spec) <= {"shape", "fill", "bind", "range"}, (e["name"], name)
+            assert set(spec) <= {"shape", "fill", "bind", "range", "draw"}, (e["name"], name)
     kinds = {c for e in entries for c in e["categories"]}
     for needed in ("ocr-det", "ocr-rec", "vad", "kws", "text-transformer", "detector-nms-free", "face-landmarks",
                    "segmentation", "old-toolchain", "qdq", "rnn", "control-flow"):

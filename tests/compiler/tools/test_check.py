@@ -145,3 +145,14 @@ def test_assert_close_uses_the_check():
         assert_close(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))
     with pytest.raises(AssertionError, match="1 outputs where the reference has 2"):
         assert_close(REF[:1], REF)
+
+
+def test_a_text_line_is_dark_strokes_on_a_light_page():
+    """"draw": "strokes" (a recognizer that reads noise as blank): values 0
+    and 1, mostly light, different per seed."""
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 64, 256])])
+    m = helper.make_model(g)
+    a, b = (check.inputs(m, {"x": {"draw": "strokes"}}, seed)["x"] for seed in (0, 1))
+    assert set(np.unique(a)) == {0.0, 1.0} and 0.5 < a.mean() < 1.0 and not np.array_equal(a, b)
