@@ -113,3 +113,18 @@ def test_inputs_follow_the_manifest():
     x = corpus.feeds(e, helper.make_model(g))
     assert x["x"].shape == (1, 4) and x["x"].dtype == np.float32 and x["x"].std() > 0
     assert x["sr"] == 16000 and x["sr"].dtype == np.int64 and x["w"].tolist() == [320]
+
+
+def test_each_target_family_runs_where_this_machine_can_run_it():
+    """aarch64 presets under qemu emulating their CPU (a Cortex-A53 for the
+    generic ARMv8.0 target), x86-64 and vulkan in this process; CI's subset
+    per family from the manifest."""
+    assert corpus.Runner("aarch64").cpu() == "cortex-a53" and corpus.Runner("sd855").cpu() == "cortex-a76"
+    assert corpus.Runner("aarch64").emulated and not corpus.Runner("x86_64-avx2").emulated
+    assert not corpus.Runner("vulkan").emulated
+    assert [corpus.family(t) for t in ("host", "x86_64-avx2", "sd855", "vulkan")] == ["host", "host", "aarch64",
+                                                                                     "vulkan"]
+    for fam, target in (("aarch64", "sd855"), ("vulkan", "vulkan")):
+        chosen = corpus.selected(None, True, target)
+        assert 5 <= len(chosen) <= 10 and all(fam in e["ci_targets"] for e in chosen)
+    assert all(e.get("ci") for e in corpus.selected(None, True, "host"))
