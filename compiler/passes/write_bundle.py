@@ -275,13 +275,9 @@ def verify(data):
     """The runtime's own structural checks of the bytes written (a GPU
     bundle's shaders and dispatches too): a bundle the runtime would refuse
     is a coldbrew bug, never shipped."""
-    import ctypes
+    from coldbrew.runtime import BundleError, check_bundle
 
-    from coldbrew.runtime import BundleError, _check, _lib
-
-    check = _lib.cb_bundle_check_memory  # coldbrew_testing.h
-    check.restype, check.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]
     try:
-        _check(check(data, len(data)))
+        check_bundle(data)
     except BundleError as e:
         raise InternalError("the bundle written, by the runtime's verifier", e) from e

@@ -200,6 +200,12 @@ cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* opti
 cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_open_options* options,
                                      cb_bundle** out_bundle);
 void cb_bundle_release(cb_bundle* bundle);
+/* The checks an open makes of a bundle's structure (preamble, header,
+ * tensors, plan, a GPU bundle's shaders and dispatches), without those of
+ * the running machine (target, code, GPU): for tools that write or ship
+ * bundles for other machines (the compiler runs it on every bundle it
+ * writes). */
+cb_status cb_bundle_check_memory(const void* data, size_t size);
 /* Check every weight tensor now rather than when a run first reads it (for
  * tools, or apps that prefer to pay the whole read at open). CB_ERR_CORRUPT
  * names the first tensor that fails. */

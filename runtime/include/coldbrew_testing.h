@@ -42,12 +42,6 @@ void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
  * [outer][n][inner] (the transform cb.widen_i8). */
 void cb_widen_i8(const int8_t* in, const float* scale, float* out, uint64_t outer, uint64_t n, uint64_t inner);
 
-/* The checks an open makes of a bundle's structure (preamble, header,
- * tensors, plan, a GPU bundle's shaders and dispatches), without those of
- * the running machine (target, code, GPU): the compiler runs them on every
- * bundle it writes. */
-cb_status cb_bundle_check_memory(const void* data, size_t size);
-
 /* Threads the current run's parallel loops use (a continuous-mode run
  * switches to the warm plan's count). */
 int cb_backend_active_threads(void);

@@ -7,6 +7,6 @@
 Importing coldbrew (or coldbrew.runtime) loads only the small C runtime; the
 compiler (coldbrew.compiler, which uses TVM) is imported on demand.
 """
-from .runtime import BundleError, InferenceSession, load
+from .runtime import BundleError, InferenceSession, check_bundle, load
 
-__all__ = ["load", "InferenceSession", "BundleError"]
+__all__ = ["load", "InferenceSession", "BundleError", "check_bundle"]

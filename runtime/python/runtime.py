@@ -69,6 +69,7 @@ def _load_library():
         "cb_bundle_open_file_with": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_release": ([vp], None),
+        "cb_bundle_check_memory": ([ctypes.c_char_p, sz], ctypes.c_int),
         "cb_bundle_verify_weights": ([vp], ctypes.c_int),
         "cb_bundle_input_count": ([vp], sz),
         "cb_bundle_output_count": ([vp], sz),
@@ -99,6 +100,13 @@ _lib = _load_library()
 def _check(status):
     if status != 0:
         raise BundleError(status, _lib.cb_last_error().decode("utf-8", "replace"))
+
+
+def check_bundle(data):
+    """The runtime's checks of a bundle's structure (bytes), without those of
+    this machine (its CPU, code, GPU): BundleError where an open would
+    refuse it on any machine."""
+    _check(_lib.cb_bundle_check_memory(bytes(data), len(data)))
 
 
 def read_public_key(value):

@@ -535,3 +535,15 @@ def test_inspect_names_the_signer(signed):
     r = runner.invoke(main, ["compile", str(signed / "small.onnx"), "-o", str(signed / "x.brew"), "--no-tune",
                              "--sign", str(signed / "missing")])
     assert r.exit_code != 0 and "coldbrew keygen" in r.output
+
+
+def test_a_bundles_structure_is_checked_without_opening_it(small_bundle, small_model):
+    """coldbrew.check_bundle: the open's structural checks, none of this
+    machine's; a bundle for another CPU passes, altered bytes do not."""
+    from coldbrew.compiler import compile_model
+
+    coldbrew.check_bundle(compile_model(small_model, target="aarch64"))
+    data = open(small_bundle, "rb").read()
+    coldbrew.check_bundle(data)
+    with pytest.raises(coldbrew.BundleError, match="CORRUPT|BAD_MAGIC"):
+        coldbrew.check_bundle(data[:200])
