@@ -107,7 +107,19 @@ def _run(bundle, feeds, names, runner):
     arena starts as NaN bytes (COLDBREW_POISON_ARENA), so a value a layer
     leaves unwritten departs."""
     arrays = [np.ascontiguousarray(feeds[n]) for n in names]
+    before = os.environ.get("COLDBREW_POISON_ARENA")
     os.environ["COLDBREW_POISON_ARENA"] = "1"
+    try:
+        return _observed(bundle, names, arrays, runner)
+    finally:  # the caller's later sessions are not poisoned
+        if before is None:
+            del os.environ["COLDBREW_POISON_ARENA"]
+        else:
+            os.environ["COLDBREW_POISON_ARENA"] = before
+
+
+def _observed(bundle, names, arrays, runner):
+    """_run's outputs, the environment set."""
     if runner is None:
         import coldbrew
 
