@@ -1,3 +1,2 @@
-"""What the passes share: the coldbrew Graph, weight forms and precisions, ONNX operator facts,
-anchor names, Relax helpers, narrow weights' numbers, recurrent cells and loops unrolled, single
-operators decomposed."""
+"""What the passes share past the ONNX front: the coldbrew Graph, weight forms and precisions,
+anchor names, Relax helpers, narrow weights' numbers, branches decided at run time."""

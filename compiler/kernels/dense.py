@@ -11,8 +11,8 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, register
-from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, padding_efficiency,
-                            ranked, register_blocks)
+from .generic import blocks_in_order, generic_block
+from .schedule import attach_epilogue, block_name, intensity, padding_efficiency, ranked, register_blocks
 
 
 class PackedGemm(Variant):

@@ -31,7 +31,7 @@ import numpy as np
 from ..ir.anchors import forced
 from ..ir.graph import BLOCKED_MARK
 from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, per_channel, shape_of
-from ..kernels.schedule_util import round_up
+from ..kernels.schedule import round_up
 
 NAME = "block_layout"
 

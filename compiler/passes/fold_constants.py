@@ -9,7 +9,7 @@ changes. Constant nodes become initializers; dead nodes are removed.
 
 A `Loop` whose trip count is known once its inputs are folded (a constant M
 and a condition computed from constants and the iteration number) is
-unrolled, one copy of its body per iteration (ir/loops.py).
+unrolled, one copy of its body per iteration (onnx/loops.py).
 
 An `If` whose condition folds to a constant is replaced by the branch it
 takes (its nodes inlined, its outputs renamed to the If's): a model's mode
@@ -30,9 +30,9 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import CompileError
-from ..ir.loops import trip_count, unroll
-from ..ir.recurrent import contrib_output_types
-from ..ir.ops import branches, inline_branch, opset_of, outer_names
+from ..onnx.loops import trip_count, unroll
+from ..onnx.recurrent import contrib_output_types
+from ..onnx.ops import branches, inline_branch, opset_of, outer_names
 
 NAME = "fold_constants"
 _NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}

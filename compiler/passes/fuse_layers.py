@@ -197,8 +197,8 @@ def apply(mod, cpu=True):
     import tvm
     from tvm import relax
 
-    from ..kernels.lower_resize import legalize_resize2d
-    from ..kernels.lower_sequential import legalize_cumsum, legalize_topk
+    from .lower_resize import legalize_resize2d
+    from .lower_sequential import legalize_cumsum, legalize_topk
 
     fast = {"relax.sigmoid": _legalize_sigmoid, "relax.nn.softmax": _polynomial("softmax"),
             "relax.nn.log_softmax": _legalize_log_softmax,

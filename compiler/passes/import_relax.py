@@ -9,10 +9,11 @@ import gc
 import onnx
 
 from ..errors import CompileError, quiet
-from ..ir import branches, recurrent
+from ..ir import branches
+from ..onnx import recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder
-from ..ir.ops import graph_inputs
+from ..onnx.ops import graph_inputs
 from ..ir.relax import is_const, shape_of
 
 NAME = "import_relax"
@@ -105,7 +106,7 @@ def _named(bb, value, node):
 
 
 class _Cell:
-    """The importer's converter of a recurrent cell's node (ir/recurrent.py):
+    """The importer's converter of a recurrent cell's node (onnx/recurrent.py):
     a call of the cell's placeholder kernel (compiler/kernels/recurrent.py),
     marked opaque, on (xw, R with its bias column, h0, c0, [R's scales]),
     giving (Y, Y_h, Y_c, [h_q: h quantized, its scale and zero point])."""

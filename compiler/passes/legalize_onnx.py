@@ -11,21 +11,21 @@ shape-deciding input, an If's condition among them, is constant
   switch on a value); other Ifs stay, and check_static names them.
 - Clip with a bound computed at run time (legal ONNX; the importer takes
   constant bounds only): Max by the lower bound, then Min by the upper.
-- Scan (opset 9 on): unrolled over its scan inputs' length (ir/loops.py).
+- Scan (opset 9 on): unrolled over its scan inputs' length (onnx/loops.py).
 - LSTM, GRU, RNN and onnxruntime's quantized LSTM: on CPU targets, the
   input projection (one product)
   and a cell node of coldbrew's own that import_relax makes a cell layer
   (compiler/kernels/recurrent.py); otherwise, and for the forms the cell
   kernel lacks, unrolled over their sequence, fixed at compile time, into
-  MatMuls, gates and state updates (ir/recurrent.py).
+  MatMuls, gates and state updates (onnx/recurrent.py).
 - Single operators the importer lacks or takes in one form only (LRN,
   IsInf, RMSNormalization, OneHot, TopK, Upsample, ReverseSequence,
   ConvInteger, Celu, Swish, LpNormalization, EyeLike, LayerNormalization's
   statistics, float Mod, extrema of bools, ConvTranspose's output_shape,
   Resize's other modes; float16 products accumulated in float32; Pow of
-  mixed types or integers): ir/decompose.py.
+  mixed types or integers): onnx/decompose.py.
 - ConvTranspose (2-D, constant weights): one Conv of every output phase's
-  sub-kernel and a pixel shuffle (ir/subpixel.py, run among the
+  sub-kernel and a pixel shuffle (onnx/subpixel.py, run among the
   decompositions), so it gets the convolution variants and multiplies no
   inserted zero.
 - Empty optional inputs given as empty tensors (a Resize's unused `roi` or
@@ -35,12 +35,12 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import CompileError
-from ..ir.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
-from ..ir import decompose
+from ..onnx.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
+from ..onnx import decompose
 from ..ir.branches import SELECT
-from ..ir.loops import unroll_scan
-from ..ir import recurrent
-from ..ir.recurrent import GATES
+from ..onnx.loops import unroll_scan
+from ..onnx import recurrent
+from ..onnx.recurrent import GATES
 
 NAME = "legalize_onnx"
 
@@ -134,7 +134,7 @@ def _unroll_scans(model):
 
 def _recurrent(model, cells):
     """Every recurrent cell, in graph order, made a cell layer's node
-    (`cells`, where the kernel covers it: ir/recurrent.py as_cell) or
+    (`cells`, where the kernel covers it: onnx/recurrent.py as_cell) or
     unrolled; shapes inferred again after a cell whose type ONNX's
     inference does not know (an onnxruntime contrib cell) hid the shapes
     of the ones after it."""

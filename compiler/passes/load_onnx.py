@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CompileError
-from ..ir.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs, opset_of
+from ..onnx.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs, opset_of
 
 NAME = "load_onnx"
 

@@ -60,7 +60,7 @@ import numpy as np
 from ..errors import CompileError
 from ..ir.graph import Tensor
 from ..ir.forms import PRECISIONS
-from ..ir.narrow import choice as _choice
+from ..ir.narrow import choice
 from ..ir.narrow import fits_fp16, model_scale, narrow_weights, weight_error
 
 NAME = "plan_weights"
@@ -75,7 +75,7 @@ def apply(graph, form="cached", queues=0, precision="fp32", qdq_scales=()):
     precisions = precision if isinstance(precision, dict) else {"*": precision}
     queues = queues if isinstance(queues, dict) else {"*": queues}
     for layer in graph.layers:
-        q = _choice(queues, layer.name, 0)
+        q = choice(queues, layer.name, 0)
         if not isinstance(q, int) or not 0 <= q <= MAX_QUEUES:
             raise ValueError(f"preparation queue must be an integer 0..{MAX_QUEUES}, not {q!r}")
         layer.prep_queue = q
@@ -84,10 +84,10 @@ def apply(graph, form="cached", queues=0, precision="fp32", qdq_scales=()):
         for idx in weights:
             t = graph.tensors[idx]
             a = t.anchor
-            want = _choice(forms, a.id, "cached")
+            want = choice(forms, a.id, "cached")
             if want not in FORMS:
                 raise ValueError(f"weight form must be one of {', '.join(FORMS)}, not {want!r}")
-            p = _choice(precisions, a.id, "fp32")
+            p = choice(precisions, a.id, "fp32")
             if p not in PRECISIONS:
                 raise ValueError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {p!r}")
             if a.direct:  # stored narrow by select_variants (which measured their error); the kernel reads them
@@ -111,7 +111,7 @@ def apply(graph, form="cached", queues=0, precision="fp32", qdq_scales=()):
             layer.transform, layer.transform_args = sym, [raw, idx]
     for name, ids in generic_narrowable(graph).items():
         layer = next(x for x in graph.layers if x.name == name)
-        if _choice(precisions, name, "fp32") == "fp16":
+        if choice(precisions, name, "fp32") == "fp16":
             _narrow_generic(graph, layer, ids)
         elif qdq_scales:
             _narrow_generic_qdq(graph, layer, ids, qdq_scales)
@@ -240,7 +240,7 @@ def scheduled_transform(variant, func):
     from tvm import s_tir
 
     from ..kernels.build import WIDEN
-    from ..kernels.schedule_util import generic
+    from ..kernels.generic import generic
 
     sch = s_tir.Schedule(func)
     try:

@@ -9,7 +9,7 @@ reported in the graph's notes.
 """
 from ..ir.anchors import ANCHOR_RE
 from ..kernels import ANCHOR
-from ..kernels.schedule_util import generic
+from ..kernels.generic import generic
 
 NAME = "schedule_kernels"
 

@@ -440,7 +440,7 @@ def variants_cmd():
 @main.command("ops")
 def ops_cmd():
     """List the ONNX operators coldbrew compiles, and those it refuses on principle."""
-    from coldbrew.compiler.ir.ops import DATA_DEPENDENT_SHAPES, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
+    from coldbrew.compiler.onnx.ops import DATA_DEPENDENT_SHAPES, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
 
     names = sorted(SUPPORTED_OPS)
     click.echo(f"{len(names)} ONNX operators (default domain, opsets {MIN_OPSET}-{MAX_OPSET}):")

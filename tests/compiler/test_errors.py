@@ -68,7 +68,7 @@ def test_an_unexpected_failure_around_the_pipeline_is_wrapped_too(small_model, m
 def test_operators_with_data_dependent_shapes_are_refused_with_the_reason(op):
     from onnx import helper
 
-    from coldbrew.compiler.ir.ops import check_supported
+    from coldbrew.compiler.onnx.ops import check_supported
 
     g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n1"), helper.make_node("Relu", ["x"], ["r"])],
                           "g", [helper.make_tensor_value_info("x", 1, [3])], [])

@@ -1,5 +1,5 @@
 """ONNX's own backend node test cases (shipped inside the onnx package), for
-every operator coldbrew claims to support (compiler/ir/ops.py SUPPORTED_OPS).
+every operator coldbrew claims to support (compiler/onnx/ops.py SUPPORTED_OPS).
 
 A case runs when all its ops are supported, its opset is in range and its
 tensors use dtypes coldbrew has. Inputs that decide shapes or modes (the
@@ -18,7 +18,7 @@ import pytest
 import coldbrew
 from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.ir.forms import DTYPES
-from coldbrew.compiler.ir.ops import MAX_OPSET, MIN_OPSET, STATIC_INPUTS, SUPPORTED_OPS
+from coldbrew.compiler.onnx.ops import MAX_OPSET, MIN_OPSET, STATIC_INPUTS, SUPPORTED_OPS
 
 # Modes refused by ops.check_static, with the words its message uses.
 REFUSED = ("training_mode", "optional outputs", "output_shape attribute", "zero-size tensors",

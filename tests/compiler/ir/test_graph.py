@@ -1,13 +1,11 @@
-"""compiler/ir/graph.py, ops.py and anchors.py: the coldbrew Graph (aliases,
-kernel signatures, its dump), ONNX graph facts, anchor names and forced
+"""compiler/ir/graph.py and anchors.py: the coldbrew Graph (aliases,
+kernel signatures, its dump), anchor names and forced
 choices."""
 import pytest
-from onnx import TensorProto, helper
 
 from coldbrew.compiler import CompileError
 from coldbrew.compiler.ir.anchors import ANCHOR_RE, GPU_ANCHOR_RE, forced
 from coldbrew.compiler.ir.graph import Graph, Layer, Tensor, resolve, signatures
-from coldbrew.compiler.ir.ops import check_static, graph_inputs
 
 
 def test_resolve_follows_aliases_to_the_root_adding_offsets():
@@ -42,25 +40,6 @@ def test_the_dump_names_every_input_layer_alias_and_output():
     for part in ("graph m: 2 tensors, 1 layers", "input  %0 x float32[1, 4]", "c0: conv2d [conv2d.blocked, raw] (%0, %1)",
                  "alias  %1 = bytes 0.. of %0", "output %1 y float32[1, 4]"):
         assert part in text
-
-
-def test_graph_inputs_leave_out_initializers():
-    w = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
-                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w])
-    assert [i.name for i in graph_inputs(helper.make_model(graph))] == ["x"]
-
-
-def test_check_static_names_the_model_input_a_shape_depends_on():
-    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-                               helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
-    with pytest.raises(CompileError, match=r"Reshape node 'r': input 1 \('s'\) must be a compile-time constant .* "
-                                           r"model input\(s\) s; bind them with --bind"):
-        check_static(helper.make_model(graph))
 
 
 def test_anchor_names_are_found_after_fusion():

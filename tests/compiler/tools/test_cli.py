@@ -47,7 +47,7 @@ def test_bad_input_gets_one_clear_line(model_file, tmp_path, args, message):
 
 
 def test_ops_lists_every_supported_operator_and_the_refused_ones():
-    from coldbrew.compiler.ir.ops import DATA_DEPENDENT_SHAPES, SUPPORTED_OPS
+    from coldbrew.compiler.onnx.ops import DATA_DEPENDENT_SHAPES, SUPPORTED_OPS
 
     r = CliRunner().invoke(main, ["ops"])
     assert r.exit_code == 0, r.output

@@ -1,54 +1,9 @@
-"""Schedule helpers shared by the variants: the register-block model,
-epilogue attachment, generic schedules for layers without an anchor. Vector
-widths are always passed in (`lanes`, from the target's vector unit)."""
+"""The generic schedule: every layer without a variant, and the variants'
+non-anchor blocks (pooling, elementwise, reductions, data movement, weight
+transforms). Vector widths are always passed in (`lanes`)."""
 import numpy as np
 import tvm
 from tvm import s_tir, tirx
-
-
-def round_up(n, m):
-    return (n + m - 1) // m * m
-
-
-def register_blocks(isa, rows, max_vectors):
-    """Register blocks (r, v) of an outer-product tile: r broadcast values
-    times v vectors of the other operand, accumulated in r * v registers.
-    One step of the reduction also holds the v vectors it loaded and one
-    broadcast, and the compiler wants one register spare, so a block fits
-    when r * v + v + 2 <= the register file (16 on AVX2, 32 on AVX-512 and
-    NEON)."""
-    return [(r, v) for v in range(1, max_vectors + 1) for r in rows if r * v + v + 2 <= isa.registers]
-
-
-def intensity(r, v):
-    """FMAs per operand loaded in one reduction step of an r x v block."""
-    return r * v / (r + v)
-
-
-def l1_fit(isa, nbytes):
-    """Score factor of a block whose reused operand takes `nbytes`: full
-    while it stays in (three quarters of) L1, less once every reuse streams
-    it from L2. Winograd and the GEMMs rank their blocks with it."""
-    return 1.0 if nbytes <= isa.l1d_kb * 1024 * 3 // 4 else 0.7
-
-
-def padding_efficiency(*pairs):
-    """Useful fraction of padded extents: pairs of (extent, tile)."""
-    eff = 1.0
-    for extent, tile in pairs:
-        eff *= extent / round_up(extent, tile)
-    return eff
-
-
-def ranked(options, limit=5):
-    """Distinct parameter dicts from (score, params) pairs, best first (ties
-    keep their order)."""
-    out = []
-    for _, p in sorted(options, key=lambda o: -o[0]):
-        if p not in out:
-            out.append(p)
-    return out[:limit]
-
 
 def blocks_in_order(sch):
     root = sch.get_sblock("root") if _has_root(sch) else None
@@ -61,87 +16,6 @@ def _has_root(sch):
         return True
     except Exception:
         return False
-
-
-def pad_stage(sch):
-    """The layer's zero-padding stage ("cb_pad"), or None when it has none."""
-    try:
-        return sch.get_sblock("cb_pad")
-    except (s_tir.ScheduleError, ValueError):
-        return None
-
-
-def pad_pass(sch, lanes):
-    """The padding stage, if the layer has one, as its own parallel pass."""
-    pad = pad_stage(sch)
-    if pad is not None:
-        generic_block(sch, pad, lanes)
-
-
-def block_name(sch, block):
-    return sch.get(block).name_hint
-
-
-def attach_epilogue(sch, out_block, loop, lanes):
-    """Fuse what follows `out_block` (bias, activation, residual add ... as
-    FuseOps put them in the same function) into the tile loop `loop`.
-
-    Intermediate epilogue blocks are inlined into the last one, which is
-    computed per tile right after the tile is produced; the tile itself then
-    lives in local memory. Without an epilogue, a local cache of the tile is
-    written back per tile instead; so too where the epilogue writes more
-    than the anchor makes (a zero-padding for the next layer: computed per
-    tile it would write only the tiles, never the border), and the epilogue
-    is then a pass of its own over its whole output."""
-    order = [b for b in blocks_in_order(sch)]
-    names = [block_name(sch, b) for b in order]
-    idx = names.index(block_name(sch, out_block))
-    _inline_epilogue_inputs(sch, out_block, order[:idx])
-    epilogue = order[idx + 1:]
-    for b in epilogue[:-1]:
-        try:
-            sch.compute_inline(b)
-        except s_tir.ScheduleError:
-            sch.reverse_compute_at(b, loop)
-    if epilogue and _written(sch, epilogue[-1]) > _written(sch, out_block):
-        generic_block(sch, epilogue[-1], lanes)
-        epilogue = []
-    if epilogue:
-        last = epilogue[-1]
-        sch.reverse_compute_at(last, loop)
-        sch.set_scope(out_block, 0, "local")
-    else:
-        last = sch.cache_write(out_block, 0, "local")
-        # the write-back block is the consumer now; move it under the tile
-        sch.reverse_compute_at(last, loop)
-    vectorize_inner(sch, last, lanes)
-    return last
-
-
-def _written(sch, block):
-    """How many elements the buffer `block` writes holds."""
-    n = 1
-    for d in sch.get(block).writes[0].source.shape:
-        n *= int(d)
-    return n
-
-
-def _inline_epilogue_inputs(sch, out_block, before):
-    """Inline the blocks ahead of the anchor that only the epilogue reads (an
-    integer product's zero point cast to float, say): computed at the root,
-    they would keep the epilogue from moving under the tile loop."""
-    feeds, todo = set(), [out_block]
-    while todo:
-        for p in sch.get_producers(todo.pop()):
-            if block_name(sch, p) not in feeds:
-                feeds.add(block_name(sch, p))
-                todo.append(p)
-    for b in before:
-        if block_name(sch, b) not in feeds:
-            try:
-                sch.compute_inline(b)
-            except s_tir.ScheduleError:
-                pass
 
 
 def vectorize_inner(sch, block, lanes):

@@ -1,4 +1,4 @@
-"""compiler/kernels/schedule_util.py's generic schedule for layers without a
+"""compiler/kernels/generic.py's generic schedule for layers without a
 variant: a MatMul of two activations is register-blocked (a local tile,
 vectors along its output's contiguous axis), a reduction over the
 contiguous last axis is vectorized per lane (rfactor), a reduction read
@@ -11,7 +11,7 @@ import tvm
 from tvm import s_tir, te, topi
 
 from coldbrew.compiler.kernels import build as kb
-from coldbrew.compiler.kernels.schedule_util import MIN_PARALLEL_WORK, generic
+from coldbrew.compiler.kernels.generic import MIN_PARALLEL_WORK, generic
 from coldbrew.targets import resolve
 
 TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])

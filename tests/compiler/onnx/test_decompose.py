@@ -1,4 +1,4 @@
-"""compiler/ir/decompose.py: each single-operator rewrite computes what
+"""compiler/onnx/decompose.py: each single-operator rewrite computes what
 onnxruntime computes for the operator it replaces (and the operator is
 gone); float16 products accumulate in float32; ConvInteger is exact."""
 import numpy as np
@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import compile_model
-from coldbrew.compiler.ir import decompose
+from coldbrew.compiler.onnx import decompose
 from coldbrew.compiler.passes import legalize_onnx
 
 F = TensorProto.FLOAT

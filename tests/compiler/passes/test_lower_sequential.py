@@ -1,4 +1,4 @@
-"""compiler/kernels/lower_sequential.py: coldbrew's own TopK and CumSum
+"""compiler/passes/lower_sequential.py: coldbrew's own TopK and CumSum
 kernels (TVM's lowerings call functions the runtime lacks) agree with their
 numpy references and with onnxruntime: ties resolved by the lower index,
 largest and smallest, an inner axis, k equal to the axis length; running
@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import compile_model
-from coldbrew.compiler.kernels.lower_sequential import topk_reference
+from coldbrew.compiler.passes.lower_sequential import topk_reference
 
 
 def topk_model(shape, k, axis, largest):

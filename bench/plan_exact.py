@@ -1,6 +1,6 @@
 """The optimal cold plan of a small model, by mixed-integer programming: the
 yardstick for the scheduler (compiler/plan/scheduler.py). Needs scipy (HiGHS), an
-extra of the tests and benchmarks, not of the compiler.
+extra of the tests and benchmarks, so it lives beside them, not in the compiler.
 
 It solves the simulator's model (compiler/plan/simulate.py) for one execution
 configuration with dedicated preparation cores (`threads` execution
@@ -22,7 +22,7 @@ preparation times and E the execution time:
 """
 import numpy as np
 
-from .scheduler import layer_pairs
+from coldbrew.compiler.plan.scheduler import layer_pairs
 
 
 def optimal_makespan(table, threads, time_limit=None):

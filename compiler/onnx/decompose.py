@@ -54,7 +54,7 @@ ops.check_static to name):
   over a column (width and kernel width 1): the same along the width
   (Reshapes of the same bytes).
 - ConvTranspose with output_shape: the pads that give that shape; then
-  (2-D, constant weights) a Conv and a pixel shuffle (ir/subpixel.py).
+  (2-D, constant weights) a Conv and a pixel shuffle (onnx/subpixel.py).
 - Resize in the modes the TIR lowering does not implement (scales that do
   not give whole output sizes, an axes attribute, a kept aspect ratio,
   antialiasing, half_pixel_symmetric): per resized axis a constant matrix,

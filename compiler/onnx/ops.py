@@ -22,10 +22,10 @@ Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
 BitwiseNot LpPool EyeLike LpNormalization Swish HannWindow HammingWindow
 BlackmanWindow MelWeightMatrix com.microsoft.DynamicQuantizeLSTM
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
-# LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, ir/recurrent.py);
-# Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, ir/loops.py);
-# Scan: unrolled over its scan inputs (ir/loops.py); others rewritten in ir/decompose.py or lowered by
-# coldbrew's own kernels (kernels/lower_resize.py, kernels/lower_sequential.py); the window functions
+# LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
+# Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, onnx/loops.py);
+# Scan: unrolled over its scan inputs (onnx/loops.py); others rewritten in onnx/decompose.py or lowered by
+# coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py); the window functions
 # and MelWeightMatrix: constants, folded (their inputs must be)
 
 # Operators whose output's shape depends on the input values (not only on
@@ -68,7 +68,7 @@ def check_supported(model):
 
     unsupported = {}
     for i, node in enumerate(model.graph.node):
-        if node.domain == "ai.coldbrew":  # coldbrew's own (a recurrent cell's layer: ir/recurrent.py)
+        if node.domain == "ai.coldbrew":  # coldbrew's own (a recurrent cell's layer: onnx/recurrent.py)
             continue
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         if key not in SUPPORTED_OPS:
@@ -172,7 +172,7 @@ def types_and_shapes(model):
 
 def resize_needs_fallback(node, consts, shapes):
     """Whether a Resize uses a mode the TIR lowering does not implement
-    (ir/decompose.py computes those with constant matrices)."""
+    (onnx/decompose.py computes those with constant matrices)."""
     return bool(_resize_problems(node, "", consts, shapes))
 
 

@@ -1,4 +1,4 @@
-"""compiler/kernels/lower_resize.py: nearest Resize lowered with exact integer
+"""compiler/passes/lower_resize.py: nearest Resize lowered with exact integer
 source indices (ONNX's rules for every coordinate mode and rounding), equal
 to ONNX's reference where TVM's float lowering rounded ties wrongly."""
 import numpy as np

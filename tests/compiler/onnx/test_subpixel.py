@@ -1,4 +1,4 @@
-"""compiler/ir/subpixel.py: a 2-D ConvTranspose becomes one Conv of its
+"""compiler/onnx/subpixel.py: a 2-D ConvTranspose becomes one Conv of its
 output phases' sub-kernels and a pixel shuffle (the convolution variants
 compute it), computing what onnxruntime computes for strides, kernels that
 are and are not multiples of the stride, pads, output_padding, groups, no
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import coldbrew
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.bundle.reader import read_bytes
-from coldbrew.compiler.ir import subpixel
+from coldbrew.compiler.onnx import subpixel
 from coldbrew.compiler.pipeline import front_end
 
 

@@ -1,4 +1,4 @@
-"""compiler/ir/loops.py: a Loop whose trip count is known at compile time is
+"""compiler/onnx/loops.py: a Loop whose trip count is known at compile time is
 unrolled and computes what onnxruntime computes (carried values and scan
 outputs, a condition that stops it before M); one whose condition depends
 on the data, or that runs too long, is refused by name."""
@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import CompileError, compile_model
-from coldbrew.compiler.ir import loops
+from coldbrew.compiler.onnx import loops
 
 F = TensorProto.FLOAT
 

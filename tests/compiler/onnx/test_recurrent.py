@@ -1,4 +1,4 @@
-"""compiler/ir/recurrent.py: LSTM, GRU and onnxruntime's quantized LSTM,
+"""compiler/onnx/recurrent.py: LSTM, GRU and onnxruntime's quantized LSTM,
 unrolled into plain ONNX nodes (GPU targets) or as a cell layer (CPU),
 compute what onnxruntime computes for the cell (both directions, initial
 states, both GRU reset orders), and what unrolling does not cover is named."""
