@@ -21,7 +21,7 @@ from harness.common import host_isa
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fetch  # noqa: E402  (bench/corpus/fetch.py)
-from corpus import error, feeds, reference  # noqa: E402
+from corpus import compared, feeds, reference, shaped_model  # noqa: E402
 
 CELLS = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
 
@@ -40,23 +40,24 @@ def with_cells(entries):
 def one(entry, path, rounds, threads):
     import coldbrew
     from coldbrew.compiler import compile_model
+    from coldbrew.compiler.options import Options
     from coldbrew.compiler.pipeline import compile_graph, front_end
 
     shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
     sess = reference(path, shapes)
-    x = feeds(entry, sess.get_inputs())
+    x = feeds(entry, shaped_model(path, shapes))
     binds = {k: x[k] for k, v in entry["inputs"].items() if "bind" in v}
     feed = {k: v for k, v in x.items() if k not in binds}
     t = time.perf_counter()
     cell = compile_model(path, input_shapes=shapes, constants=binds, threads=threads)
     cell_s = time.perf_counter() - t
     t = time.perf_counter()
-    unrolled, _ = compile_graph(path, input_shapes=shapes, constants=binds, threads=threads,
-                                front=front_end(path, shapes, binds, cells=False))
+    front = front_end(path, Options(input_shapes=shapes, constants=binds), cells=False)
+    unrolled, _ = compile_graph(path, front=front, threads=threads)
     unrolled_s = time.perf_counter() - t
     ref = sess.run(None, x)
     runs = {"cell layers": coldbrew.load(cell, threads=threads), "unrolled": coldbrew.load(unrolled, threads=threads)}
-    errors = {k: error(ref, s.run(None, feed)) for k, s in runs.items()}
+    errors = {k: compared(entry, ref, s.run(None, feed)).error for k, s in runs.items()}
     fns = {**{k: (lambda s=s: s.run(None, feed)) for k, s in runs.items()}, "onnxruntime": lambda: sess.run(None, x)}
     times = {k: [] for k in fns}
     for _ in range(rounds):

@@ -92,6 +92,7 @@ def main():
     args = ap.parse_args()
     from coldbrew.compiler import compile_model
     from coldbrew.compiler.measure.profile import profile
+    from coldbrew.compiler.pipeline import front_end
     from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
     tables, kinds, predicted, prof_s = {}, [], {}, {}
@@ -103,7 +104,7 @@ def main():
                 f.write(model.SerializeToString())
             compile_model(model, brew, threads=args.threads)
             t = time.perf_counter()
-            tables[name] = profile(onnx_path, "host", args.threads, force=args.fresh, direct=[])
+            tables[name] = profile(front_end(onnx_path), args.threads, force=args.fresh, direct=[])
             prof_s[name] = "cached" if tables[name]["cached"] else f"{time.perf_counter() - t:.0f}"
             predicted[name] = simulate(plan_of_bundle(brew), tables[name])["latency_ms"]
             print(f"  {name}: profile {prof_s[name]} s, predicted {predicted[name]:.2f} ms", flush=True)

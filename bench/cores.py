@@ -37,6 +37,7 @@ from coldbrew.compiler.measure.protocol import cold_process, describe as cold_pr
 
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.measure.profile import profile
+from coldbrew.compiler.pipeline import front_end
 from coldbrew.compiler.plan.scheduler import _predict, _spread, balance, layer_pairs
 from coldbrew.compiler.plan.simulate import median_ms, plan_of_bundle, simulate
 
@@ -83,7 +84,7 @@ def main():
         paths, predicted = {}, {}
         for m in models:
             proto = zoo().build(m)
-            table = profile(proto, "host", threads, repeat=FEW, direct=[])
+            table = profile(front_end(proto), threads, repeat=FEW, direct=[])
             for arm, w in zip(arms, [0] + workers):
                 plan = raw_plan(table, threads, w)
                 path = paths[(m, arm)] = f"{d}/{m}.{w}.brew"

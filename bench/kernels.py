@@ -215,8 +215,10 @@ def candidates(model, shapes, target, threads):
     """Every kernel variant of each distinct conv / dense / cell layer
     against onnxruntime running that layer alone."""
     from coldbrew.compiler.measure.tune import anchors_of, layers_model, measure_shapes, spec_key
+    from coldbrew.compiler.options import Options
+    from coldbrew.compiler.pipeline import front_end
 
-    anchors = anchors_of(model, target, shapes)
+    anchors = anchors_of(front_end(model, Options(target=target, input_shapes=shapes)))
     specs = {spec_key(a.spec): a for a in anchors}
     print(f"\nmeasuring every candidate of {len(specs)} distinct conv / dense / cell layers ...", flush=True)
     found = measure_shapes([a.spec for a in specs.values()], target, threads, lambda *a: None)

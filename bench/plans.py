@@ -65,9 +65,12 @@ from harness.common import ROOT, geomean, host_isa, model_source, zoo
 from coldbrew.compiler.measure.protocol import cold_process, cold_read_ms, read_rate  # noqa: E402
 from coldbrew.compiler.measure.protocol import describe as cold_protocol  # noqa: E402
 
-from coldbrew.compiler import compile_model, tuned_front
+from coldbrew.compiler import compile_model
 from coldbrew.compiler.plan.scheduler import choose, layer_pairs
 from coldbrew.compiler.measure.profile import profile
+from coldbrew.compiler.measure.tune import tune
+from coldbrew.compiler.options import Options
+from coldbrew.compiler.pipeline import front_end
 from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
 SAMPLER = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
@@ -211,8 +214,8 @@ def ablation(models, rounds):
             src, shapes, binds = model_source(m)
             name = m.split(":")[-1]
             names.append(name)
-            front, tuning = tuned_front(src, "host", 2, shapes, binds)
-            table = profile(src, "host", 2, shapes, binds, tuning=tuning, front=front, direct=[])
+            front = front_end(src, Options(input_shapes=shapes, constants=binds))
+            table = profile(front, 2, tuning=tune(front, 2), direct=[])
             warm, cold = choose(table, "warm"), choose(table, "cold")
             differ[name] = sum(v != warm["variants"].get(n) for n, v in cold["variants"].items())
             paths = compile_arms(src, table, d, name, [a for _, a in ABLATION], shapes, binds)
@@ -265,8 +268,8 @@ def main():
             with open(onnx_path, "wb") as f:
                 f.write(proto.SerializeToString())
             save_ort_best(onnx_path, f"{d}/{m}.ort")
-            front, tuning = tuned_front(proto, "host", 2)
-            table = profile(proto, "host", 2, tuning=tuning, front=front, direct=[])
+            front = front_end(proto)
+            table = profile(front, 2, tuning=tune(front, 2), direct=[])
             paths = compile_arms(proto, table, d, m)
             scheduled.append(paths["cold"])
             plans = {arm: plan_of_bundle(path) for arm, path in paths.items()}

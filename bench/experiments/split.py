@@ -20,6 +20,7 @@ from harness.common import geomean, host_isa, zoo  # noqa: E402
 
 from coldbrew.compiler.plan.scheduler import choose, simulated_plan  # noqa: E402
 from coldbrew.compiler.measure.profile import modeled_table, profile  # noqa: E402
+from coldbrew.compiler.pipeline import front_end  # noqa: E402
 from coldbrew.compiler.plan.simulate import loop_factor, simulate  # noqa: E402
 from coldbrew.targets import resolve, task_shares  # noqa: E402
 
@@ -44,7 +45,7 @@ def main():
     print(f"host (cost tables measured here): {host_isa()}; every figure below is MODELED")
     gains = {}
     for m in a.models:
-        host = profile(zoo().build(m), "host", 2, direct=[])
+        host = profile(front_end(zoo().build(m)), 2, direct=[])
         for name in PRESETS:
             tgt = resolve(name)
             t = modeled_table(host, tgt)
