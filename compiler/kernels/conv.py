@@ -13,15 +13,16 @@ depthwise_direct   one filter per channel, vectorized along the output width
 
 Every tile size comes from the variant's vector unit (self.isa): widths are
 multiples of its fp32 lanes, register blocks fit its register file
-(schedule_util.register_blocks), and each variant's space lists the blocks
+(schedule.register_blocks), and each variant's space lists the blocks
 that fit, the register/cache model's pick first.
 """
 import numpy as np
 from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, ConvSpec, Variant, register
-from .schedule_util import (attach_epilogue, block_name, blocks_in_order, generic_block, intensity, l1_fit,
-                            pad_pass, padding_efficiency, ranked, register_blocks, round_up, vectorize_inner)
+from .generic import blocks_in_order, generic_block, vectorize_inner
+from .schedule import (attach_epilogue, block_name, intensity, l1_fit, pad_pass, padding_efficiency, ranked,
+                       register_blocks, round_up)
 
 
 
@@ -459,14 +460,15 @@ class Gemm1x1K(_GemmK, Gemm1x1):
     name = "conv2d.gemm_1x1_kvec"
 
 
-def _winograd_matrices(m, r=3):
+def winograd_matrices(m, r=3):
+    """F(m x m, r x r)'s Cook-Toom matrices A, B and G (float32)."""
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
     a, b, g = _cook_toom_convolution(_interpolation_points(m + r - 2), m, r)
     return np.asarray(a, np.float32), np.asarray(b, np.float32), np.asarray(g, np.float32)
 
 
-def _lincomb(mat, col, term):
+def lincomb(mat, col, term):
     """sum_r mat[r, col] * term(r) for a symbolic column index `col`.
 
     One explicit sum per column over its nonzero entries only (+-1 become
@@ -511,7 +513,7 @@ class Winograd(Variant):
     Tiles t run over (image, tile row, tile column), padded to a multiple of
     the GEMM's tile width `tt`. Every transform is written as two 1-D passes
     (columns, then rows) of explicit sums over the nonzero matrix entries
-    (_lincomb), unrolled and vectorized across tt tiles.
+    (lincomb), unrolled and vectorized across tt tiles.
 
     Schedule: the input transform is one parallel pass over (channel, tile
     block). The GEMM runs per (tile block, kb output channels), all alpha^2 of
@@ -543,19 +545,19 @@ class Winograd(Variant):
         return (self.alpha * self.alpha, (spec.k + kb - 1) // kb, spec.c, kb)
 
     def transform(self, spec, params):
-        gm = _winograd_matrices(self.m)[2].T  # G^T: 3 x alpha
+        gm = winograd_matrices(self.m)[2].T  # G^T: 3 x alpha
         alpha, kmax, kb = self.alpha, spec.k - 1, params["kb"]
         kp = round_up(spec.k, kb)
 
         def fn(w):
             # U = G g G^T in two passes: (G g)[i, r2], then its rows times G^T
             gg = te.compute((spec.c, alpha, 3, kp),
-                            lambda c, i, r2, k: _lincomb(gm, i, lambda r1: w[tirx.min(k, kmax), c, r1, r2]),
+                            lambda c, i, r2, k: lincomb(gm, i, lambda r1: w[tirx.min(k, kmax), c, r1, r2]),
                             name="cb_wino_gg")
 
             def u_value(e, ko, c, ki):
                 k = ko * kb + ki
-                u = _lincomb(gm, e % alpha, lambda r2: gg[c, e // alpha, r2, k])
+                u = lincomb(gm, e % alpha, lambda r2: gg[c, e // alpha, r2, k])
                 return tirx.Select(k <= kmax, u, tirx.const(0.0, spec.dtype))  # zero filters pad k to kb
 
             return te.compute(self.transformed_shape(spec, params), u_value, name="cb_wino_u")
@@ -609,7 +611,7 @@ class Winograd(Variant):
 
     def compute(self, spec, x, wt, params):
         m, alpha = self.m, self.alpha
-        a, b, _ = _winograd_matrices(m)
+        a, b, _ = winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
         tp = round_up(tiles, self._tt(spec, params))
         kb = params["kb"]
@@ -628,18 +630,18 @@ class Winograd(Variant):
 
         def bd(c, i, s, t):  # (B^T d)[i, s]
             n, y0, z0 = tile(t)
-            return _lincomb(b, i, lambda r: d[n, c, y0 + r, z0 + s])
+            return lincomb(b, i, lambda r: d[n, c, y0 + r, z0 + s])
 
         bd = te.compute((spec.c, alpha, alpha, tp), bd, name="cb_wino_bd")
         v = te.compute((alpha * alpha, spec.c, tp),
-                       lambda e, c, t: _lincomb(b, e % alpha, lambda s: bd[c, e // alpha, s, t]), name="cb_wino_v")
+                       lambda e, c, t: lincomb(b, e % alpha, lambda s: bd[c, e // alpha, s, t]), name="cb_wino_v")
         rc = te.reduce_axis((0, spec.c), "rc")
         mm = te.compute((alpha * alpha, kp, tp),
                         lambda e, k, t: te.sum(wt[e, k // kb, rc, k % kb] * v[e, rc, t], axis=rc), name=ANCHOR)
         ma = te.compute((kp, alpha, m, tp),  # (M A)[s1, j]
-                        lambda k, s1, j, t: _lincomb(a, j, lambda s2: mm[s1 * alpha + s2, k, t]), name="cb_wino_ma")
+                        lambda k, s1, j, t: lincomb(a, j, lambda s2: mm[s1 * alpha + s2, k, t]), name="cb_wino_ma")
         y = te.compute((kp, m, m, tp),  # (A^T M A)[i, j]
-                       lambda k, i, j, t: _lincomb(a, i, lambda s1: ma[k, s1, j, t]), name="cb_wino_y")
+                       lambda k, i, j, t: lincomb(a, i, lambda s1: ma[k, s1, j, t]), name="cb_wino_y")
         return te.compute(
             (spec.n, spec.k, spec.out_h, spec.out_w),
             lambda n, k, yy, zz: y[k, yy % m, zz % m, n * nh * nw + yy // m * nw + zz // m], name="cb_out")
@@ -650,7 +652,7 @@ class Winograd(Variant):
         pad_pass(sch, lanes)
 
         # input transform, parallel over (channel, tile block). Each pass
-        # unrolls the index its sums are selected by (_lincomb) and loops
+        # unrolls the index its sums are selected by (lincomb) and loops
         # over the other one: short bodies, short compiles.
         v = sch.get_sblock("cb_wino_v")
         e, c, t = sch.get_loops(v)

@@ -26,9 +26,10 @@ Weights are packed so that a tile's weight vectors are contiguous:
 from tvm import te, tirx
 
 from .contract import ANCHOR, Variant, register
-from .conv import Winograd, _lincomb, _winograd_matrices, scatter_pass
-from .schedule_util import (attach_epilogue, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
-                            register_blocks, round_up, vectorize_inner)
+from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
+from .generic import vectorize_inner
+from .schedule import (attach_epilogue, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
+                       register_blocks, round_up)
 
 
 def _padded(x, spec, owp):
@@ -318,7 +319,7 @@ class WinogradBlocked(Winograd):
 
     def compute(self, spec, x, wt, params):
         m, alpha, b = self.m, self.alpha, self.isa.lanes
-        a, bm, _ = _winograd_matrices(m)
+        a, bm, _ = winograd_matrices(m)
         nh, nw, tiles = self._tiles(spec)
         tp = round_up(tiles, params["tt"])
         cb, kb = spec.c // b, spec.k // b
@@ -334,11 +335,11 @@ class WinogradBlocked(Winograd):
         def bd(c, t, i, s, l):  # (B^T d)[i, s], b channels
             t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped
             n, y0, z0 = t // (nh * nw), (t % (nh * nw)) // nw * m, t % nw * m
-            return _lincomb(bm, i, lambda r: d[n, c, y0 + r, z0 + s, l])
+            return lincomb(bm, i, lambda r: d[n, c, y0 + r, z0 + s, l])
 
         bd = te.compute((cb, tp, alpha, alpha, b), bd, name="cb_wino_bd")
         v = te.compute((alpha * alpha, cb, tp, b),
-                       lambda e, c, t, l: _lincomb(bm, e % alpha, lambda s: bd[c, t, e // alpha, s, l]),
+                       lambda e, c, t, l: lincomb(bm, e % alpha, lambda s: bd[c, t, e // alpha, s, l]),
                        name="cb_wino_v")
         rc = te.reduce_axis((0, cb), "rc")
         ri = te.reduce_axis((0, b), "ri")
@@ -346,10 +347,10 @@ class WinogradBlocked(Winograd):
                         lambda e, ko, t, ki: te.sum(v[e, rc, t, ri] * wt[e, ko, rc * b + ri, ki], axis=[rc, ri]),
                         name=ANCHOR)
         ma = te.compute((kb, tp, alpha, m, b),  # (M A)[s1, j]
-                        lambda ko, t, s1, j, l: _lincomb(a, j, lambda s2: mm[s1 * alpha + s2, ko, t, l]),
+                        lambda ko, t, s1, j, l: lincomb(a, j, lambda s2: mm[s1 * alpha + s2, ko, t, l]),
                         name="cb_wino_ma")
         y = te.compute((kb, tp, m, m, b),  # (A^T M A)[i, j]
-                       lambda ko, t, i, j, l: _lincomb(a, i, lambda s1: ma[ko, t, s1, j, l]), name="cb_wino_y")
+                       lambda ko, t, i, j, l: lincomb(a, i, lambda s1: ma[ko, t, s1, j, l]), name="cb_wino_y")
         return te.compute(
             spec.output_shape,
             lambda n, ko, yy, zz, l: y[ko, n * nh * nw + yy // m * nw + zz // m, yy % m, zz % m, l], name="cb_out")
