@@ -134,7 +134,7 @@ def _generic_dispatch(layer, anchor):
     if layer.transform:  # raw weights: the shader reads what the runtime's transform prepares
         w = layer.transform_args[1]
     return (v.name, v.source(), v.local_size, v.grid(anchor.conv), [x, w, b, res[0] if res else out, out],
-            anchor.conv.push())
+            gpu_conv.push(anchor.conv, anchor.epilogue))
 
 
 def apply(graph, target, anchors=(), proto=None):

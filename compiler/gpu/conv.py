@@ -43,48 +43,31 @@ MAX_GRID = 65535     # every Vulkan device's minimum maxComputeWorkGroupCount
 
 
 @dataclass(frozen=True)
-class GpuConv:
-    """One convolution (NCHW input, OIHW weights, float32) and its epilogue."""
-    n: int
-    c: int
-    h: int
-    w: int
-    k: int
-    kh: int
-    kw: int
-    stride: tuple
-    pad: tuple      # top, left, bottom, right
-    dilation: tuple
-    groups: int
+class Epilogue:
+    """A layer's epilogue (above: whether it adds a residual, its clamp); the
+    convolution itself is a float32 NCHW ConvSpec (compiler/kernels/contract.py)."""
     residual: bool = False
     lo: float = -math.inf
     hi: float = math.inf
 
-    @property
-    def out_h(self):
-        return (self.h + self.pad[0] + self.pad[2] - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
 
-    @property
-    def out_w(self):
-        return (self.w + self.pad[1] + self.pad[3] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
-
-    def push(self):
-        """The push-constant words: PUSH_FIELDS as int32, then lo and hi as float32."""
-        v = dict(n=self.n, c=self.c, h=self.h, w=self.w, k=self.k, oh=self.out_h, ow=self.out_w, kh=self.kh,
-                 kw=self.kw, sh=self.stride[0], sw=self.stride[1], ph=self.pad[0], pw=self.pad[1],
-                 dh=self.dilation[0], dw=self.dilation[1], groups=self.groups, residual=int(self.residual))
-        words = [v[f] & 0xFFFFFFFF for f in PUSH_FIELDS]
-        return words + [struct.unpack("<I", struct.pack("<f", x))[0] for x in (self.lo, self.hi)]
+def push(spec, epilogue=Epilogue()):
+    """The push-constant words: PUSH_FIELDS as int32, then lo and hi as float32."""
+    v = dict(n=spec.n, c=spec.c, h=spec.h, w=spec.w, k=spec.k, oh=spec.out_h, ow=spec.out_w, kh=spec.r, kw=spec.s,
+             sh=spec.stride[0], sw=spec.stride[1], ph=spec.pad[0], pw=spec.pad[1], dh=spec.dilation[0],
+             dw=spec.dilation[1], groups=spec.groups, residual=int(epilogue.residual))
+    words = [v[f] & 0xFFFFFFFF for f in PUSH_FIELDS]
+    return words + [struct.unpack("<I", struct.pack("<f", x))[0] for x in (epilogue.lo, epilogue.hi)]
 
 
 class _Variant:
     name = ""
     transform = ""  # the runtime's CPU weight transform, "" = the weights are read as they are
 
-    def applies(self, conv):
+    def applies(self, spec):
         raise NotImplementedError
 
-    def grid(self, conv):
+    def grid(self, spec):
         raise NotImplementedError
 
     def source(self):
@@ -108,12 +91,12 @@ class ConvGemm(_Variant):
     name = "gpu.conv_gemm"
     local_size = (16, 16, 1)
 
-    def applies(self, conv):
-        return conv.groups == 1
+    def applies(self, spec):
+        return spec.groups == 1
 
-    def grid(self, conv):
-        cols = conv.n * conv.out_h * conv.out_w
-        return _tiles_by_y(-(-cols // GEMM_TILE), -(-conv.k // GEMM_TILE))
+    def grid(self, spec):
+        cols = spec.n * spec.out_h * spec.out_w
+        return _tiles_by_y(-(-cols // GEMM_TILE), -(-spec.k // GEMM_TILE))
 
     body = """
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -193,16 +176,16 @@ class ConvWinograd(_Variant):
     local_size = (256, 1, 1)
     transform = "gpu.winograd_f23"  # the runtime's CPU transform of the raw weights
 
-    def applies(self, conv):
-        return (conv.groups == 1 and (conv.kh, conv.kw) == (3, 3) and conv.stride == (1, 1)
-                and conv.dilation == (1, 1) and min(conv.c, conv.k) >= WINOGRAD_MIN_CHANNELS)
+    def applies(self, spec):
+        return (spec.groups == 1 and (spec.r, spec.s) == (3, 3) and spec.stride == (1, 1)
+                and spec.dilation == (1, 1) and min(spec.c, spec.k) >= WINOGRAD_MIN_CHANNELS)
 
-    def grid(self, conv):
-        tiles = conv.n * ((conv.out_h + 1) // 2) * ((conv.out_w + 1) // 2)
-        return _tiles_by_y(-(-tiles // 8), -(-conv.k // 32))
+    def grid(self, spec):
+        tiles = spec.n * ((spec.out_h + 1) // 2) * ((spec.out_w + 1) // 2)
+        return _tiles_by_y(-(-tiles // 8), -(-spec.k // 32))
 
-    def transformed_shape(self, conv):
-        return (conv.c, 16, conv.k)
+    def transformed_shape(self, spec):
+        return (spec.c, 16, spec.k)
 
     body = """
 layout(local_size_x = 256) in;
@@ -270,11 +253,11 @@ class ConvDirect(_Variant):
     name = "gpu.conv_direct"
     local_size = (DIRECT_GROUP, 1, 1)
 
-    def applies(self, conv):
+    def applies(self, spec):
         return True
 
-    def grid(self, conv):
-        total = conv.n * conv.k * conv.out_h * conv.out_w
+    def grid(self, spec):
+        total = spec.n * spec.k * spec.out_h * spec.out_w
         return _fold(-(-total // DIRECT_GROUP))
 
     body = """
@@ -330,8 +313,8 @@ def get(name):
     return next(v for v in VARIANTS if v.name == name)
 
 
-def applicable(conv):
-    return [v.name for v in VARIANTS if v.applies(conv)]
+def applicable(spec):
+    return [v.name for v in VARIANTS if v.applies(spec)]
 
 
 # Without a choice a convolution gets the GEMM, else the direct variant:
@@ -344,10 +327,10 @@ def applicable(conv):
 DEFAULT = ("gpu.conv_gemm", "gpu.conv_direct")
 
 
-def choose(conv, choice=None):
+def choose(spec, choice=None):
     """The variant a convolution gets: `choice` (a variant name) where it
     applies, else the first of DEFAULT that applies."""
-    names = applicable(conv)
+    names = applicable(spec)
     if choice and choice != "auto" and full_name(choice) in names:
         return get(full_name(choice))
     return get(next(n for n in DEFAULT if n in names))

@@ -18,6 +18,7 @@ import numpy as np
 from ..ir.anchors import GPU_ANCHOR_RE
 from ..errors import CompileError
 from ..ir.relax import clip_half, const_value, layer_id, per_channel, shape_of
+from ..kernels.contract import ConvSpec
 from . import conv as gpu_conv
 
 NAME = "select_gpu_variants"
@@ -29,7 +30,8 @@ class GpuAnchor:
     """What extract_layers reads from an anchor (as select_variants.Anchor)."""
     id: str
     index: int
-    conv: gpu_conv.GpuConv
+    conv: ConvSpec
+    epilogue: gpu_conv.Epilogue
     variant: object          # the gpu_conv variant (its .name is what extract_layers reads)
     const: object = None
     params: dict = field(default_factory=dict)
@@ -58,7 +60,7 @@ def _vars_in(expr, out):
 
 
 def _conv_of(call, op):
-    """GpuConv and weights of a float32 NCHW conv2d with constant weights."""
+    """ConvSpec and weights of a float32 NCHW conv2d with constant weights."""
     if not call.op.same_as(op):
         return None
     a, xs, w = call.attrs, shape_of(call.args[0]), const_value(call.args[1])
@@ -66,11 +68,7 @@ def _conv_of(call, op):
             or str(a.out_layout) != "NCHW" or str(call.args[0].ty.dtype) != "float32" or w.dtype != np.float32
             or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", "float32"))):
         return None
-    pad = [int(p) for p in a.padding]
-    pad = pad * 2 if len(pad) == 2 else pad
-    return gpu_conv.GpuConv(*xs, int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
-                            tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
-                            int(a.groups)), w
+    return ConvSpec.of_conv2d(a, xs, w.shape), w
 
 
 def _chains(func, choice):
@@ -136,21 +134,20 @@ def _chains(func, choice):
                 lo, hi, stage = max(lo, bounds[0]), min(hi, bounds[1]), 3
             cur = nxt
             claimed.add(nxt.var)
-        conv = gpu_conv.GpuConv(**{**conv.__dict__, "residual": res is not None, "lo": lo, "hi": hi})
         anchor_id = layer_id("conv2d", len(anchors))
         want = choice.get(anchor_id)
         if want and want != "auto" and gpu_conv.full_name(want) not in gpu_conv.applicable(conv):
             raise CompileError(f"GPU variant {want} does not apply to {anchor_id} "
                                f"(it takes {', '.join(gpu_conv.applicable(conv))})")
         v = gpu_conv.choose(conv, want or choice.get("conv2d") or choice.get("*"))
-        anchors.append(GpuAnchor(anchor_id, len(anchors), conv, v, end=cur.value,
-                                 x=b.value.args[0], weight=np.ascontiguousarray(w), bias=bias, res=res,
+        anchors.append(GpuAnchor(anchor_id, len(anchors), conv, gpu_conv.Epilogue(res is not None, lo, hi), v,
+                                 end=cur.value, x=b.value.args[0], weight=np.ascontiguousarray(w), bias=bias, res=res,
                                  ops="_".join(names + ([] if stage < 3 else
                                                        ["relu" if (lo, hi) == (0.0, math.inf) else "clip"]))))
     return anchors
 
 
-def _te(conv):
+def _te(conv, ep):
     """The chain as a TE function (the layer's meaning; codegen emits the variant's shader)."""
     from tvm import te, topi
 
@@ -165,10 +162,10 @@ def _te(conv):
             v = y[n, k, i, j] + b[k]
             if res:
                 v = v + res[0][n, k, i, j]
-            if conv.lo > -math.inf:
-                v = te.max(v, np.float32(conv.lo))
-            if conv.hi < math.inf:
-                v = te.min(v, np.float32(conv.hi))
+            if ep.lo > -math.inf:
+                v = te.max(v, np.float32(ep.lo))
+            if ep.hi < math.inf:
+                v = te.min(v, np.float32(ep.hi))
             return v
 
         return te.compute(y.shape, epilogue, name="epilogue")
@@ -202,7 +199,7 @@ def apply(mod, choice=None):
             args = [self.visit_expr(a.x), a.const, relax.const(a.bias)]
             if a.res is not None:
                 args.append(self.visit_expr(a.res))
-            return self.builder_.call_te(_te(a.conv), *args, primfunc_name_hint=f"cbg{a.index}_{a.ops}")
+            return self.builder_.call_te(_te(a.conv, a.epilogue), *args, primfunc_name_hint=f"cbg{a.index}_{a.ops}")
 
         def transform(self, mod):
             for gv, func in mod.functions.items():

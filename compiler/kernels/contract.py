@@ -25,6 +25,15 @@ class ConvSpec:
     in_block: int = 0
     out_block: int = 0
 
+    @classmethod
+    def of_conv2d(cls, attrs, x_shape, w_shape, dtype="float32", in_block=0, out_block=0):
+        """The spec of a Relax conv2d: its attributes, input shape (blocked where in_block) and OIHW weight shape."""
+        n, c, h, w = (int(d) for d in x_shape[:4])
+        pad = [int(p) for p in attrs.padding]
+        return cls(n, c * (in_block or 1), h, w, int(w_shape[0]), int(w_shape[2]), int(w_shape[3]),
+                   tuple(int(s) for s in attrs.strides), tuple(pad * 2 if len(pad) == 2 else pad),
+                   tuple(int(d) for d in attrs.dilation), int(attrs.groups), dtype, in_block, out_block)
+
     @property
     def input_shape(self):
         if self.in_block:

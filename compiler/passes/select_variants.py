@@ -119,11 +119,7 @@ def _spec_of(call, op_name, w):
         if (ib is None or ob is None or (ib and not ob) or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
             return None
-        pad = [int(p) for p in a.padding]
-        pad = pad * 2 if len(pad) == 2 else pad
-        return ConvSpec(xs[0], xs[1] * (ib or 1), xs[2], xs[3], int(w.shape[0]), int(w.shape[2]), int(w.shape[3]),
-                        tuple(int(s) for s in a.strides), tuple(pad), tuple(int(d) for d in a.dilation),
-                        int(a.groups), dtype, ib, ob)
+        return ConvSpec.of_conv2d(a, xs, w.shape, dtype, ib, ob)
     # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
     if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None

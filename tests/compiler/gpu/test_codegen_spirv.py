@@ -98,10 +98,10 @@ def test_variant_layers_dispatch_the_variant_shader_with_push_words():
         sh = shaders[shader]
         assert sh["name"] == v.name and sh["local_size"] == list(v.local_size) and sh["bindings"] == 5
         assert shader_bytes(blob, sh)[:4] == SPIRV_MAGIC
-        assert grid == v.grid(a.conv) and push == a.conv.push()
+        assert grid == v.grid(a.conv) and push == gpu_conv.push(a.conv, a.epilogue)
         x, w, b, *res, out = layer.args
         # bindings: input, weights, bias, residual (the output itself when there is none), output
-        assert binds == [x, w, b, res[0] if res else out, out] and bool(res) == a.conv.residual
+        assert binds == [x, w, b, res[0] if res else out, out] and bool(res) == a.epilogue.residual
     # c0 and c1 (GEMM, one with a residual) share one shader: shapes are push constants
     assert [sh["name"] for sh in shaders] == ["gpu.conv_gemm", "gpu.conv_direct"]
 

@@ -14,10 +14,11 @@ import pytest
 from gpu_models import glsl_to_spirv, needs_tools, SPIRV_MAGIC
 
 from coldbrew.compiler.gpu import conv as gc
+from coldbrew.compiler.kernels import ConvSpec
 
 
-def conv(c=16, k=16, h=8, w=8, kh=3, kw=3, stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1, n=1, **kw_):
-    return gc.GpuConv(n, c, h, w, k, kh, kw, stride, pad, dilation, groups, **kw_)
+def conv(c=16, k=16, h=8, w=8, kh=3, kw=3, stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1, n=1):
+    return ConvSpec(n, c, h, w, k, kh, kw, stride, pad, dilation, groups)
 
 
 @pytest.mark.parametrize("cv, out", [
@@ -32,16 +33,15 @@ def test_output_shape_follows_onnx_conv(cv, out):
 
 
 def test_push_words_are_the_shapes_then_the_clamp_bits():
-    cv = conv(c=3, k=70, h=13, w=11, stride=(2, 1), pad=(1, 2, 1, 2), dilation=(1, 2), residual=True, lo=0.0,
-              hi=6.0, n=2)
-    words = cv.push()
+    cv = conv(c=3, k=70, h=13, w=11, stride=(2, 1), pad=(1, 2, 1, 2), dilation=(1, 2), n=2)
+    words = gc.push(cv, gc.Epilogue(residual=True, lo=0.0, hi=6.0))
     assert len(words) == len(gc.PUSH_FIELDS) + 2 <= 32  # the runtime refuses more than 32 push words
     ints = dict(zip(gc.PUSH_FIELDS, words))
     assert ints == dict(n=2, c=3, h=13, w=11, k=70, oh=cv.out_h, ow=cv.out_w, kh=3, kw=3, sh=2, sw=1, ph=1, pw=2,
                         dh=1, dw=2, groups=1, residual=1)
     assert struct.unpack("<2f", struct.pack("<2I", *words[-2:])) == (0.0, 6.0)
     # no clamp: -inf / +inf as float32 bits, no residual: 0
-    plain = conv().push()
+    plain = gc.push(conv())
     assert plain[-2:] == [0xFF800000, 0x7F800000] and plain[gc.PUSH_FIELDS.index("residual")] == 0
 
 

@@ -29,11 +29,13 @@ def test_chains_are_found_and_numbered_in_graph_order(chain):
     _, anchors = sgv.apply(mod)
     assert [(a.id, a.index, a.ops) for a in anchors] == [
         ("c0", 0, "conv2d_bias_add_relu"), ("c1", 1, "conv2d_bias_clip"), ("c2", 2, "conv2d")]
-    c0, c1, c2 = (a.conv for a in anchors)
-    assert (c0.residual, c0.lo, c0.hi) == (True, 0.0, math.inf)
-    assert (c1.residual, c1.lo, c1.hi) == (False, 0.0, 3.0)  # relu, then clip(-1, 3): [0, 3]
-    assert (c2.residual, c2.lo, c2.hi, c2.groups, c2.stride) == (False, -math.inf, math.inf, 16, (2, 2))
-    assert (c0.n, c0.c, c0.h, c0.w, c0.k, c0.kh, c0.kw, c0.pad) == (1, 16, 8, 8, 16, 3, 3, (1, 1, 1, 1))
+    e0, e1, e2 = (a.epilogue for a in anchors)
+    assert (e0.residual, e0.lo, e0.hi) == (True, 0.0, math.inf)
+    assert (e1.residual, e1.lo, e1.hi) == (False, 0.0, 3.0)  # relu, then clip(-1, 3): [0, 3]
+    assert (e2.residual, e2.lo, e2.hi) == (False, -math.inf, math.inf)
+    c0, c2 = anchors[0].conv, anchors[2].conv
+    assert (c2.groups, c2.stride) == (16, (2, 2))
+    assert (c0.n, c0.c, c0.h, c0.w, c0.k, c0.r, c0.s, c0.pad) == (1, 16, 8, 8, 16, 3, 3, (1, 1, 1, 1))
     np.testing.assert_array_equal(anchors[0].weight, w["W0"])
     np.testing.assert_array_equal(anchors[0].bias, w["B0"])
     np.testing.assert_array_equal(anchors[1].bias, w["B1"])
@@ -91,7 +93,7 @@ def test_a_sum_of_two_convolutions_is_the_residual_of_the_first_chain_only():
              helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
     model = make_model(nodes, inits, (1, 3, 5, 5), {"y": (1, 6, 5, 5)})
     new, anchors = sgv.apply(front(model).mod)
-    assert [(a.id, a.ops, a.conv.residual) for a in anchors] == [
+    assert [(a.id, a.ops, a.epilogue.residual) for a in anchors] == [
         ("c0", "conv2d_bias_add_relu", True), ("c1", "conv2d_bias", False)]
     x = np.random.default_rng(1).standard_normal((1, 3, 5, 5)).astype(np.float32)
     np.testing.assert_allclose(run_on_cpu(new, x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
@@ -121,7 +123,7 @@ def _reused_model(as_output):
 def test_a_value_used_elsewhere_ends_the_chain(as_output):
     _, anchors = sgv.apply(front(_reused_model(as_output)).mod)
     (a,) = anchors
-    assert a.ops == "conv2d_bias" and (a.conv.lo, a.conv.hi) == (-math.inf, math.inf)
+    assert a.ops == "conv2d_bias" and (a.epilogue.lo, a.epilogue.hi) == (-math.inf, math.inf)
 
 
 def test_a_global_choice_applies_where_it_can(chain):
