@@ -2,7 +2,7 @@
 the order of one list, by one loop.
 
 `PASSES` (CPU targets) and `GPU_PASSES` (Vulkan targets) are the pass
-modules in order (compiler/__init__.py says what each does). Every pass is
+modules in order (compiler/driver.py says what each does). Every pass is
 `run(c) -> c`: it reads what it needs of the Compilation (options, target,
 the IR in hand) and leaves what it makes there. `run(passes, c, start,
 stop)` runs a stretch of a list and writes the IR after each pass
@@ -10,10 +10,10 @@ stop)` runs a stretch of a list and writes the IR after each pass
 is not a CompileError leaves it as an InternalError naming the pass.
 
 Stretches in use: `front_end` (load_onnx to import_relax: what does not
-depend on the variant choice, shared by the tuner, the profiler's columns
-and a compile), `lower` (block_layout to plan_memory: the error
-measurement's probe, continuous mode's warm graph) and `compile_graph`
-(the rest, for a target).
+depend on the variant choice, run once per compile and shared by the tuner,
+the profiler and the back end), `lower` (block_layout to plan_memory: the
+error measurement's probe, continuous mode's warm graph) and `back_end`
+(the rest, for the target). The stages around them are compiler/driver.py's.
 """
 import dataclasses
 import os
@@ -24,6 +24,7 @@ from .passes import (add_warm_steps, block_layout, codegen, elide_copies, extrac
                      plan_memory, plan_weights, schedule_kernels, select_variants, write_bundle)
 from .gpu import codegen_spirv, schedule_gpu, select_gpu_variants
 from .errors import CompileError, InternalError, quiet
+from .options import Choices, Options
 
 FRONT = [load_onnx, fold_constants, legalize_onnx, fold_batchnorm, import_relax]
 PASSES = FRONT + [block_layout, select_variants, fuse_layers, schedule_kernels, extract_layers, plan_weights,
@@ -34,24 +35,16 @@ GPU_PASSES = FRONT + [select_gpu_variants, fuse_layers, schedule_gpu, extract_la
 
 @dataclass
 class Compilation:
-    """What the passes share. Options first (as compile_model takes them),
-    then the IR in hand, each field set by the pass named beside it."""
+    """What the passes share: the source, the options (compiler/options.py)
+    and the choices made for this bundle, then the IR in hand, each field
+    set by the pass named beside it."""
 
     model: object = None          # the source: a path, bytes or a ModelProto
-    target: object = None         # targets.Target (None until compile_graph resolves it)
-    input_shapes: dict = None
-    constants: dict = None
-    variants: dict = None         # forced kernel variants
-    weights: object = "cached"    # weight forms (plan_weights)
-    threads: int = 2              # execution threads of the plan
+    options: Options = field(default_factory=Options)  # the user's, whole (the target resolved)
+    choices: Choices = field(default_factory=Choices)  # each layer's variant, weight form, queue, precision
     tuning: object = None         # measured variants and parameters (compiler/measure/tune.py)
-    queues: object = 0            # preparation queues (plan_weights)
-    precision: object = "fp32"    # stored weight precisions (plan_weights)
     accuracy: dict = None         # measured narrow-weight error, stored in the bundle (write_bundle)
-    warm: tuple = None            # continuous mode: (variants, threads) of the warm plan
-    warm_graph: object = None     # ... lowered with them (add_warm_steps)
-    later_threads: int = 0        # execution threads of later runs (add_warm_steps)
-    dump_ir: str = None           # write the IR after each pass here
+    warm_graph: object = None     # continuous mode: the warm plan's Graph (add_warm_steps)
     producer: str = ""
     cells: bool = True            # recurrent cells as cell layers (legalize_onnx); False for GPU targets
     proto: object = None          # load_onnx ... fold_batchnorm: the ONNX model
@@ -69,8 +62,12 @@ class Compilation:
     data: bytes = None            # write_bundle: the bundle
 
     @property
+    def target(self):
+        return self.options.target
+
+    @property
     def on_gpu(self):
-        return self.target is not None and self.target.executes_on == "gpu"
+        return self.options.on_gpu
 
     def in_hand(self):
         """The IR the last pass made (for --dump-ir)."""
@@ -109,7 +106,7 @@ def _dump(dump_dir, index, name, ir):
 
 def run(passes, c, start=None, stop=None):
     """Run `passes` from the one named `start` through the one named `stop`
-    (default: all of them) on `c`; the IR after each is dumped (c.dump_ir)."""
+    (default: all of them) on `c`; the IR after each is dumped (--dump-ir)."""
     names = [p.NAME for p in passes]
     first = names.index(start) if start else 0
     last = names.index(stop) if stop else len(passes) - 1
@@ -121,84 +118,76 @@ def run(passes, c, start=None, stop=None):
             raise
         except Exception as e:  # a bug: one sentence naming the pass, not a traceback
             raise InternalError(f"pass {names[k]}", e) from e
-        _dump(c.dump_ir, k, names[k], c.in_hand())
+        _dump(c.options.dump_ir, k, names[k], c.in_hand())
     return c
 
 
-def front_end(model, input_shapes=None, constants=None, dump_ir=None, cells=True):
+def front_end(model, options=None, cells=None):
     """The first passes, load_onnx to import_relax: a Compilation holding
     the Relax module, the model's hash and its input and output names.
-    `cells`: recurrent cells as cell layers (CPU targets; False unrolls
-    them, as GPU targets need: the cell kernel is CPU code)."""
-    return run(PASSES, Compilation(model=model, input_shapes=input_shapes, constants=constants, dump_ir=dump_ir,
-                                   cells=cells), stop=import_relax.NAME)
+    `cells`: recurrent cells as cell layers (default: on CPU targets;
+    False unrolls them, as GPU targets need: the cell kernel is CPU code)."""
+    options = options or Options()
+    cells = not options.on_gpu if cells is None else cells
+    return run(PASSES, Compilation(model=model, options=options, cells=cells), stop=import_relax.NAME)
 
 
-def _from_front(front, **options):
-    """A copy of `front` (front_end's) with these options, for one compile
+def _from_front(front, **fields):
+    """A copy of `front` (front_end's) with these fields, for one compile
     of its own: what the later passes make is set on the copy alone."""
     return dataclasses.replace(front, notes=list(front.notes), anchors=(), graph=None, code=None, spirv=None,
-                               data=None, warm_graph=None, **options)
+                               data=None, warm_graph=None, **fields)
 
 
-def variant_anchors(front, tgt):
-    """The passes block_layout and select_variants on `front` for target
-    `tgt`, options left at their defaults: the anchors (conv and dense
-    layers) with the variants made for the target (the layers the tuner
-    and the profiler measure)."""
-    return run(PASSES, _from_front(front, target=tgt), block_layout.NAME, select_variants.NAME).anchors
+def variant_anchors(front):
+    """The passes block_layout and select_variants on `front`, the choices
+    left at their defaults: the anchors (conv and dense layers) with the
+    variants made for the target (the layers the tuner and the profiler
+    measure)."""
+    return run(PASSES, _from_front(front, choices=Choices()), block_layout.NAME, select_variants.NAME).anchors
 
 
-def lower(front, tgt, dump_ir, variants, weights, threads, tuning, queues, precision="fp32"):
+def lower(front, choices, tuning=None):
     """The CPU passes from block_layout to plan_memory on `front`: the Graph."""
-    c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, weights=weights, threads=threads,
-                    tuning=tuning, queues=queues, precision=precision)
+    c = _from_front(front, choices=choices, tuning=tuning,
+                    options=dataclasses.replace(front.options, dump_ir=None))
     return run(PASSES, c, block_layout.NAME, plan_memory.NAME).graph
 
 
-def compile_graph(model, output=None, target="host", input_shapes=None, constants=None, dump_ir=None,
-                  variants=None, weights=None, threads=2, front=None, tuning=None, queues=0, warm=None,
-                  precision="fp32", accuracy=None, later_threads=0):
-    """compile_model without planning, also returning the final Graph
-    (layers, weights raw and transformed). `front` (front_end's result for
-    this model and these inputs) skips the first passes; `tuning`
-    (compiler/measure/tune.py) supplies measured variants and parameters; `warm`
-    ((variants, threads) of the warm plan) adds continuous mode's warm
-    alternates; `precision` (a precision or {"*": p, "<layer>": p}) the
-    stored weights' (compiler/passes/plan_weights.py); `accuracy` (measure_error's)
-    is stored in the bundle; `later_threads` (without `warm`) the execution
-    threads of runs after the first (0: `threads`)."""
-    from coldbrew.targets import resolve
-
-    try:
-        tgt = resolve(target) if isinstance(target, str) else target
-    except ValueError as e:
-        raise CompileError(str(e)) from None
-    front = front or front_end(model, input_shapes, constants, dump_ir, tgt.executes_on != "gpu")
-    if front.cells and tgt.executes_on == "gpu":
+def back_end(front, choices, tuning=None, accuracy=None):
+    """The passes after the front end, for the front's target: the
+    Compilation holding the bundle (`data`) and its Graph. `choices`: each
+    layer's variant, weight form, queue and precision; `tuning`
+    (compiler/measure/tune.py) the measured parameters; `accuracy`
+    (compiler/measure/error.py) is stored in the bundle."""
+    if front.cells and front.on_gpu:
         raise ValueError("a front end made for a CPU target (recurrent cells as cell layers) given a GPU target")
-    c = _from_front(front, target=tgt, dump_ir=dump_ir, variants=variants, threads=threads, tuning=tuning,
-                    queues=queues, precision=precision, accuracy=accuracy, warm=warm, later_threads=later_threads,
-                    producer=f"coldbrew {version()}")
+    c = _from_front(front, choices=choices, tuning=tuning, accuracy=accuracy, producer=f"coldbrew {version()}")
     if c.on_gpu:
-        c.weights = weights or "auto"
-        c = run(GPU_PASSES, c, select_gpu_variants.NAME)
-    else:
-        c.weights = weights or "cached"
-        c = run(PASSES, c, block_layout.NAME, plan_memory.NAME)
-        if warm:
-            c.warm_graph = lower(front, tgt, None, warm[0], "cached", warm[1], tuning, 0)
-        c = run(PASSES, c, add_warm_steps.NAME)
+        return run(GPU_PASSES, c, select_gpu_variants.NAME)
+    c = run(PASSES, c, block_layout.NAME, plan_memory.NAME)
+    if choices.warm:
+        variants, threads = choices.warm
+        c.warm_graph = lower(front, Choices(variants, "cached", threads), tuning)
+    return run(PASSES, c, add_warm_steps.NAME)
+
+
+def compile_graph(model, output=None, front=None, tuning=None, accuracy=None, **given):
+    """One bundle without planning, and its Graph: (data, graph). `given`
+    are Options' fields (target, input_shapes, constants, dump_ir) and
+    Choices' (variants, weights, threads, queues, precision, later_threads,
+    warm); `front` (front_end's result for this model, target and inputs)
+    skips the first passes. The profile's columns and the tests compile
+    this way; an app's compile goes through compiler/driver.py."""
+    names = {f.name for f in dataclasses.fields(Choices)}
+    asked = {"dump_ir": None, **{k: v for k, v in given.items() if k not in names}}
+    if front:  # the front's target and bindings, with these
+        front = dataclasses.replace(front, options=dataclasses.replace(front.options, **asked))
+    front = front or front_end(model, Options(**asked))
+    chosen = {k: v for k, v in given.items() if k in names and v is not None}
+    choices = Choices(**{"weights": "auto" if front.on_gpu else "cached", **chosen})
+    c = back_end(front, choices, tuning, accuracy)
     if output:
         with open(output, "wb") as f:
             f.write(c.data)
     return c.data, c.graph
-
-
-def on_gpu(target):
-    from coldbrew.targets import resolve
-
-    try:
-        return (resolve(target) if isinstance(target, str) else target).executes_on == "gpu"
-    except ValueError:
-        return False  # compile_graph reports the bad name

@@ -2,7 +2,7 @@
 conv layers, each with a winograd candidate — raw weights + a transform, or
 cached — and a GEMM one), the scheduler's plan for a configuration with a
 dedicated preparation core beside 2 execution threads, and the exact
-optimum of the same model (bench/plan_exact.py, MILP). Prints the gap
+optimum of the same model (bench/harness/plan_exact.py, MILP). Prints the gap
 distribution and the scheduler's planning time.
 
 With --cached, real models' cost tables instead: every table in the
@@ -25,7 +25,7 @@ import time
 from coldbrew.compiler.plan.scheduler import schedule_config
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from plan_exact import optimal_makespan  # noqa: E402
+from harness.plan_exact import optimal_makespan  # noqa: E402
 
 
 def _stat(ms):

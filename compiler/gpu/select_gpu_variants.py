@@ -215,5 +215,5 @@ def apply(mod, choice=None):
 
 
 def run(c):
-    c.mod, c.anchors = apply(c.mod, c.variants)
+    c.mod, c.anchors = apply(c.mod, c.choices.variants)
     return c

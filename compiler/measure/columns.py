@@ -89,14 +89,15 @@ def _run(job):
     """Compile one job (a dict: model path, bundle path, target, input
     shapes, constants, tuning, compile options, `names`, `direct`): its
     records, or raises."""
+    from ..options import Options
     from ..pipeline import compile_graph, front_end
 
     key = _front_key(job)
     front = _FRONTS.get(key)
     if front is None:
-        front = _FRONTS[key] = front_end(job["model"], job["input_shapes"], job["constants"])
-    graph = compile_graph(job["model"], job["bundle"], job["target"], job["input_shapes"], job["constants"],
-                          front=front, tuning=job["tuning"], **job["options"])[1]
+        options = Options(target=job["target"], input_shapes=job["input_shapes"], constants=job["constants"])
+        front = _FRONTS[key] = front_end(job["model"], options)
+    graph = compile_graph(job["model"], job["bundle"], front, tuning=job["tuning"], **job["options"])[1]
     return records(graph, job["names"], job["direct"])
 
 

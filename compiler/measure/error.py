@@ -23,6 +23,7 @@ With a bound, layers are kept fp32 in order of their own error, largest
 first, the fewest that bring the whole model under the bound (a binary
 search over that order, each step measured).
 """
+import dataclasses
 import os
 from collections import namedtuple
 
@@ -96,15 +97,15 @@ class Probe:
     with the weights of any precision assignment."""
 
     def __init__(self, front):
-        from coldbrew.targets import resolve
-
+        from ..options import Choices
         from ..passes import codegen
         from ..pipeline import lower, version
         from ..kernels.build import output_axis
         from ..passes.plan_weights import generic_narrowable
 
-        self.target = resolve("host")
-        self.graph = lower(front, self.target, None, None, "raw", 1, None, 0)
+        host = dataclasses.replace(front, options=dataclasses.replace(front.options, target="host"))
+        self.target = host.target
+        self.graph = lower(host, Choices(weights="raw", threads=1))
         self.code = codegen.apply(self.graph, self.target)
         self.producer, self.model_hash = f"coldbrew {version()}", front.model_hash
         self.layers = {}  # key (anchor id, or a generic layer's name) -> [(tensor, fp32 data, axis)]

@@ -42,6 +42,7 @@ the same target again does not re-measure. Targets marked `modeled`
 phase (targets/), and say so.
 """
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -181,39 +182,32 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tu
     return h.hexdigest()[:24]
 
 
-def profile(model, target="host", threads=2, input_shapes=None, constants=None, progress=None, force=False,
-            repeat=None, tuning=None, front=None, direct=None):
-    """The cost table (a dict) of `model` on `target`, measured or from the cache.
+def profile(front, threads=2, progress=None, force=False, repeat=None, tuning=None, direct=None):
+    """The cost table (a dict) of the model whose front end's result is
+    `front` (compiler.front_end's, for a target and input bindings), on its
+    target, measured or from the cache.
 
     `progress(done, total, what)` is called as the work advances; `repeat`
     overrides sample counts (REPEAT's keys); `tuning` (compiler/measure/tune.py) gives
     the layers' measured schedule parameters, so the table times the kernels
-    a tuned compile ships (else each variant's derived parameters); `front`
-    (compiler.front_end's result for this model and these inputs, e.g. the
-    one the tuner used) spares the measurement the first passes. `direct`
+    a tuned compile ships (else each variant's derived parameters). `direct`
     names the narrow precisions whose direct weight forms are measured
     (None: all of them; a plan for fp32 weights uses none, and leaving
     them out takes two thirds of the columns away); a cached table that
     measured all of them serves any request."""
-    from coldbrew.targets import resolve
-
-    from ..passes import load_onnx
-
-    tgt = resolve(target) if isinstance(target, str) else target
-    proto, model_hash = load_onnx.read_model(model)
+    tgt, shapes, constants = front.target, front.options.input_shapes, front.options.constants
     if getattr(tgt, "modeled", False):
-        host = profile(proto, "host", threads, input_shapes, constants, progress, force, repeat, tuning, front, direct)
-        return modeled_table(host, tgt)
+        host = dataclasses.replace(front, options=dataclasses.replace(front.options, target="host"))
+        return modeled_table(profile(host, threads, progress, force, repeat, tuning, direct), tgt)
     forms = tuple(p for p in DIRECT_FORMS if direct is None or p in direct)
-    keys = [cache_key(model_hash, tgt, threads, input_shapes, constants, tuning, d)
+    keys = [cache_key(front.model_hash, tgt, threads, shapes, constants, tuning, d)
             for d in dict.fromkeys([forms, tuple(DIRECT_FORMS)])]
     paths = [os.path.join(cache_dir(), "costs", f"{key}.json") for key in keys]
     for path in paths if not force else ():
         table = _cached(path)
         if table:
             return table
-    table = _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress or (lambda *a: None),
-                     {**REPEAT, **(repeat or {})}, tuning, front, forms)
+    table = _measure(front, threads, progress or (lambda *a: None), {**REPEAT, **(repeat or {})}, tuning, forms)
     path = paths[0]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.{os.getpid()}.tmp"
@@ -236,14 +230,13 @@ def _cached(path):
     return table
 
 
-def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress, repeat, tuning, front=None,
-             forms=tuple(DIRECT_FORMS)):
-    from ..pipeline import front_end
+def _measure(front, threads, progress, repeat, tuning, forms=tuple(DIRECT_FORMS)):
+    from ..passes import load_onnx
     from .tune import anchors_of
 
     t_start = time.perf_counter()
-    front = front or front_end(proto, input_shapes, constants)  # shared by every column's compile
-    anchors = anchors_of(proto, tgt, front=front)
+    tgt, (proto, model_hash) = front.target, load_onnx.read_model(front.model)
+    anchors = anchors_of(front)
     groups = _groups(anchors)
     defaults = {a.id: a.variant.name for a in anchors}
     columns = _columns(groups)
@@ -264,7 +257,8 @@ def _measure(proto, model_hash, tgt, threads, input_shapes, constants, progress,
         model = os.path.join(tmp, "model.onnx")
         with open(model, "wb") as f:  # the column compiles' source, in this process or a worker
             f.write(proto.SerializeToString())
-        job = {"model": model, "target": tgt, "input_shapes": input_shapes, "constants": constants, "tuning": tuning}
+        job = {"model": model, "target": tgt, "input_shapes": front.options.input_shapes,
+               "constants": front.options.constants, "tuning": tuning}
         bundles, recs, default = _compile_columns(job, columns, direct_columns, forms, threads, tmp, step, front)
         runs, default_runs, rounds = _sample_rounds(bundles, default, configs, rounds, repeat, step)
         load = {k: stat(v) for k, v in default_runs["open"].items()}

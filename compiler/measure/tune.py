@@ -56,17 +56,13 @@ def spec_key(spec):
     return repr(spec)
 
 
-def anchors_of(model, target, input_shapes=None, constants=None, front=None):
-    """The anchors (conv / dense layers with their specs) of an ONNX model
-    (or of its `front`, compiler.front_end's result), with the variants made
-    for `target` (a Target or a name): the pipeline's passes up to
-    select_variants (pipeline.variant_anchors)."""
-    from coldbrew.targets import resolve
+def anchors_of(front):
+    """The anchors (conv / dense layers with their specs) of the front
+    end's result, with the variants made for its target: the pipeline's
+    passes up to select_variants (pipeline.variant_anchors)."""
+    from ..pipeline import variant_anchors
 
-    from ..pipeline import front_end, variant_anchors
-
-    tgt = resolve(target) if isinstance(target, str) else target
-    return variant_anchors(front or front_end(model, input_shapes, constants), tgt)
+    return variant_anchors(front)
 
 
 def layers_model(specs, weights=None):
@@ -181,15 +177,11 @@ def cache_path(target):
     return os.path.join(cache_dir(), "tune", f"{key}.json")
 
 
-def tune(model, target, threads=2, input_shapes=None, constants=None, front=None, progress=None, force=False):
-    """The Tuning of `model`'s layer shapes on `target` (their entries only),
-    measured or from the cache; None when `target` is not the machine
-    compiling."""
-    from coldbrew.targets import resolve
-
-    from ..pipeline import front_end
-
-    tgt = resolve(target) if isinstance(target, str) else target
+def tune(front, threads=2, progress=None, force=False):
+    """The Tuning of the layer shapes of `front` (compiler.front_end's
+    result) on its target (their entries only), measured or from the
+    cache; None when the target is not the machine compiling."""
+    tgt = front.target
     if tgt.name != "host":
         return None
     progress = progress or (lambda *a: None)
@@ -198,8 +190,7 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
     if os.path.exists(path) and not force:
         with open(path) as f:
             entries = json.load(f)
-    front = front or front_end(model, input_shapes, constants)
-    anchors = anchors_of(None, tgt, front=front)
+    anchors = anchors_of(front)
     mine = {spec_key(a.spec): a.spec for a in anchors}
     todo = [spec for key, spec in mine.items() if key not in entries]
     if todo:
@@ -214,12 +205,13 @@ def tune(model, target, threads=2, input_shapes=None, constants=None, front=None
 
 def measure_shapes(specs, target, threads, progress):
     """Search every spec's variants and parameters; {key: entry}."""
+    from ..options import Options
     from ..pipeline import compile_graph, front_end
 
     isa = target.vector
     model = layers_model(specs)
-    front = front_end(model)
-    anchors = anchors_of(None, target, front=front)
+    front = front_end(model, Options(target=target))
+    anchors = anchors_of(front)
     cores = core_classes(target)[0][1][:threads]
     found = {a.id: {"execute_ms": {}, "transform_ms": {}, "params": {}} for a in anchors}
 
@@ -230,7 +222,7 @@ def measure_shapes(specs, target, threads, progress):
                 progress(c, len(todo), f"tune {stage}: column {c + 1}/{len(todo)}")
                 bundle = os.path.join(tmp, f"column{c}.brew")
                 try:
-                    compile_graph(model, bundle, target, variants=choice, weights="raw", threads=threads, front=front)
+                    compile_graph(model, bundle, front, variants=choice, weights="raw", threads=threads)
                 except CompileError:  # a candidate TVM cannot generate code for is none: the rest, one at a time
                     todo += [{aid: cand} for aid, cand in choice.items()] if len(choice) > 1 else []
                     continue

@@ -68,7 +68,7 @@ def apply(cold, warm, warm_threads):
 def run(c):
     """Pass entry: later runs' thread count, and continuous mode's alternates
     from c.warm_graph (the warm plan's lowering) where there is one."""
-    c.graph.warm_threads = c.later_threads
+    c.graph.warm_threads = c.choices.later_threads
     if c.warm_graph is not None:
-        c.graph = apply(c.graph, c.warm_graph, c.warm[1])
+        c.graph = apply(c.graph, c.warm_graph, c.choices.warm[1])
     return c

@@ -333,5 +333,5 @@ class _Rewrite:
 
 
 def run(c):
-    c.mod = apply(c.mod, c.target.vector, c.variants)
+    c.mod = apply(c.mod, c.target.vector, c.choices.variants)
     return c

@@ -193,5 +193,5 @@ def run(c):
                 layer.variant = "gpu.dlight"
         c.graph.threads = 1
     else:
-        c.graph.threads = c.threads
+        c.graph.threads = c.choices.threads
     return c

@@ -192,7 +192,7 @@ def fix_input_shapes(model, input_shapes):
 def run(c):
     """Pass entry: c.model read, checked and its input shapes fixed (c.proto, c.model_hash, names)."""
     c.proto, c.model_hash = read_model(c.model)
-    c.proto = apply(c.proto, c.input_shapes, c.constants)
+    c.proto = apply(c.proto, c.options.input_shapes, c.options.constants)
     c.input_names = [i.name for i in graph_inputs(c.proto)]
     c.output_names = [o.name for o in c.proto.graph.output]
     return c

@@ -299,8 +299,8 @@ def apply_gpu(graph, anchors, form="auto"):
 
 def run(c):
     try:
-        c.graph = (apply_gpu(c.graph, c.anchors, c.weights) if c.on_gpu
-                   else apply(c.graph, c.weights, c.queues, c.precision, c.qdq_scales))
+        c.graph = (apply_gpu(c.graph, c.anchors, c.choices.weights) if c.on_gpu
+                   else apply(c.graph, c.choices.weights, c.choices.queues, c.choices.precision, c.qdq_scales))
     except ValueError as e:
         raise CompileError(str(e)) from None
     return c

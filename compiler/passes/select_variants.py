@@ -395,6 +395,6 @@ def _transform_weights(anchors):
 
 
 def run(c):
-    c.mod, c.anchors = apply(c.mod, c.target.vector, c.variants, c.tuning, direct_layers(c.weights, c.precision),
+    c.mod, c.anchors = apply(c.mod, c.target.vector, c.choices.variants, c.tuning, direct_layers(c.choices.weights, c.choices.precision),
                              c.qdq_scales)
     return c

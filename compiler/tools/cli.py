@@ -149,18 +149,20 @@ def main():
 def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
                 continuous, dump_ir, sign_key, precision, max_error, calibration):
     """Compile MODEL (ONNX) into a bundle."""
-    from coldbrew.compiler import CompileError, compile_model
+    from coldbrew.compiler import CompileError
+    from coldbrew.compiler.driver import compile as compile_with
+    from coldbrew.compiler.options import Options
 
     t0 = time.perf_counter()
     planned = []
     try:
+        options = Options(target=target, input_shapes=_parse_shapes(input_shapes), constants=_parse_binds(binds),
+                          variants=_parse_choice(variant_opts), weights=_parse_choice(weight_opts), threads=threads,
+                          queues=_parse_queues(queue_opts), plan=plan, tune=_tunes(target, tune),
+                          continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,
+                          sign=sign_key, dump_ir=dump_ir)
         with _progress("measuring") as progress:
-            data = compile_model(model, output, target=target, input_shapes=_parse_shapes(input_shapes),
-                                 constants=_parse_binds(binds), dump_ir=dump_ir, variants=_parse_choice(variant_opts),
-                                 weights=_parse_choice(weight_opts), threads=threads, plan=plan, progress=progress,
-                                 tune=_tunes(target, tune), queues=_parse_queues(queue_opts),
-                                 on_plan=planned.append, continuous=continuous, sign=sign_key, precision=precision,
-                                 max_error=max_error, calibration=calibration)
+            data = compile_with(model, options, output, progress, on_plan=planned.append)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     for p in planned:
@@ -277,16 +279,17 @@ def run_cmd(bundle, inputs, output_dir, cold, repeat, threads, mode):
                    "measured (fp32: none, as `compile --plan` of fp32 weights profiles)")
 def profile_cmd(model, target, threads, input_shapes, binds, output, force, tune, precision):
     """Measure MODEL's device cost table: per layer x variant, read / transform / execute."""
+    from ..errors import CompileError
     from ..measure.profile import profile
 
     t0 = time.perf_counter()
-    shapes, constants = _parse_shapes(input_shapes), _parse_binds(binds)
     try:
         with _progress("measuring") as progress:
-            table = profile(model, target, threads, shapes, constants, progress, force,
-                            direct=None if precision == "all" else [precision],
-                            **_tuning(model, target, threads, shapes, constants, tune, progress))
-    except ValueError as e:
+            front, tuning = _front(model, target, threads, _parse_shapes(input_shapes), _parse_binds(binds), tune,
+                                   progress)
+            table = profile(front, threads, progress, force, tuning=tuning,
+                            direct=None if precision == "all" else [precision])
+    except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if output:
         with open(output, "w") as f:
@@ -309,8 +312,8 @@ def _table(costs, model, target, threads, tune):
     if not model:
         raise click.UsageError("give --costs FILE or --model MODEL.onnx")
     with _progress("profiling") as progress:
-        return profile(model, target, threads, progress=progress,
-                       **_tuning(model, target, threads, None, None, tune, progress))
+        front, tuning = _front(model, target, threads, None, None, tune, progress)
+        return profile(front, threads, progress, tuning=tuning)
 
 
 def _tunes(target, tune):
@@ -322,17 +325,18 @@ def _tunes(target, tune):
     return bool(tune)
 
 
-def _tuning(model, target, threads, shapes, constants, tune, progress):
-    """profile()'s tuning arguments: the tuning `compile` uses (_tunes), so
-    a table profiled here is the one its plans are made from, and the first
-    passes' result the tuner ran (the profile then does not run them
-    again); none where it does not tune."""
-    if not _tunes(target, tune):
-        return {}
-    from .. import tuned_front
+def _front(model, target, threads, shapes, constants, tune, progress):
+    """(front, tuning) for the profile: the first passes' result and the
+    tuning `compile` uses (_tunes), so a table profiled here is the one
+    its plans are made from."""
+    from ..driver import tune as tune_stage
+    from ..options import Options
+    from ..pipeline import front_end
 
-    front, tuning = tuned_front(model, target, threads, shapes, constants, progress)
-    return {"tuning": tuning, "front": front}
+    options = Options(target=target, input_shapes=shapes, constants=constants, threads=threads,
+                      tune=_tunes(target, tune))
+    front = front_end(model, options)
+    return front, tune_stage(front, options, progress)
 
 
 @main.command("simulate")

@@ -7,6 +7,7 @@ import pytest
 
 from coldbrew.compiler import GPU_PASSES, PASSES, compile_model, pipeline
 from coldbrew.targets import resolve
+from coldbrew.compiler.options import Choices, Options
 
 # what each pass leaves in the Compilation (a field set, or changed)
 MAKES = {"load_onnx": "proto", "import_relax": "mod", "extract_layers": "graph", "codegen": "code",
@@ -28,7 +29,8 @@ def one_by_one(passes, c):
 def test_a_model_compiled_pass_by_pass_is_the_bundle(small_model, target):
     tgt = resolve(target)
     passes = GPU_PASSES if tgt.executes_on == "gpu" else PASSES
-    c = pipeline.Compilation(model=small_model, target=tgt, weights="auto" if target == "vulkan" else "cached",
+    c = pipeline.Compilation(model=small_model, options=Options(target=tgt), cells=tgt.executes_on != "gpu",
+                             choices=Choices(weights="auto" if target == "vulkan" else "cached"),
                              producer=f"coldbrew {pipeline.version()}")
     c, changed = one_by_one(passes, c)
     assert c.data == compile_model(small_model, target=target)
@@ -48,7 +50,7 @@ def test_a_stretch_runs_only_its_passes(small_model, monkeypatch):
 
 
 def test_the_ir_is_dumped_after_each_pass_of_a_stretch(small_model, tmp_path):
-    front = pipeline.front_end(small_model, dump_ir=str(tmp_path))
+    front = pipeline.front_end(small_model, Options(dump_ir=str(tmp_path)))
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{k:02d}_{p.NAME}.txt" for k, p in enumerate(PASSES[:5])]
     assert front.mod is not None and front.input_names == [small_model.graph.input[0].name]
 
@@ -58,7 +60,7 @@ def test_the_gpu_list_shares_the_front_and_the_end():
 
 
 def test_variant_anchors_run_the_list_up_to_select_variants(small_model):
-    anchors = pipeline.variant_anchors(pipeline.front_end(small_model), resolve("host"))
+    anchors = pipeline.variant_anchors(pipeline.front_end(small_model))
     convs = [a.id for a in anchors if a.id.startswith("c")]
     assert convs == [f"c{k}" for k in range(len(convs))] and convs and [a.index for a in anchors] == list(
         range(len(anchors)))

@@ -8,6 +8,8 @@ from click.testing import CliRunner
 
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.measure import profile as prof
+from coldbrew.compiler.options import Options
+from coldbrew.compiler.pipeline import front_end
 from coldbrew.compiler.tools.cli import main
 from coldbrew.compiler.plan.simulate import plan_of_bundle, simulate
 
@@ -20,7 +22,7 @@ def table_and_bundle(tmp_path_factory, small_model):
     mp = pytest.MonkeyPatch()
     mp.setenv("COLDBREW_CACHE", str(cache))
     seen = []
-    table = prof.profile(small_model, progress=lambda d, n, w: seen.append((d, n)), repeat=FEW)
+    table = prof.profile(front_end(small_model), progress=lambda d, n, w: seen.append((d, n)), repeat=FEW)
     bundle = tmp_path_factory.mktemp("b") / "small.brew"
     compile_model(small_model, str(bundle))
     yield table, str(bundle), seen, cache
@@ -61,12 +63,12 @@ def test_second_profile_comes_from_the_cache(table_and_bundle, small_model, monk
         raise AssertionError("measured again")
 
     monkeypatch.setattr(prof, "_measure", no_measuring)
-    again = prof.profile(small_model, repeat=FEW)
+    again = prof.profile(front_end(small_model), repeat=FEW)
     assert again["cached"]
     # a plan compile reads the same cached table
     data = compile_model(small_model, plan="cold")
     assert data[:8] == b"COLDBREW"
-    modeled = prof.profile(small_model, "sd855", repeat=FEW)
+    modeled = prof.profile(front_end(small_model, Options(target="sd855")), repeat=FEW)
     assert modeled["modeled"] and modeled["target"] == "sd855"
 
 
@@ -142,7 +144,7 @@ def test_a_plan_for_fp32_weights_measures_no_direct_form(small_model, tmp_path, 
     compile the direct columns and the compile would measure again."""
     monkeypatch.setenv("COLDBREW_CACHE", str(tmp_path))
     steps = []
-    table = prof.profile(small_model, repeat=FEW, direct=[], progress=lambda d, n, w: steps.append(w))
+    table = prof.profile(front_end(small_model), repeat=FEW, direct=[], progress=lambda d, n, w: steps.append(w))
     assert not table["cached"] and table["direct_measured"] == []
     assert any("compile column" in w for w in steps) and not any("direct" in w for w in steps)
     cands = [c for layer in table["layers"] for c in layer["candidates"]]
@@ -157,7 +159,7 @@ def test_a_plan_for_fp32_weights_measures_no_direct_form(small_model, tmp_path, 
     monkeypatch.setattr(prof, "_measure", no_measuring)
     assert compile_model(small_model, plan="cold")[:8] == b"COLDBREW"  # from the fp32 table
     monkeypatch.setattr(prof, "_measure", real)
-    fp16 = prof.profile(small_model, repeat=FEW, direct=["fp16"])
+    fp16 = prof.profile(front_end(small_model), repeat=FEW, direct=["fp16"])
     assert not fp16["cached"] and fp16["direct_measured"] == ["fp16"]
     cands = [c for layer in fp16["layers"] for c in layer["candidates"]]
     assert any("direct" in c["read_ms"] for c in cands) and not any("direct_int8" in c["read_ms"] for c in cands)

@@ -11,6 +11,8 @@ from conftest import assert_close, ort_run
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.measure import tune as tn
 from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.options import Options
+from coldbrew.compiler.pipeline import front_end
 from coldbrew.compiler.bundle.reader import read
 from coldbrew.compiler.kernels import applicable
 from coldbrew.targets import resolve
@@ -20,7 +22,7 @@ from coldbrew.targets import resolve
 def tuned(tmp_path_factory, small_model):
     mp = pytest.MonkeyPatch()
     mp.setenv("COLDBREW_CACHE", str(tmp_path_factory.mktemp("cache")))
-    tuning = tn.tune(small_model, "host", 2)
+    tuning = tn.tune(front_end(small_model), 2)
     bundle = tmp_path_factory.mktemp("b") / "tuned.brew"
     compile_model(small_model, str(bundle), tune=True)
     yield tuning, str(bundle)
@@ -30,7 +32,7 @@ def tuned(tmp_path_factory, small_model):
 def test_every_shape_is_measured(tuned, small_model):
     tuning, _ = tuned
     isa = resolve("host").vector
-    anchors = tn.anchors_of(small_model, "host")
+    anchors = tn.anchors_of(front_end(small_model))
     assert {tn.spec_key(a.spec) for a in anchors} == set(tuning.entries)
     for a in anchors:
         e = tuning.entries[tn.spec_key(a.spec)]
@@ -48,10 +50,10 @@ def test_tuned_bundle_is_labeled_and_correct(tuned, small_model):
 
     tuning, bundle = tuned
     b, _, _ = read(bundle)
-    anchored = [s for s in b.plan.steps if s.params]
-    assert anchored and all(s.tuned for s in anchored)
-    for s in anchored:
-        layer_params = json.loads(s.params)
+    anchored = [s.kind for s in b.plan.steps if s.kind.params]
+    assert anchored and all(c.tuned for c in anchored)
+    for c in anchored:
+        layer_params = json.loads(c.params)
         assert isinstance(layer_params, dict) and layer_params
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     (y,) = coldbrew.load(bundle).run(None, {"x": x})
@@ -65,17 +67,17 @@ def test_cache_hit_measures_nothing(tuned, small_model, monkeypatch):
         raise AssertionError("measured again")
 
     monkeypatch.setattr(tn, "measure_shapes", no_measuring)
-    again = tn.tune(small_model, "host", 2)
+    again = tn.tune(front_end(small_model), 2)
     assert again.entries == tuned[0].entries
 
 
 def test_cross_target_is_derived(tmp_path, small_model):
-    assert tn.tune(small_model, "x86_64-avx2", 2) is None
+    assert tn.tune(front_end(small_model, Options(target="x86_64-avx2")), 2) is None
     path = tmp_path / "avx2.brew"
     compile_model(small_model, str(path), target="x86_64-avx2", tune=True)
     b, _, _ = read(str(path))
-    anchored = [s for s in b.plan.steps if s.params]
-    assert anchored and not any(s.tuned for s in anchored)
+    anchored = [s.kind for s in b.plan.steps if s.kind.params]
+    assert anchored and not any(c.tuned for c in anchored)
     out = CliRunner().invoke(main, ["inspect", str(path)])
     assert "(derived)" in out.output and "(tuned)" not in out.output
 
@@ -87,17 +89,17 @@ def test_targets_command_shows_vector_units():
 
 
 def _count_front_ends(monkeypatch):
-    """The list every run of the first passes (compiler.front_end) appends
-    its result to, from now on."""
-    import coldbrew.compiler as comp
+    """The list every run of the first passes in this process (the pass
+    load_onnx, however it is reached) appends its result to, from now on."""
+    from coldbrew.compiler.passes import load_onnx
 
-    fronts, real_front = [], comp.front_end
+    fronts, real_run = [], load_onnx.run
 
-    def front_spy(*a, **k):
-        fronts.append(real_front(*a, **k))
+    def load_spy(c):
+        fronts.append(real_run(c))
         return fronts[-1]
 
-    monkeypatch.setattr(comp.pipeline, "front_end", front_spy)
+    monkeypatch.setattr(load_onnx, "run", load_spy)
     return fronts
 
 
@@ -113,11 +115,16 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
 
     monkeypatch.setattr(prof, "REPEAT", {"cold": 2, "default": 2, "warm": 2, "reads": 2})
     given, tables = [], []
-    real_compile, real_profile, real_columns = comp.compile_graph, prof.profile, prof.compile_all
+    real_compile, real_profile, real_columns = comp.pipeline.compile_graph, prof.profile, prof.compile_all
+    real_back_end = comp.driver.back_end
 
     def compile_spy(*a, **k):
         given.append(k.get("tuning"))
         return real_compile(*a, **k)
+
+    def back_end_spy(front, choices, tuning=None, accuracy=None):
+        given.append(tuning)
+        return real_back_end(front, choices, tuning, accuracy)
 
     def columns_spy(jobs, *a, **k):
         given.extend(job["tuning"] for job in jobs)
@@ -129,6 +136,7 @@ def test_a_tuned_plan_is_made_from_the_times_of_the_tuned_kernels(tuned, small_m
 
     fronts = _count_front_ends(monkeypatch)
     monkeypatch.setattr(comp.pipeline, "compile_graph", compile_spy)
+    monkeypatch.setattr(comp.driver, "back_end", back_end_spy)
     monkeypatch.setattr(prof, "profile", profile_spy)
     monkeypatch.setattr(prof, "compile_all", columns_spy)
     compile_model(small_model, str(tmp_path / "cold.brew"), plan="cold", tune=True)
@@ -174,7 +182,7 @@ def test_inspect_says_a_bundle_is_tuned(tuned):
     r = CliRunner().invoke(main, ["inspect", bundle])
     assert r.exit_code == 0, r.output
     (line,) = [x for x in r.output.splitlines() if x.startswith("tuning ")]
-    n = len([s for s in read(bundle)[0].plan.steps if s.params])
+    n = len([s for s in read(bundle)[0].plan.steps if s.kind.params])
     assert line.split()[1:3] == ["tuned:", f"{n}/{n}"], line
 
 
@@ -195,7 +203,7 @@ def test_the_layers_model_keeps_a_quantized_layers_spec():
 
     specs = [DenseSpec(6, 40, 32, in_scale=float(np.float32(0.02)), in_shift=131),  # a model's float32 scale
              RecurrentSpec("lstm", 3, 1, 16, 1, activation="Sigmoid", quantize_h=True, int8_weights=True)]
-    got = [a.spec for a in tn.anchors_of(None, "host", front=front_end(tn.layers_model(specs)))]
+    got = [a.spec for a in tn.anchors_of(front_end(tn.layers_model(specs)))]
     assert specs[0] in got and specs[1] in got
 
 
@@ -209,10 +217,10 @@ def test_a_candidate_that_does_not_compile_is_left_out(monkeypatch):
 
     real = pipeline.compile_graph
 
-    def failing(model, path, target, variants=None, **kw):
+    def failing(model, path, front, variants=None, **kw):
         if any(params == {"mb": 1, "nb": 16} for _, params in (variants or {}).values()):
             raise CompileError("kernel code generation failed: no")
-        return real(model, path, target, variants=variants, **kw)
+        return real(model, path, front, variants=variants, **kw)
 
     monkeypatch.setattr(pipeline, "compile_graph", failing)
     specs = [DenseSpec(4, 32, 16), DenseSpec(2, 16, 48)]

@@ -8,6 +8,7 @@ import pytest
 
 from coldbrew.compiler import pipeline
 from coldbrew.compiler.passes import add_warm_steps
+from coldbrew.compiler.options import Choices
 
 COLD = {"conv2d": "conv2d.im2col_gemm"}
 WARM = {"conv2d": "conv2d.winograd_f2"}
@@ -17,13 +18,11 @@ WARM = {"conv2d": "conv2d.winograd_f2"}
 def lowered(small_model):
     """A function giving a fresh (cold, warm) pair of the small model's
     Graphs, lowered as compile_graph lowers them in continuous mode."""
-    from coldbrew.targets import resolve
-
-    front, tgt = pipeline.front_end(small_model), resolve("host")
+    front = pipeline.front_end(small_model)
 
     def make():
-        cold = pipeline.lower(front, tgt, None, COLD, "raw", 2, None, 1)
-        warm = pipeline.lower(front, tgt, None, WARM, "cached", 2, None, 0)
+        cold = pipeline.lower(front, Choices(COLD, "raw", 2, 1))
+        warm = pipeline.lower(front, Choices(WARM, "cached", 2, 0))
         return cold, warm
 
     return make
@@ -95,7 +94,7 @@ def test_warm_layers_that_do_not_line_up_add_no_alternate(lowered):
 
 def test_run_adds_alternates_only_with_a_warm_graph(lowered):
     cold, warm = lowered()
-    c = add_warm_steps.run(pipeline.Compilation(graph=cold, later_threads=4))
+    c = add_warm_steps.run(pipeline.Compilation(graph=cold, choices=Choices(later_threads=4)))
     assert c.graph.warm_threads == 4 and all(layer.warm is None for layer in c.graph.layers)
-    c = add_warm_steps.run(pipeline.Compilation(graph=cold, warm=(WARM, 2), warm_graph=warm))
+    c = add_warm_steps.run(pipeline.Compilation(graph=cold, choices=Choices(warm=(WARM, 2)), warm_graph=warm))
     assert c.graph.warm_threads == 2 and _layer(c.graph, "c0").warm["variant"] == "conv2d.winograd_f2"

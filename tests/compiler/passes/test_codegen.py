@@ -10,6 +10,7 @@ import pytest
 
 from coldbrew.compiler import CompileError
 from coldbrew.compiler.passes import codegen
+from coldbrew.compiler.options import Choices, Options
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def graph(small_model, host):
     """The small model lowered with raw weights: execute and transform kernels."""
     from coldbrew.compiler import pipeline
 
-    return pipeline.lower(pipeline.front_end(small_model), host, None, None, "raw", 2, None, 0)
+    return pipeline.lower(pipeline.front_end(small_model), Choices(None, "raw", 2, 0))
 
 
 def _exported(code, tmp_path):
@@ -45,7 +46,7 @@ def test_every_kernel_is_exported_from_one_shared_object(graph, host, tmp_path):
     # the pass entry leaves the same code on the compilation
     from coldbrew.compiler.pipeline import Compilation
 
-    c = codegen.run(Compilation(graph=graph, target=host))
+    c = codegen.run(Compilation(graph=graph, options=Options(target=host)))
     assert _exported(c.code, tmp_path) == exported
 
 

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
 import zoo  # noqa: E402
 from narrow_bundles import TOL, _error_against_onnxruntime, _steps, describe_bytes  # noqa: E402
+from coldbrew.compiler.options import Choices
 
 
 def test_fp16_stores_half_the_weight_bytes():
@@ -164,9 +165,8 @@ def _extracted(model):
     """`model`'s Graph as extract_layers leaves it, its conv on Winograd
     (a transform that computes): plan_weights' input."""
     from coldbrew.compiler import pipeline
-    from coldbrew.targets import resolve
 
-    c = pipeline.Compilation(model=model, target=resolve("host"), variants={"conv2d": "conv2d.winograd_f2"})
+    c = pipeline.Compilation(model=model, choices=Choices(variants={"conv2d": "conv2d.winograd_f2"}))
     return pipeline.run(pipeline.PASSES, c, stop="extract_layers").graph
 
 
@@ -205,7 +205,7 @@ def test_preparation_queues_and_refused_requests(small_model):
                             ({"weights": "packed"}, "weight form must be one of raw, cached, direct, not 'packed'"),
                             ({"precision": {"*": "bf16"}}, "weight precision must be one of")):
         with pytest.raises(CompileError, match=message):
-            plan_weights.run(Compilation(graph=_extracted(small_model), **option))
+            plan_weights.run(Compilation(graph=_extracted(small_model), choices=Choices(**option)))
 
 
 def qdq_conv_model(per_channel):
@@ -237,9 +237,8 @@ def test_a_quantized_models_int8_weights_stay_int8_and_exact(per_channel):
     model = qdq_conv_model(per_channel)
     data = compile_model(model)  # the default precision: nothing to ask for
     from coldbrew.compiler.pipeline import front_end, lower
-    from coldbrew.targets import resolve
 
-    g = lower(front_end(model), resolve("host"), None, None, "cached", 2, None, 0)
+    g = lower(front_end(model), Choices(None, "cached", 2, 0))
     narrowed = [layer for layer in g.layers if layer.weight_precision == "int8"]
     assert narrowed and all(layer.weight_error == 0.0 for layer in narrowed)
     assert len(data) < 32 * 16 * 9 * 4 * 0.6 + 20000  # int8 weights, not fp32

@@ -228,7 +228,7 @@ def test_scheduler_within_ten_percent_of_the_optimum():
 
     from coldbrew.compiler.plan.scheduler import schedule_config
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from plan_exact import optimal_makespan
+    from harness.plan_exact import optimal_makespan
 
     rnd = random.Random(11)
     gaps = []
