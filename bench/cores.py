@@ -38,7 +38,7 @@ from coldbrew.compiler.measure.protocol import cold_process, describe as cold_pr
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.measure.profile import profile
 from coldbrew.compiler.pipeline import front_end
-from coldbrew.compiler.plan.scheduler import _predict, _spread, balance, layer_pairs
+from coldbrew.compiler.plan.scheduler import balance, layer_pairs, predict_ms, spread
 from coldbrew.compiler.plan.simulate import median_ms, plan_of_bundle, simulate
 
 SAMPLER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness", "cold_sample.py")
@@ -59,7 +59,7 @@ def raw_plan(table, threads, workers):
     queues = [0] * len(sel)
     if workers:
         prep = [p[2] for p in sel]
-        queues, _ = balance(_spread(prep, workers), prep, workers, lambda q: _predict(table, sel, q, threads))
+        queues, _ = balance(spread(prep, workers), prep, workers, lambda q: predict_ms(table, sel, q, threads))
     names = [layer["name"] for layer in table["layers"]]
     return {"variants": {n: p[0] for n, p in zip(names, sel)}, "queues": dict(zip(names, queues))}
 

@@ -50,7 +50,7 @@ def compile_both(model, out):
 def decode_rate(path):
     """(decoded bytes, compressed bytes, ms to decode on one thread)."""
     from coldbrew.compiler.bundle.reader import read
-    from coldbrew.runtime import _lib
+    from coldbrew.runtime import testing_function
     from coldbrew.schemas.generated import bundle_generated as fb
 
     b = read(path)[0]
@@ -58,8 +58,8 @@ def decode_rate(path):
     with open(path, "rb") as f:
         f.seek(seg.offset)
         src = f.read(seg.size)
-    fn = _lib.cb_lz4_decode
-    fn.restype, fn.argtypes = ctypes.c_int64, [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]
+    fn = testing_function("cb_lz4_decode", ctypes.c_int64, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p,
+                          ctypes.c_uint64)
     dst = ctypes.create_string_buffer(seg.rawSize)
     times = []
     for _ in range(200):

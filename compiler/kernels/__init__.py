@@ -38,14 +38,14 @@ write the blocked ones (compiler/kernels/conv_blocked.py), the others NCHW.
 import functools
 
 from .contract import ANCHOR, ConvSpec, DenseSpec, RecurrentSpec, Variant, register  # noqa: F401  (the contract, re-exported)
-from .contract import _MAKERS
+from .contract import MAKERS
 
 
 @functools.lru_cache(maxsize=None)
 def _made(isa):
     from . import conv, conv_blocked, dense, recurrent  # noqa: F401  (registration)
 
-    return {name: make(isa) for name, make in _MAKERS.items()}
+    return {name: make(isa) for name, make in MAKERS.items()}
 
 
 def variants(isa, op=None):

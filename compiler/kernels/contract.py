@@ -217,9 +217,9 @@ class Variant:
         return False
 
 
-_MAKERS = {}  # name -> function(isa) -> Variant
+MAKERS = {}  # name -> function(isa) -> Variant
 
 
 def register(name, make):
-    assert name not in _MAKERS, name
-    _MAKERS[name] = make
+    assert name not in MAKERS, name
+    MAKERS[name] = make

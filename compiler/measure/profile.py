@@ -453,10 +453,9 @@ def widen_rate(nbytes=16 << 20, repeat=5):
 
     import numpy as np
 
-    from coldbrew.runtime import _lib
+    from coldbrew.runtime import testing_function
 
-    fn = _lib.cb_widen_f16
-    fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+    fn = testing_function("cb_widen_f16", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64)
     n = nbytes // 4
     half = np.ones(n, np.float16)
     times = []
@@ -482,11 +481,10 @@ def check_rate(nbytes=32 << 20, repeat=5):
 
     import numpy as np
 
-    from coldbrew.runtime import _lib
+    from coldbrew.runtime import testing_function
 
     data = np.frombuffer(os.urandom(nbytes), np.uint8)
-    fn = _lib.cb_checksum64
-    fn.restype, fn.argtypes = ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_uint64]
+    fn = testing_function("cb_checksum64", ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64)
     times = []
     for _ in range(repeat):
         t = time.perf_counter()

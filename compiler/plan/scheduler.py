@@ -135,7 +135,7 @@ def _form(chosen, name):
     return cost_form(chosen["forms"].get(name, "cached"), chosen.get("precisions", {}).get(name, "fp32"))
 
 
-def _predict(table, sel, queues, threads):
+def predict_ms(table, sel, queues, threads):
     return simulate({"threads": threads, "steps": _steps(table, sel, queues)}, table)["latency_ms"]
 
 
@@ -149,7 +149,7 @@ def _result(table, sel, queues, threads):
             "forms": {name: plan_form(p[1])[0] for name, p in chosen},
             "precisions": {name: plan_form(p[1])[1] for name, p in chosen},
             "queues": {layer["name"]: q for layer, q in zip(table["layers"], queues)},
-            "threads": threads, "predicted_ms": _predict(table, sel, queues, threads)}
+            "threads": threads, "predicted_ms": predict_ms(table, sel, queues, threads)}
 
 
 def configurations(table):
@@ -187,7 +187,7 @@ def _loads(queues, prep, workers):
     return load
 
 
-def _spread(prep, workers):
+def spread(prep, workers):
     """Queues for every layer but the first (inline): largest preparation
     first, each to the least loaded worker."""
     queues, load = [0] * len(prep), [0.0] * workers
@@ -231,11 +231,11 @@ def schedule_config(table, threads, workers, precision="fp32"):
     sel = [min(opts, key=lambda p: p[2] + p[3]) for opts in options]
 
     def predict(queues):
-        return _predict(table, sel, queues, threads)
+        return predict_ms(table, sel, queues, threads)
 
     if workers:
         prep = [p[2] for p in sel]
-        queues, cost = balance(_spread(prep, workers), prep, workers, predict)
+        queues, cost = balance(spread(prep, workers), prep, workers, predict)
     else:
         queues = [0] * len(layers)
         cost = predict(queues)
@@ -257,7 +257,7 @@ def schedule_config(table, threads, workers, precision="fp32"):
                 if p == sel[i]:
                     continue
                 trial = sel[:i] + [p] + sel[i + 1:]
-                c = _predict(table, trial, queues, threads)
+                c = predict_ms(table, trial, queues, threads)
                 if c < cost - 1e-9:
                     sel, cost, changed = trial, c, True
     return _result(table, sel, queues, threads)

@@ -109,6 +109,15 @@ def check_bundle(data):
     _check(_lib.cb_bundle_check_memory(bytes(data), len(data)))
 
 
+def testing_function(name, restype, *argtypes):
+    """A function of runtime/include/coldbrew_testing.h (cb_widen_f16,
+    cb_checksum64, cb_lz4_decode, ...) with its ctypes types: for the tools
+    that time the runtime's own pieces (the profile's read rates)."""
+    fn = getattr(_lib, name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
 def read_public_key(value):
     """32 Ed25519 public key bytes from bytes, 64 hex digits, or a .pub file
     (coldbrew keygen) holding them."""
