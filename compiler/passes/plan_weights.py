@@ -258,7 +258,7 @@ def scheduled_transform(variant, func):
 # while worker threads make the pipelines. "auto" gives raw weights to the
 # layers, in plan order, whose transforms fit under that window, and caches
 # the rest (modeled figures, see below).
-GPU_PIPELINE_WINDOW_S = 0.08   # modeled: a desktop driver compiles one pipeline in 80-107 ms (issue 11's facts)
+GPU_PIPELINE_WINDOW_S = 0.08   # modeled: a desktop driver compiles one pipeline in 80-107 ms
 GPU_TRANSFORM_S_PER_PAIR = 30e-9  # modeled: one (out, in) channel pair's 3x3 -> 4x4 transform in C, ~30 ns
 
 
