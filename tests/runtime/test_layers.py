@@ -1,9 +1,11 @@
 """runtime/src is laid out in layers, a folder each, lowest first (LAYERS):
 a source includes headers of its own folder or of folders below it, and
 names no function defined in a folder above it, so lower layers never call
-up. The check reads every file's `#include "..."` lines and, comments and
-strings left out, the functions it names; an upward include or call planted
-in a copy of the tree must fail it."""
+up; and the files of one folder call one way, never in a loop (a lower file
+holds what two of them share). The check reads every file's `#include "..."`
+lines and, comments and strings left out, the functions it names; an upward
+include or call, or a loop of calls, planted in a copy of the tree must fail
+it."""
 import os
 import re
 import shutil
@@ -60,15 +62,24 @@ def _defined(code):
                           flags=re.M))
 
 
+def _reach(calls):
+    """Per file, the files its calls lead to, directly or through others."""
+    reach = {a: set(bs) for a, bs in calls.items()}
+    for _ in calls:
+        for a in reach:
+            reach[a] |= set().union(*(reach.get(b, set()) for b in reach[a]))
+    return reach
+
+
 def violations(src=SRC):
     """What breaks the layering under `src`, one line each (empty: none)."""
     files = {rel: text for rel, text in _sources(src)}
-    out, owner = [], {}
+    out, owner, calls = [], {}, {}
     for rel, text in files.items():
         if _layer(rel) is None:
             out.append(f"{rel}: not in a layer folder ({', '.join(LAYERS)})")
         for fn in _defined(_code(text)):
-            owner[fn] = _layer(rel)
+            owner[fn] = rel
     for rel, text in files.items():
         mine = _layer(rel)
         if mine is None:
@@ -84,9 +95,16 @@ def violations(src=SRC):
                 out.append(f"{rel}:{n} includes {m.group(1)}: {theirs}/ is above {mine}/")
         code = _code(text)
         for fn in sorted(set(re.findall(r"\b(cb_\w+)\s*\(", code))):
-            theirs = owner.get(fn)
+            theirs = _layer(owner.get(fn, ""))
             if theirs and LAYERS.index(theirs) > LAYERS.index(mine):
                 out.append(f"{rel} calls {fn}, defined in {theirs}/ above {mine}/")
+            elif theirs == mine and owner[fn] != rel:  # a file calling itself is no loop
+                calls.setdefault(rel, {}).setdefault(owner[fn], []).append(fn)
+    reach = _reach(calls)
+    for a, callees in calls.items():
+        for b, fns in callees.items():
+            if a in reach.get(b, ()):
+                out.append(f"{a} calls {b} ({', '.join(fns)}), whose calls lead back to {a}")
     return sorted(out)
 
 
@@ -147,3 +165,16 @@ def test_a_source_outside_the_layer_folders_fails_the_check(tmp_path):
     found = violations(str(src))
     assert sorted(found) == ["exec/extra/x.c: not in a layer folder (base, bundle, cpu, vulkan, exec)",
                              "internal.h: not in a layer folder (base, bundle, cpu, vulkan, exec)"]
+
+
+def test_a_loop_of_calls_between_files_of_a_folder_fails_the_check(tmp_path):
+    src = _copy(tmp_path)  # exec/: session.c -> warmer.c -> step.c, now -> session.c; run.c only calls in
+    _append(src / "exec" / "step.c", "void cb_step_drop(cb_session* s) { cb_session_release(s); }\n")
+    _append(src / "vulkan" / "vulkan_weights.c", "cb_status cb_vk_reopen(cb_gpu** g) { return cb_gpu_open(g); }\n")
+    back = "whose calls lead back to"
+    assert violations(str(src)) == [
+        f"exec/session.c calls exec/warmer.c (cb_warmer_stop), {back} exec/session.c",
+        f"exec/step.c calls exec/session.c (cb_session_release), {back} exec/step.c",
+        f"exec/warmer.c calls exec/step.c (cb_read_tensors, cb_trace_end, cb_trace_step), {back} exec/warmer.c",
+        f"vulkan/vulkan.c calls vulkan/vulkan_weights.c (cb_vk_layout_weights), {back} vulkan/vulkan.c",
+        f"vulkan/vulkan_weights.c calls vulkan/vulkan.c (cb_gpu_open), {back} vulkan/vulkan_weights.c"]

@@ -6,55 +6,10 @@
 
 #include "exec/session.h"
 
-/* Bring a step's weights (execute and transform arguments living in the
- * bundle) into memory, checking each tensor's checksum the first time any
- * run reads it (a corrupt weight is an error, never a wrong result); a
- * tensor already checked, or one of a bundle opened without weight checks,
- * is touched once per page. */
-cb_status cb_read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer, int on_pool) {
-  cb_bundle* b = s->bundle;
-  const cb_model* m = &b->model;
-  uint64_t sum = 0;
-  for (uint32_t a = 0; a < n; a++) {
-    const cb_tensor_desc* d = &m->tensors[ids[a]];
-    if (d->kind != CB_KIND_WEIGHT) continue;
-    const uint8_t* data = (const uint8_t*)s->tensors[ids[a]].data;
-    if (b->verified && !atomic_load(&b->verified[ids[a]])) { /* reading it checks it */
-      cb_status c = cb_check_tensor(b, ids[a], data, layer, on_pool ? cb_backend_parallel : NULL);
-      if (c) return c;
-      continue;
-    }
-    sum += cb_bring_in(b, data, d->nbytes);
-  }
-  s->read_sink += sum;
-  return CB_OK;
-}
-
 static cb_status read_weights(cb_session* s, uint32_t step, int on_pool) {
   const cb_step_desc* st = &s->bundle->model.steps[step];
   cb_status c = cb_read_tensors(s, st->args, st->nargs, st->layer_name, on_pool);
   return c ? c : cb_read_tensors(s, st->transform_args, st->ntransform_args, st->layer_name, on_pool);
-}
-
-/* The preparation worker this thread is (its queue), 0 on every other thread. */
-static _Thread_local uint32_t t_worker;
-
-cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate) {
-  if (!s->trace) return NULL;
-  size_t k = atomic_fetch_add(&s->ntrace, 1);
-  if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
-  cb_trace_event* ev = &s->trace[k];
-  ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->worker = t_worker;
-  ev->start_ns = cb_now_ns();
-  return ev;
-}
-
-static cb_trace_event* trace_begin(cb_session* s, uint32_t step, uint32_t phase) {
-  return cb_trace_step(s, step, phase, 0);
-}
-
-void cb_trace_end(cb_trace_event* ev) {
-  if (ev) ev->end_ns = cb_now_ns();
 }
 
 /* One kernel or transform call: its error message cleared before, its
@@ -74,7 +29,7 @@ static cb_status prepare_transform(cb_session* s, uint32_t i) {
   const cb_model* m = &b->model;
   cb_trace_event* ev;
   if (b->transforms[i] && !s->is_prepared[i]) { /* raw weights: transform once, on the first run */
-    ev = trace_begin(s, i, CB_PHASE_TRANSFORM);
+    ev = cb_trace_step(s, i, CB_PHASE_TRANSFORM, 0);
     uint32_t t = s->targ_start[i];
     if (call_kernel(b->transforms[i], &s->targs[t], s->targ_start[i + 1] - t)) {
       return cb_fail(CB_ERR_KERNEL, "layer '%s' (transform '%s') failed: %s", m->steps[i].layer_name,
@@ -101,7 +56,7 @@ static void count_prepared(cb_session* s) {
  * until then), then transform raw weights once. */
 static cb_status prepare_step(cb_session* s, uint32_t i, int first) {
   if (first || !s->was_read[i]) {
-    cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+    cb_trace_event* ev = cb_trace_step(s, i, CB_PHASE_READ, 0);
     cb_status st = read_weights(s, i, 1); /* a preparation worker's launches run inline */
     cb_trace_end(ev);
     if (st) return st;
@@ -157,7 +112,7 @@ static void* prep_main(void* arg) {
   cb_prep_worker* w = arg;
   cb_session* s = w->s;
   cb_backend_enter_prep_worker(w->queue);
-  t_worker = w->queue;
+  cb_trace_worker(w->queue);
   uint32_t own = 0, other = 0;
   for (int64_t i; !atomic_load(&s->abort) && (i = next_item(s, w, &own, &other)) >= 0;) {
     cb_status st = prepare_step(s, (uint32_t)i, 1);
@@ -237,9 +192,17 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   return CB_OK;
 }
 
+/* The trace emptied for a run; a first run's begins with the open's and the session's events. */
+static void trace_restart(cb_session* s, int first) {
+  s->ntrace = 0;
+  if (!s->trace || !first) return;
+  for (int k = 0; k < s->bundle->nopen_events; k++) s->trace[s->ntrace++] = s->bundle->open_events[k];
+  s->trace[s->ntrace++] = s->create_event;
+}
+
 /* A copy of `e` in the trace (an event another layer timed). */
 static void trace_add(cb_session* s, const cb_trace_event* e) {
-  cb_trace_event* ev = trace_begin(s, e->step, e->phase);
+  cb_trace_event* ev = cb_trace_step(s, e->step, e->phase, 0);
   if (ev) *ev = *e;
 }
 
@@ -259,26 +222,22 @@ static cb_status run_gpu(cb_session* s, int first) {
         return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' holds %lld at element %llu: a GPU bundle computes int64 "
                        "in 32 bits (use the CPU target for such values)", d->name, (long long)v[k], (unsigned long long)k);
   }
-  s->ntrace = 0;
-  if (s->trace && first) {
-    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
-    s->trace[s->ntrace++] = s->create_event;
-  }
+  trace_restart(s, first);
   cb_status st = CB_OK;
   if (first && !cb_gpu_weights_ready(b->gpu)) { /* the open could not check them all */
     for (uint32_t i = 0; i < m->nsteps && !st; i++) {
-      cb_trace_event* ev = trace_begin(s, i, CB_PHASE_READ);
+      cb_trace_event* ev = cb_trace_step(s, i, CB_PHASE_READ, 0);
       st = read_weights(s, i, 0);
       cb_trace_end(ev);
     }
-    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_UPLOAD);
+    cb_trace_event* ev = cb_trace_step(s, CB_STEP_BUNDLE, CB_PHASE_UPLOAD, 0);
     if (!st) st = cb_gpu_upload_weights(b->gpu, b->base, m);
     cb_trace_end(ev);
   }
   if (!st) {
     cb_trace_event chunks[CB_GPU_MAX_CHUNKS];
     uint32_t nchunks = 0;
-    cb_trace_event* ev = trace_begin(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE);
+    cb_trace_event* ev = cb_trace_step(s, CB_STEP_BUNDLE, CB_PHASE_GPU_EXECUTE, 0);
     if (ev) ev->cpu = -1; /* the GPU's lane */
     st = cb_gpu_session_run(s->gpu, chunks, &nchunks);
     cb_trace_end(ev);
@@ -305,11 +264,7 @@ cb_status cb_session_run(cb_session* s) {
   cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));
   if (ts) return ts;
   cb_backend_set_split((int)(first ? s->threads : s->later_threads), first ? s->shares : s->later_shares);
-  s->ntrace = 0;
-  if (s->trace && first) {
-    for (int k = 0; k < b->nopen_events; k++) s->trace[s->ntrace++] = b->open_events[k];
-    s->trace[s->ntrace++] = s->create_event;
-  }
+  trace_restart(s, first);
   /* the executing thread stays on its core, and the first run's
    * preparation workers, placed after it, start before anything executes */
   cpu_set_t saved;

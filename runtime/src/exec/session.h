@@ -1,7 +1,8 @@
 /* The runtime's top layer (exec/), which may include every layer below:
  * a bundle opened to run (load.c) and a session as the runtime holds it,
  * shared by session.c (create, release, inputs and outputs), run.c (the
- * run loop and its preparation) and warmer.c (continuous mode). */
+ * run loop and its preparation), warmer.c (continuous mode) and step.c
+ * (what the last two both do to a step). */
 #ifndef COLDBREW_SESSION_H_
 #define COLDBREW_SESSION_H_
 
@@ -55,10 +56,12 @@ struct cb_session {
   char alt_error[1024];
 };
 
-/* run.c */
+/* step.c: a step's weights read and checked; its phases traced (`queue`:
+ * the preparation worker the calling thread is, named by its events) */
 cb_status cb_read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const char* layer, int on_pool);
 cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate);
 void cb_trace_end(cb_trace_event* ev);
+void cb_trace_worker(uint32_t queue);
 
 /* warmer.c: continuous mode's warm alternates */
 void cb_warmer_start(cb_session* s);

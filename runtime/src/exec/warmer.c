@@ -17,12 +17,11 @@
  * runs leave an idle-priority thread no time, so a later run that reaches
  * an alternate not yet ready, with its bytes already in memory, readies it
  * itself (a checksum pass; the paper's "pipelined in the second
- * inference"), also one the warmer has begun: a warmer that took a step and
- * was then kept off the cores by the runs held that step's alternate back
- * for every later run (crnn: 4 of 5 ready through run 6). The two may check
- * the same tensors at once; a check only reads, and readiness is a flag.
- * One whose bytes are still on disk keeps the plan's variant.
- * COLDBREW_WARMER=off starts no warmer (runs ready the alternates alone). */
+ * inference"), also one the warmer has begun (the runs may keep the warmer
+ * off the cores). The two may check the same tensors at once; a check only
+ * reads, and readiness is a flag. One whose bytes are still on disk keeps
+ * the plan's variant. COLDBREW_WARMER=off starts no warmer (runs ready the
+ * alternates alone). */
 cb_status cb_alternate_ready(cb_session* s, uint32_t i) {
   const cb_step_desc* st = &s->bundle->model.steps[i];
   cb_trace_event* ev = cb_trace_step(s, i, CB_PHASE_READ, 1);

@@ -12,7 +12,7 @@
  * command buffer recorded once: inputs in, every dispatch with a barrier
  * after it, outputs out.
  *
- * The pipeline cache file (see cache_path, vulkan.c) carries a header of ours: the
+ * The pipeline cache file (cache_path, vulkan_pipelines.c) carries a header of ours: the
  * device's vendor, device and driver identity and pipelineCacheUUID, the
  * data's size and checksum. A file whose header does not match this device,
  * or whose data fails its checksum, is ignored whole and rewritten. */
@@ -104,7 +104,10 @@ struct cb_gpu_session {
 };
 
 /* A failed Vulkan call as a status (out of memory, or CB_ERR_GPU) and message. */
-cb_status cb_vk_fail(VkResult r, const char* what);
+static inline cb_status cb_vk_fail(VkResult r, const char* what) {
+  int oom = r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  return cb_fail(oom ? CB_ERR_OUT_OF_MEMORY : CB_ERR_GPU, "Vulkan: %s failed (VkResult %d)", what, (int)r);
+}
 
 #define VK_TRY(call, what)         \
   do {                             \
@@ -112,12 +115,9 @@ cb_status cb_vk_fail(VkResult r, const char* what);
     if (r_ != VK_SUCCESS) return cb_vk_fail(r_, what); \
   } while (0)
 
-/* vulkan.c: the pipeline cache file */
-void* cb_vk_read_cache(const cb_gpu* g, size_t* size);
-void cb_vk_write_cache(cb_gpu* g);
-
-/* vulkan_pipelines.c */
-cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint32_t threads);
+/* vulkan_pipelines.c (`bundle_key` names the pipeline cache file) */
+cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key,
+                                uint32_t threads);
 void cb_vk_pipelines_stop(cb_gpu* g);
 
 /* vulkan_weights.c */

@@ -1,14 +1,7 @@
 /* The Vulkan device a GPU bundle runs on: the loader opened at run time,
- * the device picked, the pipeline cache file named, read and written.
- * (vk.h: how the GPU executor is laid out.) */
+ * the device picked. (vk.h: how the GPU executor is laid out.) */
 #define _GNU_SOURCE
 #include "vulkan/vk.h"
-
-cb_status cb_vk_fail(VkResult r, const char* what) {
-  return cb_fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? CB_ERR_OUT_OF_MEMORY
-                                                                                       : CB_ERR_GPU,
-                 "Vulkan: %s failed (VkResult %d)", what, (int)r);
-}
 
 static cb_status load_loader(cb_vk* vk) {
   vk->lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -101,93 +94,6 @@ static cb_status create_device(cb_gpu* g) {
   return CB_OK;
 }
 
-#define CB_CACHE_MAGIC "CBVKPC01"
-typedef struct cache_header {
-  char magic[8];
-  uint32_t vendor, device, driver, reserved;
-  uint8_t uuid[VK_UUID_SIZE];
-  uint64_t size, checksum;
-} cache_header;
-
-/* <dir>/<vendor>-<device>-<driver>-<uuid>/<bundle header checksum>.vkcache,
- * dir = $COLDBREW_CACHE_DIR, else $XDG_CACHE_HOME/coldbrew, else
- * ~/.cache/coldbrew. Empty when none can be named. */
-static void cache_path(cb_gpu* g, uint64_t bundle_key) {
-  const char* dir = getenv("COLDBREW_CACHE_DIR");
-  char base[768];
-  if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
-  else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) snprintf(base, sizeof base, "%s/coldbrew", dir);
-  else if ((dir = getenv("HOME")) && *dir) snprintf(base, sizeof base, "%s/.cache/coldbrew", dir);
-  else return;
-  char uuid[2 * VK_UUID_SIZE + 1];
-  for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", g->props.pipelineCacheUUID[i]);
-  snprintf(g->cache_path, sizeof g->cache_path, "%s/%04x-%04x-%08x-%s/%016llx.vkcache", base,
-           g->props.vendorID, g->props.deviceID, g->props.driverVersion, uuid, (unsigned long long)bundle_key);
-}
-
-static cache_header expected_header(const cb_gpu* g) {
-  cache_header h;
-  memset(&h, 0, sizeof h);
-  memcpy(h.magic, CB_CACHE_MAGIC, 8);
-  h.vendor = g->props.vendorID, h.device = g->props.deviceID, h.driver = g->props.driverVersion;
-  memcpy(h.uuid, g->props.pipelineCacheUUID, VK_UUID_SIZE);
-  return h;
-}
-
-/* The cache file's data if its header matches this device and its data its
- * checksum; else NULL (ignored whole). */
-void* cb_vk_read_cache(const cb_gpu* g, size_t* size) {
-  *size = 0;
-  if (!g->cache_path[0]) return NULL;
-  FILE* f = fopen(g->cache_path, "rb");
-  if (!f) return NULL;
-  cache_header h, want = expected_header(g);
-  void* data = NULL;
-  if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, want.magic, 8) == 0 && h.vendor == want.vendor &&
-      h.device == want.device && h.driver == want.driver && memcmp(h.uuid, want.uuid, VK_UUID_SIZE) == 0 &&
-      h.size > 0 && h.size < (1ull << 31) && (data = cb_malloc(h.size)) && fread(data, h.size, 1, f) == 1 &&
-      cb_checksum64(data, h.size) == h.checksum) {
-    *size = h.size;
-  } else {
-    cb_free(data);
-    data = NULL;
-  }
-  fclose(f);
-  return data;
-}
-
-static void make_dirs(char* path) {
-  for (char* p = path + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      mkdir(path, 0755);
-      *p = '/';
-    }
-}
-
-/* Write the cache atomically (a temporary file renamed over the old one). */
-void cb_vk_write_cache(cb_gpu* g) {
-  if (!g->cache_path[0]) return;
-  size_t size = 0;
-  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, NULL) != VK_SUCCESS || !size) return;
-  void* data = cb_malloc(size);
-  if (!data) return;
-  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, data) == VK_SUCCESS) {
-    cache_header h = expected_header(g);
-    h.size = size, h.checksum = cb_checksum64(data, size);
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", g->cache_path, (int)getpid());
-    make_dirs(tmp);
-    FILE* f = fopen(tmp, "wb");
-    if (f) {
-      int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(data, size, 1, f) == 1;
-      ok = fclose(f) == 0 && ok;
-      if (!ok || rename(tmp, g->cache_path) != 0) unlink(tmp);
-    }
-  }
-  cb_free(data);
-}
-
 cb_status cb_gpu_open(cb_gpu** out) {
   *out = NULL;
   cb_gpu* g = cb_calloc(1, sizeof *g);
@@ -204,8 +110,7 @@ cb_status cb_gpu_open(cb_gpu** out) {
 }
 
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads) {
-  cache_path(g, bundle_key);
-  cb_status s = cb_vk_pipelines_start(g, base, m, threads); /* the workers start first: pipelines are the longest */
+  cb_status s = cb_vk_pipelines_start(g, base, m, bundle_key, threads); /* first: pipelines take the longest */
   return s ? s : cb_vk_layout_weights(g, m);
 }
 

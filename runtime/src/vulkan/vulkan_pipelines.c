@@ -1,11 +1,99 @@
 /* A GPU bundle's pipelines: one per distinct shader, created on several
- * CPU threads at once through the pipeline cache. Each shader's pipeline is
+ * CPU threads at once through the pipeline cache, read from its file and
+ * written back once all exist (vk.h: the file). Each shader's pipeline is
  * marked ready as it is made, so a first run can dispatch the layers whose
  * pipelines exist while later ones are still being made. */
 #define _GNU_SOURCE
 #include <time.h>
 
 #include "vulkan/vk.h"
+
+#define CB_CACHE_MAGIC "CBVKPC01"
+typedef struct cache_header {
+  char magic[8];
+  uint32_t vendor, device, driver, reserved;
+  uint8_t uuid[VK_UUID_SIZE];
+  uint64_t size, checksum;
+} cache_header;
+
+/* <dir>/<vendor>-<device>-<driver>-<uuid>/<bundle header checksum>.vkcache,
+ * dir = $COLDBREW_CACHE_DIR, else $XDG_CACHE_HOME/coldbrew, else
+ * ~/.cache/coldbrew. Empty when none can be named. */
+static void cache_path(cb_gpu* g, uint64_t bundle_key) {
+  const char* dir = getenv("COLDBREW_CACHE_DIR");
+  char base[768];
+  if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
+  else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) snprintf(base, sizeof base, "%s/coldbrew", dir);
+  else if ((dir = getenv("HOME")) && *dir) snprintf(base, sizeof base, "%s/.cache/coldbrew", dir);
+  else return;
+  char uuid[2 * VK_UUID_SIZE + 1];
+  for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", g->props.pipelineCacheUUID[i]);
+  snprintf(g->cache_path, sizeof g->cache_path, "%s/%04x-%04x-%08x-%s/%016llx.vkcache", base,
+           g->props.vendorID, g->props.deviceID, g->props.driverVersion, uuid, (unsigned long long)bundle_key);
+}
+
+static cache_header expected_header(const cb_gpu* g) {
+  cache_header h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, CB_CACHE_MAGIC, 8);
+  h.vendor = g->props.vendorID, h.device = g->props.deviceID, h.driver = g->props.driverVersion;
+  memcpy(h.uuid, g->props.pipelineCacheUUID, VK_UUID_SIZE);
+  return h;
+}
+
+/* The cache file's data if its header matches this device and its data its
+ * checksum; else NULL (ignored whole). */
+static void* read_cache(const cb_gpu* g, size_t* size) {
+  *size = 0;
+  if (!g->cache_path[0]) return NULL;
+  FILE* f = fopen(g->cache_path, "rb");
+  if (!f) return NULL;
+  cache_header h, want = expected_header(g);
+  void* data = NULL;
+  if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, want.magic, 8) == 0 && h.vendor == want.vendor &&
+      h.device == want.device && h.driver == want.driver && memcmp(h.uuid, want.uuid, VK_UUID_SIZE) == 0 &&
+      h.size > 0 && h.size < (1ull << 31) && (data = cb_malloc(h.size)) && fread(data, h.size, 1, f) == 1 &&
+      cb_checksum64(data, h.size) == h.checksum) {
+    *size = h.size;
+  } else {
+    cb_free(data);
+    data = NULL;
+  }
+  fclose(f);
+  return data;
+}
+
+static void make_dirs(char* path) {
+  for (char* p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(path, 0755);
+      *p = '/';
+    }
+}
+
+/* Write the cache atomically (a temporary file renamed over the old one). */
+static void write_cache(cb_gpu* g) {
+  if (!g->cache_path[0]) return;
+  size_t size = 0;
+  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, NULL) != VK_SUCCESS || !size) return;
+  void* data = cb_malloc(size);
+  if (!data) return;
+  if (g->vk.vkGetPipelineCacheData(g->device, g->cache, &size, data) == VK_SUCCESS) {
+    cache_header h = expected_header(g);
+    h.size = size, h.checksum = cb_checksum64(data, size);
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", g->cache_path, (int)getpid());
+    make_dirs(tmp);
+    FILE* f = fopen(tmp, "wb");
+    if (f) {
+      int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(data, size, 1, f) == 1;
+      ok = fclose(f) == 0 && ok;
+      if (!ok || rename(tmp, g->cache_path) != 0) unlink(tmp);
+    }
+  }
+  cb_free(data);
+}
 
 static cb_status layouts_for(cb_gpu* g, uint32_t n) {
   if (g->layouts[n]) return CB_OK;
@@ -47,30 +135,28 @@ typedef struct pipeline_job {
  * left or one failed. */
 static int make_next(pipeline_job* job) {
   cb_gpu* g = job->g;
-  {
-    uint32_t i = atomic_fetch_add(&job->next, 1);
-    if (i >= job->m->nshaders || atomic_load(&job->failed)) return 0;
-    const cb_shader_desc* sh = &job->m->shaders[i];
-    uint64_t t0 = cb_now_ns();
-    VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
-                                    (const uint32_t*)(job->base + sh->offset)};
-    VkResult r = g->vk.vkCreateShaderModule(g->device, &mci, NULL, &g->modules[i]);
-    if (r == VK_SUCCESS) {
-      VkComputePipelineCreateInfo pci = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, NULL, 0,
-                                         {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, NULL, 0,
-                                          VK_SHADER_STAGE_COMPUTE_BIT, g->modules[i], "main", NULL},
-                                         g->layouts[sh->bindings], VK_NULL_HANDLE, -1};
-      r = g->vk.vkCreateComputePipelines(g->device, g->cache, 1, &pci, NULL, &g->pipelines[i]);
-    }
-    job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
-    if (r != VK_SUCCESS) {
-      job->result = r;
-      atomic_store(&job->failed, 1);
-      return 0;
-    }
-    atomic_store_explicit(&job->ready[i], 1, memory_order_release);
-    return 1;
+  uint32_t i = atomic_fetch_add(&job->next, 1);
+  if (i >= job->m->nshaders || atomic_load(&job->failed)) return 0;
+  const cb_shader_desc* sh = &job->m->shaders[i];
+  uint64_t t0 = cb_now_ns();
+  VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
+                                  (const uint32_t*)(job->base + sh->offset)};
+  VkResult r = g->vk.vkCreateShaderModule(g->device, &mci, NULL, &g->modules[i]);
+  if (r == VK_SUCCESS) {
+    VkComputePipelineCreateInfo pci = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, NULL, 0,
+                                       {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, NULL, 0,
+                                        VK_SHADER_STAGE_COMPUTE_BIT, g->modules[i], "main", NULL},
+                                       g->layouts[sh->bindings], VK_NULL_HANDLE, -1};
+    r = g->vk.vkCreateComputePipelines(g->device, g->cache, 1, &pci, NULL, &g->pipelines[i]);
   }
+  job->events[i] = (cb_trace_event){i, CB_PHASE_PIPELINE, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
+  if (r != VK_SUCCESS) {
+    job->result = r;
+    atomic_store(&job->failed, 1);
+    return 0;
+  }
+  atomic_store_explicit(&job->ready[i], 1, memory_order_release);
+  return 1;
 }
 
 /* Worker: makes pipelines until none is left. */
@@ -82,7 +168,9 @@ static void* pipeline_worker(void* arg) {
 
 /* Start making every shader's pipeline on `threads` - 1 worker threads (the
  * caller joins in cb_gpu_pipelines_finish, after its own preparation work). */
-cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint32_t threads) {
+cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key,
+                                uint32_t threads) {
+  cache_path(g, bundle_key);
   g->nshaders = m->nshaders;
   g->modules = cb_calloc(m->nshaders, sizeof *g->modules);
   g->pipelines = cb_calloc(m->nshaders, sizeof *g->pipelines);
@@ -102,7 +190,7 @@ cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* 
     if (s) return s;
   }
   size_t cached = 0;
-  void* data = cb_vk_read_cache(g, &cached);
+  void* data = read_cache(g, &cached);
   VkPipelineCacheCreateInfo cci = {VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, NULL, 0, cached, data};
   VkResult r = g->vk.vkCreatePipelineCache(g->device, &cci, NULL, &g->cache);
   if (r != VK_SUCCESS && data) { /* the driver refused the data: start empty */
@@ -148,7 +236,7 @@ cb_status cb_gpu_pipelines_finish(cb_gpu* g) {
     pipeline_worker(job);
     for (uint32_t k = 0; k < job->nworkers; k++) pthread_join(job->tid[k], NULL);
     job->nworkers = 0;
-    if (!atomic_load(&job->failed) && !job->cached) cb_vk_write_cache(g);
+    if (!atomic_load(&job->failed) && !job->cached) write_cache(g);
     job->cached = 1;
     atomic_store(&job->finished, 1);
   }
