@@ -46,7 +46,7 @@ def main():
     finally:
         plan_branches.apply = real
     b = read_bytes(data)[0]
-    guarded = {k for k, s in enumerate(b.plan.steps) if s.guard >= 0}
+    guarded = {k for k, s in enumerate(b.plan.steps) if s.kind.guard}
     x = b.tensors[b.inputs[0]]
     feed = {x.name.decode(): np.random.default_rng(0).standard_normal([int(d) for d in x.shape]).astype(np.float32)}
     skip, full = coldbrew.load(data, threads=args.threads, trace=True), coldbrew.load(both, threads=args.threads)

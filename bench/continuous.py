@@ -39,7 +39,7 @@ def switched(path):
     with open(path, "rb") as f:
         b = read_bytes(f.read(), path)[0]
     steps = [s for s in b.plan.steps if s.variant]
-    return sum(1 for s in steps if s.warmVariant), len(steps)
+    return sum(1 for s in steps if s.kind.warm), len(steps)
 
 
 def main():

@@ -15,7 +15,6 @@ from ..ir.forms import DTYPES
 WEIGHT_FORMS = {fb.WeightForm.raw: "raw", fb.WeightForm.cached: "cached", fb.WeightForm.direct: "direct"}
 
 
-
 class InspectError(Exception):
     pass
 
@@ -66,9 +65,23 @@ def _root(header, path):
     if not fb.Bundle.BundleBufferHasIdentifier(header, 0):
         raise InspectError(f"{path}: header lacks the CBRW identifier")
     try:
-        return fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
+        b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(header, 0))
     except Exception as e:  # a damaged header can fail anywhere in the reader
         raise InspectError(f"{path}: header is damaged ({type(e).__name__}: {e})") from None
+    for k, s in enumerate(b.plan.steps or [] if b.plan else []):
+        if not (cpu_step(s) or gpu_step(s)):
+            raise InspectError(f"{path}: plan step {k} has no kind (a CPU or a GPU step)")
+    return b
+
+
+def cpu_step(step):
+    """A CPU step's own fields (CpuStepT: kernel, schedule, guard, warm alternate); None for a GPU step."""
+    return step.kind if step.kindType == fb.StepKind.CpuStep else None
+
+
+def gpu_step(step):
+    """A GPU step's own fields (GpuStepT: its dispatches); None for a CPU step."""
+    return step.kind if step.kindType == fb.StepKind.GpuStep else None
 
 
 def text(x):

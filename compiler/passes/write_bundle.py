@@ -28,13 +28,7 @@ from ..ir.graph import signatures
 from ..ir.forms import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
-SCHEMA_VERSION = 3  # the newest; each bundle is written with the oldest version that reads it right
-
-
-def schema_version(graph):
-    """3 where a layer's weights are widened by the runtime's cb.widen_i8
-    (schema 3), which older runtimes lack; else 2 (schemas/README.md)."""
-    return 3 if any(layer.transform == "cb.widen_i8" for layer in graph.layers) else 2
+SCHEMA_VERSION = 4  # schemas/README.md, Versions
 MAGIC = b"COLDBREW"
 PREAMBLE_SIZE = 64
 PAGE = 4096
@@ -85,27 +79,32 @@ def _params(params):
     return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else ""
 
 
-def _step(layer, k):
-    """The plan step of layer `k`."""
+def _step(layer, k, gpu):
+    """The plan step of layer `k`: a GpuStep (its dispatches) on the GPU, else a CpuStep."""
     s = fb.StepT()
-    s.layer, s.variant, s.kernel, s.transform = k, layer.variant, layer.kernel, layer.transform
+    s.layer, s.variant, s.transform = k, layer.variant, layer.transform
     s.weightForm = getattr(fb.WeightForm, layer.weight_form)
     s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
     s.transformArgs = list(layer.transform_args)
-    s.params = _params(layer.params)
-    s.tuned = layer.tuned
     s.weightPrecision = DTYPES.index(PRECISIONS[layer.weight_precision])
     s.weightError, s.outputError = layer.weight_error, layer.output_error
+    s.kindType, s.kind = (fb.StepKind.GpuStep, fb.GpuStepT()) if gpu else (fb.StepKind.CpuStep, fb.CpuStepT())
+    if gpu:
+        s.kind.dispatches = []
+        for shader, grid, bindings, push in layer.dispatches:
+            d = fb.DispatchT()
+            d.shader, d.grid, d.bindings, d.push = shader, list(grid), list(bindings), list(push)
+            s.kind.dispatches.append(d)
+        return s
+    c, warm = s.kind, layer.warm
+    c.kernel, c.params, c.tuned = layer.kernel, _params(layer.params), layer.tuned
     if layer.guard is not None:
-        s.guard, s.guardValue = layer.guard[0], bool(layer.guard[1])
-    if layer.warm:
-        s.warmVariant, s.warmKernel = layer.warm["variant"], layer.warm["kernel"]
-        s.warmArgs, s.warmParams = list(layer.warm["args"]), _params(layer.warm["params"])
-    s.dispatches = []
-    for shader, grid, bindings, push in getattr(layer, "dispatches", None) or []:
-        d = fb.DispatchT()
-        d.shader, d.grid, d.bindings, d.push = shader, list(grid), list(bindings), list(push)
-        s.dispatches.append(d)
+        c.guard = fb.GuardT()
+        c.guard.tensor, c.guard.value = layer.guard[0], bool(layer.guard[1])
+    if warm:
+        c.warm = fb.WarmAlternateT()
+        c.warm.variant, c.warm.kernel, c.warm.args = warm["variant"], warm["kernel"], list(warm["args"])
+        c.warm.params = _params(warm["params"])
     return s
 
 
@@ -113,7 +112,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     """weight_offsets: {tensor index: (segment index, offset, checksum)};
     shaders: GPU bundles' Shader records (codegen_spirv)."""
     b = fb.BundleT()
-    b.schemaVersion = schema_version(graph)
+    b.schemaVersion = SCHEMA_VERSION
     b.producer = producer
     b.modelHash = model_hash
     b.modelName = graph.name
@@ -139,7 +138,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         x = fb.LayerT()
         x.name, x.op, x.args, x.numOutputs, x.sources, x.attrs = layer.name, layer.op, list(layer.args), layer.num_outputs, [], []
         b.layers.append(x)
-        steps.append(_step(layer, k))
+        steps.append(_step(layer, k, gpu))
     p = fb.PlanT()
     p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
     p.preparedSize = graph.prepared_size
@@ -209,7 +208,7 @@ def apply(graph, code, target, producer, model_hash, spirv=None):
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)
     out = bytearray(file_size)
-    struct.pack_into("<8sIIQQQ", out, 0, MAGIC, schema_version(graph), PREAMBLE_SIZE, len(header),
+    struct.pack_into("<8sIIQQQ", out, 0, MAGIC, SCHEMA_VERSION, PREAMBLE_SIZE, len(header),
                      checksum64(header), file_size)
     out[PREAMBLE_SIZE:PREAMBLE_SIZE + len(header)] = header
     for _, offset, data, _ in segments:

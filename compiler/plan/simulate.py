@@ -53,7 +53,7 @@ class PlanError(ValueError):
 
 def plan_of_bundle(data):
     """The plan a bundle carries (its bytes or path)."""
-    from ..bundle.reader import WEIGHT_FORMS, read, read_bytes
+    from ..bundle.reader import WEIGHT_FORMS, cpu_step, read, read_bytes
 
     bundle, _, _ = read_bytes(data) if isinstance(data, (bytes, bytearray)) else read(data)
     steps = []
@@ -66,8 +66,8 @@ def plan_of_bundle(data):
         steps.append({"layer": _s(layer.name), "variant": _s(s.variant), "form": form,
                       "prep_queue": s.prepQueue,
                       "exec_queue": s.execQueue})
-    return {"steps": steps, "threads": bundle.plan.threads or 1,
-            "tuned": any(s.tuned for s in bundle.plan.steps)}  # its kernels' parameters measured (--tune)
+    tuned = any(c.tuned for c in map(cpu_step, bundle.plan.steps) if c)  # its kernels' parameters measured (--tune)
+    return {"steps": steps, "threads": bundle.plan.threads or 1, "tuned": tuned}
 
 
 def _s(v):

@@ -6,22 +6,21 @@ import json
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
-from ..bundle.reader import WEIGHT_FORMS, read_bytes
-from ..bundle.reader import text as _s
+from ..bundle.reader import WEIGHT_FORMS, cpu_step, gpu_step, read_bytes, text
 from ..ir.forms import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
 
 
-def _schedule(step):
-    """A step's schedule parameters and where they came from: tuned on the
-    device, or derived from the target's register/cache model."""
-    params = _s(step.params)
+def _schedule(cpu):
+    """A CPU step's schedule parameters and where they came from: tuned on
+    the device, or derived from the target's register/cache model."""
+    params = text(cpu.params)
     if not params:
         return ""
     p = ",".join(f"{k}={v}" for k, v in json.loads(params).items())
-    return f"{p} ({'tuned' if step.tuned else 'derived'})"
+    return f"{p} ({'tuned' if cpu.tuned else 'derived'})"
 
 
 def describe(path):
@@ -32,15 +31,15 @@ def describe(path):
     t = b.target
     lines = [
         f"bundle     {path} ({size:,} bytes, schema v{version})",
-        f"model      {_s(b.modelName)}  sha256 {_s(b.modelHash)[:16]}…",
-        f"producer   {_s(b.producer)}",
-        f"target     {_s(t.triple)} cpu={_s(t.cpu)} features={','.join(_s(f) for f in t.features or []) or '-'}"
-        + (f" gpu={_s(t.gpuClass)}" if t.gpuClass else ""),
+        f"model      {text(b.modelName)}  sha256 {text(b.modelHash)[:16]}…",
+        f"producer   {text(b.producer)}",
+        f"target     {text(t.triple)} cpu={text(t.cpu)} features={','.join(text(f) for f in t.features or []) or '-'}"
+        + (f" gpu={text(t.gpuClass)}" if t.gpuClass else ""),
     ]
     for label, ids in (("input ", b.inputs), ("output", b.outputs)):
         for i in ids:
             x = b.tensors[i]
-            lines.append(f"{label}     {_s(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
+            lines.append(f"{label}     {text(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
     later = (f", later runs on {b.plan.warmThreads}" if b.plan.warmThreads and b.plan.warmThreads != b.plan.threads
              else "")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
@@ -51,34 +50,36 @@ def describe(path):
     lines.append(tuning_line(b))
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     for k, s in enumerate(b.plan.steps):
-        layer = b.layers[s.layer]
+        layer, cpu = b.layers[s.layer], cpu_step(s)
         used = dict.fromkeys(list(layer.args) + list(s.transformArgs if s.transformArgs is not None else []))
         wbytes = sum(b.tensors[a].nbytes for a in used if b.tensors[a].kind == fb.TensorKind.weight)
         weights = f"{WEIGHT_FORMS.get(s.weightForm, '?')} {PRECISION_OF_DTYPE.get(s.weightPrecision, '?')}"
-        lines.append(f"  {k:>3} {_s(layer.name):<6} {_s(layer.op)[:34]:<34} {_s(s.variant):<26} "
+        lines.append(f"  {k:>3} {text(layer.name):<6} {text(layer.op)[:34]:<34} {text(s.variant):<26} "
                      f"{weights:<12} {s.prepQueue:>3} {wbytes:>12,}  "
-                     f"{_dispatches(s) or _schedule(s)}".rstrip())
+                     f"{_schedule(cpu) if cpu else _dispatches(gpu_step(s))}".rstrip())
         if s.weightPrecision != 0:
             lines.append(f"  {'':>3} {'':<6} {'  narrowed: weight error':<34} {s.weightError:.3g} (max |w' - w| / max |w|),"
                          f" model output error with this layer alone narrowed {s.outputError:.3g}")
-        if s.guard >= 0:
-            lines.append(f"  {'':>3} {'':<6} {'  branch step: runs when':<34} {_s(b.tensors[s.guard].name)} is "
-                         f"{'true' if s.guardValue else 'false'}")
-        if _s(s.warmKernel):
-            alt = [b.tensors[a] for a in (s.warmArgs if s.warmArgs is not None else [])]
+        guard, warm = (cpu.guard, cpu.warm) if cpu else (None, None)
+        if guard:
+            lines.append(f"  {'':>3} {'':<6} {'  branch step: runs when':<34} {text(b.tensors[guard.tensor].name)} is "
+                         f"{'true' if guard.value else 'false'}")
+        if warm:
+            alt = [b.tensors[a] for a in (warm.args if warm.args is not None else [])]
             abytes = sum(x.nbytes for x in alt if x.kind == fb.TensorKind.weight)
-            params = ",".join(f"{k}={v}" for k, v in json.loads(_s(s.warmParams) or "{}").items())
-            lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {_s(s.warmVariant):<26} {'cached fp32':<12} "
+            params = ",".join(f"{k}={v}" for k, v in json.loads(text(warm.params) or "{}").items())
+            lines.append(f"  {'':>3} {'':<6} {'  warm alternate':<34} {text(warm.variant):<26} {'cached fp32':<12} "
                          f"{'':>3} {abytes:>12,}  {params}".rstrip())
-    generic = [_s(b.layers[s.layer].name) for s in b.plan.steps if _s(s.variant) in ("", "generic")]
+    cpus = [c for c in map(cpu_step, b.plan.steps) if c]
+    generic = [text(b.layers[s.layer].name) for s in b.plan.steps if text(s.variant) in ("", "generic")]
     if generic and not b.shaders:
         lines.append(f"generic    {len(generic)} of {len(b.plan.steps)} layers on the generic schedule (no kernel variant; "
                      f"coldbrew trace gives their share of a warm run)")
-    branch = [s for s in b.plan.steps if s.guard >= 0]
+    branch = [c for c in cpus if c.guard]
     if branch:
         lines.append(f"branches   {len(branch)} branch steps (Ifs decided at run time: the branch not taken is "
                      "skipped)")
-    alternates = [s for s in b.plan.steps if _s(s.warmKernel)]
+    alternates = [c for c in cpus if c.warm]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
                      f"later runs on {b.plan.warmThreads or b.plan.threads} thread(s)" + _split(b.plan.warmExecShares))
@@ -107,8 +108,8 @@ def describe(path):
 def tuning_line(b):
     """Whether the kernels' schedule parameters were measured on the
     compiling machine (`--tune`) or derived from the target's model."""
-    scheduled = [s for s in b.plan.steps if _s(s.params)]
-    tuned = sum(1 for s in scheduled if s.tuned)
+    scheduled = [c for c in map(cpu_step, b.plan.steps) if c and text(c.params)]
+    tuned = sum(1 for c in scheduled if c.tuned)
     if not scheduled:
         return "tuning     none (no layer has schedule parameters)"
     if tuned:
@@ -127,7 +128,7 @@ def accuracy_line(b):
     bound = f", bound {a.maxError:.3g} (--max-error)" if a.maxError else ""
     return (f"accuracy   {len(narrowed)}/{len(b.plan.steps)} layers narrowed; model output error {a.outputError:.3g} "
             f"(max |y' - y| / max |y| against fp32){bound}; first output's argmax unchanged on "
-            f"{a.top1Agree:.0%} of {a.samples} samples: {_s(a.inputs)}")
+            f"{a.top1Agree:.0%} of {a.samples} samples: {text(a.inputs)}")
 
 
 def signature_line(data):
@@ -141,12 +142,12 @@ def signature_line(data):
     return f"signature  Ed25519 by {key}: " + ("valid for every byte" if ok else "INVALID (altered after signing)")
 
 
-def _dispatches(step):
+def _dispatches(gpu):
     """A GPU step's launches: shader index and grid of each (and how many
     push-constant words carry its shapes to a shape-generic shader)."""
-    ds = step.dispatches or []
     return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}"
-                    + (f" push {len(d.push)}w" if d.push is not None and len(d.push) else "") for d in ds)
+                    + (f" push {len(d.push)}w" if d.push is not None and len(d.push) else "")
+                    for d in gpu.dispatches or [])
 
 
 def gpu_summary(b):
@@ -154,7 +155,7 @@ def gpu_summary(b):
     distinct shader: nothing is specialized at load; shape-generic shaders
     take shapes in push constants), against the dispatches they serve."""
     steps = b.plan.steps
-    dispatches = sum(len(s.dispatches or []) for s in steps)
+    dispatches = sum(len(gpu_step(s).dispatches or []) for s in steps)
     spirv = sum(sh.size for sh in b.shaders)
     return (f"gpu        {len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {dispatches} dispatches "
             f"of {len(steps)} layers; SPIR-V {spirv:,} bytes")
@@ -162,8 +163,8 @@ def gpu_summary(b):
 
 def _placed(plan):
     """The core class each execution thread and preparation queue is planned for ("" where not recorded)."""
-    execs = [_s(c) for c in (plan.execClasses or [])]
-    queues = [_s(c) for c in (plan.queueClasses or [])]
+    execs = [text(c) for c in (plan.execClasses or [])]
+    queues = [text(c) for c in (plan.queueClasses or [])]
     if not execs:
         return ""
     line = f"placed     execution threads on {', '.join(execs)}"

@@ -61,10 +61,9 @@
 CB_API_BEGIN
 
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION
- * (schema 2 records each CPU kernel's argument contract, checked at open;
- * schema 3 widens int8 weights with the runtime's own cb.widen_i8) */
-#define CB_SCHEMA_VERSION 3u
-#define CB_SCHEMA_MIN_VERSION 1u
+ * (schemas/README.md, Versions) */
+#define CB_SCHEMA_VERSION 4u
+#define CB_SCHEMA_MIN_VERSION 4u
 
 typedef enum cb_status {
   CB_OK = 0,

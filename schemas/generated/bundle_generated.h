@@ -34,6 +34,18 @@ struct DispatchBuilder;
 struct Shader;
 struct ShaderBuilder;
 
+struct Guard;
+struct GuardBuilder;
+
+struct WarmAlternate;
+struct WarmAlternateBuilder;
+
+struct CpuStep;
+struct CpuStepBuilder;
+
+struct GpuStep;
+struct GpuStepBuilder;
+
 struct Step;
 struct StepBuilder;
 
@@ -222,6 +234,56 @@ inline const char *EnumNameWeightForm(WeightForm e) {
   const size_t index = static_cast<size_t>(e);
   return EnumNamesWeightForm()[index];
 }
+
+enum class StepKind : uint8_t {
+  NONE = 0,
+  CpuStep = 1,
+  GpuStep = 2,
+  MIN = NONE,
+  MAX = GpuStep
+};
+
+inline const StepKind (&EnumValuesStepKind())[3] {
+  static const StepKind values[] = {
+    StepKind::NONE,
+    StepKind::CpuStep,
+    StepKind::GpuStep
+  };
+  return values;
+}
+
+inline const char * const *EnumNamesStepKind() {
+  static const char * const names[4] = {
+    "NONE",
+    "CpuStep",
+    "GpuStep",
+    nullptr
+  };
+  return names;
+}
+
+inline const char *EnumNameStepKind(StepKind e) {
+  if (::flatbuffers::IsOutRange(e, StepKind::NONE, StepKind::GpuStep)) return "";
+  const size_t index = static_cast<size_t>(e);
+  return EnumNamesStepKind()[index];
+}
+
+template<typename T> struct StepKindTraits {
+  static const StepKind enum_value = StepKind::NONE;
+};
+
+template<> struct StepKindTraits<coldbrew::schema::CpuStep> {
+  static const StepKind enum_value = StepKind::CpuStep;
+};
+
+template<> struct StepKindTraits<coldbrew::schema::GpuStep> {
+  static const StepKind enum_value = StepKind::GpuStep;
+};
+
+template <bool B = false>
+bool VerifyStepKind(::flatbuffers::VerifierTemplate<B> &verifier, const void *obj, StepKind type);
+template <bool B = false>
+bool VerifyStepKindVector(::flatbuffers::VerifierTemplate<B> &verifier, const ::flatbuffers::Vector<::flatbuffers::Offset<void>> *values, const ::flatbuffers::Vector<StepKind> *types);
 
 struct Target FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef TargetBuilder Builder;
@@ -878,29 +940,324 @@ inline ::flatbuffers::Offset<Shader> CreateShaderDirect(
       bindings);
 }
 
+struct Guard FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef GuardBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TENSOR = 4,
+    VT_VALUE = 6
+  };
+  uint32_t tensor() const {
+    return GetField<uint32_t>(VT_TENSOR, 0);
+  }
+  bool value() const {
+    return GetField<uint8_t>(VT_VALUE, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint32_t>(verifier, VT_TENSOR, 4) &&
+           VerifyField<uint8_t>(verifier, VT_VALUE, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct GuardBuilder {
+  typedef Guard Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_tensor(uint32_t tensor) {
+    fbb_.AddElement<uint32_t>(Guard::VT_TENSOR, tensor, 0);
+  }
+  void add_value(bool value) {
+    fbb_.AddElement<uint8_t>(Guard::VT_VALUE, static_cast<uint8_t>(value), 0);
+  }
+  explicit GuardBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Guard> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Guard>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Guard> CreateGuard(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t tensor = 0,
+    bool value = false) {
+  GuardBuilder builder_(_fbb);
+  builder_.add_tensor(tensor);
+  builder_.add_value(value);
+  return builder_.Finish();
+}
+
+struct WarmAlternate FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef WarmAlternateBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_VARIANT = 4,
+    VT_KERNEL = 6,
+    VT_ARGS = 8,
+    VT_PARAMS = 10
+  };
+  const ::flatbuffers::String *variant() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_VARIANT);
+  }
+  const ::flatbuffers::String *kernel() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_KERNEL);
+  }
+  const ::flatbuffers::Vector<uint32_t> *args() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_ARGS);
+  }
+  const ::flatbuffers::String *params() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_PARAMS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_VARIANT) &&
+           verifier.VerifyString(variant()) &&
+           VerifyOffset(verifier, VT_KERNEL) &&
+           verifier.VerifyString(kernel()) &&
+           VerifyOffset(verifier, VT_ARGS) &&
+           verifier.VerifyVector(args()) &&
+           VerifyOffset(verifier, VT_PARAMS) &&
+           verifier.VerifyString(params()) &&
+           verifier.EndTable();
+  }
+};
+
+struct WarmAlternateBuilder {
+  typedef WarmAlternate Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_variant(::flatbuffers::Offset<::flatbuffers::String> variant) {
+    fbb_.AddOffset(WarmAlternate::VT_VARIANT, variant);
+  }
+  void add_kernel(::flatbuffers::Offset<::flatbuffers::String> kernel) {
+    fbb_.AddOffset(WarmAlternate::VT_KERNEL, kernel);
+  }
+  void add_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> args) {
+    fbb_.AddOffset(WarmAlternate::VT_ARGS, args);
+  }
+  void add_params(::flatbuffers::Offset<::flatbuffers::String> params) {
+    fbb_.AddOffset(WarmAlternate::VT_PARAMS, params);
+  }
+  explicit WarmAlternateBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<WarmAlternate> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<WarmAlternate>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<WarmAlternate> CreateWarmAlternate(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> variant = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> kernel = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> args = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> params = 0) {
+  WarmAlternateBuilder builder_(_fbb);
+  builder_.add_params(params);
+  builder_.add_args(args);
+  builder_.add_kernel(kernel);
+  builder_.add_variant(variant);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<WarmAlternate> CreateWarmAlternateDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *variant = nullptr,
+    const char *kernel = nullptr,
+    const std::vector<uint32_t> *args = nullptr,
+    const char *params = nullptr) {
+  auto variant__ = variant ? _fbb.CreateString(variant) : 0;
+  auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
+  auto args__ = args ? _fbb.CreateVector<uint32_t>(*args) : 0;
+  auto params__ = params ? _fbb.CreateString(params) : 0;
+  return coldbrew::schema::CreateWarmAlternate(
+      _fbb,
+      variant__,
+      kernel__,
+      args__,
+      params__);
+}
+
+struct CpuStep FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CpuStepBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_KERNEL = 4,
+    VT_PARAMS = 6,
+    VT_TUNED = 8,
+    VT_GUARD = 10,
+    VT_WARM = 12
+  };
+  const ::flatbuffers::String *kernel() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_KERNEL);
+  }
+  const ::flatbuffers::String *params() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_PARAMS);
+  }
+  bool tuned() const {
+    return GetField<uint8_t>(VT_TUNED, 0) != 0;
+  }
+  const coldbrew::schema::Guard *guard() const {
+    return GetPointer<const coldbrew::schema::Guard *>(VT_GUARD);
+  }
+  const coldbrew::schema::WarmAlternate *warm() const {
+    return GetPointer<const coldbrew::schema::WarmAlternate *>(VT_WARM);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_KERNEL) &&
+           verifier.VerifyString(kernel()) &&
+           VerifyOffset(verifier, VT_PARAMS) &&
+           verifier.VerifyString(params()) &&
+           VerifyField<uint8_t>(verifier, VT_TUNED, 1) &&
+           VerifyOffset(verifier, VT_GUARD) &&
+           verifier.VerifyTable(guard()) &&
+           VerifyOffset(verifier, VT_WARM) &&
+           verifier.VerifyTable(warm()) &&
+           verifier.EndTable();
+  }
+};
+
+struct CpuStepBuilder {
+  typedef CpuStep Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_kernel(::flatbuffers::Offset<::flatbuffers::String> kernel) {
+    fbb_.AddOffset(CpuStep::VT_KERNEL, kernel);
+  }
+  void add_params(::flatbuffers::Offset<::flatbuffers::String> params) {
+    fbb_.AddOffset(CpuStep::VT_PARAMS, params);
+  }
+  void add_tuned(bool tuned) {
+    fbb_.AddElement<uint8_t>(CpuStep::VT_TUNED, static_cast<uint8_t>(tuned), 0);
+  }
+  void add_guard(::flatbuffers::Offset<coldbrew::schema::Guard> guard) {
+    fbb_.AddOffset(CpuStep::VT_GUARD, guard);
+  }
+  void add_warm(::flatbuffers::Offset<coldbrew::schema::WarmAlternate> warm) {
+    fbb_.AddOffset(CpuStep::VT_WARM, warm);
+  }
+  explicit CpuStepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CpuStep> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CpuStep>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CpuStep> CreateCpuStep(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> kernel = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> params = 0,
+    bool tuned = false,
+    ::flatbuffers::Offset<coldbrew::schema::Guard> guard = 0,
+    ::flatbuffers::Offset<coldbrew::schema::WarmAlternate> warm = 0) {
+  CpuStepBuilder builder_(_fbb);
+  builder_.add_warm(warm);
+  builder_.add_guard(guard);
+  builder_.add_params(params);
+  builder_.add_kernel(kernel);
+  builder_.add_tuned(tuned);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<CpuStep> CreateCpuStepDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *kernel = nullptr,
+    const char *params = nullptr,
+    bool tuned = false,
+    ::flatbuffers::Offset<coldbrew::schema::Guard> guard = 0,
+    ::flatbuffers::Offset<coldbrew::schema::WarmAlternate> warm = 0) {
+  auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
+  auto params__ = params ? _fbb.CreateString(params) : 0;
+  return coldbrew::schema::CreateCpuStep(
+      _fbb,
+      kernel__,
+      params__,
+      tuned,
+      guard,
+      warm);
+}
+
+struct GpuStep FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef GpuStepBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_DISPATCHES = 4
+  };
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_DISPATCHES);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_DISPATCHES) &&
+           verifier.VerifyVector(dispatches()) &&
+           verifier.VerifyVectorOfTables(dispatches()) &&
+           verifier.EndTable();
+  }
+};
+
+struct GpuStepBuilder {
+  typedef GpuStep Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_dispatches(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches) {
+    fbb_.AddOffset(GpuStep::VT_DISPATCHES, dispatches);
+  }
+  explicit GpuStepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<GpuStep> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<GpuStep>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<GpuStep> CreateGpuStep(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0) {
+  GpuStepBuilder builder_(_fbb);
+  builder_.add_dispatches(dispatches);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<GpuStep> CreateGpuStepDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr) {
+  auto dispatches__ = dispatches ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>(*dispatches) : 0;
+  return coldbrew::schema::CreateGpuStep(
+      _fbb,
+      dispatches__);
+}
+
 struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef StepBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_LAYER = 4,
     VT_VARIANT = 6,
-    VT_KERNEL = 8,
-    VT_TRANSFORM = 10,
-    VT_WEIGHT_FORM = 12,
-    VT_PREP_QUEUE = 14,
-    VT_EXEC_QUEUE = 16,
-    VT_TRANSFORM_ARGS = 18,
-    VT_PARAMS = 20,
-    VT_TUNED = 22,
-    VT_WARM_VARIANT = 24,
-    VT_WARM_KERNEL = 26,
-    VT_WARM_ARGS = 28,
-    VT_WARM_PARAMS = 30,
-    VT_DISPATCHES = 32,
-    VT_WEIGHT_PRECISION = 34,
-    VT_WEIGHT_ERROR = 36,
-    VT_OUTPUT_ERROR = 38,
-    VT_GUARD = 40,
-    VT_GUARD_VALUE = 42
+    VT_KIND_TYPE = 8,
+    VT_KIND = 10,
+    VT_TRANSFORM = 12,
+    VT_TRANSFORM_ARGS = 14,
+    VT_WEIGHT_FORM = 16,
+    VT_PREP_QUEUE = 18,
+    VT_EXEC_QUEUE = 20,
+    VT_WEIGHT_PRECISION = 22,
+    VT_WEIGHT_ERROR = 24,
+    VT_OUTPUT_ERROR = 26
   };
   uint32_t layer() const {
     return GetField<uint32_t>(VT_LAYER, 0);
@@ -908,11 +1265,24 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *variant() const {
     return GetPointer<const ::flatbuffers::String *>(VT_VARIANT);
   }
-  const ::flatbuffers::String *kernel() const {
-    return GetPointer<const ::flatbuffers::String *>(VT_KERNEL);
+  coldbrew::schema::StepKind kind_type() const {
+    return static_cast<coldbrew::schema::StepKind>(GetField<uint8_t>(VT_KIND_TYPE, 0));
+  }
+  const void *kind() const {
+    return GetPointer<const void *>(VT_KIND);
+  }
+  template<typename T> const T *kind_as() const;
+  const coldbrew::schema::CpuStep *kind_as_CpuStep() const {
+    return kind_type() == coldbrew::schema::StepKind::CpuStep ? static_cast<const coldbrew::schema::CpuStep *>(kind()) : nullptr;
+  }
+  const coldbrew::schema::GpuStep *kind_as_GpuStep() const {
+    return kind_type() == coldbrew::schema::StepKind::GpuStep ? static_cast<const coldbrew::schema::GpuStep *>(kind()) : nullptr;
   }
   const ::flatbuffers::String *transform() const {
     return GetPointer<const ::flatbuffers::String *>(VT_TRANSFORM);
+  }
+  const ::flatbuffers::Vector<uint32_t> *transform_args() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_TRANSFORM_ARGS);
   }
   coldbrew::schema::WeightForm weight_form() const {
     return static_cast<coldbrew::schema::WeightForm>(GetField<uint8_t>(VT_WEIGHT_FORM, 0));
@@ -923,30 +1293,6 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint8_t exec_queue() const {
     return GetField<uint8_t>(VT_EXEC_QUEUE, 0);
   }
-  const ::flatbuffers::Vector<uint32_t> *transform_args() const {
-    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_TRANSFORM_ARGS);
-  }
-  const ::flatbuffers::String *params() const {
-    return GetPointer<const ::flatbuffers::String *>(VT_PARAMS);
-  }
-  bool tuned() const {
-    return GetField<uint8_t>(VT_TUNED, 0) != 0;
-  }
-  const ::flatbuffers::String *warm_variant() const {
-    return GetPointer<const ::flatbuffers::String *>(VT_WARM_VARIANT);
-  }
-  const ::flatbuffers::String *warm_kernel() const {
-    return GetPointer<const ::flatbuffers::String *>(VT_WARM_KERNEL);
-  }
-  const ::flatbuffers::Vector<uint32_t> *warm_args() const {
-    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_WARM_ARGS);
-  }
-  const ::flatbuffers::String *warm_params() const {
-    return GetPointer<const ::flatbuffers::String *>(VT_WARM_PARAMS);
-  }
-  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches() const {
-    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_DISPATCHES);
-  }
   coldbrew::schema::DType weight_precision() const {
     return static_cast<coldbrew::schema::DType>(GetField<uint8_t>(VT_WEIGHT_PRECISION, 0));
   }
@@ -956,49 +1302,36 @@ struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   float output_error() const {
     return GetField<float>(VT_OUTPUT_ERROR, 0.0f);
   }
-  int32_t guard() const {
-    return GetField<int32_t>(VT_GUARD, -1);
-  }
-  bool guard_value() const {
-    return GetField<uint8_t>(VT_GUARD_VALUE, 0) != 0;
-  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyField<uint32_t>(verifier, VT_LAYER, 4) &&
            VerifyOffset(verifier, VT_VARIANT) &&
            verifier.VerifyString(variant()) &&
-           VerifyOffset(verifier, VT_KERNEL) &&
-           verifier.VerifyString(kernel()) &&
+           VerifyField<uint8_t>(verifier, VT_KIND_TYPE, 1) &&
+           VerifyOffset(verifier, VT_KIND) &&
+           VerifyStepKind(verifier, kind(), kind_type()) &&
            VerifyOffset(verifier, VT_TRANSFORM) &&
            verifier.VerifyString(transform()) &&
+           VerifyOffset(verifier, VT_TRANSFORM_ARGS) &&
+           verifier.VerifyVector(transform_args()) &&
            VerifyField<uint8_t>(verifier, VT_WEIGHT_FORM, 1) &&
            VerifyField<uint8_t>(verifier, VT_PREP_QUEUE, 1) &&
            VerifyField<uint8_t>(verifier, VT_EXEC_QUEUE, 1) &&
-           VerifyOffset(verifier, VT_TRANSFORM_ARGS) &&
-           verifier.VerifyVector(transform_args()) &&
-           VerifyOffset(verifier, VT_PARAMS) &&
-           verifier.VerifyString(params()) &&
-           VerifyField<uint8_t>(verifier, VT_TUNED, 1) &&
-           VerifyOffset(verifier, VT_WARM_VARIANT) &&
-           verifier.VerifyString(warm_variant()) &&
-           VerifyOffset(verifier, VT_WARM_KERNEL) &&
-           verifier.VerifyString(warm_kernel()) &&
-           VerifyOffset(verifier, VT_WARM_ARGS) &&
-           verifier.VerifyVector(warm_args()) &&
-           VerifyOffset(verifier, VT_WARM_PARAMS) &&
-           verifier.VerifyString(warm_params()) &&
-           VerifyOffset(verifier, VT_DISPATCHES) &&
-           verifier.VerifyVector(dispatches()) &&
-           verifier.VerifyVectorOfTables(dispatches()) &&
            VerifyField<uint8_t>(verifier, VT_WEIGHT_PRECISION, 1) &&
            VerifyField<float>(verifier, VT_WEIGHT_ERROR, 4) &&
            VerifyField<float>(verifier, VT_OUTPUT_ERROR, 4) &&
-           VerifyField<int32_t>(verifier, VT_GUARD, 4) &&
-           VerifyField<uint8_t>(verifier, VT_GUARD_VALUE, 1) &&
            verifier.EndTable();
   }
 };
+
+template<> inline const coldbrew::schema::CpuStep *Step::kind_as<coldbrew::schema::CpuStep>() const {
+  return kind_as_CpuStep();
+}
+
+template<> inline const coldbrew::schema::GpuStep *Step::kind_as<coldbrew::schema::GpuStep>() const {
+  return kind_as_GpuStep();
+}
 
 struct StepBuilder {
   typedef Step Table;
@@ -1010,11 +1343,17 @@ struct StepBuilder {
   void add_variant(::flatbuffers::Offset<::flatbuffers::String> variant) {
     fbb_.AddOffset(Step::VT_VARIANT, variant);
   }
-  void add_kernel(::flatbuffers::Offset<::flatbuffers::String> kernel) {
-    fbb_.AddOffset(Step::VT_KERNEL, kernel);
+  void add_kind_type(coldbrew::schema::StepKind kind_type) {
+    fbb_.AddElement<uint8_t>(Step::VT_KIND_TYPE, static_cast<uint8_t>(kind_type), 0);
+  }
+  void add_kind(::flatbuffers::Offset<void> kind) {
+    fbb_.AddOffset(Step::VT_KIND, kind);
   }
   void add_transform(::flatbuffers::Offset<::flatbuffers::String> transform) {
     fbb_.AddOffset(Step::VT_TRANSFORM, transform);
+  }
+  void add_transform_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args) {
+    fbb_.AddOffset(Step::VT_TRANSFORM_ARGS, transform_args);
   }
   void add_weight_form(coldbrew::schema::WeightForm weight_form) {
     fbb_.AddElement<uint8_t>(Step::VT_WEIGHT_FORM, static_cast<uint8_t>(weight_form), 0);
@@ -1025,30 +1364,6 @@ struct StepBuilder {
   void add_exec_queue(uint8_t exec_queue) {
     fbb_.AddElement<uint8_t>(Step::VT_EXEC_QUEUE, exec_queue, 0);
   }
-  void add_transform_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args) {
-    fbb_.AddOffset(Step::VT_TRANSFORM_ARGS, transform_args);
-  }
-  void add_params(::flatbuffers::Offset<::flatbuffers::String> params) {
-    fbb_.AddOffset(Step::VT_PARAMS, params);
-  }
-  void add_tuned(bool tuned) {
-    fbb_.AddElement<uint8_t>(Step::VT_TUNED, static_cast<uint8_t>(tuned), 0);
-  }
-  void add_warm_variant(::flatbuffers::Offset<::flatbuffers::String> warm_variant) {
-    fbb_.AddOffset(Step::VT_WARM_VARIANT, warm_variant);
-  }
-  void add_warm_kernel(::flatbuffers::Offset<::flatbuffers::String> warm_kernel) {
-    fbb_.AddOffset(Step::VT_WARM_KERNEL, warm_kernel);
-  }
-  void add_warm_args(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args) {
-    fbb_.AddOffset(Step::VT_WARM_ARGS, warm_args);
-  }
-  void add_warm_params(::flatbuffers::Offset<::flatbuffers::String> warm_params) {
-    fbb_.AddOffset(Step::VT_WARM_PARAMS, warm_params);
-  }
-  void add_dispatches(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches) {
-    fbb_.AddOffset(Step::VT_DISPATCHES, dispatches);
-  }
   void add_weight_precision(coldbrew::schema::DType weight_precision) {
     fbb_.AddElement<uint8_t>(Step::VT_WEIGHT_PRECISION, static_cast<uint8_t>(weight_precision), 0);
   }
@@ -1057,12 +1372,6 @@ struct StepBuilder {
   }
   void add_output_error(float output_error) {
     fbb_.AddElement<float>(Step::VT_OUTPUT_ERROR, output_error, 0.0f);
-  }
-  void add_guard(int32_t guard) {
-    fbb_.AddElement<int32_t>(Step::VT_GUARD, guard, -1);
-  }
-  void add_guard_value(bool guard_value) {
-    fbb_.AddElement<uint8_t>(Step::VT_GUARD_VALUE, static_cast<uint8_t>(guard_value), 0);
   }
   explicit StepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -1079,45 +1388,29 @@ inline ::flatbuffers::Offset<Step> CreateStep(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     uint32_t layer = 0,
     ::flatbuffers::Offset<::flatbuffers::String> variant = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> kernel = 0,
+    coldbrew::schema::StepKind kind_type = coldbrew::schema::StepKind::NONE,
+    ::flatbuffers::Offset<void> kind = 0,
     ::flatbuffers::Offset<::flatbuffers::String> transform = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0,
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
     uint8_t exec_queue = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> transform_args = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> params = 0,
-    bool tuned = false,
-    ::flatbuffers::Offset<::flatbuffers::String> warm_variant = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> warm_kernel = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> warm_args = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> warm_params = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0,
     coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
     float weight_error = 0.0f,
-    float output_error = 0.0f,
-    int32_t guard = -1,
-    bool guard_value = false) {
+    float output_error = 0.0f) {
   StepBuilder builder_(_fbb);
-  builder_.add_guard(guard);
   builder_.add_output_error(output_error);
   builder_.add_weight_error(weight_error);
-  builder_.add_dispatches(dispatches);
-  builder_.add_warm_params(warm_params);
-  builder_.add_warm_args(warm_args);
-  builder_.add_warm_kernel(warm_kernel);
-  builder_.add_warm_variant(warm_variant);
-  builder_.add_params(params);
   builder_.add_transform_args(transform_args);
   builder_.add_transform(transform);
-  builder_.add_kernel(kernel);
+  builder_.add_kind(kind);
   builder_.add_variant(variant);
   builder_.add_layer(layer);
-  builder_.add_guard_value(guard_value);
   builder_.add_weight_precision(weight_precision);
-  builder_.add_tuned(tuned);
   builder_.add_exec_queue(exec_queue);
   builder_.add_prep_queue(prep_queue);
   builder_.add_weight_form(weight_form);
+  builder_.add_kind_type(kind_type);
   return builder_.Finish();
 }
 
@@ -1125,56 +1418,33 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     uint32_t layer = 0,
     const char *variant = nullptr,
-    const char *kernel = nullptr,
+    coldbrew::schema::StepKind kind_type = coldbrew::schema::StepKind::NONE,
+    ::flatbuffers::Offset<void> kind = 0,
     const char *transform = nullptr,
+    const std::vector<uint32_t> *transform_args = nullptr,
     coldbrew::schema::WeightForm weight_form = coldbrew::schema::WeightForm::raw,
     uint8_t prep_queue = 0,
     uint8_t exec_queue = 0,
-    const std::vector<uint32_t> *transform_args = nullptr,
-    const char *params = nullptr,
-    bool tuned = false,
-    const char *warm_variant = nullptr,
-    const char *warm_kernel = nullptr,
-    const std::vector<uint32_t> *warm_args = nullptr,
-    const char *warm_params = nullptr,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr,
     coldbrew::schema::DType weight_precision = coldbrew::schema::DType::f32,
     float weight_error = 0.0f,
-    float output_error = 0.0f,
-    int32_t guard = -1,
-    bool guard_value = false) {
+    float output_error = 0.0f) {
   auto variant__ = variant ? _fbb.CreateString(variant) : 0;
-  auto kernel__ = kernel ? _fbb.CreateString(kernel) : 0;
   auto transform__ = transform ? _fbb.CreateString(transform) : 0;
   auto transform_args__ = transform_args ? _fbb.CreateVector<uint32_t>(*transform_args) : 0;
-  auto params__ = params ? _fbb.CreateString(params) : 0;
-  auto warm_variant__ = warm_variant ? _fbb.CreateString(warm_variant) : 0;
-  auto warm_kernel__ = warm_kernel ? _fbb.CreateString(warm_kernel) : 0;
-  auto warm_args__ = warm_args ? _fbb.CreateVector<uint32_t>(*warm_args) : 0;
-  auto warm_params__ = warm_params ? _fbb.CreateString(warm_params) : 0;
-  auto dispatches__ = dispatches ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>(*dispatches) : 0;
   return coldbrew::schema::CreateStep(
       _fbb,
       layer,
       variant__,
-      kernel__,
+      kind_type,
+      kind,
       transform__,
+      transform_args__,
       weight_form,
       prep_queue,
       exec_queue,
-      transform_args__,
-      params__,
-      tuned,
-      warm_variant__,
-      warm_kernel__,
-      warm_args__,
-      warm_params__,
-      dispatches__,
       weight_precision,
       weight_error,
-      output_error,
-      guard,
-      guard_value);
+      output_error);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -1865,6 +2135,37 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       shaders__,
       accuracy,
       kernels__);
+}
+
+template <bool B>
+inline bool VerifyStepKind(::flatbuffers::VerifierTemplate<B> &verifier, const void *obj, StepKind type) {
+  switch (type) {
+    case StepKind::NONE: {
+      return true;
+    }
+    case StepKind::CpuStep: {
+      auto ptr = reinterpret_cast<const coldbrew::schema::CpuStep *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case StepKind::GpuStep: {
+      auto ptr = reinterpret_cast<const coldbrew::schema::GpuStep *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    default: return true;
+  }
+}
+
+template <bool B>
+inline bool VerifyStepKindVector(::flatbuffers::VerifierTemplate<B> &verifier, const ::flatbuffers::Vector<::flatbuffers::Offset<void>> *values, const ::flatbuffers::Vector<StepKind> *types) {
+  if (!values || !types) return !values && !types;
+  if (values->size() != types->size()) return false;
+  for (::flatbuffers::uoffset_t i = 0; i < values->size(); ++i) {
+    if (!VerifyStepKind(
+        verifier,  values->Get(i), types->GetEnum<StepKind>(i))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 inline const coldbrew::schema::Bundle *GetBundle(const void *buf) {

@@ -43,6 +43,22 @@ class WeightForm(object):
     direct = 2
 
 
+class StepKind(object):
+    NONE = 0
+    CpuStep = 1
+    GpuStep = 2
+
+def StepKindCreator(unionType, table):
+    from flatbuffers.table import Table
+    if not isinstance(table, Table):
+        return None
+    if unionType == StepKind.CpuStep:
+        return CpuStepT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == StepKind.GpuStep:
+        return GpuStepT.InitFromBuf(table.Bytes, table.Pos)
+    return None
+
+
 class Target(object):
     __slots__ = ['_tab']
 
@@ -1260,6 +1276,553 @@ class ShaderT(object):
         return shader
 
 
+class Guard(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Guard()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsGuard(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def GuardBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Guard
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Guard
+    def Tensor(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Guard
+    def Value(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def GuardStart(builder):
+    builder.StartObject(2)
+
+def GuardAddTensor(builder, tensor):
+    builder.PrependUint32Slot(0, tensor, 0)
+
+def GuardAddValue(builder, value):
+    builder.PrependBoolSlot(1, value, 0)
+
+def GuardEnd(builder):
+    return builder.EndObject()
+
+
+
+class GuardT(object):
+
+    # GuardT
+    def __init__(
+        self,
+        tensor = 0,
+        value = False,
+    ):
+        self.tensor = tensor  # type: int
+        self.value = value  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        guard = Guard()
+        guard.Init(buf, pos)
+        return cls.InitFromObj(guard)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, guard):
+        x = GuardT()
+        x._UnPack(guard)
+        return x
+
+    # GuardT
+    def _UnPack(self, guard):
+        if guard is None:
+            return
+        self.tensor = guard.Tensor()
+        self.value = guard.Value()
+
+    # GuardT
+    def Pack(self, builder):
+        GuardStart(builder)
+        GuardAddTensor(builder, self.tensor)
+        GuardAddValue(builder, self.value)
+        guard = GuardEnd(builder)
+        return guard
+
+
+class WarmAlternate(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = WarmAlternate()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsWarmAlternate(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def WarmAlternateBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # WarmAlternate
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # WarmAlternate
+    def Variant(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # WarmAlternate
+    def Kernel(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # WarmAlternate
+    def Args(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # WarmAlternate
+    def ArgsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # WarmAlternate
+    def ArgsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # WarmAlternate
+    def ArgsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+    # WarmAlternate
+    def Params(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def WarmAlternateStart(builder):
+    builder.StartObject(4)
+
+def WarmAlternateAddVariant(builder, variant):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
+
+def WarmAlternateAddKernel(builder, kernel):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
+
+def WarmAlternateAddArgs(builder, args):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(args), 0)
+
+def WarmAlternateStartArgsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def WarmAlternateAddParams(builder, params):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(params), 0)
+
+def WarmAlternateEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class WarmAlternateT(object):
+
+    # WarmAlternateT
+    def __init__(
+        self,
+        variant = None,
+        kernel = None,
+        args = None,
+        params = None,
+    ):
+        self.variant = variant  # type: Optional[str]
+        self.kernel = kernel  # type: Optional[str]
+        self.args = args  # type: Optional[List[int]]
+        self.params = params  # type: Optional[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        warmAlternate = WarmAlternate()
+        warmAlternate.Init(buf, pos)
+        return cls.InitFromObj(warmAlternate)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, warmAlternate):
+        x = WarmAlternateT()
+        x._UnPack(warmAlternate)
+        return x
+
+    # WarmAlternateT
+    def _UnPack(self, warmAlternate):
+        if warmAlternate is None:
+            return
+        self.variant = warmAlternate.Variant()
+        self.kernel = warmAlternate.Kernel()
+        if not warmAlternate.ArgsIsNone():
+            if np is None:
+                self.args = []
+                for i in range(warmAlternate.ArgsLength()):
+                    self.args.append(warmAlternate.Args(i))
+            else:
+                self.args = warmAlternate.ArgsAsNumpy()
+        self.params = warmAlternate.Params()
+
+    # WarmAlternateT
+    def Pack(self, builder):
+        if self.variant is not None:
+            variant = builder.CreateString(self.variant)
+        if self.kernel is not None:
+            kernel = builder.CreateString(self.kernel)
+        if self.args is not None:
+            if np is not None and type(self.args) is np.ndarray:
+                args = builder.CreateNumpyVector(self.args)
+            else:
+                WarmAlternateStartArgsVector(builder, len(self.args))
+                for i in reversed(range(len(self.args))):
+                    builder.PrependUint32(self.args[i])
+                args = builder.EndVector()
+        if self.params is not None:
+            params = builder.CreateString(self.params)
+        WarmAlternateStart(builder)
+        if self.variant is not None:
+            WarmAlternateAddVariant(builder, variant)
+        if self.kernel is not None:
+            WarmAlternateAddKernel(builder, kernel)
+        if self.args is not None:
+            WarmAlternateAddArgs(builder, args)
+        if self.params is not None:
+            WarmAlternateAddParams(builder, params)
+        warmAlternate = WarmAlternateEnd(builder)
+        return warmAlternate
+
+
+class CpuStep(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = CpuStep()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsCpuStep(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def CpuStepBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # CpuStep
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # CpuStep
+    def Kernel(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CpuStep
+    def Params(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CpuStep
+    def Tuned(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # CpuStep
+    def Guard(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Guard()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # CpuStep
+    def Warm(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = WarmAlternate()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+def CpuStepStart(builder):
+    builder.StartObject(5)
+
+def CpuStepAddKernel(builder, kernel):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
+
+def CpuStepAddParams(builder, params):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(params), 0)
+
+def CpuStepAddTuned(builder, tuned):
+    builder.PrependBoolSlot(2, tuned, 0)
+
+def CpuStepAddGuard(builder, guard):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(guard), 0)
+
+def CpuStepAddWarm(builder, warm):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(warm), 0)
+
+def CpuStepEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import Optional
+except:
+    pass
+
+class CpuStepT(object):
+
+    # CpuStepT
+    def __init__(
+        self,
+        kernel = None,
+        params = None,
+        tuned = False,
+        guard = None,
+        warm = None,
+    ):
+        self.kernel = kernel  # type: Optional[str]
+        self.params = params  # type: Optional[str]
+        self.tuned = tuned  # type: bool
+        self.guard = guard  # type: Optional[GuardT]
+        self.warm = warm  # type: Optional[WarmAlternateT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        cpuStep = CpuStep()
+        cpuStep.Init(buf, pos)
+        return cls.InitFromObj(cpuStep)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, cpuStep):
+        x = CpuStepT()
+        x._UnPack(cpuStep)
+        return x
+
+    # CpuStepT
+    def _UnPack(self, cpuStep):
+        if cpuStep is None:
+            return
+        self.kernel = cpuStep.Kernel()
+        self.params = cpuStep.Params()
+        self.tuned = cpuStep.Tuned()
+        if cpuStep.Guard() is not None:
+            self.guard = GuardT.InitFromObj(cpuStep.Guard())
+        if cpuStep.Warm() is not None:
+            self.warm = WarmAlternateT.InitFromObj(cpuStep.Warm())
+
+    # CpuStepT
+    def Pack(self, builder):
+        if self.kernel is not None:
+            kernel = builder.CreateString(self.kernel)
+        if self.params is not None:
+            params = builder.CreateString(self.params)
+        if self.guard is not None:
+            guard = self.guard.Pack(builder)
+        if self.warm is not None:
+            warm = self.warm.Pack(builder)
+        CpuStepStart(builder)
+        if self.kernel is not None:
+            CpuStepAddKernel(builder, kernel)
+        if self.params is not None:
+            CpuStepAddParams(builder, params)
+        CpuStepAddTuned(builder, self.tuned)
+        if self.guard is not None:
+            CpuStepAddGuard(builder, guard)
+        if self.warm is not None:
+            CpuStepAddWarm(builder, warm)
+        cpuStep = CpuStepEnd(builder)
+        return cpuStep
+
+
+class GpuStep(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = GpuStep()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsGpuStep(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def GpuStepBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # GpuStep
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # GpuStep
+    def Dispatches(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Dispatch()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # GpuStep
+    def DispatchesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # GpuStep
+    def DispatchesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        return o == 0
+
+def GpuStepStart(builder):
+    builder.StartObject(1)
+
+def GpuStepAddDispatches(builder, dispatches):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(dispatches), 0)
+
+def GpuStepStartDispatchesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def GpuStepEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class GpuStepT(object):
+
+    # GpuStepT
+    def __init__(
+        self,
+        dispatches = None,
+    ):
+        self.dispatches = dispatches  # type: Optional[List[DispatchT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gpuStep = GpuStep()
+        gpuStep.Init(buf, pos)
+        return cls.InitFromObj(gpuStep)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gpuStep):
+        x = GpuStepT()
+        x._UnPack(gpuStep)
+        return x
+
+    # GpuStepT
+    def _UnPack(self, gpuStep):
+        if gpuStep is None:
+            return
+        if not gpuStep.DispatchesIsNone():
+            self.dispatches = []
+            for i in range(gpuStep.DispatchesLength()):
+                if gpuStep.Dispatches(i) is None:
+                    self.dispatches.append(None)
+                else:
+                    dispatch_ = DispatchT.InitFromObj(gpuStep.Dispatches(i))
+                    self.dispatches.append(dispatch_)
+
+    # GpuStepT
+    def Pack(self, builder):
+        if self.dispatches is not None:
+            dispatcheslist = []
+            for i in range(len(self.dispatches)):
+                dispatcheslist.append(self.dispatches[i].Pack(builder))
+            GpuStepStartDispatchesVector(builder, len(self.dispatches))
+            for i in reversed(range(len(self.dispatches))):
+                builder.PrependUOffsetTRelative(dispatcheslist[i])
+            dispatches = builder.EndVector()
+        GpuStepStart(builder)
+        if self.dispatches is not None:
+            GpuStepAddDispatches(builder, dispatches)
+        gpuStep = GpuStepEnd(builder)
+        return gpuStep
+
+
 class Step(object):
     __slots__ = ['_tab']
 
@@ -1297,43 +1860,32 @@ class Step(object):
         return None
 
     # Step
-    def Kernel(self):
+    def KindType(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
-            return self._tab.String(o + self._tab.Pos)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # Step
+    def Kind(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            from flatbuffers.table import Table
+            obj = Table(bytearray(), 0)
+            self._tab.Union(obj, o)
+            return obj
         return None
 
     # Step
     def Transform(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Step
-    def WeightForm(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
-        return 0
-
-    # Step
-    def PrepQueue(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
-        return 0
-
-    # Step
-    def ExecQueue(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
-        return 0
-
-    # Step
     def TransformArgs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -1341,146 +1893,67 @@ class Step(object):
 
     # Step
     def TransformArgsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Step
     def TransformArgsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Step
     def TransformArgsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
     # Step
-    def Params(self):
+    def WeightForm(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # Step
+    def PrepQueue(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # Step
+    def ExecQueue(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # Step
-    def Tuned(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
-        if o != 0:
-            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
-        return False
-
-    # Step
-    def WarmVariant(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # Step
-    def WarmKernel(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # Step
-    def WarmArgs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
         return 0
-
-    # Step
-    def WarmArgsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
-        return 0
-
-    # Step
-    def WarmArgsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Step
-    def WarmArgsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        return o == 0
-
-    # Step
-    def WarmParams(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # Step
-    def Dispatches(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
-        if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            obj = Dispatch()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
-
-    # Step
-    def DispatchesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Step
-    def DispatchesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
-        return o == 0
 
     # Step
     def WeightPrecision(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
         return 0
 
     # Step
     def WeightError(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
         return 0.0
 
     # Step
     def OutputError(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
         return 0.0
 
-    # Step
-    def Guard(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
-        return -1
-
-    # Step
-    def GuardValue(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
-        if o != 0:
-            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
-        return False
-
 def StepStart(builder):
-    builder.StartObject(20)
+    builder.StartObject(12)
 
 def StepAddLayer(builder, layer):
     builder.PrependUint32Slot(0, layer, 0)
@@ -1488,75 +1961,45 @@ def StepAddLayer(builder, layer):
 def StepAddVariant(builder, variant):
     builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
 
-def StepAddKernel(builder, kernel):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
+def StepAddKindType(builder, kindType):
+    builder.PrependUint8Slot(2, kindType, 0)
+
+def StepAddKind(builder, kind):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(kind), 0)
 
 def StepAddTransform(builder, transform):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(transform), 0)
-
-def StepAddWeightForm(builder, weightForm):
-    builder.PrependUint8Slot(4, weightForm, 0)
-
-def StepAddPrepQueue(builder, prepQueue):
-    builder.PrependUint8Slot(5, prepQueue, 0)
-
-def StepAddExecQueue(builder, execQueue):
-    builder.PrependUint8Slot(6, execQueue, 0)
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(transform), 0)
 
 def StepAddTransformArgs(builder, transformArgs):
-    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(transformArgs), 0)
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(transformArgs), 0)
 
 def StepStartTransformArgsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StepAddParams(builder, params):
-    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(params), 0)
+def StepAddWeightForm(builder, weightForm):
+    builder.PrependUint8Slot(6, weightForm, 0)
 
-def StepAddTuned(builder, tuned):
-    builder.PrependBoolSlot(9, tuned, 0)
+def StepAddPrepQueue(builder, prepQueue):
+    builder.PrependUint8Slot(7, prepQueue, 0)
 
-def StepAddWarmVariant(builder, warmVariant):
-    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(warmVariant), 0)
-
-def StepAddWarmKernel(builder, warmKernel):
-    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(warmKernel), 0)
-
-def StepAddWarmArgs(builder, warmArgs):
-    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(warmArgs), 0)
-
-def StepStartWarmArgsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def StepAddWarmParams(builder, warmParams):
-    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(warmParams), 0)
-
-def StepAddDispatches(builder, dispatches):
-    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(dispatches), 0)
-
-def StepStartDispatchesVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
+def StepAddExecQueue(builder, execQueue):
+    builder.PrependUint8Slot(8, execQueue, 0)
 
 def StepAddWeightPrecision(builder, weightPrecision):
-    builder.PrependUint8Slot(15, weightPrecision, 0)
+    builder.PrependUint8Slot(9, weightPrecision, 0)
 
 def StepAddWeightError(builder, weightError):
-    builder.PrependFloat32Slot(16, weightError, 0.0)
+    builder.PrependFloat32Slot(10, weightError, 0.0)
 
 def StepAddOutputError(builder, outputError):
-    builder.PrependFloat32Slot(17, outputError, 0.0)
-
-def StepAddGuard(builder, guard):
-    builder.PrependInt32Slot(18, guard, -1)
-
-def StepAddGuardValue(builder, guardValue):
-    builder.PrependBoolSlot(19, guardValue, 0)
+    builder.PrependFloat32Slot(11, outputError, 0.0)
 
 def StepEnd(builder):
     return builder.EndObject()
 
 
 try:
-    from typing import List
+    from typing import List, Union
 except:
     pass
 
@@ -1567,45 +2010,29 @@ class StepT(object):
         self,
         layer = 0,
         variant = None,
-        kernel = None,
+        kindType = 0,
+        kind = None,
         transform = None,
+        transformArgs = None,
         weightForm = 0,
         prepQueue = 0,
         execQueue = 0,
-        transformArgs = None,
-        params = None,
-        tuned = False,
-        warmVariant = None,
-        warmKernel = None,
-        warmArgs = None,
-        warmParams = None,
-        dispatches = None,
         weightPrecision = 0,
         weightError = 0.0,
         outputError = 0.0,
-        guard = -1,
-        guardValue = False,
     ):
         self.layer = layer  # type: int
         self.variant = variant  # type: Optional[str]
-        self.kernel = kernel  # type: Optional[str]
+        self.kindType = kindType  # type: int
+        self.kind = kind  # type: Union[None, 'CpuStepT', 'GpuStepT']
         self.transform = transform  # type: Optional[str]
+        self.transformArgs = transformArgs  # type: Optional[List[int]]
         self.weightForm = weightForm  # type: int
         self.prepQueue = prepQueue  # type: int
         self.execQueue = execQueue  # type: int
-        self.transformArgs = transformArgs  # type: Optional[List[int]]
-        self.params = params  # type: Optional[str]
-        self.tuned = tuned  # type: bool
-        self.warmVariant = warmVariant  # type: Optional[str]
-        self.warmKernel = warmKernel  # type: Optional[str]
-        self.warmArgs = warmArgs  # type: Optional[List[int]]
-        self.warmParams = warmParams  # type: Optional[str]
-        self.dispatches = dispatches  # type: Optional[List[DispatchT]]
         self.weightPrecision = weightPrecision  # type: int
         self.weightError = weightError  # type: float
         self.outputError = outputError  # type: float
-        self.guard = guard  # type: int
-        self.guardValue = guardValue  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1630,11 +2057,9 @@ class StepT(object):
             return
         self.layer = step.Layer()
         self.variant = step.Variant()
-        self.kernel = step.Kernel()
+        self.kindType = step.KindType()
+        self.kind = StepKindCreator(self.kindType, step.Kind())
         self.transform = step.Transform()
-        self.weightForm = step.WeightForm()
-        self.prepQueue = step.PrepQueue()
-        self.execQueue = step.ExecQueue()
         if not step.TransformArgsIsNone():
             if np is None:
                 self.transformArgs = []
@@ -1642,38 +2067,19 @@ class StepT(object):
                     self.transformArgs.append(step.TransformArgs(i))
             else:
                 self.transformArgs = step.TransformArgsAsNumpy()
-        self.params = step.Params()
-        self.tuned = step.Tuned()
-        self.warmVariant = step.WarmVariant()
-        self.warmKernel = step.WarmKernel()
-        if not step.WarmArgsIsNone():
-            if np is None:
-                self.warmArgs = []
-                for i in range(step.WarmArgsLength()):
-                    self.warmArgs.append(step.WarmArgs(i))
-            else:
-                self.warmArgs = step.WarmArgsAsNumpy()
-        self.warmParams = step.WarmParams()
-        if not step.DispatchesIsNone():
-            self.dispatches = []
-            for i in range(step.DispatchesLength()):
-                if step.Dispatches(i) is None:
-                    self.dispatches.append(None)
-                else:
-                    dispatch_ = DispatchT.InitFromObj(step.Dispatches(i))
-                    self.dispatches.append(dispatch_)
+        self.weightForm = step.WeightForm()
+        self.prepQueue = step.PrepQueue()
+        self.execQueue = step.ExecQueue()
         self.weightPrecision = step.WeightPrecision()
         self.weightError = step.WeightError()
         self.outputError = step.OutputError()
-        self.guard = step.Guard()
-        self.guardValue = step.GuardValue()
 
     # StepT
     def Pack(self, builder):
         if self.variant is not None:
             variant = builder.CreateString(self.variant)
-        if self.kernel is not None:
-            kernel = builder.CreateString(self.kernel)
+        if self.kind is not None:
+            kind = self.kind.Pack(builder)
         if self.transform is not None:
             transform = builder.CreateString(self.transform)
         if self.transformArgs is not None:
@@ -1684,61 +2090,23 @@ class StepT(object):
                 for i in reversed(range(len(self.transformArgs))):
                     builder.PrependUint32(self.transformArgs[i])
                 transformArgs = builder.EndVector()
-        if self.params is not None:
-            params = builder.CreateString(self.params)
-        if self.warmVariant is not None:
-            warmVariant = builder.CreateString(self.warmVariant)
-        if self.warmKernel is not None:
-            warmKernel = builder.CreateString(self.warmKernel)
-        if self.warmArgs is not None:
-            if np is not None and type(self.warmArgs) is np.ndarray:
-                warmArgs = builder.CreateNumpyVector(self.warmArgs)
-            else:
-                StepStartWarmArgsVector(builder, len(self.warmArgs))
-                for i in reversed(range(len(self.warmArgs))):
-                    builder.PrependUint32(self.warmArgs[i])
-                warmArgs = builder.EndVector()
-        if self.warmParams is not None:
-            warmParams = builder.CreateString(self.warmParams)
-        if self.dispatches is not None:
-            dispatcheslist = []
-            for i in range(len(self.dispatches)):
-                dispatcheslist.append(self.dispatches[i].Pack(builder))
-            StepStartDispatchesVector(builder, len(self.dispatches))
-            for i in reversed(range(len(self.dispatches))):
-                builder.PrependUOffsetTRelative(dispatcheslist[i])
-            dispatches = builder.EndVector()
         StepStart(builder)
         StepAddLayer(builder, self.layer)
         if self.variant is not None:
             StepAddVariant(builder, variant)
-        if self.kernel is not None:
-            StepAddKernel(builder, kernel)
+        StepAddKindType(builder, self.kindType)
+        if self.kind is not None:
+            StepAddKind(builder, kind)
         if self.transform is not None:
             StepAddTransform(builder, transform)
+        if self.transformArgs is not None:
+            StepAddTransformArgs(builder, transformArgs)
         StepAddWeightForm(builder, self.weightForm)
         StepAddPrepQueue(builder, self.prepQueue)
         StepAddExecQueue(builder, self.execQueue)
-        if self.transformArgs is not None:
-            StepAddTransformArgs(builder, transformArgs)
-        if self.params is not None:
-            StepAddParams(builder, params)
-        StepAddTuned(builder, self.tuned)
-        if self.warmVariant is not None:
-            StepAddWarmVariant(builder, warmVariant)
-        if self.warmKernel is not None:
-            StepAddWarmKernel(builder, warmKernel)
-        if self.warmArgs is not None:
-            StepAddWarmArgs(builder, warmArgs)
-        if self.warmParams is not None:
-            StepAddWarmParams(builder, warmParams)
-        if self.dispatches is not None:
-            StepAddDispatches(builder, dispatches)
         StepAddWeightPrecision(builder, self.weightPrecision)
         StepAddWeightError(builder, self.weightError)
         StepAddOutputError(builder, self.outputError)
-        StepAddGuard(builder, self.guard)
-        StepAddGuardValue(builder, self.guardValue)
         step = StepEnd(builder)
         return step
 

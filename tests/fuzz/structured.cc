@@ -123,11 +123,17 @@ Walk walk(const fbs::Bundle* b) {
       for (auto s : *ss) {
         using S = fbs::Step;
         w.field(s, S::VT_LAYER, 4), w.field(s, S::VT_WEIGHT_FORM, 1), w.field(s, S::VT_PREP_QUEUE, 1);
-        w.field(s, S::VT_EXEC_QUEUE, 1);
-        w.vec(s, S::VT_TRANSFORM_ARGS, s->transform_args()), w.vec(s, S::VT_WARM_ARGS, s->warm_args());
-        w.str(s, S::VT_KERNEL, s->kernel()), w.str(s, S::VT_TRANSFORM, s->transform());
-        w.str(s, S::VT_WARM_KERNEL, s->warm_kernel());
-        if (auto ds = s->dispatches())
+        w.field(s, S::VT_EXEC_QUEUE, 1), w.field(s, S::VT_KIND_TYPE, 1), w.field(s, S::VT_KIND, 4);
+        w.vec(s, S::VT_TRANSFORM_ARGS, s->transform_args()), w.str(s, S::VT_TRANSFORM, s->transform());
+        if (auto c = s->kind_as_CpuStep()) {
+          w.str(c, fbs::CpuStep::VT_KERNEL, c->kernel());
+          w.field(c, fbs::CpuStep::VT_GUARD, 4), w.field(c, fbs::CpuStep::VT_WARM, 4);
+          if (auto g = c->guard()) w.field(g, fbs::Guard::VT_TENSOR, 4), w.field(g, fbs::Guard::VT_VALUE, 1);
+          if (auto a = c->warm())
+            w.vec(a, fbs::WarmAlternate::VT_ARGS, a->args()), w.str(a, fbs::WarmAlternate::VT_KERNEL, a->kernel());
+        }
+        auto g = s->kind_as_GpuStep();
+        if (auto ds = g ? g->dispatches() : nullptr)
           for (auto d : *ds) {
             w.field(d, fbs::Dispatch::VT_SHADER, 4);
             w.vec(d, fbs::Dispatch::VT_GRID, d->grid()), w.vec(d, fbs::Dispatch::VT_BINDINGS, d->bindings());

@@ -107,24 +107,38 @@ def test_wrong_magic(small_bundle, tmp_path):
 
 
 def test_wrong_schema_version(small_bundle, tmp_path):
-    data = read(small_bundle)
-    struct.pack_into("<I", data, 8, 99)
-    expect(data, "VERSION", tmp_path, "schema version 99")
+    for version in (3, 99):  # a bundle of the schema before the step kinds, one of a schema to come
+        data = read(small_bundle)
+        struct.pack_into("<I", data, 8, version)
+        expect(data, "VERSION", tmp_path, f"schema version {version}")
     # a header whose own version field disagrees is refused too, even with a version the runtime reads
     expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 1)), "VERSION", tmp_path)
     expect(repack(read(small_bundle), lambda b: setattr(b, "schemaVersion", 3)), "VERSION", tmp_path)
 
 
+def test_a_step_is_of_its_bundles_kind(small_bundle, tmp_path):
+    """A CPU bundle's steps are CpuSteps: a step without a kind, of a kind
+    this runtime does not know, with its kind's table missing, or a GpuStep
+    is refused, naming the step."""
+    def kind(type_, table):
+        def mutate(b):
+            b.plan.steps[1].kindType, b.plan.steps[1].kind = type_, table
+        return mutate
+    for mutate in (kind(fb.StepKind.NONE, None), kind(7, fb.CpuStepT()), kind(fb.StepKind.CpuStep, None),
+                   kind(fb.StepKind.GpuStep, fb.GpuStepT())):
+        expect(repack(read(small_bundle), mutate), "CORRUPT", tmp_path, "plan step 1 is not a CPU step")
+
+
 def test_kernel_calls_are_checked_at_open(small_bundle, tmp_path):
-    """Kernels do not check their own arguments (schema 2): every call of the
+    """Kernels do not check their own arguments: every call of the
     plan is checked against the kernel's recorded dtypes and byte sizes
     before the code runs, and a CPU bundle without that list is refused."""
     b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(read(small_bundle)[64:]), 0))
     assert [k.symbol for k in b.kernels] == sorted(k.symbol for k in b.kernels)
-    called = {s.kernel for s in b.plan.steps} | {s.transform for s in b.plan.steps if s.transform}
+    called = {s.kind.kernel for s in b.plan.steps} | {s.transform for s in b.plan.steps if s.transform}
     assert called <= {k.symbol for k in b.kernels}
     for s in b.plan.steps:
-        k = next(k for k in b.kernels if k.symbol == s.kernel)
+        k = next(k for k in b.kernels if k.symbol == s.kind.kernel)
         args = [b.tensors[a] for a in b.layers[s.layer].args]
         assert list(k.argDtypes) == [t.dtype for t in args] and list(k.argNbytes) == [t.nbytes for t in args]
 
@@ -139,17 +153,17 @@ def test_kernel_calls_are_checked_at_open(small_bundle, tmp_path):
     expect(repack(read(small_bundle), drop_argument), "CORRUPT", tmp_path, "arguments; it takes")
 
     def no_arguments(b):  # a kernel listed with no arguments, called with none
-        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kind.kernel)
         k.argDtypes = k.argNbytes = b.layers[0].args = []
     expect(repack(read(small_bundle), no_arguments), "CORRUPT", tmp_path, "with no arguments")
 
     def wrong_size(b):
-        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kind.kernel)
         k.argNbytes = [int(n) + 64 for n in k.argNbytes]
     expect(repack(read(small_bundle), wrong_size), "CORRUPT", tmp_path, "compiled for another dtype or size")
 
     def unlisted(b):
-        b.kernels = [k for k in b.kernels if k.symbol != b.plan.steps[0].kernel]
+        b.kernels = [k for k in b.kernels if k.symbol != b.plan.steps[0].kind.kernel]
     expect(repack(read(small_bundle), unlisted), "CORRUPT", tmp_path, "kernel list lacks")
 
     def no_list(b):

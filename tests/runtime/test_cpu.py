@@ -27,8 +27,8 @@ from coldbrew.targets import CoreClass, resolve
 
 def test_missing_kernel_is_load_error(small_bundle, tmp_path):
     def rename(b):  # in the plan and in the kernel list alike: the code lacks it
-        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kernel)
-        b.plan.steps[0].kernel = k.symbol = b"no_such_kernel"
+        k = next(k for k in b.kernels if k.symbol == b.plan.steps[0].kind.kernel)
+        b.plan.steps[0].kind.kernel = k.symbol = b"no_such_kernel"
         b.kernels.sort(key=lambda k: k.symbol)
     expect(repack(read(small_bundle), rename), "LOAD", tmp_path, "no_such_kernel")
 

@@ -170,19 +170,24 @@ def _wait_ready(sess, timeout=10.0):
 
 
 def test_bundle_stores_the_warm_alternate_after_the_plans_weights(continuous_bundle):
-    _, data, graph = continuous_bundle
+    from coldbrew.compiler.tools.inspect import describe
+
+    path, data, graph = continuous_bundle
     conv = next(layer for layer in graph.layers if layer.name == "c0")
     assert conv.variant == "conv2d.im2col_gemm" and conv.warm["variant"] == "conv2d.winograd_f2"
     b, _, _ = read_bytes(data)
     step = next(s for s in b.plan.steps if b.layers[s.layer].name == b"c0")
-    assert step.warmVariant == b"conv2d.winograd_f2" and step.warmKernel.startswith(b"warm_")
+    alt = step.kind.warm
+    assert alt.variant == b"conv2d.winograd_f2" and alt.kernel.startswith(b"warm_")
     assert b.plan.warmThreads == 2
     # the warm weights lie behind every weight the plan reads
     plan_ends = [b.segments[t.segment].offset + t.segmentOffset + t.nbytes for s in b.plan.steps
                  for t in (b.tensors[a] for a in list(b.layers[s.layer].args) + list(s.transformArgs if s.transformArgs is not None else []))
                  if t.kind == 3]
-    warm = [b.tensors[a] for a in step.warmArgs if b.tensors[a].kind == 3 and b.tensors[a].name.endswith(b".warm")]
+    warm = [b.tensors[a] for a in alt.args if b.tensors[a].kind == 3 and b.tensors[a].name.endswith(b".warm")]
     assert warm and min(b.segments[t.segment].offset + t.segmentOffset for t in warm) >= max(plan_ends)
+    alternates = [ln for ln in describe(path) if "  warm alternate" in ln]  # the inspector lists each alternate
+    assert len(alternates) == len([s for s in b.plan.steps if s.kind.warm]) and "conv2d.winograd_f2" in alternates[0]
 
 
 def test_continuous_runs_switch_to_the_alternate_and_stay_correct(continuous_bundle, small_model, feeds):
@@ -239,8 +244,8 @@ def test_bad_mode_is_a_clear_error(continuous_bundle):
 def test_corrupt_warm_weight_fails_the_next_run(continuous_bundle, feeds):
     _, data, _ = continuous_bundle
     b, _, _ = read_bytes(data)
-    step = next(s for s in b.plan.steps if s.warmKernel)
-    t = next(b.tensors[a] for a in step.warmArgs if b.tensors[a].name.endswith(b".warm"))
+    step = next(s for s in b.plan.steps if s.kind.warm)
+    t = next(b.tensors[a] for a in step.kind.warm.args if b.tensors[a].name.endswith(b".warm"))
     bad = bytearray(data)
     bad[b.segments[t.segment].offset + t.segmentOffset] ^= 0x10
     sess = coldbrew.load(bytes(bad), mode="continuous")

@@ -89,7 +89,7 @@ def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run
         assert gpu[0]["start_ns"] < max(made.values())  # layers on the GPU before the last pipeline exists
         assert [e["end_ns"] for e in gpu] == sorted(e["end_ns"] for e in gpu)
         for e in gpu:
-            shaders = [d.shader for d in b.plan.steps[e["step"]].dispatches]
+            shaders = [d.shader for d in b.plan.steps[e["step"]].kind.dispatches]
             assert e["start_ns"] >= max(made[k] for k in shaders), e
     assert_close(sess.run(None, {"input": x})[0], ref[0])  # the recorded command buffer
     assert len([e for e in sess.trace() if e["phase"] == "gpu_execute"]) == 1
@@ -111,7 +111,7 @@ def test_bundle_holds_validated_spirv_and_no_cpu_code(tmp_path):
     assert fb.SegmentKind.cpu_code not in kinds and kinds.count(fb.SegmentKind.spirv) == 1
     assert b.target.gpuClass == b"vulkan" and not b.target.features
     (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
-    dispatches = [d for s in b.plan.steps for d in s.dispatches]
+    dispatches = [d for s in b.plan.steps for d in s.kind.dispatches]
     assert len(b.shaders) < len(dispatches)  # identical shaders are stored once
     assert {d.shader for d in dispatches} == set(range(len(b.shaders)))
     for k, sh in enumerate(b.shaders[:5]):
@@ -192,30 +192,36 @@ def test_hostile_gpu_headers_are_refused(small_gpu_bundle, tmp_path):
     data = bytearray(open(small_gpu_bundle, "rb").read())
 
     def shader_out_of_range(b):
-        b.plan.steps[0].dispatches[0].shader = 999
+        b.plan.steps[0].kind.dispatches[0].shader = 999
 
     def missing_binding(b):
-        b.plan.steps[0].dispatches[0].bindings = b.plan.steps[0].dispatches[0].bindings[:-1]
+        d = b.plan.steps[0].kind.dispatches[0]
+        d.bindings = d.bindings[:-1]
 
     def huge_grid(b):
-        b.plan.steps[0].dispatches[0].grid = [70000, 1, 1]
+        b.plan.steps[0].kind.dispatches[0].grid = [70000, 1, 1]
 
     def shader_outside_segment(b):
         b.shaders[0].offset = 1 << 40
 
     def no_dispatches(b):
-        b.plan.steps[0].dispatches = []
+        b.plan.steps[0].kind.dispatches = []
 
     def not_vulkan(b):
         b.target.gpuClass = "metal"
 
     def too_many_push_words(b):
-        b.plan.steps[0].dispatches[0].push = list(range(33))
+        b.plan.steps[0].kind.dispatches[0].push = list(range(33))
 
     for mutate in (shader_out_of_range, missing_binding, huge_grid, shader_outside_segment, no_dispatches,
                    too_many_push_words):
         expect(repack(data, mutate), "CORRUPT", tmp_path)
     expect(repack(data, not_vulkan), "TARGET", tmp_path, "metal")
+
+    def a_cpu_step(b):  # a GPU bundle's steps are GpuSteps
+        b.plan.steps[1].kindType, b.plan.steps[1].kind = fb.StepKind.CpuStep, fb.CpuStepT()
+        b.plan.steps[1].kind.kernel = "k"
+    expect(repack(data, a_cpu_step), "CORRUPT", tmp_path, "plan step 1 is not a GPU step")
 
 
 # name, input [n, c, h, w], out channels, kernel, stride, pads, dilation, groups, bias, epilogue
@@ -290,7 +296,7 @@ def test_gpu_conv_variants_match_onnxruntime_and_share_one_shader(tmp_path):
                 assert choice != "direct" and variant != "gpu.conv_winograd", (case[0], choice, variant)
                 continue
             seen.add((variant, form))
-            (d,) = step.dispatches
+            (d,) = step.kind.dispatches
             assert len(d.push) == 19 and len(b.shaders) == 1
             transformed = step.transform.decode() if step.transform else ""
             assert transformed == ("gpu.winograd_f23" if form == "raw" and choice == "winograd" else "")

@@ -132,7 +132,7 @@ def test_convolutions_of_more_tiles_than_a_grid_dimension_fold_them(variant):
     m = model(nodes, [weights(rng, "w", (16, 16, 3, 3))], (1, 16, 2050, 2050), {"y": TensorProto.FLOAT}, 13)
     (step,) = read_bytes(compile_model(m, target="vulkan", variants={"*": variant}))[0].plan.steps
     assert step.variant.decode() == f"gpu.conv_{variant}"
-    (d,) = step.dispatches
+    (d,) = step.kind.dispatches
     tiles = -(-2050 * 2050 // 64) if variant == "gemm" else -(-1025 * 1025 // 8)
     assert max(d.grid) <= 65535 and d.grid[0] * d.grid[2] >= tiles
 

@@ -165,10 +165,7 @@ cb_status parse_dispatch(const fbs::Dispatch* d, const cb_model* m, uint32_t i, 
 // GPU bundles: shaders inside the one SPIR-V segment, and every step's
 // dispatches (shader index, grid, one tensor per binding of the shader).
 cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
-  m->gpu_api = b->target()->gpu_class() ? b->target()->gpu_class()->c_str() : "";
   bool gpu = m->gpu_api[0] != 0;
-  if (gpu && strcmp(m->gpu_api, "vulkan") != 0)
-    return cb_fail(CB_ERR_TARGET, "bundle is for a '%s' GPU; this runtime runs Vulkan", m->gpu_api);
   const cb_segment_desc* spirv = nullptr;
   for (uint32_t i = 0; i < m->nsegments; i++)
     if (m->segments[i].kind == CB_SEG_SPIRV) {
@@ -185,25 +182,19 @@ cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
     if (cb_status st = parse_shader(shaders->Get(i), spirv, i, &m->shaders[i])) return st;
   uint64_t total = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i);
-    if (ts) return ts;
-    auto ds = b->plan()->steps()->Get(i)->dispatches();
-    uint32_t n = ds ? ds->size() : 0;
-    if (gpu != (n > 0))
-      return cb_fail(CB_ERR_CORRUPT, gpu ? "plan step %u of a GPU bundle has no dispatches"
-                                         : "plan step %u of a CPU bundle has GPU dispatches", i);
-    total += n;
+    if (cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i)) return ts;
+    total += m->steps[i].ndispatches;
   }
   if (total > UINT32_MAX) return cb_fail(CB_ERR_CORRUPT, "too many dispatches");
   m->dispatches = alloc_array<cb_dispatch_desc>(static_cast<uint32_t>(total));
   if (!m->dispatches) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   uint32_t k = 0;
   for (uint32_t i = 0; i < m->nsteps; i++) {
-    auto ds = b->plan()->steps()->Get(i)->dispatches();
     m->steps[i].dispatches = &m->dispatches[k];
-    m->steps[i].ndispatches = ds ? ds->size() : 0;
-    for (uint32_t j = 0; ds && j < ds->size(); j++, k++)
-      if (cb_status st = parse_dispatch(ds->Get(j), m, i, j, &m->dispatches[k])) return st;
+    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++, k++) {
+      const fbs::Dispatch* d = b->plan()->steps()->Get(i)->kind_as_GpuStep()->dispatches()->Get(j);
+      if (cb_status st = parse_dispatch(d, m, i, j, &m->dispatches[k])) return st;
+    }
   }
   return CB_OK;
 }
@@ -255,14 +246,10 @@ cb_status check_call(const fbs::Bundle* b, const cb_model* m, uint32_t i, const 
   return CB_OK;
 }
 
-// Every kernel call of a CPU plan against Bundle.kernels: required from
-// schema 2, checked whenever present.
-cb_status check_calls(const fbs::Bundle* b, const cb_model* m, uint32_t version) {
+// Every kernel call of a CPU plan against Bundle.kernels, which every CPU bundle has.
+cb_status check_calls(const fbs::Bundle* b, const cb_model* m) {
   if (m->gpu_api[0]) return CB_OK;
-  if (!b->kernels()) {
-    if (version >= 2) return cb_fail(CB_ERR_CORRUPT, "CPU bundle of schema %u lacks its kernel list", version);
-    return CB_OK;  // schema 1: each kernel checks its own arguments
-  }
+  if (!b->kernels()) return cb_fail(CB_ERR_CORRUPT, "CPU bundle lacks its kernel list");
   for (uint32_t i = 0; i < m->nsteps; i++) {
     const cb_step_desc* st = &m->steps[i];
     cb_status s = check_call(b, m, i, "execute", st->kernel, st->args, st->nargs);
@@ -299,7 +286,7 @@ cb_status verify_header(const uint8_t* header, uint64_t header_size, uint32_t ve
   return CB_OK;
 }
 
-// The CPU the code needs: triple, cpu and features (checked by target.c).
+// The CPU the code needs: triple, cpu and features (checked by target.c); the GPU API, if any.
 cb_status parse_target(const fbs::Bundle* b, cb_model* m) {
   m->triple = b->target()->triple()->c_str();
   m->cpu = b->target()->cpu() ? b->target()->cpu()->c_str() : "";
@@ -308,6 +295,9 @@ cb_status parse_target(const fbs::Bundle* b, cb_model* m) {
   m->features = alloc_array<const char*>(m->nfeatures);
   if (!m->features) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nfeatures; i++) m->features[i] = feats->Get(i)->c_str();
+  m->gpu_api = b->target()->gpu_class() ? b->target()->gpu_class()->c_str() : "";
+  if (m->gpu_api[0] && strcmp(m->gpu_api, "vulkan") != 0)
+    return cb_fail(CB_ERR_TARGET, "bundle is for a '%s' GPU; this runtime runs Vulkan", m->gpu_api);
   return CB_OK;
 }
 
@@ -414,74 +404,82 @@ cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
   return CB_OK;
 }
 
-// A branch step's guard (compiler/ir/branches.py): one bool value that a
-// step or the caller writes, never a weight; the earlier step writing it,
-// if any (an If inside a branch: its condition's step may be skipped).
-static cb_status parse_guard(const fbs::Step* s, uint32_t i, cb_model* m) {
-  m->steps[i].guard = s->guard();
-  m->steps[i].guard_value = s->guard_value();
-  m->steps[i].guard_writer = -1;
-  if (s->guard() < 0) return CB_OK;
+// Every index of `v` names one of `n` tensors.
+static bool in_range(const flatbuffers::Vector<uint32_t>* v, uint32_t n) {
+  for (uint32_t a = 0; a < v->size(); a++)
+    if (v->Get(a) >= n) return false;
+  return true;
+}
+
+// A CPU step's own fields: its execute kernel; a warm alternate's kernel and
+// arguments; a branch step's guard (compiler/ir/branches.py): one bool value
+// that a step or the caller writes, never a weight, and the earlier step
+// writing it, if any (an If inside a branch: its condition's step may be skipped).
+static cb_status parse_cpu(const fbs::CpuStep* c, uint32_t i, cb_model* m) {
+  cb_step_desc* d = &m->steps[i];
+  if (!c->kernel() || c->kernel()->size() == 0) return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel", i);
+  d->kernel = c->kernel()->c_str();
+  if (const fbs::WarmAlternate* w = c->warm()) {
+    if (!w->kernel() || w->kernel()->size() == 0 || !w->args() || w->args()->size() == 0 ||
+        !in_range(w->args(), m->ntensors))
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm alternate without a kernel or valid arguments", i);
+    d->warm_variant = w->variant() ? w->variant()->c_str() : "";
+    d->warm_kernel = w->kernel()->c_str();
+    d->nwarm_args = w->args()->size();
+    d->warm_args = w->args()->data();
+    m->nwarm++;
+  }
+  const fbs::Guard* g = c->guard();
+  if (!g) return CB_OK;
+  d->guard = g->tensor();
+  d->guard_value = g->value();
   for (uint32_t j = 0; j < i; j++)
     for (uint32_t a = m->steps[j].nargs - m->steps[j].nouts; a < m->steps[j].nargs; a++)
-      if (m->steps[j].args[a] == (uint32_t)s->guard()) m->steps[i].guard_writer = j;
-  const cb_tensor_desc* t = (uint64_t)s->guard() < m->ntensors ? &m->tensors[s->guard()] : nullptr;
+      if (m->steps[j].args[a] == g->tensor()) d->guard_writer = j;
+  const cb_tensor_desc* t = g->tensor() < m->ntensors ? &m->tensors[g->tensor()] : nullptr;
   if (!t || t->dtype != CB_BOOL || t->nbytes != 1 || t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED)
     return cb_fail(CB_ERR_CORRUPT, "plan step %u: its guard is not a tensor of one bool that a run computes", i);
   return CB_OK;
 }
 
-// Plan step `i`: its layer, kernel symbol and every argument checked.
+// Plan step `i`: its kind (the bundle's: CPU or GPU), its layer, its weight
+// transform and every argument checked, then its kind's own fields.
 cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_model* m) {
+  bool gpu = m->gpu_api[0] != 0;
+  if (!s->kind() || s->kind_type() != (gpu ? fbs::StepKind::GpuStep : fbs::StepKind::CpuStep))
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u is not a %s step (its kind %u of 0 none, 1 CPU, 2 GPU)", i,
+                   gpu ? "GPU" : "CPU", static_cast<unsigned>(s->kind_type()));
   if (s->layer() >= b->layers()->size())
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(),
-                   b->layers()->size());
+    return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(), b->layers()->size());
   const fbs::Layer* l = b->layers()->Get(s->layer());
-  if (!s->kernel() || s->kernel()->size() == 0 || !l->args())
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u has no kernel or arguments", i);
-  for (uint32_t a = 0; a < l->args()->size(); a++)
-    if (l->args()->Get(a) >= m->ntensors)
-      return cb_fail(CB_ERR_CORRUPT, "layer %u argument %u names tensor %u of %u", s->layer(), a,
-                     l->args()->Get(a), m->ntensors);
-  m->steps[i].layer_name = l->name() ? l->name()->c_str() : "";
-  m->steps[i].variant = s->variant() ? s->variant()->c_str() : "";
-  m->steps[i].kernel = s->kernel()->c_str();
-  m->steps[i].prep_queue = s->prep_queue();
+  if (!l->args()) return cb_fail(CB_ERR_CORRUPT, "plan step %u has no arguments", i);
+  if (!in_range(l->args(), m->ntensors))
+    return cb_fail(CB_ERR_CORRUPT, "layer %u: an argument names tensor %u or more", s->layer(), m->ntensors);
+  cb_step_desc* d = &m->steps[i];
+  d->layer_name = l->name() ? l->name()->c_str() : "";
+  d->variant = s->variant() ? s->variant()->c_str() : "";
+  d->prep_queue = s->prep_queue();
   if (s->prep_queue() > m->prep_queues) m->prep_queues = s->prep_queue();
-  m->steps[i].nargs = l->args()->size();
+  d->nargs = l->args()->size();
   /* at most every argument (the kernel-call check names a wrong count) */
-  m->steps[i].nouts = l->num_outputs() < m->steps[i].nargs ? l->num_outputs() : m->steps[i].nargs;
-  m->steps[i].args = l->args()->data();
+  d->nouts = l->num_outputs() < d->nargs ? l->num_outputs() : d->nargs;
+  d->args = l->args()->data();
+  d->guard = d->guard_writer = -1;
   auto targs = s->transform_args();
   bool has_transform = s->transform() && s->transform()->size() > 0;
   if (has_transform != (targs && targs->size() > 0))
     return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
   if (has_transform) {
-    for (uint32_t a = 0; a < targs->size(); a++) {
-      uint32_t t = targs->Get(a);
-      if (t >= m->ntensors)
-        return cb_fail(CB_ERR_CORRUPT, "plan step %u transform argument %u names tensor %u of %u", i, a, t,
-                       m->ntensors);
-    }
-    m->steps[i].transform = s->transform()->c_str();
-    m->steps[i].ntransform_args = targs->size();
-    m->steps[i].transform_args = targs->data();
+    if (!in_range(targs, m->ntensors))
+      return cb_fail(CB_ERR_CORRUPT, "plan step %u: a transform argument names tensor %u or more", i, m->ntensors);
+    d->transform = s->transform()->c_str();
+    d->ntransform_args = targs->size();
+    d->transform_args = targs->data();
   }
-  if (s->warm_kernel() && s->warm_kernel()->size() > 0) {
-    auto wargs = s->warm_args();
-    if (!wargs || wargs->size() == 0)
-      return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm kernel without arguments", i);
-    for (uint32_t a = 0; a < wargs->size(); a++)
-      if (wargs->Get(a) >= m->ntensors)
-        return cb_fail(CB_ERR_CORRUPT, "plan step %u warm argument %u names tensor %u of %u", i, a,
-                       wargs->Get(a), m->ntensors);
-    m->steps[i].warm_variant = s->warm_variant() ? s->warm_variant()->c_str() : "";
-    m->steps[i].warm_kernel = s->warm_kernel()->c_str();
-    m->steps[i].nwarm_args = wargs->size();
-    m->steps[i].warm_args = wargs->data();
-    m->nwarm++;
-  }
-  return parse_guard(s, i, m);
+  if (!gpu) return parse_cpu(s->kind_as_CpuStep(), i, m);
+  auto ds = s->kind_as_GpuStep()->dispatches();  // parsed with the shaders (parse_gpu)
+  d->ndispatches = ds ? ds->size() : 0;
+  return d->ndispatches ? CB_OK : cb_fail(CB_ERR_CORRUPT, "plan step %u of a GPU bundle has no dispatches", i);
 }
 
 cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {
@@ -500,7 +498,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   if (st) return st;
   if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
       (st = parse_io(b, m)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
-      (st = check_calls(b, m, version)))
+      (st = check_calls(b, m)))
     return st;
   m->warm_threads = b->plan()->warm_threads();
   st = read_shares(b->plan()->exec_shares(), m->threads, "exec_shares", &m->exec_shares);

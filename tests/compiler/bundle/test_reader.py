@@ -12,7 +12,7 @@ from coldbrew.compiler.bundle.reader import InspectError, input_specs, read, rea
 
 def test_a_bundle_reads_back_with_its_inputs(small_bundle, small_model):
     b, size, version = read(small_bundle)
-    assert size == len(open(small_bundle, "rb").read()) and version >= 1
+    assert size == len(open(small_bundle, "rb").read()) and version == b.schemaVersion == 4
     assert len(b.plan.steps) == len(b.layers) > 0
     (x,) = small_model.graph.input
     dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
@@ -31,6 +31,24 @@ def test_damaged_bundles_are_refused_in_one_sentence(small_bundle, damage, messa
     data = open(small_bundle, "rb").read()
     with pytest.raises(InspectError, match=message):
         read_bytes(damage(data), "x.brew")
+
+
+def test_a_step_without_a_kind_is_refused(small_bundle):
+    """Readers switch on a step's kind (CPU or GPU): a step of neither is named."""
+    import flatbuffers
+
+    from coldbrew.compiler.bundle.reader import cpu_step, gpu_step
+    from coldbrew.schemas.generated import bundle_generated as fb
+
+    b = read(small_bundle)[0]
+    assert all(cpu_step(s) and not gpu_step(s) for s in b.plan.steps)
+    b.plan.steps[1].kindType, b.plan.steps[1].kind = fb.StepKind.NONE, None
+    builder = flatbuffers.Builder(4096)
+    builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
+    header = bytes(builder.Output())
+    data = b"COLDBREW" + struct.pack("<IIQQQ", 4, 64, len(header), 0, 64 + len(header)) + bytes(24) + header
+    with pytest.raises(InspectError, match="plan step 1 has no kind"):
+        read_bytes(data, "x.brew")
 
 
 def test_checksum64_weights_each_word_by_its_position():

@@ -13,6 +13,7 @@ import coldbrew
 from conftest import ROOT, ort_run
 from coldbrew.compiler import compile_model
 from coldbrew.compiler.bundle.reader import read_bytes
+from coldbrew.compiler.tools.inspect import describe
 
 
 def if_model(nested=False):
@@ -58,11 +59,12 @@ def test_only_the_branch_the_condition_takes_is_executed(nested):
     data = compile_model(model)
     b = read_bytes(data)[0]
     selects = [s for s in b.plan.steps if b.layers[s.layer].op.startswith(b"cb_branch_select")]
-    conditions = {s.guard for s in b.plan.steps if s.guard >= 0}
+    conditions = {s.kind.guard.tensor for s in b.plan.steps if s.kind.guard}
     assert len(selects) == len(conditions) == (2 if nested else 1)
-    outer = selects[0].guard if nested else conditions.pop()  # the inner select is a step of the outer If's branch
+    outer = selects[0].kind.guard.tensor if nested else conditions.pop()  # the inner select: a step of the outer If
     inner = (conditions - {outer}).pop() if nested else outer
-    steps = {b.layers[s.layer].name.decode(): (s.guard, s.guardValue) for s in b.plan.steps}
+    steps = {b.layers[s.layer].name.decode(): (s.kind.guard.tensor, s.kind.guard.value) if s.kind.guard else (-1, False)
+             for s in b.plan.steps}
     assert {v for g, v in steps.values() if g == outer} == {True, False}  # both branches have steps
     s = coldbrew.load(data, trace=True)
     for x in (np.full((1, 8), 0.5, np.float32), np.full((1, 8), -0.5, np.float32), np.full((1, 8), 2.0, np.float32),
@@ -79,15 +81,20 @@ def test_only_the_branch_the_condition_takes_is_executed(nested):
                 assert (name in ran) == (truth[outer] and v == truth[inner]), (name, x)
 
 
-def test_every_step_runs_in_an_order_that_computes_each_guard_first():
+def test_every_step_runs_in_an_order_that_computes_each_guard_first(tmp_path):
     data = compile_model(if_model(nested=True))
     b = read_bytes(data)[0]
     written = set(b.inputs)
     for s in b.plan.steps:
         layer = b.layers[s.layer]
-        if s.guard >= 0:
-            assert s.guard in written, (layer.name, s.guard)
+        if s.kind.guard:
+            assert s.kind.guard.tensor in written, (layer.name, s.kind.guard.tensor)
         written |= set(layer.args[len(layer.args) - layer.numOutputs:])
+    (tmp_path / "if.brew").write_bytes(data)  # the inspector names each branch step's condition
+    guarded = [s for s in b.plan.steps if s.kind.guard]
+    lines = describe(str(tmp_path / "if.brew"))
+    assert len([ln for ln in lines if "branch step: runs when" in ln]) == len(guarded) > 0
+    assert f"branches   {len(guarded)} branch steps" in "\n".join(lines)
 
 
 def test_a_guard_that_is_not_one_bool_is_refused(tmp_path):
@@ -96,16 +103,16 @@ def test_a_guard_that_is_not_one_bool_is_refused(tmp_path):
 
     data = bytearray(compile_model(if_model()))
     b = read_bytes(bytes(data))[0]
-    k = next(i for i, s in enumerate(b.plan.steps) if s.guard >= 0)
+    k = next(i for i, s in enumerate(b.plan.steps) if s.kind.guard)
 
     def a_weight(bt):
-        bt.plan.steps[k].guard = next(i for i, t in enumerate(bt.tensors) if t.kind == 3)
+        bt.plan.steps[k].kind.guard.tensor = next(i for i, t in enumerate(bt.tensors) if t.kind == 3)
 
     def out_of_range(bt):
-        bt.plan.steps[k].guard = len(bt.tensors)
+        bt.plan.steps[k].kind.guard.tensor = len(bt.tensors)
 
     def a_float(bt):
-        bt.plan.steps[k].guard = bt.inputs[0]
+        bt.plan.steps[k].kind.guard.tensor = bt.inputs[0]
 
     for mutate in (a_weight, out_of_range, a_float):
         expect(repack(data, mutate), "CORRUPT", tmp_path, match="guard")
@@ -118,7 +125,7 @@ def test_a_branch_not_taken_has_its_weights_read_by_the_first_run_that_takes_it(
     model = if_model()
     data = compile_model(model, weights="raw")
     b = read_bytes(data)[0]
-    then_steps = {b.layers[s.layer].name.decode() for s in b.plan.steps if s.guard >= 0 and s.guardValue}
+    then_steps = {b.layers[s.layer].name.decode() for s in b.plan.steps if s.kind.guard and s.kind.guard.value}
     weighted = {b.layers[s.layer].name.decode() for s in b.plan.steps
                 if any(b.tensors[a].kind == 3 for a in list(b.layers[s.layer].args) + list(s.transformArgs if s.transformArgs is not None else []))}
     assert then_steps & weighted

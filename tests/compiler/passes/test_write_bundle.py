@@ -18,6 +18,7 @@ from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.compiler.ir.graph import signatures
 from coldbrew.compiler.passes import codegen, write_bundle
 from coldbrew.schemas.generated import bundle_generated as fb
+from coldbrew.compiler.options import Choices, Options
 
 DTYPES = write_bundle.DTYPES  # index = schema DType
 HASH = "ab" * 32
@@ -44,7 +45,7 @@ def front(small_model):
 def mixed(front, host):
     """(graph, code, bundle): the conv's weights raw (Winograd, transformed on
     the first run), the dense layer's cached: weights of both forms."""
-    graph = pipeline.lower(front, host, None, WINOGRAD, {"*": "cached", "c0": "raw"}, 2, None, 0)
+    graph = pipeline.lower(front, Choices(WINOGRAD, {"*": "cached", "c0": "raw"}, 2, 0))
     code = codegen.apply(graph, host)
     return graph, code, write_bundle.apply(graph, code, host, "coldbrew test", HASH)
 
@@ -58,10 +59,10 @@ def test_preamble_and_header_read_back_as_the_graph(mixed):
     graph, _, data = mixed
     magic, version, preamble, hdr_size, hdr_sum, file_size = struct.unpack_from("<8sIIQQQ", data, 0)
     assert magic == b"COLDBREW" and data.startswith(write_bundle.MAGIC)
-    assert (version, preamble, file_size) == (write_bundle.schema_version(graph), 64, len(data))
+    assert (version, preamble, file_size) == (write_bundle.SCHEMA_VERSION, 64, len(data))
     assert checksum64(data[64:64 + hdr_size]) == hdr_sum
     b, size, read_version = read_bytes(data)
-    assert (size, read_version) == (len(data), write_bundle.schema_version(graph))
+    assert (size, read_version, b.schemaVersion) == (len(data), write_bundle.SCHEMA_VERSION, write_bundle.SCHEMA_VERSION)
     assert (b.producer, b.modelHash, b.modelName) == (b"coldbrew test", HASH.encode(), graph.name.encode())
     assert [(t.name.decode(), DTYPES[t.dtype], tuple(int(d) for d in t.shape), t.kind, t.nbytes) for t in b.tensors] == [
         (t.name, t.dtype, tuple(t.shape), write_bundle.KINDS[t.kind], t.nbytes) for t in graph.tensors]
@@ -71,7 +72,7 @@ def test_preamble_and_header_read_back_as_the_graph(mixed):
     assert (list(b.inputs), list(b.outputs)) == (graph.inputs, graph.outputs)
     assert [(x.name.decode(), x.op.decode(), list(x.args)) for x in b.layers] == [
         (x.name, x.op, list(x.args)) for x in graph.layers]
-    steps = [(s.layer, s.variant.decode(), s.kernel.decode(), s.transform.decode(),
+    steps = [(s.layer, s.variant.decode(), s.kind.kernel.decode(), s.transform.decode(),
               list(s.transformArgs if s.transformArgs is not None else []), s.weightForm) for s in b.plan.steps]
     assert steps == [(k, x.variant, x.kernel, x.transform, list(x.transform_args), getattr(fb.WeightForm, x.weight_form))
                      for k, x in enumerate(graph.layers)]
@@ -134,8 +135,8 @@ def test_plain_code_is_stored_on_a_page(mixed, host):
 def test_warm_weights_come_after_every_weight_the_plan_reads(front, host):
     from coldbrew.compiler.passes import add_warm_steps
 
-    cold = pipeline.lower(front, host, None, {"conv2d": "conv2d.im2col_gemm"}, "raw", 2, None, 0)
-    warm = pipeline.lower(front, host, None, WINOGRAD, "cached", 2, None, 0)
+    cold = pipeline.lower(front, Choices({"conv2d": "conv2d.im2col_gemm"}, "raw", 2, 0))
+    warm = pipeline.lower(front, Choices(WINOGRAD, "cached", 2, 0))
     cold = add_warm_steps.apply(cold, warm, 2)
     data = write_bundle.apply(cold, b"\x90" * 1000, host, "coldbrew test", HASH)
     b = read_bytes(data)[0]
@@ -146,19 +147,19 @@ def test_warm_weights_come_after_every_weight_the_plan_reads(front, host):
                  if cold.tensors[i].kind == "weight"} - read_by_plan
     assert warm_only and all(cold.tensors[i].name.endswith(".warm") for i in warm_only)
     assert min(place(i) for i in warm_only) >= max(place(i) + b.tensors[i].nbytes for i in read_by_plan)
-    step = next(s for s in b.plan.steps if s.warmVariant)
-    assert step.warmKernel.decode().startswith("warm_") and set(warm_only) <= set(step.warmArgs)
+    alt = next(s.kind.warm for s in b.plan.steps if s.kind.warm)
+    assert alt.kernel.decode().startswith("warm_") and set(warm_only) <= set(alt.args)
     assert b.plan.warmThreads == 2
 
 
 def test_run_stores_the_measured_accuracy_of_narrowed_layers(front, host):
     from coldbrew.compiler.pipeline import Compilation
 
-    graph = pipeline.lower(front, host, None, None, "cached", 2, None, 0, precision={"*": "fp32", "c0": "fp16"})
+    graph = pipeline.lower(front, Choices(None, "cached", 2, 0, {"*": "fp32", "c0": "fp16"}))
     assert {x.name: x.weight_precision for x in graph.layers if x.variant != "generic"} == {"c0": "fp16", "d0": "fp32"}
     accuracy = {"output_error": 0.02, "samples": 3, "inputs": "3 generated", "max_error": 0.05,
                 "layers": {"c0": 0.01, "d0": 0.007}}
-    c = write_bundle.run(Compilation(graph=graph, code=b"\x90" * 1000, target=host, producer="coldbrew test",
+    c = write_bundle.run(Compilation(graph=graph, code=b"\x90" * 1000, options=Options(target=host), producer="coldbrew test",
                                      model_hash=HASH, accuracy=accuracy))
     b = read_bytes(c.data)[0]
     acc = b.accuracy
@@ -166,8 +167,8 @@ def test_run_stores_the_measured_accuracy_of_narrowed_layers(front, host):
                                                                         pytest.approx(0.05))
     errors = {b.layers[s.layer].name.decode(): s.outputError for s in b.plan.steps if s.variant != b"generic"}
     assert errors == {"c0": pytest.approx(0.01), "d0": 0.0}  # a layer kept fp32 has no error of its own
-    plain = write_bundle.run(Compilation(graph=pipeline.lower(front, host, None, None, "cached", 2, None, 0),
-                                         code=b"\x90" * 1000, target=host, model_hash=HASH))
+    plain = write_bundle.run(Compilation(graph=pipeline.lower(front, Choices(None, "cached", 2, 0)),
+                                         code=b"\x90" * 1000, options=Options(target=host), model_hash=HASH))
     assert read_bytes(plain.data)[0].accuracy is None
 
 

@@ -25,7 +25,7 @@ def test_tuning_says_derived_unless_measured(small_bundle):
     b, _, _ = read_bytes(open(small_bundle, "rb").read())
     assert tuning_line(b).startswith("tuning     derived:")
     for s in b.plan.steps:
-        s.tuned = True
+        s.kind.tuned = True
     assert tuning_line(b).startswith("tuning     tuned:")
 
 
