@@ -16,28 +16,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# lines; raise it on purpose, in the commit that needs it (compiler 9000 -> 10000 at stop 54, 10000 -> 10500
-# at stop 55, then 11000: the operators, control flow and recurrent cells of the real-model corpus, issue 50;
-# 11400 at stop 57: the recurrent cell kernels, their two variants and their path through the passes; 11800 the
-# same stop: the quantized LSTM's cell, ConvTranspose's sub-pixel form, the generic schedule's reductions (issue 51);
-# 11850: MatMulInteger's exact float32 form; 12000 at stop 58: whole-tensor reductions in parallel chunks,
-# exact integer sums cast back to float, the model's own int8 read in place by streaming dense layers and
-# quantized cells; 12300 at stop 59: dense.int8_dot, a QDQ layer's integers multiplied by VNNI dot products,
-# and the finish rewrite that emits them; 12400 the same stop: recurrent.int8_dot, the quantized cell's integers;
-# 12450: the tuner's layers model of quantized layers; 12800 at stop 60: dense layers over a batch of sequences,
-# dense.int8_dot_k and the integer variants reading the model's 8-bit integers, the generic schedule's rows that
-# are not whole vectors (partitioned, padded, a softmax's split reductions) and its one-thread small blocks, a
-# depthwise ConvTranspose as elementwise taps; 13250 at stop 61: dense.int8_tiles on AMX tiles and the host's AMX
-# from /proc/cpuinfo, copies that gather run in tiles, Algorithm 1 over several preparation workers with its
-# balancing loop, the core class of every planned thread in the bundle; 13550 and runtime 5300 -> 5400 at stop 62:
-# the blocked Winograd, im2col and 1x1 GEMM variants (candidates the cold plan chooses between), the profile's
-# columns shared by layers of one shape, vectors no wider than a gathered read's period; the GPU's first run
-# dispatching each layer once its pipelines exist; 13750 at stop 63: the profile's columns compiled by worker
-# processes side by side, describing back the bytes it times, and only the direct forms a plan can use;
-# 14700 and runtime 5550 at stop 70: the output check (tools/check.py) and `coldbrew compare` with the observed
-# run, the GPU path's int64/bool storage, binding cap, literal and clamp rules, refusals naming the node, the bundle
-# checked as written)
-BUDGET = {"compiler": 14700, "runtime": 5550}
+# lines: fixed; a raise is argued in the issue it serves, never here
+BUDGET = {"compiler": 14628, "runtime": 5517}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {

@@ -60,8 +60,7 @@
 
 CB_API_BEGIN
 
-/* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION
- * (schemas/README.md, Versions) */
+/* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION (schemas/README.md) */
 #define CB_SCHEMA_VERSION 4u
 #define CB_SCHEMA_MIN_VERSION 4u
 

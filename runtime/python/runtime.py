@@ -7,6 +7,7 @@ one place, `_check`.
 """
 import ctypes
 import os
+import re
 
 import numpy as np
 
@@ -103,16 +104,13 @@ def _check(status):
 
 
 def check_bundle(data):
-    """The runtime's checks of a bundle's structure (bytes), without those of
-    this machine (its CPU, code, GPU): BundleError where an open would
-    refuse it on any machine."""
+    """The runtime's checks of a bundle's structure (bytes), not those of this machine (its CPU,
+    code, GPU): BundleError where an open would refuse it on any machine."""
     _check(_lib.cb_bundle_check_memory(bytes(data), len(data)))
 
 
 def testing_function(name, restype, *argtypes):
-    """A function of runtime/include/coldbrew_testing.h (cb_widen_f16,
-    cb_checksum64, cb_lz4_decode, ...) with its ctypes types: for the tools
-    that time the runtime's own pieces (the profile's read rates)."""
+    """coldbrew_testing.h's function `name` with its ctypes types (for tools that time the runtime's pieces)."""
     fn = getattr(_lib, name)
     fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
@@ -127,10 +125,7 @@ def read_public_key(value):
     if os.path.isfile(text):
         with open(text) as f:
             text = f.read().strip()
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
+    key = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else b""
     if len(key) != 32:
         raise ValueError("public_key must be 32 bytes, 64 hex digits or a .pub file from coldbrew keygen")
     return key
