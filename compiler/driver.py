@@ -137,7 +137,8 @@ def narrow(front, options, choices, progress=None):
 
     if progress:
         progress(0, 1, f"measure the {precision} weights' error")
-    chosen, solo, accuracy = error.choose(front, precision, options.max_error, options.calibration, only)
+    chosen, solo, accuracy = error.choose(front, precision, options.max_error, options.calibration, only,
+                                          options.calibration_samples)
     accuracy["layers"] = solo
     return dataclasses.replace(choices, precision={"*": "fp32", **chosen}), accuracy
 

@@ -30,6 +30,7 @@ class Options:
     precision: str = "fp32"        # stored weights: "fp32", "fp16" or "int8" (passes/plan_weights.py)
     max_error: float = None        # narrow weights: keep layers fp32 until the outputs' error is under it
     calibration: str = None        # .npz of sample inputs for the narrow-weight error (else generated)
+    calibration_samples: int = 4   # ... how many generated, when no calibration data is given
     sign: str = None               # secret key file (coldbrew keygen): sign the bundle (bundle/sign.py)
     dump_ir: str = None            # write the IR after each pass here
 
@@ -55,6 +56,8 @@ class Options:
             raise CompileError(f"plan must be one of {', '.join(PLANS)}, not {self.plan!r}")
         if not isinstance(self.threads, int) or self.threads < 1:
             raise CompileError(f"threads must be a positive integer, not {self.threads!r}")
+        if not isinstance(self.calibration_samples, int) or self.calibration_samples < 1:
+            raise CompileError(f"calibration samples must be a positive integer, not {self.calibration_samples!r}")
         if self.precision not in PRECISIONS:
             raise CompileError(f"weight precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.precision != "fp32" and self.on_gpu:

@@ -101,25 +101,6 @@ def execute_te(variant, spec, params):
     return run
 
 
-def execute_func(variant, spec, epilogue=None, params=None, precision="fp32", x_dtype=None):
-    """Standalone PrimFunc(x, wt, [scale], [extra...], out): the execute
-    kernel with an optional epilogue (a function of (out, *extra
-    placeholders)); a narrow `precision` makes the kernel read its
-    transformed weights in it (int8: with a scale per output channel);
-    `x_dtype` (an integer variant's "uint8" / "int8") the model's integers
-    as its input."""
-    params = params if params is not None else variant.space(spec)[0]
-    precision = "int8" if variant.integer else precision
-    x = te.placeholder(spec.input_shape, x_dtype or spec.dtype, name="x")
-    wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
-    scale = [te.placeholder(scale_shape(spec, variant), "float32", name="scale")] if precision == "int8" else []
-    out = execute_te(variant, spec, params)(x, wt, *scale)
-    extra = []
-    if epilogue is not None:
-        out, extra = epilogue(out)
-    return te.create_prim_func([x, wt, *scale, *extra, out])
-
-
 def schedule(func, variant, spec, params=None):
     """Apply the variant's schedule (and its finish) to a PrimFunc holding its anchor block."""
     sch = s_tir.Schedule(func)

@@ -152,7 +152,7 @@ class Probe:
                     t.data = raw
 
 
-def choose(front, precision, max_error=None, calibration=None, only=None):
+def choose(front, precision, max_error=None, calibration=None, only=None, samples=SAMPLES):
     """({anchor id: precision}, {anchor id: solo output error}, accuracy dict)
     for narrowing every variant layer's weights (or those in `only`) to
     `precision` ("fp16", "int8"), or the fewest kept fp32 under
@@ -161,7 +161,7 @@ def choose(front, precision, max_error=None, calibration=None, only=None):
     from ..ir.narrow import fits_fp16
 
     probe = Probe(front)
-    feeds, described = sample_inputs(probe.infos(), calibration)
+    feeds, described = sample_inputs(probe.infos(), calibration, samples)
     reference = probe.run(feeds, {})
     ids = [aid for aid, [(_, raw, _)] in probe.layers.items() if (only is None or aid in only)
            and (precision != "fp16" or fits_fp16(raw))]

@@ -54,12 +54,6 @@ def conv_blocks(c, k, groups, lanes):
     return 0, 0
 
 
-def to_blocked(a, b):
-    """numpy NCHW -> NCHW{b}c, the channels a multiple of b (tests and tools)."""
-    n, c, h, w = a.shape
-    return np.ascontiguousarray(a.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
-
-
 def from_blocked(a):
     n, cb, h, w, b = a.shape
     return np.ascontiguousarray(a.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w))

@@ -146,8 +146,10 @@ def main():
 @click.option("--calibration-data", "calibration", type=click.Path(exists=True, dir_okay=False), metavar="FILE.npz",
               help="sample inputs for measuring the error: one array per input name, shaped like it or "
                    "[samples, ...] (default: generated)")
+@click.option("--calibration-samples", default=4, show_default=True, help="sample inputs generated for the error "
+              "when no --calibration-data is given")
 def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
-                continuous, dump_ir, sign_key, precision, max_error, calibration):
+                continuous, dump_ir, sign_key, precision, max_error, calibration, calibration_samples):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError
     from coldbrew.compiler.driver import compile as compile_with
@@ -160,7 +162,7 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
                           variants=_parse_choice(variant_opts), weights=_parse_choice(weight_opts), threads=threads,
                           queues=_parse_queues(queue_opts), plan=plan, tune=_tunes(target, tune),
                           continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,
-                          sign=sign_key, dump_ir=dump_ir)
+                          calibration_samples=calibration_samples, sign=sign_key, dump_ir=dump_ir)
         with _progress("measuring") as progress:
             data = compile_with(model, options, output, progress, on_plan=planned.append)
     except (CompileError, ValueError) as e:

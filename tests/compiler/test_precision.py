@@ -156,3 +156,24 @@ def test_simulator_reads_the_narrow_forms_of_a_bundle(small_model):
     assert {s["layer"]: s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"c0": "int8", "d0": "int8"}
     plan = plan_of_bundle(compile_model(small_model, precision="int8"))
     assert {s["form"] for s in plan["steps"] if s["variant"] != "generic"} == {"direct_int8"}
+
+
+def test_the_calibration_samples_option_reaches_the_error_measurement(small_model, tmp_path):
+    """--calibration-samples (Options.calibration_samples): as many generated
+    inputs measure the narrow weights' error, from the CLI and compile_model
+    alike; zero is refused when the options are made."""
+    from click.testing import CliRunner
+
+    from coldbrew.compiler.tools.cli import main
+
+    model = tmp_path / "small.onnx"
+    model.write_bytes(small_model.SerializeToString())
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(tmp_path / "a.brew"), "--weights-precision",
+                                  "fp16", "--calibration-samples", "2"])
+    assert r.exit_code == 0, r.output
+    acc = read_bytes((tmp_path / "a.brew").read_bytes())[0].accuracy
+    assert acc.samples == 2 and acc.inputs.decode().startswith("generated (2 samples")
+    assert (tmp_path / "a.brew").read_bytes() == compile_model(small_model, precision="fp16", calibration_samples=2)
+    r = CliRunner().invoke(main, ["compile", str(model), "-o", str(tmp_path / "b.brew"), "--weights-precision",
+                                  "fp16", "--calibration-samples", "0"])
+    assert r.exit_code != 0 and "calibration samples must be a positive integer" in r.output

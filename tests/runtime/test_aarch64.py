@@ -34,11 +34,16 @@ def test_zoo_model_under_qemu_matches_onnxruntime(qemu_runner, name, target, tmp
 def test_code_segment_is_aarch64_and_names_only_libm_libc(small_model, target, tmp_path):
     from coldbrew.compiler import compile_model
     from coldbrew.compiler.bundle.reader import read_bytes
-    from coldbrew.compiler.passes.write_bundle import CODE_KINDS, unpack_code
+    import lz4.block
+
+    from coldbrew.compiler.passes.write_bundle import CODE_KINDS
+    from coldbrew.schemas.generated import bundle_generated as fb
 
     data = compile_model(small_model, target=target)
     (seg,) = [s for s in read_bytes(data)[0].segments if s.kind in CODE_KINDS]
-    code = unpack_code(seg.kind, data[seg.offset:seg.offset + seg.size], seg.rawSize)
+    code = data[seg.offset:seg.offset + seg.size]
+    if seg.kind == fb.SegmentKind.cpu_code_lz4:
+        code = lz4.block.decompress(code, uncompressed_size=seg.rawSize)
     assert code[:4] == b"\x7fELF" and int.from_bytes(code[18:20], "little") == 183  # EM_AARCH64
     (tmp_path / "code.so").write_bytes(code)
     dyn = subprocess.run(["readelf", "-d", str(tmp_path / "code.so")], capture_output=True, text=True, check=True)

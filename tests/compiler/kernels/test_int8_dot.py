@@ -14,6 +14,7 @@ from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.kernels.dense import int8_dot_factors, reference
 from coldbrew.targets import resolve
 from conftest import amx_target, vnni_target
+from standalone import execute_func
 
 HOST = resolve("host")
 SPECS = [DenseSpec(8, 96, 80, in_scale=0.02, in_shift=128), DenseSpec(7, 33, 50, in_scale=0.5, in_shift=3),
@@ -41,7 +42,7 @@ def _integer_case(spec, x_dtype):
 
 def _funcs(spec, params, x_dtype=None):
     v = get("dense.int8_dot", vnni_target().vector if not HOST.vector.int8_dot else HOST.vector)
-    return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, params, x_dtype=x_dtype), v, spec, params),
+    return v, {"exe": kb.schedule(execute_func(v, spec, None, params, x_dtype=x_dtype), v, spec, params),
                "tr": kb.transform_func(v, spec, params)}
 
 
@@ -135,7 +136,7 @@ def test_int8_dot_k_matches_the_exact_product(spec, x_dtype):
         assert not v.applies(spec)
         return
     x, w, w_scale, exact = _integer_case(spec, x_dtype)
-    funcs = {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
+    funcs = {"exe": kb.schedule(execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
              "tr": kb.transform_func(v, spec, {})}
     _check(v, spec, {}, funcs, x, w, w_scale, exact)
 
@@ -144,7 +145,7 @@ def test_int8_dot_k_code_is_vpdpbusd_on_whole_rows(tmp_path):
     """Each 16 x 4 update is one vpdpbusd (TVM selects none from the loops)."""
     spec = K_SPECS[0]
     v = get("dense.int8_dot_k", vnni_target().vector)
-    func = kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype="uint8"), v, spec, {})
+    func = kb.schedule(execute_func(v, spec, None, {}, x_dtype="uint8"), v, spec, {})
     so = tmp_path / "k.so"
     kb.build({"exe": func}, vnni_target()).export_library(str(so))
     asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
@@ -158,7 +159,7 @@ TILE_SPECS = [DenseSpec(100, 200, 50, in_scale=0.02, in_shift=128), DenseSpec(64
 def _tiles(spec, x_dtype=None):
     target = HOST if HOST.vector.int8_tiles else amx_target()
     v = get("dense.int8_tiles", target.vector)
-    return v, {"exe": kb.schedule(kb.execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
+    return v, {"exe": kb.schedule(execute_func(v, spec, None, {}, x_dtype=x_dtype), v, spec, {}),
                "tr": kb.transform_func(v, spec, {})}
 
 

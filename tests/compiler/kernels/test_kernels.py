@@ -10,7 +10,8 @@ from tvm import te, topi
 import dataclasses
 import zlib
 
-from coldbrew.compiler.passes.block_layout import conv_blocks, from_blocked, to_blocked
+from coldbrew.compiler.passes.block_layout import conv_blocks, from_blocked
+from standalone import execute_func, to_blocked
 from coldbrew.compiler.kernels import ConvSpec, DenseSpec, applicable, variants
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.ir.narrow import narrow_weights
@@ -130,7 +131,7 @@ def _run(target, variant, spec, params=None, epilogue=False, precision="fp32", d
             shape = [1, ref.shape[1] // spec.out_block, 1, 1, spec.out_block]
         return topi.nn.relu(topi.add(out, topi.reshape(b, shape))), [b]
 
-    funcs = {"exe": kb.schedule(kb.execute_func(variant, spec, bias_relu if epilogue else None, params,
+    funcs = {"exe": kb.schedule(execute_func(variant, spec, bias_relu if epilogue else None, params,
                                                 precision if direct else "fp32"), variant, spec, params)}
     params = params if params is not None else variant.space(spec)[0]
     scales = []
