@@ -64,20 +64,21 @@ def conv_sigmoid_model():
 
 
 def front(model):
-    from coldbrew.compiler import front_end
+    """The front end's result for target vulkan (recurrent cells unrolled)."""
+    from coldbrew.compiler import Options, front_end
 
-    return front_end(model)
+    return front_end(model, Options(target="vulkan"))
 
 
 def gpu_compilation(model, stop, variants=None, weights="auto"):
     """The GPU passes from select_gpu_variants through `stop` on `model`
     (a Compilation, as compile_graph carries it for target vulkan)."""
-    from coldbrew.compiler.pipeline import GPU_PASSES, run
     from coldbrew.compiler.gpu import select_gpu_variants
-    from coldbrew.targets import resolve
+    from coldbrew.compiler.options import Choices
+    from coldbrew.compiler.pipeline import GPU_PASSES, run
 
     c = front(model)
-    c.target, c.variants, c.weights = resolve("vulkan"), variants, weights
+    c.choices = Choices(variants, weights)
     return run(GPU_PASSES, c, select_gpu_variants.NAME, stop)
 
 

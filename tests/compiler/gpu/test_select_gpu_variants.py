@@ -14,6 +14,7 @@ from onnx import helper, numpy_helper
 
 from coldbrew.compiler import CompileError
 from coldbrew.compiler.gpu import select_gpu_variants as sgv
+from coldbrew.compiler.options import Choices
 from coldbrew.compiler.ir.anchors import GPU_ANCHOR_RE
 from coldbrew.compiler.passes import fuse_layers
 
@@ -151,7 +152,7 @@ def test_a_per_layer_choice_that_does_not_apply_is_an_error(chain, want):
 def test_run_sets_the_module_and_anchors_on_the_compilation(chain):
     model, _, _ = chain
     c = front(model)
-    c.variants = {"c0": "winograd"}
+    c.choices = Choices(variants={"c0": "winograd"})
     before = c.mod
     c = sgv.run(c)
     assert c.mod is not before and [a.id for a in c.anchors] == ["c0", "c1", "c2"]
