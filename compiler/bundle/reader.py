@@ -69,19 +69,15 @@ def _root(header, path):
     except Exception as e:  # a damaged header can fail anywhere in the reader
         raise InspectError(f"{path}: header is damaged ({type(e).__name__}: {e})") from None
     for k, s in enumerate(b.plan.steps or [] if b.plan else []):
-        if not (cpu_step(s) or gpu_step(s)):
+        if s.kind is None:  # its kind missing or unknown: readers switch on it
             raise InspectError(f"{path}: plan step {k} has no kind (a CPU or a GPU step)")
     return b
 
 
 def cpu_step(step):
-    """A CPU step's own fields (CpuStepT: kernel, schedule, guard, warm alternate); None for a GPU step."""
+    """A CPU step's own fields (CpuStepT: kernel, schedule, guard, warm alternate); None for a GPU step
+    (GpuStepT: its dispatches)."""
     return step.kind if step.kindType == fb.StepKind.CpuStep else None
-
-
-def gpu_step(step):
-    """A GPU step's own fields (GpuStepT: its dispatches); None for a CPU step."""
-    return step.kind if step.kindType == fb.StepKind.GpuStep else None
 
 
 def text(x):

@@ -80,94 +80,58 @@ def _params(params):
 
 
 def _step(layer, k, gpu):
-    """The plan step of layer `k`: a GpuStep (its dispatches) on the GPU, else a CpuStep."""
-    s = fb.StepT()
-    s.layer, s.variant, s.transform = k, layer.variant, layer.transform
-    s.weightForm = getattr(fb.WeightForm, layer.weight_form)
-    s.prepQueue, s.execQueue = layer.prep_queue, layer.exec_queue
-    s.transformArgs = list(layer.transform_args)
-    s.weightPrecision = DTYPES.index(PRECISIONS[layer.weight_precision])
-    s.weightError, s.outputError = layer.weight_error, layer.output_error
-    s.kindType, s.kind = (fb.StepKind.GpuStep, fb.GpuStepT()) if gpu else (fb.StepKind.CpuStep, fb.CpuStepT())
+    """The plan step of layer `k`: its kind (a GpuStep, its dispatches, on the GPU; else a CpuStep) and how
+    its weights are read."""
     if gpu:
-        s.kind.dispatches = []
-        for shader, grid, bindings, push in layer.dispatches:
-            d = fb.DispatchT()
-            d.shader, d.grid, d.bindings, d.push = shader, list(grid), list(bindings), list(push)
-            s.kind.dispatches.append(d)
-        return s
-    c, warm = s.kind, layer.warm
-    c.kernel, c.params, c.tuned = layer.kernel, _params(layer.params), layer.tuned
-    if layer.guard is not None:
-        c.guard = fb.GuardT()
-        c.guard.tensor, c.guard.value = layer.guard[0], bool(layer.guard[1])
-    if warm:
-        c.warm = fb.WarmAlternateT()
-        c.warm.variant, c.warm.kernel, c.warm.args = warm["variant"], warm["kernel"], list(warm["args"])
-        c.warm.params = _params(warm["params"])
-    return s
+        kind = fb.GpuStepT(dispatches=[fb.DispatchT(shader=sh, grid=list(g), bindings=list(bd), push=list(p))
+                                       for sh, g, bd, p in layer.dispatches])
+    else:
+        g, w = layer.guard, layer.warm
+        kind = fb.CpuStepT(kernel=layer.kernel, params=_params(layer.params), tuned=layer.tuned,
+                           guard=fb.GuardT(tensor=g[0], value=bool(g[1])) if g is not None else None,
+                           warm=fb.WarmAlternateT(variant=w["variant"], kernel=w["kernel"], args=list(w["args"]),
+                                                  params=_params(w["params"])) if w else None)
+    return fb.StepT(layer=k, variant=layer.variant, kindType=fb.StepKind.GpuStep if gpu else fb.StepKind.CpuStep,
+                    kind=kind, transform=layer.transform, transformArgs=list(layer.transform_args),
+                    weightForm=getattr(fb.WeightForm, layer.weight_form), prepQueue=layer.prep_queue,
+                    execQueue=layer.exec_queue, weightPrecision=DTYPES.index(PRECISIONS[layer.weight_precision]),
+                    weightError=layer.weight_error, outputError=layer.output_error)
 
 
 def _header(graph, target, producer, model_hash, segments, weight_offsets, shaders=()):
     """weight_offsets: {tensor index: (segment index, offset, checksum)};
     shaders: GPU bundles' Shader records (codegen_spirv)."""
-    b = fb.BundleT()
-    b.schemaVersion = SCHEMA_VERSION
-    b.producer = producer
-    b.modelHash = model_hash
-    b.modelName = graph.name
-    t = fb.TargetT()
     gpu = target.executes_on == "gpu"
     # a GPU bundle carries no CPU code: any CPU of its architecture runs it
-    t.triple, t.cpu, t.features = target.triple, target.cpu, [] if gpu else list(target.features)
-    t.gpuClass = target.gpu.api if gpu else ""
-    b.target = t
+    t = fb.TargetT(triple=target.triple, cpu=target.cpu, features=[] if gpu else list(target.features),
+                   gpuClass=target.gpu.api if gpu else "")
+    b = fb.BundleT(schemaVersion=SCHEMA_VERSION, producer=producer, modelHash=model_hash, modelName=graph.name,
+                   target=t, inputs=list(graph.inputs), outputs=list(graph.outputs), weightChecksums=True,
+                   kernels=None if gpu else _kernels(graph))
     b.tensors = []
     for i, ten in enumerate(graph.tensors):
-        x = fb.TensorT()
-        x.name, x.dtype, x.shape = ten.name, DTYPES.index(ten.dtype), [int(d) for d in ten.shape]
-        x.kind, x.nbytes, x.source, x.layout = KINDS[ten.kind], ten.nbytes, ten.source, ten.layout
-        if ten.kind == "weight":
-            x.segment, x.segmentOffset, x.checksum = weight_offsets[i]
-        else:
-            x.arenaOffset = ten.arena_offset
-        b.tensors.append(x)
-    b.inputs, b.outputs = list(graph.inputs), list(graph.outputs)
-    b.layers, steps = [], []
-    for k, layer in enumerate(graph.layers):
-        x = fb.LayerT()
-        x.name, x.op, x.args, x.numOutputs, x.sources, x.attrs = layer.name, layer.op, list(layer.args), layer.num_outputs, [], []
-        b.layers.append(x)
-        steps.append(_step(layer, k, gpu))
-    p = fb.PlanT()
-    p.steps, p.arenaSize, p.threads = steps, graph.arena_size, graph.threads
-    p.preparedSize = graph.prepared_size
-    p.warmThreads = graph.warm_threads
-    p.execShares = _shares(target, graph.threads)
-    p.warmExecShares = _shares(target, graph.warm_threads) if graph.warm_threads else []
-    queues = max((st.prepQueue for st in steps), default=0)
-    p.execClasses, p.queueClasses = placed_classes(target, graph.threads, queues)
-    b.plan = p
-    b.weightChecksums = True
+        weight = ten.kind == "weight"
+        seg, off, checksum = weight_offsets[i] if weight else (0, 0, 0)
+        b.tensors.append(fb.TensorT(name=ten.name, dtype=DTYPES.index(ten.dtype), shape=[int(d) for d in ten.shape],
+                                    kind=KINDS[ten.kind], nbytes=ten.nbytes, segment=seg, segmentOffset=off,
+                                    arenaOffset=0 if weight else ten.arena_offset, checksum=checksum,
+                                    source=ten.source, layout=ten.layout))
+    b.layers = [fb.LayerT(name=x.name, op=x.op, sources=[], attrs=[], args=list(x.args), numOutputs=x.num_outputs)
+                for x in graph.layers]
+    steps = [_step(layer, k, gpu) for k, layer in enumerate(graph.layers)]
+    execs, queues = placed_classes(target, graph.threads, max((st.prepQueue for st in steps), default=0))
+    b.plan = fb.PlanT(steps=steps, arenaSize=graph.arena_size, threads=graph.threads, preparedSize=graph.prepared_size,
+                      warmThreads=graph.warm_threads, execShares=_shares(target, graph.threads),
+                      warmExecShares=_shares(target, graph.warm_threads) if graph.warm_threads else [],
+                      execClasses=execs, queueClasses=queues)
     if graph.accuracy:
         acc = graph.accuracy
-        b.accuracy = fb.AccuracyT()
-        b.accuracy.outputError, b.accuracy.samples = acc["output_error"], acc["samples"]
-        b.accuracy.inputs, b.accuracy.maxError = acc["inputs"], acc.get("max_error") or 0.0
-        b.accuracy.top1Agree = acc.get("top1_agree", 1.0)
-    b.kernels = None if gpu else _kernels(graph)
-    b.shaders = []
-    for sh in shaders:
-        x = fb.ShaderT()
-        x.name, x.offset, x.size = sh["name"], sh["offset"], sh["size"]
-        x.localSize, x.bindings = list(sh["local_size"]), sh["bindings"]
-        b.shaders.append(x)
-    b.segments = []
-    for kind, offset, data, raw_size in segments:
-        s = fb.SegmentT()
-        s.kind, s.offset, s.size, s.alignment, s.checksum = kind, offset, len(data), 64, checksum64(data)
-        s.rawSize = raw_size
-        b.segments.append(s)
+        b.accuracy = fb.AccuracyT(outputError=acc["output_error"], samples=acc["samples"], inputs=acc["inputs"],
+                                  maxError=acc.get("max_error") or 0.0, top1Agree=acc.get("top1_agree", 1.0))
+    b.shaders = [fb.ShaderT(name=sh["name"], offset=sh["offset"], size=sh["size"], localSize=list(sh["local_size"]),
+                            bindings=sh["bindings"]) for sh in shaders]
+    b.segments = [fb.SegmentT(kind=kind, offset=offset, size=len(data), alignment=64, checksum=checksum64(data),
+                              rawSize=raw_size) for kind, offset, data, raw_size in segments]
     builder = flatbuffers.Builder(4096)
     builder.ForceDefaults(True)
     builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
@@ -177,13 +141,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
 def _kernels(graph):
     """Every CPU kernel's argument dtypes and byte sizes (graph.signatures),
     sorted by symbol, so the runtime finds one by binary search."""
-    out = []
-    for sym, args in signatures(graph):
-        k = fb.KernelT()
-        k.symbol = sym
-        k.argDtypes, k.argNbytes = [DTYPES.index(d) for d, _ in args], [n for _, n in args]
-        out.append(k)
-    return out
+    return [fb.KernelT(symbol=sym, argDtypes=[DTYPES.index(d) for d, _ in args], argNbytes=[n for _, n in args])
+            for sym, args in signatures(graph)]
 
 
 def apply(graph, code, target, producer, model_hash, spirv=None):
@@ -229,15 +188,6 @@ def pack_code(code):
     if len(packed) < len(code):
         return fb.SegmentKind.cpu_code_lz4, packed, len(code)
     return fb.SegmentKind.cpu_code, code, 0
-
-
-def unpack_code(kind, data, raw_size):
-    """The shared object of a CPU code segment (either kind)."""
-    if kind != fb.SegmentKind.cpu_code_lz4:
-        return bytes(data)
-    import lz4.block
-
-    return lz4.block.decompress(bytes(data), uncompressed_size=raw_size)
 
 
 def placed_classes(target, threads, queues):

@@ -6,7 +6,7 @@ import json
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
-from ..bundle.reader import WEIGHT_FORMS, cpu_step, gpu_step, read_bytes, text
+from ..bundle.reader import WEIGHT_FORMS, cpu_step, read_bytes, text
 from ..ir.forms import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
@@ -56,7 +56,7 @@ def describe(path):
         weights = f"{WEIGHT_FORMS.get(s.weightForm, '?')} {PRECISION_OF_DTYPE.get(s.weightPrecision, '?')}"
         lines.append(f"  {k:>3} {text(layer.name):<6} {text(layer.op)[:34]:<34} {text(s.variant):<26} "
                      f"{weights:<12} {s.prepQueue:>3} {wbytes:>12,}  "
-                     f"{_schedule(cpu) if cpu else _dispatches(gpu_step(s))}".rstrip())
+                     f"{_schedule(cpu) if cpu else _dispatches(s.kind)}".rstrip())
         if s.weightPrecision != 0:
             lines.append(f"  {'':>3} {'':<6} {'  narrowed: weight error':<34} {s.weightError:.3g} (max |w' - w| / max |w|),"
                          f" model output error with this layer alone narrowed {s.outputError:.3g}")
@@ -97,9 +97,8 @@ def describe(path):
                      f"checksum {s.checksum:016x}{decoded}")
     kinds = {}
     for x in b.tensors:
-        kinds.setdefault(_KIND.get(x.kind, "?"), [0, 0])
-        kinds[_KIND.get(x.kind, "?")][0] += 1
-        kinds[_KIND.get(x.kind, "?")][1] += x.nbytes
+        n = kinds.setdefault(_KIND.get(x.kind, "?"), [0, 0])
+        n[0], n[1] = n[0] + 1, n[1] + x.nbytes
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
     return lines
@@ -155,7 +154,7 @@ def gpu_summary(b):
     distinct shader: nothing is specialized at load; shape-generic shaders
     take shapes in push constants), against the dispatches they serve."""
     steps = b.plan.steps
-    dispatches = sum(len(gpu_step(s).dispatches or []) for s in steps)
+    dispatches = sum(len(s.kind.dispatches or []) for s in steps)
     spirv = sum(sh.size for sh in b.shaders)
     return (f"gpu        {len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {dispatches} dispatches "
             f"of {len(steps)} layers; SPIR-V {spirv:,} bytes")
