@@ -57,10 +57,10 @@ def test_a_pass_that_fails_unexpectedly_is_named_and_nothing_else_reaches_the_us
 
 
 def test_an_unexpected_failure_around_the_pipeline_is_wrapped_too(small_model, monkeypatch):
-    from coldbrew.compiler import InternalError, compile_model, pipeline
+    from coldbrew.compiler import InternalError, compile_model, driver
 
-    monkeypatch.setattr(pipeline, "compile_graph", lambda *a, **k: 1 / 0)
-    with pytest.raises(InternalError, match="^internal error in compile_model: ZeroDivisionError"):
+    monkeypatch.setattr(driver, "back_end", lambda *a, **k: 1 / 0)
+    with pytest.raises(InternalError, match="^internal error in compile: ZeroDivisionError"):
         compile_model(small_model)
 
 

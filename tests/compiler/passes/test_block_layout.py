@@ -87,9 +87,11 @@ def test_blocked_model_matches_onnxruntime(target):
 def test_a_layer_alone_gets_the_layout_it_has_in_the_model(target):
     # the tuner and the profiler measure each layer in a model of its own
     from coldbrew.compiler.measure.tune import anchors_of, layers_model
+    from coldbrew.compiler.options import Options
+    from coldbrew.compiler.pipeline import front_end
 
-    for a in anchors_of(_model(), target):
-        (alone,) = anchors_of(layers_model([a.spec]), target)
+    for a in anchors_of(front_end(_model(), Options(target=target))):
+        (alone,) = anchors_of(front_end(layers_model([a.spec]), Options(target=target)))
         assert alone.spec == a.spec
 
 

@@ -282,7 +282,6 @@ def test_a_quantized_models_int8_weights_stay_int8_in_layers_without_a_variant(a
     b, steps = _steps(data)
     widened = [s for s in steps if s.transform and s.transform.decode() == "cb.widen_i8"]
     assert len(widened) == 1 and widened[0].variant.decode() == "generic"
-    assert read_bytes(data)[2] == 3  # schema 3: older runtimes lack cb.widen_i8 (and say so by version)
     q, scale, prepared = (b.tensors[i] for i in widened[0].transformArgs)
     assert q.dtype == fb.DType.i8 and q.nbytes * 4 == prepared.nbytes
     assert list(scale.shape) == ([1, 1] if axis is None else [32 if axis == 0 else 1, 256 if axis == 1 else 1])
