@@ -1,1 +1,1 @@
-"""The scheduler: cost-table simulator, the cold/warm planner (Algorithm 1), the exact check."""
+"""The scheduler: cost-table simulator and the cold/warm planner (Algorithm 1)."""
