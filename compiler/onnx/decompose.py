@@ -202,15 +202,18 @@ def small_forms(model):
     g.node.extend(nodes)
 
 
-def _celu(node, name, a, add_init):
-    alpha = float(a.get("alpha", 1.0))
-    x, t = node.input[0], [f"{name}/t{k}" for k in range(6)]
-    zero, al, one = (add_init(f"{name}/{k}", np.array(v, np.float32))
-                     for k, v in (("zero", 0), ("alpha", alpha), ("one", 1)))
-    return [helper.make_node("Div", [x, al], [t[0]]), helper.make_node("Exp", [t[0]], [t[1]]),
-            helper.make_node("Sub", [t[1], one], [t[2]]), helper.make_node("Mul", [t[2], al], [t[3]]),
-            helper.make_node("Min", [t[3], zero], [t[4]]), helper.make_node("Max", [x, zero], [t[5]]),
-            helper.make_node("Add", [t[5], t[4]], [node.output[0]], name=name)]
+def celu(model):
+    types, _ = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        alpha, x, t = float(a.get("alpha", 1.0)), node.input[0], [f"{name}/t{k}" for k in range(6)]
+        zero, al, one = (add_init(f"{name}/{k}", np.array(v, _np_type(types, x)))  # in x's type
+                         for k, v in (("zero", 0), ("alpha", alpha), ("one", 1)))
+        return [helper.make_node("Div", [x, al], [t[0]]), helper.make_node("Exp", [t[0]], [t[1]]),
+                helper.make_node("Sub", [t[1], one], [t[2]]), helper.make_node("Mul", [t[2], al], [t[3]]),
+                helper.make_node("Min", [t[3], zero], [t[4]]), helper.make_node("Max", [x, zero], [t[5]]),
+                helper.make_node("Add", [t[5], t[4]], [node.output[0]], name=name)]
+    rewrite(model, "Celu", expand)
 
 
 def reverse_sequence(model):
@@ -591,17 +594,37 @@ def slice_attributes(model):
     rewrite(model, "Slice", expand)
 
 
-def celu(model):
-    rewrite(model, "Celu", _celu)
-
-
 def swish(model):
+    """Swish, and SwiGLU (Swish of the gate times the value): x * Sigmoid(alpha * x), alpha in x's type."""
+    types, _ = types_and_shapes(model)
+
     def expand(node, name, a, add_init):
-        alpha = add_init(f"{name}/alpha", np.array(a.get("alpha", 1.0), np.float32))
-        return [helper.make_node("Mul", [node.input[0], alpha], [f"{name}/ax"]),
+        x, y = node.input[0], node.output[0]
+        alpha = add_init(f"{name}/alpha", np.array(a.get("alpha", 1.0), _np_type(types, x)))
+        gated = node.op_type == "SwiGLU"
+        return [helper.make_node("Mul", [x, alpha], [f"{name}/ax"]),
                 helper.make_node("Sigmoid", [f"{name}/ax"], [f"{name}/s"]),
-                helper.make_node("Mul", [node.input[0], f"{name}/s"], [node.output[0]], name=name)]
+                helper.make_node("Mul", [x, f"{name}/s"], [f"{name}/sw" if gated else y], name=None if gated else name)
+                ] + ([helper.make_node("Mul", [f"{name}/sw", node.input[1]], [y], name=name)] if gated else [])
     rewrite(model, "Swish", expand)
+    rewrite(model, "SwiGLU", expand)
+
+
+def space_to_depth_crd(model):
+    """SpaceToDepth's CRD order (opset 28): [b, c, h/s, s, w/s, s] -> [b, c, s, s, h/s, w/s] -> [b, c*s*s, h/s, w/s]."""
+    _, shapes = types_and_shapes(model)
+
+    def expand(node, name, a, add_init):
+        x, s = node.input[0], int(a["blocksize"])
+        if a.get("mode", b"DCR") in (b"DCR", "DCR") or x not in shapes:
+            return [node]
+        b, c, h, w = shapes[x]
+        split = add_init(f"{name}/split", np.array([b, c, h // s, s, w // s, s], np.int64))
+        joined = add_init(f"{name}/joined", np.array([b, c * s * s, h // s, w // s], np.int64))
+        return [helper.make_node("Reshape", [x, split], [f"{name}/t0"]),
+                helper.make_node("Transpose", [f"{name}/t0"], [f"{name}/t1"], perm=[0, 1, 3, 5, 2, 4]),
+                helper.make_node("Reshape", [f"{name}/t1", joined], [node.output[0]], name=name)]
+    rewrite(model, "SpaceToDepth", expand)
 
 
 def separable_max_pool(model):
@@ -844,7 +867,8 @@ DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, th
     (("OneHot", "TopK"), small_forms), (("Upsample", "Resize"), upsample), (("ReverseSequence",), reverse_sequence),
     (_ACCUMULATING, wide_accumulation), (("DynamicQuantizeLinear",), dynamic_quantize_linear),
     (("ConvInteger",), conv_integer),
-    (("MatMulInteger",), matmul_integer), (("Cast",), exact_casts), (("Celu",), celu), (("Swish",), swish),
+    (("MatMulInteger",), matmul_integer), (("Cast",), exact_casts), (("Celu",), celu), (("Swish", "SwiGLU"), swish),
+    (("SpaceToDepth",), space_to_depth_crd),
     (("LpNormalization",), lp_normalization), (("EyeLike",), eye_like), (("MaxPool",), separable_max_pool),
     (("LayerNormalization",), layer_norm_statistics), (("Mod",), float_mod), (("ReduceMax", "ReduceMin"), bool_extrema),
     (("Resize",), resize_by_matrices), (("Pow",), pow_types)]

@@ -19,7 +19,7 @@ ScatterND ScatterElements GroupNormalization RMSNormalization GridSample RoiAlig
 DepthToSpace SpaceToDepth OneHot Einsum CumSum ReduceL1 ReduceL2 ReduceLogSumExp
 ReduceLogSum Upsample TopK Loop ReverseSequence RNN ConvInteger Scan
 Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
-BitwiseNot LpPool EyeLike LpNormalization Swish HannWindow HammingWindow
+BitwiseNot LpPool EyeLike LpNormalization Swish SwiGLU HannWindow HammingWindow
 BlackmanWindow MelWeightMatrix com.microsoft.DynamicQuantizeLSTM
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
@@ -39,7 +39,7 @@ DATA_DEPENDENT_SHAPES = {
 }
 
 MIN_OPSET = 1
-MAX_OPSET = 25
+MAX_OPSET = 28
 
 # Operator inputs that decide shapes or modes and so must be compile-time
 # constants (after constant folding): {op_type: input positions}.

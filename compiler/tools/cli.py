@@ -449,7 +449,7 @@ def ops_cmd():
     from coldbrew.compiler.onnx.ops import DATA_DEPENDENT_SHAPES, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
 
     names = sorted(SUPPORTED_OPS)
-    click.echo(f"{len(names)} ONNX operators (default domain, opsets {MIN_OPSET}-{MAX_OPSET}):")
+    click.echo(f"{len(names)} operators (ONNX's at opsets {MIN_OPSET}-{MAX_OPSET}; others with their domain):")
     for k in range(0, len(names), 4):
         click.echo("  " + "".join(f"{n:<23}" for n in names[k:k + 4]).rstrip())
     click.echo("refused, as their output's size depends on the input values:")
