@@ -19,6 +19,9 @@ namespace schema {
 struct Target;
 struct TargetBuilder;
 
+struct Range;
+struct RangeBuilder;
+
 struct Tensor;
 struct TensorBuilder;
 
@@ -130,35 +133,38 @@ enum class TensorKind : uint8_t {
   intermediate = 2,
   weight = 3,
   prepared = 4,
+  dim = 5,
   MIN = input,
-  MAX = prepared
+  MAX = dim
 };
 
-inline const TensorKind (&EnumValuesTensorKind())[5] {
+inline const TensorKind (&EnumValuesTensorKind())[6] {
   static const TensorKind values[] = {
     TensorKind::input,
     TensorKind::output,
     TensorKind::intermediate,
     TensorKind::weight,
-    TensorKind::prepared
+    TensorKind::prepared,
+    TensorKind::dim
   };
   return values;
 }
 
 inline const char * const *EnumNamesTensorKind() {
-  static const char * const names[6] = {
+  static const char * const names[7] = {
     "input",
     "output",
     "intermediate",
     "weight",
     "prepared",
+    "dim",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameTensorKind(TensorKind e) {
-  if (::flatbuffers::IsOutRange(e, TensorKind::input, TensorKind::prepared)) return "";
+  if (::flatbuffers::IsOutRange(e, TensorKind::input, TensorKind::dim)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesTensorKind()[index];
 }
@@ -380,6 +386,98 @@ inline ::flatbuffers::Offset<Target> CreateTargetDirect(
       gpu_class__);
 }
 
+struct Range FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RangeBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_MIN = 4,
+    VT_MAX = 6,
+    VT_STEP = 8,
+    VT_TYPICAL = 10,
+    VT_INPUT = 12,
+    VT_AXIS = 14
+  };
+  int64_t min() const {
+    return GetField<int64_t>(VT_MIN, 0);
+  }
+  int64_t max() const {
+    return GetField<int64_t>(VT_MAX, 0);
+  }
+  int64_t step() const {
+    return GetField<int64_t>(VT_STEP, 0);
+  }
+  int64_t typical() const {
+    return GetField<int64_t>(VT_TYPICAL, 0);
+  }
+  uint32_t input() const {
+    return GetField<uint32_t>(VT_INPUT, 0);
+  }
+  uint32_t axis() const {
+    return GetField<uint32_t>(VT_AXIS, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<int64_t>(verifier, VT_MIN, 8) &&
+           VerifyField<int64_t>(verifier, VT_MAX, 8) &&
+           VerifyField<int64_t>(verifier, VT_STEP, 8) &&
+           VerifyField<int64_t>(verifier, VT_TYPICAL, 8) &&
+           VerifyField<uint32_t>(verifier, VT_INPUT, 4) &&
+           VerifyField<uint32_t>(verifier, VT_AXIS, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct RangeBuilder {
+  typedef Range Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_min(int64_t min) {
+    fbb_.AddElement<int64_t>(Range::VT_MIN, min, 0);
+  }
+  void add_max(int64_t max) {
+    fbb_.AddElement<int64_t>(Range::VT_MAX, max, 0);
+  }
+  void add_step(int64_t step) {
+    fbb_.AddElement<int64_t>(Range::VT_STEP, step, 0);
+  }
+  void add_typical(int64_t typical) {
+    fbb_.AddElement<int64_t>(Range::VT_TYPICAL, typical, 0);
+  }
+  void add_input(uint32_t input) {
+    fbb_.AddElement<uint32_t>(Range::VT_INPUT, input, 0);
+  }
+  void add_axis(uint32_t axis) {
+    fbb_.AddElement<uint32_t>(Range::VT_AXIS, axis, 0);
+  }
+  explicit RangeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Range> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Range>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Range> CreateRange(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    int64_t min = 0,
+    int64_t max = 0,
+    int64_t step = 0,
+    int64_t typical = 0,
+    uint32_t input = 0,
+    uint32_t axis = 0) {
+  RangeBuilder builder_(_fbb);
+  builder_.add_typical(typical);
+  builder_.add_step(step);
+  builder_.add_max(max);
+  builder_.add_min(min);
+  builder_.add_axis(axis);
+  builder_.add_input(input);
+  return builder_.Finish();
+}
+
 struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef TensorBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -393,7 +491,9 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_SEGMENT_OFFSET = 18,
     VT_CHECKSUM = 20,
     VT_SOURCE = 22,
-    VT_LAYOUT = 24
+    VT_LAYOUT = 24,
+    VT_RANGE = 26,
+    VT_SHAPE_PROGRAM = 28
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -428,6 +528,12 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *layout() const {
     return GetPointer<const ::flatbuffers::String *>(VT_LAYOUT);
   }
+  const coldbrew::schema::Range *range() const {
+    return GetPointer<const coldbrew::schema::Range *>(VT_RANGE);
+  }
+  const ::flatbuffers::Vector<int64_t> *shape_program() const {
+    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_SHAPE_PROGRAM);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -446,6 +552,10 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyString(source()) &&
            VerifyOffset(verifier, VT_LAYOUT) &&
            verifier.VerifyString(layout()) &&
+           VerifyOffset(verifier, VT_RANGE) &&
+           verifier.VerifyTable(range()) &&
+           VerifyOffset(verifier, VT_SHAPE_PROGRAM) &&
+           verifier.VerifyVector(shape_program()) &&
            verifier.EndTable();
   }
 };
@@ -487,6 +597,12 @@ struct TensorBuilder {
   void add_layout(::flatbuffers::Offset<::flatbuffers::String> layout) {
     fbb_.AddOffset(Tensor::VT_LAYOUT, layout);
   }
+  void add_range(::flatbuffers::Offset<coldbrew::schema::Range> range) {
+    fbb_.AddOffset(Tensor::VT_RANGE, range);
+  }
+  void add_shape_program(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program) {
+    fbb_.AddOffset(Tensor::VT_SHAPE_PROGRAM, shape_program);
+  }
   explicit TensorBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -510,12 +626,16 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
     uint64_t segment_offset = 0,
     uint64_t checksum = 0,
     ::flatbuffers::Offset<::flatbuffers::String> source = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> layout = 0) {
+    ::flatbuffers::Offset<::flatbuffers::String> layout = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Range> range = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program = 0) {
   TensorBuilder builder_(_fbb);
   builder_.add_checksum(checksum);
   builder_.add_segment_offset(segment_offset);
   builder_.add_arena_offset(arena_offset);
   builder_.add_nbytes(nbytes);
+  builder_.add_shape_program(shape_program);
+  builder_.add_range(range);
   builder_.add_layout(layout);
   builder_.add_source(source);
   builder_.add_segment(segment);
@@ -538,11 +658,14 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
     uint64_t segment_offset = 0,
     uint64_t checksum = 0,
     const char *source = nullptr,
-    const char *layout = nullptr) {
+    const char *layout = nullptr,
+    ::flatbuffers::Offset<coldbrew::schema::Range> range = 0,
+    const std::vector<int64_t> *shape_program = nullptr) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto shape__ = shape ? _fbb.CreateVector<int64_t>(*shape) : 0;
   auto source__ = source ? _fbb.CreateString(source) : 0;
   auto layout__ = layout ? _fbb.CreateString(layout) : 0;
+  auto shape_program__ = shape_program ? _fbb.CreateVector<int64_t>(*shape_program) : 0;
   return coldbrew::schema::CreateTensor(
       _fbb,
       name__,
@@ -555,7 +678,9 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
       segment_offset,
       checksum,
       source__,
-      layout__);
+      layout__,
+      range,
+      shape_program__);
 }
 
 struct Attr FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -27,6 +27,7 @@ class TensorKind(object):
     intermediate = 2
     weight = 3
     prepared = 4
+    dim = 5
 
 
 class SegmentKind(object):
@@ -222,6 +223,156 @@ class TargetT(object):
         return target
 
 
+class Range(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Range()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsRange(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def RangeBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Range
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Range
+    def Min(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+    # Range
+    def Max(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+    # Range
+    def Step(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+    # Range
+    def Typical(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+    # Range
+    def Input(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Range
+    def Axis(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def RangeStart(builder):
+    builder.StartObject(6)
+
+def RangeAddMin(builder, min):
+    builder.PrependInt64Slot(0, min, 0)
+
+def RangeAddMax(builder, max):
+    builder.PrependInt64Slot(1, max, 0)
+
+def RangeAddStep(builder, step):
+    builder.PrependInt64Slot(2, step, 0)
+
+def RangeAddTypical(builder, typical):
+    builder.PrependInt64Slot(3, typical, 0)
+
+def RangeAddInput(builder, input):
+    builder.PrependUint32Slot(4, input, 0)
+
+def RangeAddAxis(builder, axis):
+    builder.PrependUint32Slot(5, axis, 0)
+
+def RangeEnd(builder):
+    return builder.EndObject()
+
+
+
+class RangeT(object):
+
+    # RangeT
+    def __init__(
+        self,
+        min = 0,
+        max = 0,
+        step = 0,
+        typical = 0,
+        input = 0,
+        axis = 0,
+    ):
+        self.min = min  # type: int
+        self.max = max  # type: int
+        self.step = step  # type: int
+        self.typical = typical  # type: int
+        self.input = input  # type: int
+        self.axis = axis  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        range = Range()
+        range.Init(buf, pos)
+        return cls.InitFromObj(range)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, range):
+        x = RangeT()
+        x._UnPack(range)
+        return x
+
+    # RangeT
+    def _UnPack(self, range):
+        if range is None:
+            return
+        self.min = range.Min()
+        self.max = range.Max()
+        self.step = range.Step()
+        self.typical = range.Typical()
+        self.input = range.Input()
+        self.axis = range.Axis()
+
+    # RangeT
+    def Pack(self, builder):
+        RangeStart(builder)
+        RangeAddMin(builder, self.min)
+        RangeAddMax(builder, self.max)
+        RangeAddStep(builder, self.step)
+        RangeAddTypical(builder, self.typical)
+        RangeAddInput(builder, self.input)
+        RangeAddAxis(builder, self.axis)
+        range = RangeEnd(builder)
+        return range
+
+
 class Tensor(object):
     __slots__ = ['_tab']
 
@@ -341,8 +492,45 @@ class Tensor(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Tensor
+    def Range(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Range()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Tensor
+    def ShapeProgram(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Tensor
+    def ShapeProgramAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Tensor
+    def ShapeProgramLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Tensor
+    def ShapeProgramIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        return o == 0
+
 def TensorStart(builder):
-    builder.StartObject(11)
+    builder.StartObject(13)
 
 def TensorAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -380,12 +568,21 @@ def TensorAddSource(builder, source):
 def TensorAddLayout(builder, layout):
     builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(layout), 0)
 
+def TensorAddRange(builder, range):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(range), 0)
+
+def TensorAddShapeProgram(builder, shapeProgram):
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(shapeProgram), 0)
+
+def TensorStartShapeProgramVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
 def TensorEnd(builder):
     return builder.EndObject()
 
 
 try:
-    from typing import List
+    from typing import List, Optional
 except:
     pass
 
@@ -405,6 +602,8 @@ class TensorT(object):
         checksum = 0,
         source = None,
         layout = None,
+        range = None,
+        shapeProgram = None,
     ):
         self.name = name  # type: Optional[str]
         self.dtype = dtype  # type: int
@@ -417,6 +616,8 @@ class TensorT(object):
         self.checksum = checksum  # type: int
         self.source = source  # type: Optional[str]
         self.layout = layout  # type: Optional[str]
+        self.range = range  # type: Optional[RangeT]
+        self.shapeProgram = shapeProgram  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -456,6 +657,15 @@ class TensorT(object):
         self.checksum = tensor.Checksum()
         self.source = tensor.Source()
         self.layout = tensor.Layout()
+        if tensor.Range() is not None:
+            self.range = RangeT.InitFromObj(tensor.Range())
+        if not tensor.ShapeProgramIsNone():
+            if np is None:
+                self.shapeProgram = []
+                for i in range(tensor.ShapeProgramLength()):
+                    self.shapeProgram.append(tensor.ShapeProgram(i))
+            else:
+                self.shapeProgram = tensor.ShapeProgramAsNumpy()
 
     # TensorT
     def Pack(self, builder):
@@ -473,6 +683,16 @@ class TensorT(object):
             source = builder.CreateString(self.source)
         if self.layout is not None:
             layout = builder.CreateString(self.layout)
+        if self.range is not None:
+            range = self.range.Pack(builder)
+        if self.shapeProgram is not None:
+            if np is not None and type(self.shapeProgram) is np.ndarray:
+                shapeProgram = builder.CreateNumpyVector(self.shapeProgram)
+            else:
+                TensorStartShapeProgramVector(builder, len(self.shapeProgram))
+                for i in reversed(range(len(self.shapeProgram))):
+                    builder.PrependInt64(self.shapeProgram[i])
+                shapeProgram = builder.EndVector()
         TensorStart(builder)
         if self.name is not None:
             TensorAddName(builder, name)
@@ -489,6 +709,10 @@ class TensorT(object):
             TensorAddSource(builder, source)
         if self.layout is not None:
             TensorAddLayout(builder, layout)
+        if self.range is not None:
+            TensorAddRange(builder, range)
+        if self.shapeProgram is not None:
+            TensorAddShapeProgram(builder, shapeProgram)
         tensor = TensorEnd(builder)
         return tensor
 
