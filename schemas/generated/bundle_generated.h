@@ -492,7 +492,7 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_CHECKSUM = 20,
     VT_SOURCE = 22,
     VT_LAYOUT = 24,
-    VT_RANGE = 26,
+    VT_BOUNDS = 26,
     VT_SHAPE_PROGRAM = 28
   };
   const ::flatbuffers::String *name() const {
@@ -528,8 +528,8 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *layout() const {
     return GetPointer<const ::flatbuffers::String *>(VT_LAYOUT);
   }
-  const coldbrew::schema::Range *range() const {
-    return GetPointer<const coldbrew::schema::Range *>(VT_RANGE);
+  const coldbrew::schema::Range *bounds() const {
+    return GetPointer<const coldbrew::schema::Range *>(VT_BOUNDS);
   }
   const ::flatbuffers::Vector<int64_t> *shape_program() const {
     return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_SHAPE_PROGRAM);
@@ -552,8 +552,8 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyString(source()) &&
            VerifyOffset(verifier, VT_LAYOUT) &&
            verifier.VerifyString(layout()) &&
-           VerifyOffset(verifier, VT_RANGE) &&
-           verifier.VerifyTable(range()) &&
+           VerifyOffset(verifier, VT_BOUNDS) &&
+           verifier.VerifyTable(bounds()) &&
            VerifyOffset(verifier, VT_SHAPE_PROGRAM) &&
            verifier.VerifyVector(shape_program()) &&
            verifier.EndTable();
@@ -597,8 +597,8 @@ struct TensorBuilder {
   void add_layout(::flatbuffers::Offset<::flatbuffers::String> layout) {
     fbb_.AddOffset(Tensor::VT_LAYOUT, layout);
   }
-  void add_range(::flatbuffers::Offset<coldbrew::schema::Range> range) {
-    fbb_.AddOffset(Tensor::VT_RANGE, range);
+  void add_bounds(::flatbuffers::Offset<coldbrew::schema::Range> bounds) {
+    fbb_.AddOffset(Tensor::VT_BOUNDS, bounds);
   }
   void add_shape_program(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program) {
     fbb_.AddOffset(Tensor::VT_SHAPE_PROGRAM, shape_program);
@@ -627,7 +627,7 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
     uint64_t checksum = 0,
     ::flatbuffers::Offset<::flatbuffers::String> source = 0,
     ::flatbuffers::Offset<::flatbuffers::String> layout = 0,
-    ::flatbuffers::Offset<coldbrew::schema::Range> range = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Range> bounds = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program = 0) {
   TensorBuilder builder_(_fbb);
   builder_.add_checksum(checksum);
@@ -635,7 +635,7 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
   builder_.add_arena_offset(arena_offset);
   builder_.add_nbytes(nbytes);
   builder_.add_shape_program(shape_program);
-  builder_.add_range(range);
+  builder_.add_bounds(bounds);
   builder_.add_layout(layout);
   builder_.add_source(source);
   builder_.add_segment(segment);
@@ -659,7 +659,7 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
     uint64_t checksum = 0,
     const char *source = nullptr,
     const char *layout = nullptr,
-    ::flatbuffers::Offset<coldbrew::schema::Range> range = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Range> bounds = 0,
     const std::vector<int64_t> *shape_program = nullptr) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto shape__ = shape ? _fbb.CreateVector<int64_t>(*shape) : 0;
@@ -679,7 +679,7 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
       checksum,
       source__,
       layout__,
-      range,
+      bounds,
       shape_program__);
 }
 

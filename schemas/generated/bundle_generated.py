@@ -493,7 +493,7 @@ class Tensor(object):
         return None
 
     # Tensor
-    def Range(self):
+    def Bounds(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
@@ -568,8 +568,8 @@ def TensorAddSource(builder, source):
 def TensorAddLayout(builder, layout):
     builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(layout), 0)
 
-def TensorAddRange(builder, range):
-    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(range), 0)
+def TensorAddBounds(builder, bounds):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(bounds), 0)
 
 def TensorAddShapeProgram(builder, shapeProgram):
     builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(shapeProgram), 0)
@@ -602,7 +602,7 @@ class TensorT(object):
         checksum = 0,
         source = None,
         layout = None,
-        range = None,
+        bounds = None,
         shapeProgram = None,
     ):
         self.name = name  # type: Optional[str]
@@ -616,7 +616,7 @@ class TensorT(object):
         self.checksum = checksum  # type: int
         self.source = source  # type: Optional[str]
         self.layout = layout  # type: Optional[str]
-        self.range = range  # type: Optional[RangeT]
+        self.bounds = bounds  # type: Optional[RangeT]
         self.shapeProgram = shapeProgram  # type: Optional[List[int]]
 
     @classmethod
@@ -657,8 +657,8 @@ class TensorT(object):
         self.checksum = tensor.Checksum()
         self.source = tensor.Source()
         self.layout = tensor.Layout()
-        if tensor.Range() is not None:
-            self.range = RangeT.InitFromObj(tensor.Range())
+        if tensor.Bounds() is not None:
+            self.bounds = RangeT.InitFromObj(tensor.Bounds())
         if not tensor.ShapeProgramIsNone():
             if np is None:
                 self.shapeProgram = []
@@ -683,8 +683,8 @@ class TensorT(object):
             source = builder.CreateString(self.source)
         if self.layout is not None:
             layout = builder.CreateString(self.layout)
-        if self.range is not None:
-            range = self.range.Pack(builder)
+        if self.bounds is not None:
+            bounds = self.bounds.Pack(builder)
         if self.shapeProgram is not None:
             if np is not None and type(self.shapeProgram) is np.ndarray:
                 shapeProgram = builder.CreateNumpyVector(self.shapeProgram)
@@ -709,8 +709,8 @@ class TensorT(object):
             TensorAddSource(builder, source)
         if self.layout is not None:
             TensorAddLayout(builder, layout)
-        if self.range is not None:
-            TensorAddRange(builder, range)
+        if self.bounds is not None:
+            TensorAddBounds(builder, bounds)
         if self.shapeProgram is not None:
             TensorAddShapeProgram(builder, shapeProgram)
         tensor = TensorEnd(builder)
