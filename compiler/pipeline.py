@@ -53,6 +53,7 @@ class Compilation:
     input_names: list = None      # load_onnx
     output_names: list = None     # load_onnx
     name: str = "model"           # import_relax
+    dims: dict = None             # import_relax: {Dim: tir var} of the input dimensions declared as ranges
     mod: object = None            # import_relax ... schedule_kernels: the TVM IRModule
     anchors: tuple = ()           # select_variants / select_gpu_variants
     notes: list = field(default_factory=list)  # what passes report (schedule_kernels)

@@ -19,16 +19,21 @@ class Tensor:
     name: str
     dtype: str
     shape: tuple
-    kind: str  # input | output | intermediate | weight | prepared
+    kind: str  # input | output | intermediate | weight | prepared | dim (a Dim's size: `dim`)
     data: np.ndarray = None  # weights only
     arena_offset: int = 0    # arena (input/output/intermediate) or prepared area (prepared)
     cached: bool = False     # weight: holds transformed weights (weights_cached segment)
     anchor: object = None    # weight: the select_variants Anchor whose transformed weights these are
     source: str = ""         # the ONNX tensor whose value it holds ("": one the compiler made)
     layout: str = ""         # its layout where not the ONNX tensor's (NCHW{b}c)
+    extents: tuple = None    # sized at run time: its extents (TVM expressions of the dims' variables);
+                             # `shape` holds their largest values
+    dim: object = None       # kind dim: the Dim (compiler/options.py) whose size it holds
 
     @property
     def nbytes(self):
+        if self.kind == "dim":  # a size handed to kernels as a number: no bytes
+            return 0
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
@@ -69,6 +74,7 @@ class Graph:
     notes: list = field(default_factory=list)
     accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure/error.py)
     aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)
+    variables: dict = field(default_factory=dict)  # {Dim: tir var}: the sizes set at run time (ir/dims.py)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)
@@ -108,18 +114,33 @@ def signatures(graph):
     """[(symbol, [(dtype, byte size)])] of every kernel in the code, sorted
     by symbol: the calling contract the runtime checks the plan's calls
     against (each argument of that dtype and size is read and written inside
-    its bytes)."""
+    its bytes; one sized at run time, inside its largest bytes; a size set
+    at run time is ("int64", 0))."""
+    from . import dims
+
+    named = {v.name: d for d, v in graph.variables.items()}
     out = []
     for sym, func in sorted(graph.kernels.items()):
         args = []
-        for p in func.params:  # buffers: the runtime passes tensors only
+        for p in func.params:
             if not hasattr(p, "shape"):
-                raise CompileError(f"kernel {sym} takes a non-tensor argument '{p.name}'")
+                if p.name not in named:
+                    raise CompileError(f"kernel {sym} takes a non-tensor argument '{p.name}'")
+                args.append(("int64", 0))
+                continue
             n = np.dtype(str(p.dtype)).itemsize
-            for d in p.shape:
-                if not hasattr(d, "value"):
+            bound = {named[v.name]: v for d in p.shape for v in _variables(d) if v.name in named}
+            for d in (dims.largest(p.shape, bound) if bound else p.shape):
+                if not isinstance(d, int) and not hasattr(d, "value"):
                     raise CompileError(f"kernel {sym}: argument '{p.name}' has a symbolic dimension ({d})")
-                n *= int(d.value)
+                n *= int(d)
             args.append((str(p.dtype), n))
         out.append((sym, args))
     return out
+
+
+def _variables(e):
+    """The variables an extent reads."""
+    from tvm.tirx.analysis import undefined_vars
+
+    return [] if isinstance(e, int) or hasattr(e, "value") else list(undefined_vars(e))

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from ..errors import CompileError
+from ..ir import dims
 from ..ir.forms import DTYPES
 from ..ir.graph import BLOCKED_MARK, Graph, Layer, Tensor
 from ..ir.relax import is_const
@@ -26,19 +27,20 @@ def _copy_kernel(shape, dtype):
     return te.create_prim_func([src, dst])
 
 
-def apply(mod, model_name, input_names, output_names, anchors=(), sources=()):
+def apply(mod, model_name, input_names, output_names, anchors=(), sources=(), variables=None):
     """The coldbrew Graph of `mod`'s main function: a tensor per value, a
     layer per call_tir (an anchor's layer named and typed after it).
     `sources`: the model's tensor names; a layer's output named as one of
     them (import_relax, block_layout; "." written "_") records it as its
-    source."""
+    source. `variables` ({Dim: tir var}): the sizes set at run time, each
+    a dim tensor."""
     from tvm import relax
 
     named = {n.replace(".", "_"): n for n in sources}  # a Relax variable's name has "_" for "."
-    x = _Extractor(mod, model_name, anchors, {**named, **{n: n for n in sources}})
+    x = _Extractor(mod, model_name, anchors, {**named, **{n: n for n in sources}}, variables or {})
     main = mod["main"]
     for k, param in enumerate(main.params):
-        x.env[param] = x.g.add_tensor(_tensor(param.ty, input_names[k], "input"))
+        x.env[param] = x.g.add_tensor(x.tensor(param.ty, input_names[k], "input"))
         x.g.inputs.append(x.env[param])
     for block in main.body.blocks:
         for binding in block.bindings:
@@ -54,6 +56,7 @@ def apply(mod, model_name, input_names, output_names, anchors=(), sources=()):
                 raise CompileError(f"unsupported Relax binding for '{var.name}': "
                                    f"{getattr(op, 'name', type(value).__name__)}")
     x.outputs(main.body.body, output_names)
+    x.g.variables = dict(x.variables)
     _unique_sources(x.g)
     return x.g
 
@@ -86,28 +89,43 @@ def symbol(func_name):
     return f"{func_name[:MAX_SYMBOL - 13]}_{hashlib.sha256(func_name.encode()).hexdigest()[:12]}"
 
 
-def _tensor(ty, name, kind):
-    """A Tensor of a Relax tensor type (static shape, a dtype the bundle has)."""
-    try:
-        shape = tuple(int(d) for d in ty.shape.values)
-    except (AttributeError, TypeError):
-        raise CompileError(f"value '{name}' has no static tensor type ({ty})") from None
-    dtype = str(ty.dtype)
-    if dtype not in DTYPES:
-        raise CompileError(f"value '{name}' has unsupported dtype {dtype}")
-    return Tensor(name, dtype, shape, kind)
-
-
 class _Extractor:
     """The Graph being built and what maps Relax values onto its tensors."""
 
-    def __init__(self, mod, model_name, anchors, sources):
+    def __init__(self, mod, model_name, anchors, sources, variables):
         import tvm
 
-        self.mod, self.g, self.sources = mod, Graph(model_name), sources
+        self.mod, self.g, self.sources, self.variables = mod, Graph(model_name), sources, variables
+        self.dim_tensor = {}  # tir var -> the dim tensor holding its value
         self.env = {}  # relax Var (or constant) -> tensor index, or tuple of indices
         self.anchor_of = {a.const: a for a in anchors}
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def tensor(self, ty, name, kind):
+        """A Tensor of a Relax tensor type (a dtype the bundle has; its
+        shape static, or of the declared dims' variables: sized at run time)."""
+        extents = getattr(getattr(ty, "shape", None), "values", None)
+        if extents is None or (not dims.is_static(extents) and not self.variables):
+            raise CompileError(f"value '{name}' has no static tensor type ({ty})")
+        dtype = str(ty.dtype)
+        if dtype not in DTYPES:
+            raise CompileError(f"value '{name}' has unsupported dtype {dtype}")
+        if dims.is_static(extents):
+            return Tensor(name, dtype, tuple(int(d) for d in extents), kind)
+        try:
+            shape = dims.largest(extents, self.variables)
+        except ValueError as e:
+            raise CompileError(f"value '{name}': {e}") from None
+        return Tensor(name, dtype, shape, kind, extents=tuple(extents))
+
+    def dim_of(self, var):
+        """The dim tensor of a declared dim's variable."""
+        if var not in self.dim_tensor:
+            d = next((d for d, v in self.variables.items() if v.same_as(var)), None)
+            if d is None:
+                raise CompileError(f"a kernel takes the size '{var}', which is not a declared input dimension")
+            self.dim_tensor[var] = self.g.add_tensor(Tensor(d.name, "int64", (), "dim", dim=d))
+        return self.dim_tensor[var]
 
     def const_tensor(self, c):
         if c not in self.env:  # constants hash by identity
@@ -123,11 +141,20 @@ class _Extractor:
         if is_const(expr):
             return self.const_tensor(expr)
         if isinstance(expr, relax.Var):
+            if expr not in self.env and any(v.same_as(expr) for v in self.variables.values()):
+                return self.dim_of(expr)  # a size set at run time, handed to the kernel
             if expr not in self.env:
                 raise CompileError(f"value '{expr.name}' is used before it is defined")
             return self.env[expr]
         if isinstance(expr, relax.Tuple):
             return tuple(self.value_of(f) for f in expr.fields)
+        if isinstance(expr, relax.PrimValue):
+            from tvm import tirx
+
+            if not isinstance(expr.value, tirx.Var):
+                raise CompileError(f"a kernel takes the size {expr.value}, computed from the input dimensions: "
+                                   f"not supported yet")
+            return self.dim_of(expr.value)
         raise CompileError(f"unsupported Relax expression {type(expr).__name__}")
 
     def kernel_layer(self, var, call):
@@ -140,7 +167,7 @@ class _Extractor:
             raise CompileError(f"kernel {func_name} takes a tuple argument")
         ty = var.ty
         outs = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
-        out_ids = [g.add_tensor(self.sourced(_tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name,
+        out_ids = [g.add_tensor(self.sourced(self.tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name,
                                                      "intermediate"))) for k, t in enumerate(outs)]
         self.env[var] = tuple(out_ids) if isinstance(ty, relax.TupleType) else out_ids[0]
         sym = symbol(func_name)
@@ -174,8 +201,8 @@ class _Extractor:
             t = g.tensors[idx]
             if t.kind != "intermediate" or idx in g.outputs:
                 sym = f"copy_{len(g.kernels)}"
-                g.kernels[sym] = _copy_kernel(t.shape, t.dtype)
-                out = g.add_tensor(Tensor(name, t.dtype, t.shape, "output"))
+                g.kernels[sym] = _copy_kernel(t.extents or t.shape, t.dtype)
+                out = g.add_tensor(Tensor(name, t.dtype, t.shape, "output", extents=t.extents))
                 g.layers.append(Layer(f"L{len(g.layers)}", "copy", sym, [idx, out], 1))
                 idx = out
             t = g.tensors[idx]
@@ -185,7 +212,7 @@ class _Extractor:
 
 def run(c):
     names = [o for n in c.proto.graph.node for o in n.output] if c.proto is not None else ()
-    c.graph = apply(c.mod, c.name, c.input_names, c.output_names, c.anchors, names)
+    c.graph = apply(c.mod, c.name, c.input_names, c.output_names, c.anchors, names, c.dims)
     c.graph.notes += c.notes
     if c.on_gpu:  # the layers without a variant run TVM's GPU schedules, one dispatch stream
         for layer in c.graph.layers:

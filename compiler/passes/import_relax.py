@@ -9,7 +9,7 @@ import gc
 import onnx
 
 from ..errors import CompileError, quiet
-from ..ir import branches
+from ..ir import branches, dims
 from ..onnx import recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder
@@ -19,13 +19,16 @@ from ..ir.relax import is_const, shape_of
 NAME = "import_relax"
 
 
-def apply(model):
+def apply(model, variables=None):
+    """The Relax module of `model`; `variables` ({Dim: tir var}) are the
+    sizes of the input dimensions declared as ranges (ir/dims.py)."""
     from tvm.relax.frontend.onnx import from_onnx
 
     shapes, dtypes = {}, {}
+    named = {d.name: dims.extent(d, v) for d, v in (variables or {}).items()}
     for inp in graph_inputs(model):
         tt = inp.type.tensor_type
-        shapes[inp.name] = [d.dim_value for d in tt.shape.dim]
+        shapes[inp.name] = [named[d.dim_param] if d.dim_param in named else d.dim_value for d in tt.shape.dim]
         dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
     failed, message = [], None
     with _node_watch(failed), quiet():
@@ -72,6 +75,8 @@ def _node_watch(failed):
         try:
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
+            if op_name == "Resize":
+                inputs = _whole_scales(inputs)
             return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
         except Exception:
             if not failed:
@@ -86,6 +91,21 @@ def _node_watch(failed):
     finally:
         ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+def _whole_scales(inputs):
+    """A Resize's constant scales, where every one is a whole number, as
+    integers: an extent sized at run time then scales exactly (H * 2, not
+    a float product cast back)."""
+    from tvm import relax
+
+    scales = inputs[2] if len(inputs) > 2 else None
+    if not is_const(scales):
+        return inputs
+    v = scales.value.numpy()
+    if v.ndim != 1 or not v.size or (v != v.round()).any() or (v < 1).any():
+        return inputs
+    return [*inputs[:2], relax.ShapeExpr([int(x) for x in v]), *inputs[3:]]
 
 
 def _named(bb, value, node):
@@ -132,6 +152,7 @@ class _Cell:
 
 
 def run(c):
-    c.mod = apply(c.proto)
+    c.dims = dims.variables(c.options.dims.values())
+    c.mod = apply(c.proto, c.dims)
     c.name = c.proto.graph.name or "model"
     return c

@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CompileError
+from ..options import Dim
 from ..onnx.ops import MAX_OPSET, MIN_OPSET, check_supported, graph_inputs, opset_of
 
 NAME = "load_onnx"
@@ -166,7 +167,7 @@ def fix_input_shapes(model, input_shapes):
         if not inp.type.HasField("tensor_type") or tt.elem_type == TensorProto.UNDEFINED:
             raise CompileError(f"input '{inp.name}' is not a typed tensor")
         if inp.name in input_shapes:
-            shape = [int(d) for d in input_shapes[inp.name]]
+            shape = list(input_shapes[inp.name])
             if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
                 raise CompileError(f"input '{inp.name}' has rank {len(tt.shape.dim)}, --input-shape gives {len(shape)}")
             if [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] != shape:
@@ -174,6 +175,9 @@ def fix_input_shapes(model, input_shapes):
             tt.ClearField("shape")
             tt.shape.SetInParent()
             for d in shape:
+                if isinstance(d, Dim):  # a range: a named symbolic dimension
+                    tt.shape.dim.add().dim_param = d.name
+                    continue
                 if d <= 0:
                     raise CompileError(f"input '{inp.name}': dimension {d} must be positive")
                 tt.shape.dim.add().dim_value = d
@@ -182,11 +186,12 @@ def fix_input_shapes(model, input_shapes):
         for k, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value == 0:
                 raise CompileError(f"input '{inp.name}' dimension {k} is 0: zero-size tensors are not supported")
-            if not d.HasField("dim_value") or d.dim_value < 0:
+            if (not d.HasField("dim_value") or d.dim_value < 0) and not isinstance(
+                    (input_shapes.get(inp.name) or [None] * (k + 1))[k], Dim):
                 label = d.dim_param or "?"
                 raise CompileError(
                     f"input '{inp.name}' dimension {k} ('{label}') is not fixed; "
-                    f"give it with --input-shape {inp.name}=...")
+                    f"give it with --input-shape {inp.name}=... (a size, or a range such as [1:512])")
 
 
 def run(c):

@@ -29,7 +29,7 @@ def apply(graph, align=ALIGN):
         first[root(i)] = -1
     for step, layer in enumerate(graph.layers):
         for a in layer.args:
-            if graph.tensors[a].kind in ("weight", "prepared"):
+            if graph.tensors[a].kind in ("weight", "prepared", "dim"):
                 continue
             first.setdefault(root(a), step)
             last[root(a)] = step

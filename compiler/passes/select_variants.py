@@ -23,6 +23,7 @@ import numpy as np
 from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
+from ..ir import dims
 from ..ir.relax import LayerIds, const_value
 from ..ir.branches import OPAQUE
 from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
@@ -111,6 +112,8 @@ def _spec_of(call, op_name, w):
     """The ConvSpec or DenseSpec of a layer with constant weights `w`, or
     None where no variant takes it."""
     x_ty = call.args[0].ty
+    if not dims.is_static(x_ty.shape.values):  # sized at run time: the generic schedule
+        return None
     xs = [int(d) for d in x_ty.shape.values]
     dtype = str(x_ty.dtype)
     if op_name == "conv2d":

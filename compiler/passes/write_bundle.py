@@ -24,17 +24,25 @@ from coldbrew.targets import task_shares
 
 from ..bundle.checksum import checksum64
 from ..errors import InternalError
+from ..ir import dims
 from ..ir.graph import signatures
 from ..ir.forms import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
-SCHEMA_VERSION = 4  # schemas/README.md, Versions
+SCHEMA_VERSION = 5  # schemas/README.md, Versions
+
+
+def version(graph):
+    """The schema version a bundle of `graph` is written as: the lowest that
+    describes it (4 without sizes set at run time), so runtimes that read
+    version 4 keep reading fixed-shape bundles."""
+    return SCHEMA_VERSION if any(t.kind == "dim" for t in graph.tensors) else 4
 MAGIC = b"COLDBREW"
 PREAMBLE_SIZE = 64
 PAGE = 4096
 KINDS = {"input": fb.TensorKind.input, "output": fb.TensorKind.output,
          "intermediate": fb.TensorKind.intermediate, "weight": fb.TensorKind.weight,
-         "prepared": fb.TensorKind.prepared}
+         "prepared": fb.TensorKind.prepared, "dim": fb.TensorKind.dim}
 
 
 def _align(n, a):
@@ -98,6 +106,25 @@ def _step(layer, k, gpu):
                     weightError=layer.weight_error, outputError=layer.output_error)
 
 
+def _program(graph, t):
+    """A tensor's shape program (schemas/bundle.fbs), where sized at run time."""
+    if t.extents is None:
+        return None
+    tensors = {graph.tensors[i].dim: i for i in range(len(graph.tensors)) if graph.tensors[i].kind == "dim"}
+    by_var = {v.name: tensors[d] for d, v in graph.variables.items() if d in tensors}
+    return dims.program(t.extents, lambda v: by_var[v.name])
+
+
+def _range(graph, t):
+    """A dim tensor's Range: its bounds and the first input axis that carries it."""
+    if t.kind != "dim":
+        return None
+    var = graph.variables[t.dim]
+    at = next((k, a) for k, i in enumerate(graph.inputs) for a, e in enumerate(graph.tensors[i].extents or ())
+              if dims.is_extent(e, t.dim, var))
+    return fb.RangeT(min=t.dim.min, max=t.dim.max, step=t.dim.step, typical=t.dim.typical, input=at[0], axis=at[1])
+
+
 def _header(graph, target, producer, model_hash, segments, weight_offsets, shaders=()):
     """weight_offsets: {tensor index: (segment index, offset, checksum)};
     shaders: GPU bundles' Shader records (codegen_spirv)."""
@@ -105,7 +132,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     # a GPU bundle carries no CPU code: any CPU of its architecture runs it
     t = fb.TargetT(triple=target.triple, cpu=target.cpu, features=[] if gpu else list(target.features),
                    gpuClass=target.gpu.api if gpu else "")
-    b = fb.BundleT(schemaVersion=SCHEMA_VERSION, producer=producer, modelHash=model_hash, modelName=graph.name,
+    b = fb.BundleT(schemaVersion=version(graph), producer=producer, modelHash=model_hash, modelName=graph.name,
                    target=t, inputs=list(graph.inputs), outputs=list(graph.outputs), weightChecksums=True,
                    kernels=None if gpu else _kernels(graph))
     b.tensors = []
@@ -115,7 +142,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
         b.tensors.append(fb.TensorT(name=ten.name, dtype=DTYPES.index(ten.dtype), shape=[int(d) for d in ten.shape],
                                     kind=KINDS[ten.kind], nbytes=ten.nbytes, segment=seg, segmentOffset=off,
                                     arenaOffset=0 if weight else ten.arena_offset, checksum=checksum,
-                                    source=ten.source, layout=ten.layout))
+                                    source=ten.source, layout=ten.layout, bounds=_range(graph, ten),
+                                    shapeProgram=_program(graph, ten)))
     b.layers = [fb.LayerT(name=x.name, op=x.op, sources=[], attrs=[], args=list(x.args), numOutputs=x.num_outputs)
                 for x in graph.layers]
     steps = [_step(layer, k, gpu) for k, layer in enumerate(graph.layers)]
@@ -167,7 +195,7 @@ def apply(graph, code, target, producer, model_hash, spirv=None):
     assert len(header) == size, "bundle header size changed between passes"
     file_size = _align(segments[-1][1] + len(segments[-1][2]), 64)
     out = bytearray(file_size)
-    struct.pack_into("<8sIIQQQ", out, 0, MAGIC, SCHEMA_VERSION, PREAMBLE_SIZE, len(header),
+    struct.pack_into("<8sIIQQQ", out, 0, MAGIC, version(graph), PREAMBLE_SIZE, len(header),
                      checksum64(header), file_size)
     out[PREAMBLE_SIZE:PREAMBLE_SIZE + len(header)] = header
     for _, offset, data, _ in segments:

@@ -9,15 +9,15 @@ import numpy as np
 
 
 def _parse_shapes(values):
+    """{input: its dimensions' text} (options.input_dims reads sizes and ranges)."""
     shapes = {}
     for v in values:
-        name, sep, dims = v.rpartition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"'{v}': expected NAME=1x3x224x224")
-        try:
-            shapes[name] = [int(d) for d in dims.lower().split("x")]
-        except ValueError:
-            raise click.BadParameter(f"'{v}': dimensions must be integers like 1x3x224x224") from None
+        depth = [v[:k].count("[") - v[:k].count("]") for k in range(len(v))]
+        cut = max((k for k, ch in enumerate(v) if ch == "=" and depth[k] == 0), default=-1)  # not in a [D=..]
+        name, sep, dims = v[:cut], "=" * (cut >= 0), v[cut + 1:]
+        if not sep or not name or not dims:
+            raise click.BadParameter(f"'{v}': expected NAME=1x3x224x224 (a range: NAME=1x3x[32:640]x[32:640])")
+        shapes[name] = dims
     return shapes
 
 
@@ -104,7 +104,10 @@ def main():
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="bundle file to write")
 @click.option("--target", default="host", show_default=True, help="target name (see targets/); vulkan, or <preset>+vulkan, runs the layers on a GPU")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..", help="fix an input's shape")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx..",
+              help="an input's shape: sizes, or ranges [MIN:MAX], [MIN:MAX:STEP], [DIM=MIN:MAX] (DIM: shared by name)")
+@click.option("--typical-shape", "typical_shapes", multiple=True, metavar="NAME=DxDx..",
+              help="the size of a ranged input the plan is weighed for (default: each range's largest)")
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
 @click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
               help="force a kernel variant: globally (im2col_gemm), per op (conv2d=winograd_f4) "
@@ -148,7 +151,7 @@ def main():
                    "[samples, ...] (default: generated)")
 @click.option("--calibration-samples", default=4, show_default=True, help="sample inputs generated for the error "
               "when no --calibration-data is given")
-def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
+def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
                 continuous, dump_ir, sign_key, precision, max_error, calibration, calibration_samples):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError
@@ -158,7 +161,8 @@ def compile_cmd(model, output, target, input_shapes, binds, variant_opts, weight
     t0 = time.perf_counter()
     planned = []
     try:
-        options = Options(target=target, input_shapes=_parse_shapes(input_shapes), constants=_parse_binds(binds),
+        options = Options(target=target, input_shapes=_parse_shapes(input_shapes),
+                          typical_shapes=_parse_shapes(typical_shapes), constants=_parse_binds(binds),
                           variants=_parse_choice(variant_opts), weights=_parse_choice(weight_opts), threads=threads,
                           queues=_parse_queues(queue_opts), plan=plan, tune=_tunes(target, tune),
                           continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,

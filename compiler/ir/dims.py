@@ -1,0 +1,115 @@
+"""Input dimensions declared as ranges (compiler/options.py Dim), as the
+symbolic sizes TVM carries through Relax and TIR: one int64 variable per
+Dim, the extents computed from them, each extent's largest value over the
+declared ranges (the memory plan's size) and its program (how a run
+computes it from the sizes of its inputs: schemas/bundle.fbs
+Tensor.shape_program).
+
+TVM is imported inside the functions."""
+import re
+
+END, ADD, SUB, MUL, FLOORDIV, FLOORMOD, MIN, MAX, DIM, NEG = range(-1, -11, -1)
+
+
+def variables(dims):
+    """{Dim: tir.Var} for the declared Dims, each named after its Dim: the
+    variable is the size / the Dim's step (extent() is the size), so every
+    extent computed from it is a multiple of the step where it is one (a
+    page of 32 * h rows halved five times is h rows, exactly)."""
+    from tvm import tirx as tir
+
+    out, used = {}, set()
+    for d in dims:
+        name = re.sub(r"\W", "_", d.name)
+        while name in used:
+            name += "_"
+        used.add(name)
+        out[d] = tir.Var(name, "int64")
+    return out
+
+
+def extent(d, var):
+    """The size of Dim `d` from its variable."""
+    return var * d.step if d.step > 1 else var
+
+
+def is_extent(e, d, var):
+    """Whether `e` is the very extent of Dim `d` (an input axis that carries it)."""
+    from tvm_ffi import structural_equal
+
+    return not isinstance(e, int) and structural_equal(e, extent(d, var))
+
+
+def is_static(extents):
+    """Whether every extent is a constant."""
+    return all(hasattr(e, "value") or isinstance(e, int) for e in extents)
+
+
+def _analyzer(dims):
+    import tvm
+    from tvm.sym import Analyzer
+
+    a = Analyzer()
+    for d, v in dims.items():
+        a.bind(v, tvm.ir.Range(d.min // d.step, d.max // d.step + 1))
+    return a
+
+
+def largest(extents, dims):
+    """The largest value of each extent over the declared ranges (ints)."""
+    a = _analyzer(dims)
+    out = []
+    for e in extents:
+        if isinstance(e, int) or hasattr(e, "value"):
+            out.append(int(e))
+            continue
+        bound = a.const_int_bound(e).max_value
+        if bound >= 2**62:
+            raise ValueError(f"extent {e} has no bound over the declared ranges")
+        out.append(int(bound))
+    return tuple(out)
+
+
+def at(extents, dims, sizes):
+    """Each extent's value where every Dim takes its size from `sizes` ({Dim: int})."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+
+    a = Analyzer()
+    for d, n in sizes.items():
+        a.bind(dims[d], tirx.IntImm("int64", n // d.step))
+    return tuple(int(a.simplify(e)) if hasattr(e, "dtype") else int(e) for e in extents)
+
+
+def typical(extents, dims):
+    """Each extent at the Dims' typical sizes."""
+    return at(extents, dims, {d: d.typical for d in dims})
+
+
+def program(extents, tensor_of):
+    """The postfix words computing `extents` (schemas/bundle.fbs
+    Tensor.shape_program); `tensor_of(var)` is the dim tensor of a variable."""
+    from tvm import tirx as tir
+
+    ops = {tir.Add: ADD, tir.Sub: SUB, tir.Mul: MUL, tir.FloorDiv: FLOORDIV, tir.FloorMod: FLOORMOD,
+           tir.Min: MIN, tir.Max: MAX}
+    words = []
+
+    def emit(e):
+        if isinstance(e, int) or isinstance(e, tir.IntImm):
+            n = int(e)
+            words.extend([-n, NEG] if n < 0 else [n])
+        elif isinstance(e, tir.Var):
+            words.extend([DIM, tensor_of(e)])
+        elif type(e) in ops:
+            emit(e.a), emit(e.b)
+            words.append(ops[type(e)])
+        elif isinstance(e, tir.Cast):
+            emit(e.value)
+        else:
+            raise ValueError(f"extent {e} is not arithmetic a run can compute ({type(e).__name__})")
+
+    for e in extents:
+        emit(e)
+        words.append(END)
+    return words
