@@ -23,11 +23,11 @@ ROOT = os.path.dirname(HERE)
 # vulkan, exec): a source includes headers of its own folder or of folders
 # below it (tests/runtime/test_layers.py)
 C_SOURCES = ["base/base.c", "base/alloc.c", "base/lz4.c",
-             "bundle/stream.c", "bundle/open.c", "bundle/signature.c", "bundle/target.c",
+             "bundle/stream.c", "bundle/open.c", "bundle/signature.c", "bundle/target.c", "bundle/program.c",
              "cpu/backend.c", "cpu/code.c", "cpu/widen.c",
              "vulkan/vulkan.c", "vulkan/vulkan_pipelines.c", "vulkan/vulkan_weights.c", "vulkan/vulkan_session.c",
              "vulkan/open_gpu.c",
-             "exec/load.c", "exec/session.c", "exec/step.c", "exec/run.c", "exec/warmer.c"]
+             "exec/load.c", "exec/session.c", "exec/shapes.c", "exec/step.c", "exec/run.c", "exec/warmer.c"]
 CXX_SOURCES = ["bundle/model.cc"]
 LIB_NAME = "libcoldbrew.so"
 

@@ -18,9 +18,9 @@
  *   run and released on several threads at once (each tensor's checksum is
  *   checked once, whichever run reads it first). Release it once, after
  *   its last session.
- * - A session belongs to one thread at a time: its calls (set_input, run,
- *   get_output, trace, alternates) must not overlap. Outputs borrowed from
- *   it change with its next run.
+ * - A session belongs to one thread at a time: its calls (set_input_shape,
+ *   set_input, run, get_output, info, trace, alternates) must not overlap.
+ *   Outputs borrowed from it change with its next run.
  * - Kernels' parallel loops run on one process-wide pool of threads. Each
  *   open, session creation and run sizes the pool to the threads it needs
  *   (the plan's count, or cb_session_options.threads), so sessions of
@@ -61,7 +61,7 @@
 CB_API_BEGIN
 
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION (schemas/README.md) */
-#define CB_SCHEMA_VERSION 4u
+#define CB_SCHEMA_VERSION 5u
 #define CB_SCHEMA_MIN_VERSION 4u
 
 typedef enum cb_status {
@@ -216,17 +216,43 @@ cb_status cb_bundle_output_info(const cb_bundle* bundle, size_t index, cb_tensor
 /* Index of the input named `name`, or CB_ERR_INVALID_ARGUMENT. */
 cb_status cb_bundle_find_input(const cb_bundle* bundle, const char* name, size_t* out_index);
 
+/* Shapes set at run time (schema 5; a model input declared with a range,
+ * `coldbrew compile --input-shape x=1x3x[32:640]x[32:640]`): an input axis
+ * takes the values min..max in steps of `step`. The bundle's memory is
+ * planned for the largest shapes, which cb_bundle_input_info and
+ * cb_bundle_output_info give; a session starts at the shapes the plan was
+ * weighed for. A fixed axis gives min == max, step 1; an axis that follows
+ * from other axes' values (a model's expression of them) gives min 0, max
+ * its largest, step 0. */
+cb_status cb_bundle_input_range(const cb_bundle* bundle, size_t index, int32_t axis, int64_t* out_min,
+                                int64_t* out_max, int64_t* out_step);
+
 cb_status cb_session_create(cb_bundle* bundle, const cb_session_options* options,
                             cb_session** out_session);
 void cb_session_release(cb_session* session);
-/* Copy `nbytes` (must equal the input's nbytes) into input `index`. An
- * input keeps its value until set again: runs never overwrite it. */
+/* Input `index`'s shape for the runs that follow (ndim axes): each fixed
+ * axis as the bundle has it, each ranged one in its range (else
+ * CB_ERR_INVALID_ARGUMENT naming the input, the axis and the range). It
+ * sets the shapes of every tensor that follows from it, other inputs'
+ * among them: an input whose shape it changes must be set again, its
+ * shape then its data, before the next run. A shape equal to the current
+ * one changes nothing. */
+cb_status cb_session_set_input_shape(cb_session* session, size_t index, const int64_t* shape, int32_t ndim);
+/* Input `index` at its current shape; output `index` at its shape in the
+ * last run (before one: the shape the current inputs give). `shape` points
+ * into the session: its values change with set_input_shape (inputs) and
+ * runs (outputs). */
+cb_status cb_session_input_info(const cb_session* session, size_t index, cb_tensor_info* out_info);
+cb_status cb_session_output_info(const cb_session* session, size_t index, cb_tensor_info* out_info);
+/* Copy `nbytes` (must equal the input's bytes at its current shape) into
+ * input `index`. An input keeps its value until set again: runs never
+ * overwrite it. */
 cb_status cb_session_set_input(cb_session* session, size_t index, const void* data, size_t nbytes);
 /* Borrow input `index`'s storage, to write its value in place (what
- * set_input copies there); valid until release. */
+ * set_input copies there; its bytes at its current shape); valid until release. */
 cb_status cb_session_input_buffer(cb_session* session, size_t index, void** out_data, size_t* out_nbytes);
 cb_status cb_session_run(cb_session* session);
-/* Borrow output `index`; valid until the next run or release. */
+/* Borrow output `index` (its bytes at its shape in the last run); valid until the next run or release. */
 cb_status cb_session_get_output(const cb_session* session, size_t index, const void** out_data,
                                 size_t* out_nbytes);
 

@@ -17,16 +17,6 @@ bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size &
 
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
-uint64_t dtype_size(fbs::DType d) {
-  switch (d) {
-    case fbs::DType::f32: case fbs::DType::i32: case fbs::DType::u32: return 4;
-    case fbs::DType::f16: case fbs::DType::i16: case fbs::DType::u16: return 2;
-    case fbs::DType::f64: case fbs::DType::i64: case fbs::DType::u64: return 8;
-    case fbs::DType::i8: case fbs::DType::u8: case fbs::DType::boolean: return 1;
-  }
-  return 0;
-}
-
 template <typename T>
 T* alloc_array(uint32_t n) { return static_cast<T*>(cb_calloc(n ? n : 1, sizeof(T))); }
 
@@ -330,15 +320,26 @@ cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
   d->name = t->name() ? t->name()->c_str() : "";
   d->dtype = static_cast<uint8_t>(t->dtype());
   d->kind = static_cast<uint8_t>(t->kind());
-  uint64_t n = dtype_size(t->dtype());
+  uint64_t n = cb_dtype_size(d->dtype);
   if (n == 0) return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown dtype", i);
   static const int64_t kScalarShape[1] = {1};
   d->ndim = t->shape() ? static_cast<int32_t>(t->shape()->size()) : 0;
   d->shape = t->shape() ? t->shape()->data() : kScalarShape;
-  if (d->ndim > 32) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+  if (d->ndim > CB_MAX_NDIM) return cb_fail(CB_ERR_CORRUPT, "tensor %u has %d dimensions", i, d->ndim);
+  d->nprogram = t->shape_program() ? t->shape_program()->size() : 0;
+  d->program = t->shape_program() ? t->shape_program()->data() : nullptr;
   // the verifier aligns a vector's length (4 bytes), not its 8-byte elements
-  if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0)
-    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape", i);
+  if (reinterpret_cast<uintptr_t>(d->shape) % alignof(int64_t) != 0 ||
+      reinterpret_cast<uintptr_t>(d->program) % alignof(int64_t) != 0)
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned shape or shape program", i);
+  if (!t->bounds() != (d->kind != CB_KIND_DIM))
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): a dim tensor has a range, no other tensor has one", i, d->name);
+  if (const fbs::Range* r = t->bounds()) {  // a dim: no bytes, checked with the inputs (cb_shapes_check)
+    d->range = {r->min(), r->max(), r->step(), r->typical(), r->input(), r->axis()};
+    if (d->ndim || d->dtype != CB_I64 || t->nbytes())
+      return cb_fail(CB_ERR_CORRUPT, "dim tensor %u ('%s') is not an int64 of shape [] and no bytes", i, d->name);
+    return CB_OK;
+  }
   for (int32_t k = 0; k < d->ndim; k++) {
     if (d->shape[k] < 0 || !checked_mul(n, static_cast<uint64_t>(d->shape[k]), &n))
       return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid shape", i, d->name);
@@ -497,7 +498,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   cb_status st = verify_header(header, header_size, version, &b);
   if (st) return st;
   if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
-      (st = parse_io(b, m)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
+      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
       (st = check_calls(b, m)))
     return st;
   m->warm_threads = b->plan()->warm_threads();

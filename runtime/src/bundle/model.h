@@ -25,7 +25,13 @@ extern "C" {
  * (signature.c): CB_OK or CB_ERR_SIGNATURE with its reason. */
 cb_status cb_signature_check(const uint8_t* data, uint64_t size, const uint8_t* public_key);
 
-enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4 };
+enum { CB_KIND_INPUT = 0, CB_KIND_OUTPUT = 1, CB_KIND_INTERMEDIATE = 2, CB_KIND_WEIGHT = 3, CB_KIND_PREPARED = 4,
+       CB_KIND_DIM = 5 };
+/* A shape program's words (Tensor.shape_program; w >= 0 pushes w) and its deepest stack. */
+enum { CB_OP_END = -1, CB_OP_ADD = -2, CB_OP_SUB = -3, CB_OP_MUL = -4, CB_OP_FLOORDIV = -5, CB_OP_FLOORMOD = -6,
+       CB_OP_MIN = -7, CB_OP_MAX = -8, CB_OP_DIM = -9, CB_OP_NEG = -10 };
+#define CB_SHAPE_STACK 16
+#define CB_MAX_NDIM 32
 enum { CB_SEG_WEIGHTS_RAW = 0, CB_SEG_WEIGHTS_CACHED = 1, CB_SEG_CPU_CODE = 2, CB_SEG_SPIRV = 3, CB_SEG_CPU_CODE_LZ4 = 4 };
 
 /* A verified tensor description. Strings and shapes point into the mapped
@@ -41,6 +47,11 @@ typedef struct cb_tensor_desc {
   uint32_t segment;
   uint64_t segment_offset;
   uint64_t checksum; /* weights, when cb_model.weight_checksums */
+  /* kind dim (Tensor.bounds): its values min..max in steps of step (it
+   * holds value / step), first carried by axis `axis` of input `input` */
+  struct { int64_t min, max, step, typical; uint32_t input, axis; } range;
+  uint32_t nprogram; /* a shape set at run time (Tensor.shape_program), or 0: `shape` is fixed */
+  const int64_t* program; /* ... else `shape`, nbytes and the arena place hold the largest */
 } cb_tensor_desc;
 
 /* A GPU launch (GPU bundles): shader, workgroup grid, tensors bound in order. */
@@ -129,6 +140,7 @@ typedef struct cb_model {
   uint32_t nshaders;
   cb_shader_desc* shaders;
   cb_dispatch_desc* dispatches; /* every step's, back to back */
+  uint32_t program_axes; /* the axes of every tensor with a shape program */
 } cb_model;
 
 /* Where weight tensor `t` lies in the mapped bundle at `base`. */
@@ -144,6 +156,27 @@ static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model*
 cb_status cb_model_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version,
                          cb_model* out);
 void cb_model_free(cb_model* model);
+
+/* Shape programs (program.c). Shapes set at run time checked (schema 5
+ * on, CPU bundles; after the tensors and inputs are parsed): every dim's
+ * range and carrying input axis, every program well formed and giving its
+ * tensor's shape at each dim's largest value. CB_ERR_CORRUPT names the tensor. */
+cb_status cb_shapes_check(cb_model* m, uint32_t version);
+/* An element's bytes (0: an unknown dtype). */
+uint64_t cb_dtype_size(uint8_t dtype);
+/* Tensor t's program evaluated with the dims' values `dims` (indexed by
+ * tensor) into `shape`: CB_OK, or CB_ERR_CORRUPT naming the tensor (a
+ * malformed program, an overflow, a division by zero, a negative size). */
+cb_status cb_shape_eval(const cb_model* m, uint32_t t, const int64_t* dims, int64_t* shape);
+/* The bytes of tensor `d` at `shape`: 1, or 0 where they overflow. */
+int cb_shape_bytes(const cb_tensor_desc* d, const int64_t* shape, uint64_t* out);
+/* The dim whose value axis `axis` of `d` is (its words `DIM t END` or
+ * `scale DIM t MUL END`; *scale 1 or the constant), or -1. */
+int64_t cb_axis_dim(const cb_model* m, const cb_tensor_desc* d, uint32_t axis, int64_t* scale);
+/* The values axis `axis` of input tensor `t` takes: a fixed one min == max,
+ * step 1; one a dim's range sets, that range; another (an expression of
+ * the dims), 0 to its largest, step 0. */
+void cb_axis_range(const cb_model* m, uint32_t t, uint32_t axis, int64_t* min, int64_t* max, int64_t* step);
 
 /* Whether this CPU has an ISA feature by its LLVM name (target.c: CPUID and
  * the OS's saved register state): 1 yes, 0 no, -1 cannot tell. */

@@ -29,7 +29,7 @@ typedef struct {
   };
 } cb_ffi_any;
 
-enum { CB_FFI_NONE = 0, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
+enum { CB_FFI_NONE = 0, CB_FFI_INT = 1, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 };
 
 /* TVM backend hooks (backend.c). */
 /* Run fn's tasks on the pool as a kernel's parallel loop would (inline on a

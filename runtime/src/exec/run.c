@@ -157,7 +157,7 @@ static void observe_step(void* session, uint32_t i) {
   cb_session* s = session;
   const cb_step_desc* st = &s->bundle->model.steps[i];
   for (uint32_t a = st->nargs - st->nouts; a < st->nargs; a++)
-    s->observe(s->observe_ctx, i, st->args[a], s->tensors[st->args[a]].data, s->bundle->model.tensors[st->args[a]].nbytes);
+    s->observe(s->observe_ctx, i, st->args[a], s->tensors[st->args[a]].data, s->nbytes[st->args[a]]);
 }
 
 /* `queues`: the preparation queues workers serve on this run (0: none). */
@@ -259,6 +259,7 @@ cb_status cb_session_run(cb_session* s) {
   cb_status alt_status = s->alt_status;
   pthread_mutex_unlock(&s->mu);
   if (alt_status) return cb_fail(alt_status, "%s", s->alt_error);
+  cb_shapes_keep_outputs(s);
   if (s->gpu) return run_gpu(s, first);
   /* the pool holds the larger of the two thread counts; this run launches on its own */
   cb_status ts = cb_backend_set_threads((int)(s->threads > s->later_threads ? s->threads : s->later_threads));

@@ -14,12 +14,6 @@ static void dl_dtype(uint8_t dtype, cb_dltensor* t) {
   t->code = code[dtype], t->bits = bits[dtype], t->lanes = 1;
 }
 
-/* Kernel arguments: pointers to the session's tensor descriptions. */
-static uint32_t bind_args(cb_session* s, const uint32_t* ids, uint32_t n, cb_ffi_any* out) {
-  for (uint32_t a = 0; a < n; a++) out[a].type_index = CB_FFI_DLTENSOR_PTR, out[a].v_ptr = &s->tensors[ids[a]];
-  return n;
-}
-
 /* A session's large areas (arena, prepared weights): first written by the
  * first run, so each of their pages costs a fault there. Transparent huge
  * pages, where the kernel offers them, make that one fault per 2 MB
@@ -94,6 +88,13 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
   s->was_read = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->ready = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
   s->claimed = cb_calloc(m->nsteps ? m->nsteps : 1, 1);
+  uint32_t out_axes = 0;
+  for (uint32_t k = 0; k < m->noutputs; k++) out_axes += (uint32_t)m->tensors[m->outputs[k]].ndim;
+  s->dims = cb_calloc(2 * (size_t)m->ntensors + 1, sizeof *s->dims);
+  s->nbytes = cb_calloc(m->ntensors + 1, sizeof *s->nbytes);
+  s->shapes = cb_calloc(m->program_axes + 1, sizeof *s->shapes);
+  s->out_shapes = cb_calloc(out_axes + 1, sizeof *s->out_shapes);
+  s->out_nbytes = cb_calloc(m->noutputs + 1, sizeof *s->out_nbytes);
   /* GPU bundles keep prepared tensors in the device's weights buffer */
   s->prepared = gpu ? cb_aligned_alloc(64, 64) : big_alloc((size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
@@ -102,16 +103,17 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
     if (!s->trace) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
   if (!s->arena || !s->tensors || !s->args || !s->arg_start || !s->targs || !s->targ_start || !s->is_prepared || !s->skipped || !s->was_read ||
-      !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready)
+      !s->prepared || !s->ready || !s->claimed || !s->aargs || !s->aarg_start || !s->alt_ready || !s->dims ||
+      !s->nbytes || !s->shapes || !s->out_shapes || !s->out_nbytes)
     return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (arena %llu bytes)", (unsigned long long)m->arena_size);
   return CB_OK;
 }
 
-/* Every tensor's place, and each step's kernel arguments pointing at them.
- * The arena is not zeroed: every tensor in it is written (inputs by the
- * caller, the rest by the layers) before it is read (COLDBREW_POISON_ARENA
- * fills it with NaN bytes at creation, to check that). */
-static void bind_session(cb_session* s) {
+/* Every tensor's place and shape (shapes.c: those set at run time, and the
+ * kernel arguments). The arena is not zeroed: every tensor in it is written
+ * (inputs by the caller, the rest by the layers) before it is read
+ * (COLDBREW_POISON_ARENA fills it with NaN bytes at creation, to check that). */
+static cb_status bind_session(cb_session* s) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
   for (uint32_t i = 0; i < m->ntensors; i++) {
@@ -128,15 +130,7 @@ static void bind_session(cb_session* s) {
     t->shape = (int64_t*)d->shape;
     dl_dtype(d->dtype, t);
   }
-  uint32_t k = 0, kt = 0, ka = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++) {
-    const cb_step_desc* sd = &m->steps[i];
-    s->arg_start[i] = k, s->targ_start[i] = kt, s->aarg_start[i] = ka;
-    k += bind_args(s, sd->args, sd->nargs, &s->args[k]);
-    kt += bind_args(s, sd->transform_args, sd->ntransform_args, &s->targs[kt]);
-    ka += bind_args(s, sd->warm_args, sd->nwarm_args, &s->aargs[ka]);
-  }
-  s->arg_start[m->nsteps] = k, s->targ_start[m->nsteps] = kt, s->aarg_start[m->nsteps] = ka;
+  return cb_shapes_start(s);
 }
 
 cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_session** out) {
@@ -158,11 +152,10 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (nshares) memcpy(s->own_shares, options->exec_shares, nshares);
   s->shares = split_for(m, 0, threads, s->own_shares, nshares);
   s->later_shares = split_for(m, 1, later, s->own_shares, nshares);
-  if ((st = session_memory(s, options))) {
+  if ((st = session_memory(s, options)) || (st = bind_session(s))) {
     cb_session_release(s);
     return st;
   }
-  bind_session(s);
   s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
   *out = s;
   return CB_OK;
@@ -190,6 +183,11 @@ void cb_session_release(cb_session* s) {
   cb_free(s->tensors);
   cb_free(s->args);
   cb_free(s->arg_start);
+  cb_free(s->dims);
+  cb_free(s->nbytes);
+  cb_free(s->shapes);
+  cb_free(s->out_shapes);
+  cb_free(s->out_nbytes);
   cb_free(s);
 }
 
@@ -199,9 +197,9 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
   if (index >= m->ninputs)
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "input index %zu out of range (%u inputs)", index, m->ninputs);
   const cb_tensor_desc* d = &m->tensors[m->inputs[index]];
-  if (nbytes != d->nbytes)
-    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' takes %llu bytes, got %zu", d->name,
-                   (unsigned long long)d->nbytes, nbytes);
+  if (nbytes != s->nbytes[m->inputs[index]])
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' takes %llu bytes at its shape, got %zu", d->name,
+                   (unsigned long long)s->nbytes[m->inputs[index]], nbytes);
   memcpy(s->arena + d->arena_offset, data, nbytes);
   return CB_OK;
 }
@@ -216,7 +214,7 @@ static cb_status io_place(const cb_session* s, size_t index, int input, void** o
                    count, input ? "input" : "output");
   const cb_tensor_desc* d = &m->tensors[input ? m->inputs[index] : m->outputs[index]];
   *out_data = s->arena + d->arena_offset;
-  *out_nbytes = (size_t)d->nbytes;
+  *out_nbytes = (size_t)(input ? s->nbytes[m->inputs[index]] : s->out_nbytes[index]);
   return CB_OK;
 }
 

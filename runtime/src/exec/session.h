@@ -1,8 +1,9 @@
 /* The runtime's top layer (exec/), which may include every layer below:
  * a bundle opened to run (load.c) and a session as the runtime holds it,
- * shared by session.c (create, release, inputs and outputs), run.c (the
- * run loop and its preparation), warmer.c (continuous mode) and step.c
- * (what the last two both do to a step). */
+ * shared by session.c (create, release, inputs and outputs), shapes.c
+ * (shapes set at run time, kernel arguments), run.c (the run loop and its
+ * preparation), warmer.c (continuous mode) and step.c (what the last two
+ * both do to a step). */
 #ifndef COLDBREW_SESSION_H_
 #define COLDBREW_SESSION_H_
 
@@ -54,6 +55,12 @@ struct cb_session {
   void* observe_ctx;
   cb_status alt_status;       /* a warm weight failed its check (set by the warmer, under mu) */
   char alt_error[1024];
+  /* shapes set at run time (shapes.c) */
+  int64_t* dims;        /* per tensor: a dim's value / step (2 x ntensors: the second half a shape being set) */
+  uint64_t* nbytes;     /* per tensor: its bytes at its current shape */
+  int64_t* shapes;      /* the current shapes of the tensors with a shape program (their DLTensors'), back to back */
+  int64_t* out_shapes;  /* the outputs' shapes in the last run (before one: the current), back to back */
+  uint64_t* out_nbytes; /* ... and their bytes */
 };
 
 /* step.c: a step's weights read and checked; its phases traced (`queue`:
@@ -62,6 +69,11 @@ cb_status cb_read_tensors(cb_session* s, const uint32_t* ids, uint32_t n, const 
 cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint32_t alternate);
 void cb_trace_end(cb_trace_event* ev);
 void cb_trace_worker(uint32_t queue);
+
+/* shapes.c: a new session's shapes (each dim at its typical value) and
+ * kernel arguments bound; the outputs' shapes kept for a run (its first act) */
+cb_status cb_shapes_start(cb_session* s);
+void cb_shapes_keep_outputs(cb_session* s);
 
 /* warmer.c: continuous mode's warm alternates */
 void cb_warmer_start(cb_session* s);
