@@ -45,19 +45,39 @@ def is_static(extents):
     return all(hasattr(e, "value") or isinstance(e, int) for e in extents)
 
 
-def _analyzer(dims):
+def _read(extents, dims):
+    """{var: Dim} of the variables the extents read, matched to the Dims by
+    name (passes may rebuild a variable: the same name, another object)."""
+    from tvm.tirx.analysis import undefined_vars
+
+    by_name = {v.name: d for d, v in dims.items()}
+    out = {}
+    for e in extents:
+        for v in ([] if isinstance(e, int) or hasattr(e, "value") else undefined_vars(e)):
+            if v.name not in by_name:
+                raise ValueError(f"extent {e} reads '{v.name}', which is not a declared input dimension")
+            out[v] = by_name[v.name]
+    return out
+
+
+def _analyzer(extents, dims, sizes=None):
+    """An analyzer knowing each variable the extents read: its range, or
+    its value where `sizes` ({Dim: size}) gives one."""
     import tvm
     from tvm.sym import Analyzer
 
     a = Analyzer()
-    for d, v in dims.items():
-        a.bind(v, tvm.ir.Range(d.min // d.step, d.max // d.step + 1))
+    for v, d in _read(extents, dims).items():
+        if sizes is None:
+            a.bind(v, tvm.ir.Range(d.min // d.step, d.max // d.step + 1))
+        else:
+            a.bind(v, tvm.tirx.IntImm("int64", sizes[d] // d.step))
     return a
 
 
 def largest(extents, dims):
     """The largest value of each extent over the declared ranges (ints)."""
-    a = _analyzer(dims)
+    a = _analyzer(extents, dims)
     out = []
     for e in extents:
         if isinstance(e, int) or hasattr(e, "value"):
@@ -72,13 +92,8 @@ def largest(extents, dims):
 
 def at(extents, dims, sizes):
     """Each extent's value where every Dim takes its size from `sizes` ({Dim: int})."""
-    from tvm import tirx
-    from tvm.sym import Analyzer
-
-    a = Analyzer()
-    for d, n in sizes.items():
-        a.bind(dims[d], tirx.IntImm("int64", n // d.step))
-    return tuple(int(a.simplify(e)) if hasattr(e, "dtype") else int(e) for e in extents)
+    a = _analyzer(extents, dims, sizes)
+    return tuple(int(e) if isinstance(e, int) else int(a.simplify(e)) for e in extents)
 
 
 def typical(extents, dims):
@@ -102,7 +117,8 @@ def program(extents, tensor_of):
         elif isinstance(e, tir.Var):
             words.extend([DIM, tensor_of(e)])
         elif type(e) in ops:
-            emit(e.a), emit(e.b)
+            a, b = (e.b, e.a) if isinstance(e, tir.Mul) and isinstance(e.b, tir.IntImm) else (e.a, e.b)
+            emit(a), emit(b)  # a constant factor first: an input's axis reads `step DIM t MUL`
             words.append(ops[type(e)])
         elif isinstance(e, tir.Cast):
             emit(e.value)

@@ -182,6 +182,10 @@ class Variant:
     transform_rearranges = True
     blocked = False  # writes the blocked activation layout (ConvSpec.out_block)
     prescheduled = False  # a PrimFunc written scheduled (`kernel`), not a TE computation
+    # computes a layer sized at run time: `compute` takes a spec whose extents
+    # are symbolic (its choices made at the typical sizes, kernels/generic.py
+    # size(), and only what holds at every size taken for granted)
+    symbolic = False
     # reads its weights as the model's integers (int8, always the direct
     # form) and applies their scales itself: compute(spec, x, wt, params, scale)
     integer = False

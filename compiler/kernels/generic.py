@@ -1,9 +1,44 @@
 """The generic schedule: every layer without a variant, and the variants'
 non-anchor blocks (pooling, elementwise, reductions, data movement, weight
-transforms). Vector widths are always passed in (`lanes`)."""
+transforms). Vector widths are always passed in (`lanes`).
+
+A kernel sized at run time has symbolic extents; the schedule's choices
+(tile widths, whether a read is affine) are made at the sizes the plan is
+weighed for: `typical_sizes` holds them ({variable name: value}, set by
+the pass while it schedules) and `size(extent)` reads an extent there."""
+import contextlib
+import contextvars
+
 import numpy as np
 import tvm
 from tvm import s_tir, tirx
+
+_TYPICAL = contextvars.ContextVar("typical_sizes", default={})
+
+
+@contextlib.contextmanager
+def typical_sizes(sizes):
+    """Schedule with the run-time sizes at these values ({variable name: value})."""
+    token = _TYPICAL.set(dict(sizes))
+    try:
+        yield
+    finally:
+        _TYPICAL.reset(token)
+
+
+def size(extent):
+    """An extent's value: a constant's, or a symbolic one's at the typical sizes."""
+    if isinstance(extent, int) or isinstance(extent, tirx.IntImm):
+        return int(extent)
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx.analysis import undefined_vars
+
+    ana, sizes = Analyzer(), _TYPICAL.get()
+    for v in undefined_vars(extent):
+        if v.name not in sizes:
+            raise ValueError(f"extent {extent}: no typical size for '{v.name}'")
+        ana.bind(v, tirx.IntImm(str(v.ty), sizes[v.name]))
+    return int(ana.simplify(extent))
 
 def blocks_in_order(sch):
     root = sch.get_sblock("root") if _has_root(sch) else None
@@ -34,7 +69,7 @@ def vectorize_inner(sch, block, lanes):
 
 def _extent(sch, loop):
     try:
-        return int(sch.get(loop).extent)
+        return size(sch.get(loop).extent)
     except Exception:
         return None
 
@@ -117,7 +152,7 @@ def _gathers_along(sch, block, axis):
 
     ivs = sch.get(block).iter_vars
     var = ivs[axis].var
-    ext = int(ivs[axis].dom.extent)
+    ext = size(ivs[axis].dom.extent)
     at = tirx.Var("at", str(ivs[axis].dom.extent.ty))
 
     def shifted(expr, offset):  # expr with the axis at `at + offset`
@@ -169,9 +204,9 @@ def _mostly_contiguous(sch, block, axis, samples=4):
     ivs = sch.get(block).iter_vars
     rng = np.random.default_rng(0)
     reads = _reads(sch, block)
-    steps, ext = [], int(ivs[axis].dom.extent)
+    steps, ext = [], size(ivs[axis].dom.extent)
     for _ in range(samples):
-        point = {iv.var: int(rng.integers(int(iv.dom.min), int(iv.dom.min) + int(iv.dom.extent))) for iv in ivs}
+        point = {iv.var: int(rng.integers(size(iv.dom.min), size(iv.dom.min) + size(iv.dom.extent))) for iv in ivs}
         for k in range(min(ext - 1, 16)):
             addrs = []
             for v in (k, k + 1):
@@ -195,9 +230,9 @@ def _affine_lanes(sch, block, axis, lanes, samples=3):
     from tvm.sym.analyzer import Analyzer
 
     ivs = sch.get(block).iter_vars
-    ext, reads = int(ivs[axis].dom.extent), _reads(sch, block)
+    ext, reads = size(ivs[axis].dom.extent), _reads(sch, block)
     rng = np.random.default_rng(0)
-    points = [{iv.var: int(rng.integers(int(iv.dom.min), int(iv.dom.min) + int(iv.dom.extent))) for iv in ivs}
+    points = [{iv.var: int(rng.integers(size(iv.dom.min), size(iv.dom.min) + size(iv.dom.extent))) for iv in ivs}
               for _ in range(samples)]
     addrs = []  # per point, per k along the axis: the reads' flat offsets
     for point in points:
@@ -233,7 +268,7 @@ def _flat(ana, region):
         v = ana.simplify(rng.min)
         if not isinstance(v, tirx.IntImm):
             return None
-        offset = offset * int(dim) + v.value
+        offset = offset * size(dim) + v.value
     return offset
 
 

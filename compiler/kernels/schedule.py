@@ -3,7 +3,7 @@ epilogue attachment, padding stages. Vector widths are always passed in
 (`lanes`, from the target's vector unit)."""
 from tvm import s_tir
 
-from .generic import blocks_in_order, generic_block, vectorize_inner
+from .generic import blocks_in_order, generic_block, size, vectorize_inner
 
 
 def round_up(n, m):
@@ -109,7 +109,7 @@ def _written(sch, block):
     """How many elements the buffer `block` writes holds."""
     n = 1
     for d in sch.get(block).writes[0].source.shape:
-        n *= int(d)
+        n *= size(d)
     return n
 
 

@@ -57,6 +57,8 @@ def apply(mod, model_name, input_names, output_names, anchors=(), sources=(), va
                                    f"{getattr(op, 'name', type(value).__name__)}")
     x.outputs(main.body.body, output_names)
     x.g.variables = dict(x.variables)
+    for var in x.variables.values():  # every declared size, taken by a kernel or not: the shapes read them
+        x.dim_of(var)
     _unique_sources(x.g)
     return x.g
 
@@ -96,7 +98,7 @@ class _Extractor:
         import tvm
 
         self.mod, self.g, self.sources, self.variables = mod, Graph(model_name), sources, variables
-        self.dim_tensor = {}  # tir var -> the dim tensor holding its value
+        self.dim_tensor = {}  # variable name -> the dim tensor holding its value
         self.env = {}  # relax Var (or constant) -> tensor index, or tuple of indices
         self.anchor_of = {a.const: a for a in anchors}
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -120,12 +122,12 @@ class _Extractor:
 
     def dim_of(self, var):
         """The dim tensor of a declared dim's variable."""
-        if var not in self.dim_tensor:
-            d = next((d for d, v in self.variables.items() if v.same_as(var)), None)
+        if var.name not in self.dim_tensor:
+            d = next((d for d, v in self.variables.items() if v.name == var.name), None)
             if d is None:
                 raise CompileError(f"a kernel takes the size '{var}', which is not a declared input dimension")
-            self.dim_tensor[var] = self.g.add_tensor(Tensor(d.name, "int64", (), "dim", dim=d))
-        return self.dim_tensor[var]
+            self.dim_tensor[var.name] = self.g.add_tensor(Tensor(d.name, "int64", (), "dim", dim=d))
+        return self.dim_tensor[var.name]
 
     def const_tensor(self, c):
         if c not in self.env:  # constants hash by identity
@@ -141,7 +143,7 @@ class _Extractor:
         if is_const(expr):
             return self.const_tensor(expr)
         if isinstance(expr, relax.Var):
-            if expr not in self.env and any(v.same_as(expr) for v in self.variables.values()):
+            if expr not in self.env and any(v.name == expr.name for v in self.variables.values()):
                 return self.dim_of(expr)  # a size set at run time, handed to the kernel
             if expr not in self.env:
                 raise CompileError(f"value '{expr.name}' is used before it is defined")

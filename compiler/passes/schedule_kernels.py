@@ -9,13 +9,20 @@ reported in the graph's notes.
 """
 from ..ir.anchors import ANCHOR_RE
 from ..kernels import ANCHOR
-from ..kernels.generic import generic
+from ..kernels.generic import generic, typical_sizes
 
 NAME = "schedule_kernels"
 
 
-def apply(mod, anchors, isa):
-    """`isa`: the target's vector unit (targets.Vector), for the generic schedule."""
+def apply(mod, anchors, isa, variables=None):
+    """`isa`: the target's vector unit (targets.Vector), for the generic
+    schedule; `variables` ({Dim: var}): sizes set at run time, scheduled
+    for their typical values."""
+    with typical_sizes({v.name: d.typical // d.step for d, v in (variables or {}).items()}):
+        return _schedule(mod, anchors, isa)
+
+
+def _schedule(mod, anchors, isa):
     from tvm import relax, s_tir
 
     by_index = {a.index: a for a in anchors}
@@ -49,6 +56,6 @@ def _unchanged(func):
 
 
 def run(c):
-    c.mod, notes = apply(c.mod, c.anchors, c.target.vector)
+    c.mod, notes = apply(c.mod, c.anchors, c.target.vector, c.dims)
     c.notes += notes
     return c

@@ -52,6 +52,7 @@ class Anchor:
     direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
     scale: object = None  # int8 direct: the relax constant of the per-output-channel scales
     direct_error: float = 0.0  # direct: max |w' - w| / max |w| of the narrow weights stored
+    exact: object = None  # sized at run time: the spec with its extents symbolic (`spec` holds the typical sizes)
 
 
 def auto_variant(spec, isa):
@@ -108,27 +109,45 @@ def _block(layout):
     return None if m is None else int(m.group(1) or 0)
 
 
-def _spec_of(call, op_name, w):
-    """The ConvSpec or DenseSpec of a layer with constant weights `w`, or
-    None where no variant takes it."""
+def _spec_of(call, op_name, w, variables=None):
+    """(spec, exact): the ConvSpec or DenseSpec of a layer with constant
+    weights `w` at its input's size, or (None, None) where no variant
+    takes it. Sized at run time (`variables`: {Dim: var}), `spec` is at the
+    typical sizes (what the variant and its parameters are chosen for) and
+    `exact` has the symbolic extents the kernel is built with; else exact
+    is None."""
     x_ty = call.args[0].ty
-    if not dims.is_static(x_ty.shape.values):  # sized at run time: the generic schedule
-        return None
-    xs = [int(d) for d in x_ty.shape.values]
+    if getattr(x_ty, "shape", None) is None:  # its shape unknown: extract_layers names it
+        return None, None
+    extents = list(x_ty.shape.values)
+    static = dims.is_static(extents)
+    xs = [int(d) for d in extents] if static else list(dims.typical(extents, variables))
     dtype = str(x_ty.dtype)
     if op_name == "conv2d":
         a = call.attrs
         ib, ob = _block(a.data_layout), _block(a.out_layout)
         if (ib is None or ob is None or (ib and not ob) or str(a.kernel_layout) != "OIHW" or len(xs) != (5 if ib else 4)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", dtype)) or dtype != "float32"):
-            return None
-        return ConvSpec.of_conv2d(a, xs, w.shape, dtype, ib, ob)
+            return None, None
+        spec = ConvSpec.of_conv2d(a, xs, w.shape, dtype, ib, ob)
+        if static:
+            return spec, None
+        if not dims.is_static(extents[:2]):  # batch or channels sized at run time: the generic schedule
+            return None, None
+        return spec, dataclasses.replace(spec, h=extents[2], w=extents[3])
     # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
     if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
-        return None
+        return None, None
     if any(d != 1 for d in xs[:-2]):
-        return DenseSpec(int(np.prod(xs[:-1])), xs[-1], int(w.shape[1]), dtype, batch=tuple(xs[:-1]))
-    return DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
+        if not static:
+            return None, None
+        return DenseSpec(int(np.prod(xs[:-1])), xs[-1], int(w.shape[1]), dtype, batch=tuple(xs[:-1])), None
+    spec = DenseSpec(xs[-2], xs[-1], int(w.shape[1]), dtype, len(xs) - 2)
+    if static:
+        return spec, None
+    if not dims.is_static(extents[:-2] + extents[-1:]):
+        return None, None
+    return spec, dataclasses.replace(spec, m=extents[-2])
 
 
 def _for_integers(spec, x, w, binding, own_scales):
@@ -186,7 +205,7 @@ def _integers(x, binding):
     return x if call is None else call.args[0]
 
 
-def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
+def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variables=None):
     """Variants made for the vector unit `isa` (targets.Vector); `tuning`
     (compiler/measure/tune.py's result, or None) supplies measured choices.
     `direct(anchor_id)` names the precision ("fp16", "int8") of the anchors
@@ -234,22 +253,26 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=()):
             if w is None:
                 return call
             anchor_id = self.ids.next(op_name)
-            spec = cell or _spec_of(call, op_name, w)
+            spec, exact = (cell, None) if cell else _spec_of(call, op_name, w, variables)
             if spec is None:
                 return call
             if self.phase == "collect":
                 spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
+                if exact is not None and not v.symbolic:  # sized at run time: a variant that computes it, or generic
+                    return call
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
                                            np.ascontiguousarray(w.astype(spec.dtype)),
                                            alternatives=[a.name for a in applicable(spec, op_name, isa)],
-                                           tuned=tuned))
+                                           tuned=tuned, exact=exact))
                 return call
-            a = next(a for a in self.anchors if a.id == anchor_id)
+            a = next((a for a in self.anchors if a.id == anchor_id), None)
+            if a is None:
+                return call
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, a.spec, a.params), x, a.const,
+            return self.builder_.call_te(kbuild.execute_te(a.variant, a.exact or a.spec, a.params), x, a.const,
                                          *([a.scale] if a.scale is not None else []),
                                          primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
 
@@ -399,5 +422,5 @@ def _transform_weights(anchors):
 
 def run(c):
     c.mod, c.anchors = apply(c.mod, c.target.vector, c.choices.variants, c.tuning, direct_layers(c.choices.weights, c.choices.precision),
-                             c.qdq_scales)
+                             c.qdq_scales, c.dims)
     return c
