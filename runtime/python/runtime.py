@@ -79,6 +79,10 @@ def _load_library():
         "cb_session_create": ([vp, ctypes.POINTER(_Options), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_session_release": ([vp], None),
         "cb_session_set_input": ([vp, sz, vp, sz], ctypes.c_int),
+        "cb_session_set_input_shape": ([vp, sz, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
+        "cb_session_input_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
+        "cb_session_output_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
+        "cb_bundle_input_range": ([vp, sz, ctypes.c_int32] + [ctypes.POINTER(ctypes.c_int64)] * 3, ctypes.c_int),
         "cb_session_run": ([vp], ctypes.c_int),
         "cb_session_get_output": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
         "cb_session_input_buffer": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
@@ -132,15 +136,19 @@ def read_public_key(value):
 
 
 class NodeArg:
-    """Input/output metadata, as onnxruntime's NodeArg."""
+    """Input/output metadata, as onnxruntime's NodeArg: its largest shape
+    (the bundle's memory is planned for it); an input's `ranges`, per axis
+    (min, max, step): a fixed axis (n, n, 1), a ranged one the multiples of
+    step from min to max (cb_bundle_input_range)."""
 
-    def __init__(self, info):
+    def __init__(self, info, ranges=None):
         self.name = info.name.decode()
         self.dtype = np.dtype(_DTYPES[info.dtype])
         self.shape = [info.shape[i] for i in range(info.ndim)]
         self.dims = tuple(self.shape)
         self.type = f"tensor({self.dtype.name})"
         self.nbytes = info.nbytes
+        self.ranges = ranges
 
     def __repr__(self):
         return f"NodeArg(name={self.name!r}, dtype={self.dtype.name}, shape={self.shape})"
@@ -178,8 +186,9 @@ class InferenceSession:
                                                    ctypes.byref(self._bundle)))
         else:
             _check(_lib.cb_bundle_open_file_with(os.fsencode(source), ctypes.byref(opts), ctypes.byref(self._bundle)))
-        self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info)
+        self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info, self._ranges)
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
+        self._sized = any(lo != hi for i in self._inputs for lo, hi, _ in i.ranges)  # shapes set at run time
         opts = _Options(threads, 1 if trace else 0, MODES.index(mode))
         if exec_shares is not None:
             if not all(isinstance(x, int) and 1 <= x <= 255 for x in exec_shares):
@@ -188,25 +197,39 @@ class InferenceSession:
             opts.exec_share_count, opts.exec_shares = len(exec_shares), self._shares
         _check(_lib.cb_session_create(self._bundle, ctypes.byref(opts), ctypes.byref(self._session)))
         # numpy views of the inputs' and outputs' places in the session's arena
-        # (fixed for its lifetime): a run copies the feeds in and the outputs out
-        self._in_views = [self._view(_lib.cb_session_input_buffer, k, m) for k, m in enumerate(self._inputs)]
-        self._out_views = [self._view(_lib.cb_session_get_output, k, m) for k, m in enumerate(self._outputs)]
+        # at their current shapes (fixed for its lifetime where the bundle's
+        # shapes are): a run copies the feeds in and the outputs out
+        self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, self._inputs)
+        self._out_views = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
 
-    def _view(self, fn, k, meta):
-        ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
-        _check(fn(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
-        if size.value != meta.nbytes:
-            raise BundleError(_STATUS.index("CORRUPT"), f"'{meta.name}' holds {size.value} bytes in the session, its shape "
-                                       f"{meta.shape} needs {meta.nbytes}")
-        raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
-        return np.frombuffer(raw, dtype=meta.dtype).reshape(meta.dims)
+    def _views(self, place, info_fn, metas):
+        out = []
+        for k, meta in enumerate(metas):
+            info, ptr, size = _TensorInfo(), ctypes.c_void_p(), ctypes.c_size_t()
+            _check(info_fn(self._session, k, ctypes.byref(info)))
+            _check(place(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
+            shape = tuple(info.shape[i] for i in range(info.ndim))
+            if size.value != info.nbytes or size.value != meta.dtype.itemsize * int(np.prod(shape)):
+                raise BundleError(_STATUS.index("CORRUPT"), f"'{meta.name}' holds {size.value} bytes in the session, "
+                                  f"its shape {list(shape)} needs {meta.dtype.itemsize * int(np.prod(shape))}")
+            raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
+            out.append(np.frombuffer(raw, dtype=meta.dtype).reshape(shape))
+        return out
 
-    def _infos(self, count, info_fn):
+    def _ranges(self, k, ndim):
+        lo, hi, step = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        out = []
+        for axis in range(ndim):
+            _check(_lib.cb_bundle_input_range(self._bundle, k, axis, ctypes.byref(lo), ctypes.byref(hi), ctypes.byref(step)))
+            out.append((lo.value, hi.value, step.value))
+        return out
+
+    def _infos(self, count, info_fn, ranges=None):
         out = []
         for i in range(count(self._bundle)):
             info = _TensorInfo()
             _check(info_fn(self._bundle, i, ctypes.byref(info)))
-            out.append(NodeArg(info))
+            out.append(NodeArg(info, ranges(i, info.ndim) if ranges else None))
         return out
 
     def verify_weights(self):
@@ -235,35 +258,54 @@ class InferenceSession:
             if unknown:
                 raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
             raise ValueError(f"missing input(s) {[n for n in names if n not in feeds]}")
-        for meta, view in zip(inputs, self._in_views):
+        arrays = []
+        for k, meta in enumerate(inputs):  # every shape first, in input order (a dim's carrier comes first)
             arr = feeds[meta.name]
-            if type(arr) is not np.ndarray or arr.dtype != meta.dtype or arr.shape != meta.dims:
+            if type(arr) is not np.ndarray or arr.dtype != meta.dtype or arr.shape != self._in_views[k].shape:
                 arr = self._checked(meta, arr)
+                if arr.shape != self._in_views[k].shape:
+                    shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
+                    _check(_lib.cb_session_set_input_shape(self._session, k, shape, arr.ndim))
+                    self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, inputs)
+            arrays.append(arr)
+        for meta, view, arr in zip(inputs, self._in_views, arrays):  # then the data
+            if arr.shape != view.shape:  # a later input's dims changed it
+                raise ValueError(f"input '{meta.name}' has shape {list(arr.shape)}; the other inputs' shapes make it "
+                                 f"{list(view.shape)}")
             view[...] = arr
 
-    @staticmethod
-    def _checked(meta, arr):
+    def _checked(self, meta, arr):
         if isinstance(arr, np.generic):
             arr = np.asarray(arr)
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"input '{meta.name}' must be a numpy array, got {type(arr).__name__}")
         if arr.dtype != meta.dtype:
             raise TypeError(f"input '{meta.name}' must have dtype {meta.dtype.name}, got {arr.dtype.name}")
-        if list(arr.shape) != meta.shape:
+        if not self._sized and list(arr.shape) != meta.shape:
             raise ValueError(f"input '{meta.name}' must have shape {meta.shape}, got {list(arr.shape)}")
         return arr
 
+    def _outs(self):
+        """The outputs at their shapes in the last run."""
+        if self._sized:
+            self._out_views = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
+        return self._out_views
+
     def run(self, output_names, input_feed):
-        """Run once; returns the requested outputs (all when None) as numpy arrays."""
+        """Run once; returns the requested outputs (all when None) as numpy arrays.
+        An input of a bundle whose shapes are set at run time may take any
+        shape its `ranges` allow (the outputs come at the shapes it gives);
+        one out of them raises BundleError with the runtime's message."""
         self._bind(input_feed)
         _check(_lib.cb_session_run(self._session))
         if output_names is None:
-            return [v.copy() for v in self._out_views]  # one copy, straight out of the session's arena
+            return [v.copy() for v in self._outs()]  # one copy, straight out of the session's arena
         names = [o.name for o in self._outputs]
         unknown = [n for n in output_names if n not in names]
         if unknown:
             raise ValueError(f"unknown output name '{unknown[0]}'; the model's outputs are {names}")
-        return [self._out_views[names.index(n)].copy() for n in output_names]
+        outs = self._outs()
+        return [outs[names.index(n)].copy() for n in output_names]
 
     def run_layers(self, input_feed):
         """Run once, step by step (cb_session_run_observed): each
