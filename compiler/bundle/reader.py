@@ -82,3 +82,39 @@ def cpu_step(step):
 
 def text(x):
     return x.decode() if isinstance(x, bytes) else (x or "")
+
+
+def dim_values(b, input_shapes):
+    """{dim tensor index: its value} when the inputs have these shapes
+    ([shape] in input order): each dim's size read at the input axis its
+    Range names, over its step (schemas/bundle.fbs)."""
+    return {i: input_shapes[t.bounds.input][t.bounds.axis] // t.bounds.step
+            for i, t in enumerate(b.tensors) if t.kind == fb.TensorKind.dim}
+
+
+def shape_now(desc, values):
+    """A tensor's shape for these dim values (dim_values): its shape
+    program evaluated, or its fixed shape."""
+    from ..ir.dims import DIM, END, NEG
+
+    words = [] if desc.shapeProgram is None else [int(w) for w in desc.shapeProgram]
+    if not words:
+        return [int(d) for d in desc.shape]
+    ops = {-2: lambda a, b: a + b, -3: lambda a, b: a - b, -4: lambda a, b: a * b, -5: lambda a, b: a // b,
+           -6: lambda a, b: a % b, -7: min, -8: max}
+    out, stack, k = [], [], 0
+    while k < len(words):
+        w, k = words[k], k + 1
+        if w >= 0:
+            stack.append(w)
+        elif w == END:
+            out.append(stack.pop())
+        elif w == DIM:
+            stack.append(values[words[k]])
+            k += 1
+        elif w == NEG:
+            stack.append(-stack.pop())
+        else:
+            rhs = stack.pop()
+            stack.append(ops[w](stack.pop(), rhs))
+    return out

@@ -2,10 +2,13 @@
 non-anchor blocks (pooling, elementwise, reductions, data movement, weight
 transforms). Vector widths are always passed in (`lanes`).
 
-A kernel sized at run time has symbolic extents; the schedule's choices
-(tile widths, whether a read is affine) are made at the sizes the plan is
-weighed for: `typical_sizes` holds them ({variable name: value}, set by
-the pass while it schedules) and `size(extent)` reads an extent there."""
+A kernel sized at run time has symbolic extents. The schedule's heuristic
+choices (tile widths, whether a read is affine, whether a loop is worth
+running in parallel) are made at the sizes the plan is weighed for:
+`typical_sizes` holds them ({variable name: value}, set by the pass while
+it schedules) and `size(extent)` reads an extent there. What correctness
+rests on (a split into whole vectors) is proved for every size instead:
+`multiple(extent, m)`."""
 import contextlib
 import contextvars
 
@@ -40,6 +43,22 @@ def size(extent):
         ana.bind(v, tirx.IntImm(str(v.ty), sizes[v.name]))
     return int(ana.simplify(extent))
 
+def multiple(extent, m):
+    """Whether `extent` is a multiple of `m` at every size (a constant's
+    remainder; a symbolic one's by the simplifier's modular analysis:
+    W * 32 is a multiple of 16, W * 2 is not known to be)."""
+    if isinstance(extent, int) or isinstance(extent, tirx.IntImm):
+        return int(extent) % m == 0
+    from tvm.sym.analyzer import Analyzer
+
+    mod = Analyzer().modular_set(extent)
+    return mod.coeff % m == 0 and mod.base % m == 0
+
+
+def _static(extent):
+    return isinstance(extent, int) or isinstance(extent, tirx.IntImm)
+
+
 def blocks_in_order(sch):
     root = sch.get_sblock("root") if _has_root(sch) else None
     return list(sch.get_child_blocks(root)) if root is not None else []
@@ -58,12 +77,12 @@ def vectorize_inner(sch, block, lanes):
     if not loops:
         return
     inner = loops[-1]
-    extent = _extent(sch, inner)
+    extent, whole = _extent(sch, inner), multiple(sch.get(inner).extent, lanes)
     if extent is None or extent < 2:
         return
-    if extent % lanes == 0 and extent > lanes:
+    if whole and extent > lanes:
         _, inner = sch.split(inner, [None, lanes])
-    if extent % lanes == 0 or extent <= 16:
+    if whole or (extent <= 16 and _static(sch.get(inner).extent)):
         sch.vectorize(inner)
 
 
@@ -299,7 +318,7 @@ def row_reduction_block(sch, block, lanes):
     (rfactor), then the lanes combined. False (nothing done) for other
     blocks."""
     spatial, ext = _reduction_shape(sch, block)
-    if spatial is None or spatial == 0 or ext[-1] % lanes or ext[-1] < 2 * lanes:
+    if spatial is None or spatial == 0 or not _reduced_multiple(sch, block, spatial, lanes) or ext[-1] < 2 * lanes:
         return False
     loops = _fused_reduction(sch, block, spatial)
     _, ki = sch.split(loops[-1], [None, lanes])
@@ -322,7 +341,7 @@ def whole_reduction_block(sch, block, lanes, chunks=(16, 8, 4, 2)):
     if spatial is None or _product(ext[:spatial]) > 4:
         return False
     count = ext[-1]
-    p = next((c for c in chunks if count % (c * lanes) == 0 and count >= 4 * c * lanes), None)
+    p = next((c for c in chunks if _reduced_multiple(sch, block, spatial, c * lanes) and count >= 4 * c * lanes), None)
     if p is None:
         return False
     red = _fused_reduction(sch, block, spatial)[-1]
@@ -347,6 +366,11 @@ def _reduction_shape(sch, block):
             or None in ext):
         return None, None
     return spatial, ext[:spatial] + [_product(ext[spatial:])]
+
+
+def _reduced_multiple(sch, block, spatial, m):
+    """Whether the block's reduced loops (after its `spatial` output loops) hold a multiple of m iterations."""
+    return multiple(_product([sch.get(lp).extent for lp in sch.get_loops(block)[spatial:]]), m)
 
 
 def _product(values):
@@ -393,13 +417,15 @@ def reduction_block(sch, block, lanes, registers):
         return False
     if not _read_along(sch, block, spatial - 1):
         return False  # vectors along it would gather (a reduction over the contiguous axis: row_reduction_block)
-    if ext[spatial - 1] % lanes:  # a row of whole vectors and a few values more (100 keys): padded to whole vectors
+    if not multiple(sch.get(loops[spatial - 1]).extent, lanes):
+        if not _static(sch.get(loops[spatial - 1]).extent):
+            return False
+        # a row of whole vectors and a few values more (100 keys): padded to whole vectors
         sch.pad_einsum(block, [1] * (spatial - 1) + [lanes] + [1] * (len(kinds) - spatial))
         loops = sch.get_loops(block)
-        ext = [_extent(sch, lp) for lp in loops]
-    nv = next(v for v in (4, 3, 2, 1) if ext[spatial - 1] % (v * lanes) == 0)
-    rows = ext[spatial - 2] if spatial >= 2 else 1
-    mb = next(m for m in (16, 12, 8, 6, 4, 3, 2, 1) if rows % m == 0 and m * nv + nv + 2 <= registers)
+    nv = next(v for v in (4, 3, 2, 1) if multiple(sch.get(loops[spatial - 1]).extent, v * lanes))
+    rows = sch.get(loops[spatial - 2]).extent if spatial >= 2 else 1
+    mb = next(m for m in (16, 12, 8, 6, 4, 3, 2, 1) if multiple(rows, m) and m * nv + nv + 2 <= registers)
     red = loops[spatial:]
     jo, jio, jiv = sch.split(loops[spatial - 1], [None, nv, lanes])
     if spatial >= 2:
@@ -440,8 +466,8 @@ def generic_block(sch, block, lanes):
     inner = loops[spatial - 1]
     outer = list(loops[:spatial - 1])
     ext = extents[spatial - 1]
-    tiled = None
-    if (elementwise and ext % lanes == 0 and ext >= lanes and _copies(sch, block)
+    tiled, whole = None, multiple(sch.get(inner).extent, lanes)
+    if (elementwise and whole and ext >= lanes and _copies(sch, block)
             and _gathers_along(sch, block, spatial - 1)):
         # a transpose: tiles inside the axis read contiguously, no vectors along the last axis
         tiled = _transposed(sch, block, loops, spatial, lanes)
@@ -451,11 +477,11 @@ def generic_block(sch, block, lanes):
         width = lanes  # the vector: no wider than the period of a gathered read
         if elementwise and ext >= lanes and _gathers_along(sch, block, spatial - 1):
             width = _affine_lanes(sch, block, spatial - 1, lanes)
-        if elementwise and ext >= 2 * lanes and ext % lanes:
-            # whole vectors, then the last few values on their own (a row of 6,625)
-            inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
-            ext = ext // lanes * lanes
-        if elementwise and ext % lanes == 0 and ext >= lanes:
+        if elementwise and ext >= 2 * lanes and not whole:
+            # whole vectors, then the last few values on their own (a row of 6,625; a row sized at run time)
+            inner = sch.loop_partition(inner, [sch.get(inner).extent // lanes * lanes, None])[0]
+            ext, whole = ext // lanes * lanes, True
+        if elementwise and whole and ext >= lanes:
             io, iv = sch.split(inner, [None, width])
             sch.vectorize(iv)
             outer = outer or [io]

@@ -43,10 +43,13 @@ def _schedule(mod, anchors, isa):
             else:
                 generic(sch, isa.lanes, isa.registers)
         except Exception as e:  # TVM raises several error types from schedule primitives
+            sch, finish, used = s_tir.Schedule(func), _unchanged, "generic schedule used"
+            try:
+                generic(sch, isa.lanes, isa.registers)
+            except Exception:  # the generic schedule failed too: the function as lowered (correct, slower)
+                sch, used = s_tir.Schedule(func), "left unscheduled"
             notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
-                         "generic schedule used")
-            sch, finish = s_tir.Schedule(func), _unchanged
-            generic(sch, isa.lanes, isa.registers)
+                         f"{used}")
         mod[gv] = finish(sch.mod["main"])
     return mod, notes
 

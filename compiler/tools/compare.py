@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import check
-from ..bundle.reader import read, text
+from ..bundle.reader import dim_values, read, shape_now, text
 from ..ir.forms import DTYPES
 from ..passes.block_layout import from_blocked
 
@@ -79,6 +79,7 @@ def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
     if unknown:
         raise CompareError(f"no bundle input named {unknown[0]!r}; its inputs are {[n for n, _, _ in specs]}")
     observed = _run(bundle, feeds, [n for n, _, _ in specs], runner)
+    values = dim_values(b, [list(feeds[n].shape) for n in names])  # shapes set at run time: this run's
     wanted = {text(b.tensors[t].source) for _, t, _ in observed} - {""}
     refs, producer = _reference(model, feeds, wanted)
     report = Report()
@@ -89,7 +90,7 @@ def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
             report.skipped.append((name, "made by the compiler (no ONNX tensor)" if not source else
                                    f"ONNX tensor '{source}' is not in the model's main graph"))
             continue
-        why = _departure(_as_onnx(data, desc), refs[source], tolerance)
+        why = _departure(_as_onnx(data, desc, values), refs[source], tolerance)
         if why is None:
             report.matched += 1
             continue
@@ -178,10 +179,11 @@ def _reference(model, feeds, wanted):
     return dict(zip(names, values)), producer
 
 
-def _as_onnx(data, desc):
+def _as_onnx(data, desc, values):
     """A layer output's bytes as the ONNX tensor's array (blocked NCHW{b}c
-    back to NCHW, its padded channels dropped later by _departure)."""
-    x = np.frombuffer(data, DTYPES[desc.dtype]).reshape([int(d) for d in desc.shape])
+    back to NCHW, its padded channels dropped later by _departure); its
+    shape this run's (`values`: the dims', reader.dim_values)."""
+    x = np.frombuffer(data, DTYPES[desc.dtype]).reshape(shape_now(desc, values))
     return from_blocked(x) if text(desc.layout) else x
 
 
