@@ -25,6 +25,24 @@ def shape_of(e):
         return None
 
 
+def extents_of(e):
+    """A tensor expression's shape as a tuple of ints, with symbolic extents
+    (sized at run time) as TVM expressions; None where its shape is unknown."""
+    values = getattr(getattr(getattr(e, "ty", None), "shape", None), "values", None)
+    if values is None:
+        return None
+    return tuple(int(d) if hasattr(d, "value") else d for d in values)
+
+
+def same_extents(a, b):
+    """Whether two extents_of shapes are the same (symbolic ones equal as expressions)."""
+    from tvm_ffi import structural_equal
+
+    return (a is not None and b is not None and len(a) == len(b)
+            and all(x == y if isinstance(x, int) and isinstance(y, int) else
+                    not isinstance(x, int) and not isinstance(y, int) and structural_equal(x, y) for x, y in zip(a, b)))
+
+
 def const_value(e, binding=None):
     """The numpy value of a constant, or of a Var computed from constants
     only by FOLDED operators; else None. `binding(var)` gives the value a

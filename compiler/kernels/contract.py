@@ -6,6 +6,17 @@ from dataclasses import dataclass
 ANCHOR = "cb_anchor"
 
 
+def _simplified(extent):
+    """An extent sized at run time in the simplifier's form (the form Relax
+    gives the same value: fused functions must agree on their buffers'
+    shapes); an int as it is."""
+    if isinstance(extent, int):
+        return extent
+    from tvm.sym import Analyzer
+
+    return Analyzer().simplify(extent)
+
+
 @dataclass(frozen=True)
 class ConvSpec:
     n: int
@@ -48,11 +59,18 @@ class ConvSpec:
 
     @property
     def out_h(self):
-        return (self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1) // self.stride[0] + 1
+        return _simplified((self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1)
+                           // self.stride[0] + 1)
 
     @property
     def out_w(self):
-        return (self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1) // self.stride[1] + 1
+        return _simplified((self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1)
+                           // self.stride[1] + 1)
+
+    @property
+    def symbolic(self):
+        """Whether its rows or columns are sized at run time (TVM expressions)."""
+        return not isinstance(self.h, int) or not isinstance(self.w, int)
 
     @property
     def depthwise(self):

@@ -27,7 +27,7 @@ from tvm import te, tirx
 
 from .contract import ANCHOR, Variant, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
-from .generic import vectorize_inner
+from .generic import proved, vectorize_inner
 from .schedule import (attach_epilogue, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
 
@@ -37,9 +37,9 @@ def _padded(x, spec, owp):
     wide enough for `owp` output columns; x itself when nothing is added."""
     sw, dw = spec.stride[1], spec.dilation[1]
     pt, pl, pb, _ = spec.pad
-    hp = spec.h + pt + pb
-    wp = max(spec.w + spec.pad[1] + spec.pad[3], (owp - 1) * sw + (spec.s - 1) * dw + 1)
-    if (hp, wp) == (spec.h, spec.w):
+    hp, need = spec.h + pt + pb, (owp - 1) * sw + (spec.s - 1) * dw + 1
+    wp = tirx.max(spec.w + spec.pad[1] + spec.pad[3], need) if spec.symbolic else max(spec.w + pl + spec.pad[3], need)
+    if not any(spec.pad) and proved(need <= spec.w):
         return x
     shape = list(spec.input_shape)
     shape[2], shape[3] = hp, wp
@@ -52,7 +52,7 @@ def _padded(x, spec, owp):
 
 
 def _crop(anchor, spec):
-    if int(anchor.shape[3]) == spec.out_w:
+    if proved(anchor.shape[3] == spec.out_w):
         return anchor
     return te.compute(spec.output_shape, lambda *i: anchor[i], name="cb_out")
 
@@ -71,6 +71,7 @@ def register_space(isa, spec, fit=lambda zt: 1.0):
 class _OnBlocks(Variant):
     op = "conv2d"
     blocked = True
+    symbolic = True  # rows and columns sized at run time: the row padded to whole tiles at every size
 
 
 class Blocked(_OnBlocks):

@@ -55,6 +55,15 @@ def multiple(extent, m):
     return mod.coeff % m == 0 and mod.base % m == 0
 
 
+def proved(condition):
+    """Whether a condition on extents holds at every size (a Python bool as it is)."""
+    if isinstance(condition, bool):
+        return condition
+    from tvm.sym.analyzer import Analyzer
+
+    return bool(Analyzer().can_prove(condition))
+
+
 def _static(extent):
     return isinstance(extent, int) or isinstance(extent, tirx.IntImm)
 
@@ -477,9 +486,10 @@ def generic_block(sch, block, lanes):
         width = lanes  # the vector: no wider than the period of a gathered read
         if elementwise and ext >= lanes and _gathers_along(sch, block, spatial - 1):
             width = _affine_lanes(sch, block, spatial - 1, lanes)
-        if elementwise and ext >= 2 * lanes and not whole:
-            # whole vectors, then the last few values on their own (a row of 6,625; a row sized at run time)
-            inner = sch.loop_partition(inner, [sch.get(inner).extent // lanes * lanes, None])[0]
+        if elementwise and ext >= 2 * lanes and not whole and _static(sch.get(inner).extent):
+            # whole vectors, then the last few values on their own (a row of 6,625; a row sized at run
+            # time stays scalar: TVM partitions only constant loops)
+            inner = sch.loop_partition(inner, [ext // lanes * lanes, None])[0]
             ext, whole = ext // lanes * lanes, True
         if elementwise and whole and ext >= lanes:
             io, iv = sch.split(inner, [None, width])

@@ -7,7 +7,12 @@ from .generic import blocks_in_order, generic_block, size, vectorize_inner
 
 
 def round_up(n, m):
-    return (n + m - 1) // m * m
+    """n up to a multiple of m (an extent sized at run time in the simplifier's form)."""
+    if isinstance(n, int):
+        return (n + m - 1) // m * m
+    from tvm.sym import Analyzer
+
+    return Analyzer().simplify((n + m - 1) // m * m)
 
 
 def register_blocks(isa, rows, max_vectors):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..ir.anchors import forced
 from ..ir.graph import BLOCKED_MARK
-from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, per_channel, shape_of
+from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, extents_of, per_channel, same_extents
 from ..kernels.schedule import round_up
 
 NAME = "block_layout"
@@ -73,7 +73,7 @@ def _block_te(x, c, lanes):
     """TE: NCHW x -> blocked, channels past c zero."""
     from tvm import te, tirx
 
-    n, _, h, w = (int(d) for d in x.shape)
+    n, _, h, w = x.shape
     return te.compute((n, round_up(c, lanes) // lanes, h, w, lanes), lambda i, cb, y, z, l: tirx.if_then_else(
         cb * lanes + l < c, x[i, tirx.min(cb * lanes + l, c - 1), y, z], tirx.const(0, x.dtype)), name="cb_block")
 
@@ -82,7 +82,8 @@ def _unblock_te(x, c):
     """TE: blocked x -> NCHW with c channels (padding dropped)."""
     from tvm import te
 
-    n, _, h, w, lanes = (int(d) for d in x.shape)
+    n, _, h, w, lanes = x.shape
+    lanes = int(lanes)
     return te.compute((n, c, h, w), lambda i, k, y, z: x[i, k // lanes, y, z, k % lanes], name="cb_unblock")
 
 
@@ -119,7 +120,7 @@ def apply(mod, isa, choice=None):
                 nchw[p] = p
             for binding in blocks[0].bindings:
                 var, value = binding.var, binding.value
-                out_shape = shape_of(var)
+                out_shape = extents_of(var)
                 new = None
                 if isinstance(value, relax.Call) and out_shape is not None:
                     new = r.rewrite(value, out_shape)
@@ -161,8 +162,8 @@ class _Rewrite:
         return f"{v.name}{BLOCKED_MARK}{self.layout}"
 
     def channels(self, v):
-        shape = shape_of(v)
-        return shape[1] if shape is not None and len(shape) == 4 else None
+        shape = extents_of(v)
+        return shape[1] if shape is not None and len(shape) == 4 and isinstance(shape[1], int) else None
 
     def get_blocked(self, v):
         """The blocked form of Var v (made from its NCHW one if need be), or None."""
@@ -181,8 +182,8 @@ class _Rewrite:
         from tvm import relax
 
         if v not in self.nchw:
-            shape = shape_of(v)
-            if shape[2] * shape[3] == 1 and shape[1] % self.lanes == 0:  # the same bytes: an alias (elide_copies)
+            shape = extents_of(v)
+            if all(isinstance(d, int) and d == 1 for d in shape[2:]) and shape[1] % self.lanes == 0:  # the same bytes: an alias (elide_copies)
                 self.nchw[v] = self.bb.emit(relax.op.reshape(self.blocked[v], shape), name_hint=v.name)
             else:
                 self.nchw[v] = self.bb.emit_te(_unblock_te, self.blocked[v], shape[1], primfunc_name_hint="cb_unblock",
@@ -274,21 +275,21 @@ class _Rewrite:
         from tvm import relax
 
         if call.op.same_as(self.op["nn.conv2d"]):
-            return self.conv(call, out_shape[1])
-        if (len(out_shape) != 4 or not _fills(out_shape[1], self.lanes)
+            return self.conv(call, out_shape[1]) if isinstance(out_shape[1], int) else None
+        if (len(out_shape) != 4 or not isinstance(out_shape[1], int) or not _fills(out_shape[1], self.lanes)
                 or not any(v in self.blocked for v in _vars(call))):
             return None  # blocked operators follow blocked inputs, never start a chain
         c, a = out_shape[1], call.attrs
         half = self.blocked_clip_half(call)
         if half is not None:
             fn, x, b = half
-            xb = self.get_blocked(x) if shape_of(x) == out_shape else None
+            xb = self.get_blocked(x) if same_extents(extents_of(x), out_shape) else None
             return None if xb is None else (fn, xb, b)
         if any(call.op.same_as(self.op[n]) for n in _UNARY):
             x, rest = call.args[0], list(call.args[1:])  # rest: scalar operands (clip's bounds)
             if any(isinstance(r, relax.Var) for r in rest):
                 return None
-            xb = self.get_blocked(x) if isinstance(x, relax.Var) and shape_of(x) == out_shape else None
+            xb = self.get_blocked(x) if isinstance(x, relax.Var) and same_extents(extents_of(x), out_shape) else None
             return None if xb is None else relax.Call(call.op, [xb, *rest], a, call.ty_args)
         if any(call.op.same_as(self.op[n]) for n in _BINARY):
             args = [self.operand(x, c) for x in call.args]

@@ -46,18 +46,29 @@ _ROUNDINGS = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "
 
 
 def legalize_resize2d(bb, call):
-    a = call.attrs
+    """Sizes set at run time (symbolic extents) are taken in the simplifier's
+    form, as Relax gives the output's type (fused functions must agree on
+    their buffers' shapes), in the modes whose index needs no test of the
+    size itself."""
+    from tvm.sym import Analyzer
+
+    a, out_dtype = call.attrs, str(call.ty.dtype)
     in_shape = getattr(call.args[0].ty, "shape", None)
     size = getattr(call.args[1], "values", None)
-    static = (isinstance(in_shape, relax.ShapeExpr) and size is not None
-              and all(isinstance(d, tirx.IntImm) for d in list(in_shape.values) + list(size)))
-    if not (a.method == "nearest_neighbor" and a.layout == "NCHW" and static
+    known = isinstance(in_shape, relax.ShapeExpr) and size is not None
+    static = known and all(isinstance(d, tirx.IntImm) for d in list(in_shape.values) + list(size))
+    simplify = Analyzer().simplify
+    if known and not static:
+        size = [simplify(d) for d in size]
+        call = bb.normalize(relax.Call(call.op, [call.args[0], relax.ShapeExpr(size), *call.args[2:]], call.attrs,
+                                       call.ty_args))
+    if not (a.method == "nearest_neighbor" and a.layout == "NCHW" and known
+            and (static or a.coordinate_transformation_mode in ("half_pixel", "asymmetric", "tf_half_pixel_for_nearest"))
             and a.coordinate_transformation_mode in _COORD_MODES and a.rounding_method in _ROUNDINGS):
         return Op.get("relax.image.resize2d").get_attr("FLegalize")(bb, call)
-    in_h, in_w = (int(d) for d in in_shape.values[2:])
-    out_h, out_w = (int(d) for d in size)
+    in_h, in_w = (int(d) if static else simplify(d) for d in in_shape.values[2:])
+    out_h, out_w = (int(d) if static else d for d in size)
     mode, rnd = str(a.coordinate_transformation_mode), str(a.rounding_method)
-    out_dtype = str(call.ty.dtype)
 
     def fn(x):
         def pixel(n, c, y, w):
