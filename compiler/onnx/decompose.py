@@ -63,11 +63,13 @@ ops.check_static to name):
 - Pow with an exponent of another type: the exponent cast to the base's;
   Pow of integers: computed in float64 and cast back (exact for the
   integer results int64 can hold up to 2^53).
+- Attention, RotaryEmbedding, LinearAttention, CausalConvWithState: the
+  function bodies ONNX defines them by, inlined (onnx/attention.py).
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from . import subpixel
+from . import attention, subpixel
 from .ops import opset_of, types_and_shapes
 
 _INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
@@ -858,8 +860,9 @@ _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
 # (the operators each rewrites, the rewrite): one runs only where its
 # operators are in the graph (most infer the graph's shapes first)
-DECOMPOSITIONS = [  # convolutions first: 1-D as 2-D, a ConvTranspose's pads, then its sub-pixel form, whose crop
-    # may be an old Slice
+DECOMPOSITIONS = [  # the fused operators first (their bodies' operators are rewritten below); convolutions
+    # next: 1-D as 2-D, a ConvTranspose's pads, then its sub-pixel form, whose crop may be an old Slice
+    (attention.FUSED, attention.expand),
     (("Conv", "ConvTranspose"), conv1d_as_2d), (("Conv",), conv_column_as_row),
     (("ConvTranspose",), conv_transpose_output_shape),
     (("ConvTranspose",), subpixel.apply),

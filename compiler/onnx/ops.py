@@ -20,13 +20,15 @@ DepthToSpace SpaceToDepth OneHot Einsum CumSum ReduceL1 ReduceL2 ReduceLogSumExp
 ReduceLogSum Upsample TopK Loop ReverseSequence RNN ConvInteger Scan
 Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
 BitwiseNot LpPool EyeLike LpNormalization Swish SwiGLU HannWindow HammingWindow
-BlackmanWindow MelWeightMatrix com.microsoft.DynamicQuantizeLSTM
+BlackmanWindow MelWeightMatrix Attention RotaryEmbedding LinearAttention
+CausalConvWithState com.microsoft.DynamicQuantizeLSTM
 """.split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
 # Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, onnx/loops.py);
-# Scan: unrolled over its scan inputs (onnx/loops.py); others rewritten in onnx/decompose.py or lowered by
-# coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py); the window functions
-# and MelWeightMatrix: constants, folded (their inputs must be)
+# Scan: unrolled over its scan inputs (onnx/loops.py); Attention, RotaryEmbedding, LinearAttention,
+# CausalConvWithState: their ONNX function bodies (onnx/attention.py); others rewritten in
+# onnx/decompose.py or lowered by coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py);
+# the window functions and MelWeightMatrix: constants, folded (their inputs must be)
 
 # Operators whose output's shape depends on the input values (not only on
 # the input shapes): refused, as coldbrew plans every tensor's size at
