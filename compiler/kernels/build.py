@@ -1,6 +1,8 @@
 """Turn a variant + spec into PrimFuncs: the weight transform and the
 (scheduled) execute kernel. Used by the compiler passes, the tests and the
 kernel benchmark."""
+import dataclasses
+
 import tvm
 from tvm import s_tir, te
 
@@ -91,12 +93,14 @@ def execute_te(variant, spec, params):
     """A TE function (x, wt) -> out, for BlockBuilder.emit_te. Weights of a
     narrow dtype (the direct form) are widened where the kernel reads them;
     given a scale too (int8: x, wt, scale), each output is scaled by its channel's
-    (an integer variant applies its factors itself)."""
+    (an integer variant applies its factors itself). Sized at run time, the
+    spec's extents are taken from x as the kernel gets it (its own variables)."""
     def run(x, wt, *scale):
+        s = dataclasses.replace(spec, h=x.shape[2], w=x.shape[3]) if getattr(spec, "symbolic", False) else spec
         if variant.integer:
-            return variant.compute(spec, x, wt, params, scale[0])
-        out = variant.compute(spec, x, wt if wt.dtype == spec.dtype else Widened(wt), params)
-        return scaled(spec, out, scale[0]) if scale else out
+            return variant.compute(s, x, wt, params, scale[0])
+        out = variant.compute(s, x, wt if wt.dtype == s.dtype else Widened(wt), params)
+        return scaled(s, out, scale[0]) if scale else out
 
     return run
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 ANCHOR = "cb_anchor"
 
 
-def _simplified(extent):
+def simplified(extent):
     """An extent sized at run time in the simplifier's form (the form Relax
     gives the same value: fused functions must agree on their buffers'
     shapes); an int as it is."""
@@ -59,12 +59,12 @@ class ConvSpec:
 
     @property
     def out_h(self):
-        return _simplified((self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1)
+        return simplified((self.h + self.pad[0] + self.pad[2] - (self.r - 1) * self.dilation[0] - 1)
                            // self.stride[0] + 1)
 
     @property
     def out_w(self):
-        return _simplified((self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1)
+        return simplified((self.w + self.pad[1] + self.pad[3] - (self.s - 1) * self.dilation[1] - 1)
                            // self.stride[1] + 1)
 
     @property

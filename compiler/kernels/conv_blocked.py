@@ -23,12 +23,12 @@ gemm_1x1_blocked   the same GEMM on 1x1 stride-1 layers, the input read in
 Weights are packed so that a tile's weight vectors are contiguous:
 [K / b, C / cb, R, S, cb, b], cb = the input's channel block (1 for NCHW).
 """
-from tvm import te, tirx
+from tvm import s_tir, te, tirx
 
-from .contract import ANCHOR, Variant, register
+from .contract import ANCHOR, Variant, simplified, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
 from .generic import proved, vectorize_inner
-from .schedule import (attach_epilogue, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
+from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
 
 
@@ -37,8 +37,9 @@ def _padded(x, spec, owp):
     wide enough for `owp` output columns; x itself when nothing is added."""
     sw, dw = spec.stride[1], spec.dilation[1]
     pt, pl, pb, _ = spec.pad
-    hp, need = spec.h + pt + pb, (owp - 1) * sw + (spec.s - 1) * dw + 1
-    wp = tirx.max(spec.w + spec.pad[1] + spec.pad[3], need) if spec.symbolic else max(spec.w + pl + spec.pad[3], need)
+    hp, need, wide = spec.h + pt + pb, simplified((owp - 1) * sw + (spec.s - 1) * dw + 1), spec.w + pl + spec.pad[3]
+    # the wider of the two; sized at run time, the one proved wider (else both: a max the schedule cannot see through)
+    wp = need if proved(need >= wide) else wide if proved(wide >= need) else tirx.max(wide, need)
     if not any(spec.pad) and proved(need <= spec.w):
         return x
     shape = list(spec.input_shape)
@@ -49,6 +50,13 @@ def _padded(x, spec, owp):
         return tirx.if_then_else(inside, x[(n, c, y - pt, z - pl, *lane)], tirx.const(0, spec.dtype))
 
     return te.compute(shape, value, name="cb_pad")
+
+
+def _row(spec, zt):
+    """The anchor's row: out_w padded to whole tiles of zt; sized at run
+    time, out_w itself (its last tile predicated: a padded row's crop would
+    keep the epilogue off the tiles, as the schedule cannot prove the cover)."""
+    return spec.out_w if spec.symbolic else round_up(spec.out_w, zt)
 
 
 def _crop(anchor, spec):
@@ -93,7 +101,7 @@ class Blocked(_OnBlocks):
 
     def compute(self, spec, x, wt, params):
         b, cb, zt = self.isa.lanes, spec.in_block or 1, params["zt"]
-        owp = round_up(spec.out_w, zt)
+        owp = _row(spec, zt)
         p = _padded(x, spec, owp)
         co = te.reduce_axis((0, spec.c // cb), "co")
         rr = te.reduce_axis((0, spec.r), "rr")
@@ -120,8 +128,7 @@ class Blocked(_OnBlocks):
         zo, zi = sch.split(z, [None, zt])
         # per input value: one broadcast, then the kvb weight vectors it meets
         sch.reorder(n, koo, y, zo, co, rr, rs, ci, zi, koi, ki)
-        par = sch.fuse(n, koo, y)
-        sch.parallel(par)
+        par = fuse_parallel(sch, n, koo, y)
         pad_pass(sch, b)  # its own parallel pass, once per layer
         attach_epilogue(sch, block, zo, b)
         sch.unroll(koi)
@@ -148,7 +155,7 @@ class DepthwiseBlocked(_OnBlocks):
 
     def compute(self, spec, x, wt, params):
         b, zt = self.isa.lanes, params["zt"]
-        owp = round_up(spec.out_w, zt)
+        owp = _row(spec, zt)
         p = _padded(x, spec, owp)
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
@@ -169,12 +176,14 @@ class DepthwiseBlocked(_OnBlocks):
         n, ko, y, z, ki, rr, rs = sch.get_loops(block)
         zo, zi = sch.split(z, [None, zt])
         sch.reorder(n, ko, y, zo, rr, rs, zi, ki)
-        par = sch.fuse(n, ko, y)
-        sch.parallel(par)
+        par = fuse_parallel(sch, n, ko, y)
         pad = pad_stage(sch)
         if pad is not None:  # the rows this output row reads, right before use
-            sch.compute_at(pad, par, preserve_unit_loops=True)
-            vectorize_inner(sch, pad, b)
+            try:
+                sch.compute_at(pad, par, preserve_unit_loops=True)
+                vectorize_inner(sch, pad, b)
+            except s_tir.ScheduleError:  # sized at run time, the rows read unproved: its own pass
+                pad_pass(sch, b)
         attach_epilogue(sch, block, zo, b)
         sch.unroll(rr)
         sch.unroll(rs)
@@ -208,7 +217,7 @@ class _PanelGemm(_OnBlocks):
 
     def compute(self, spec, x, wt, params):
         b, cb, kvb, zt = self.isa.lanes, spec.in_block or 1, params["kvb"], params["zt"]
-        owp = round_up(spec.out_w, zt)
+        owp = _row(spec, zt)
         p = _padded(x, spec, owp)
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
 
@@ -241,8 +250,7 @@ class _PanelGemm(_OnBlocks):
         koo, koi = sch.split(ko, [None, kvb])
         zo, zi = sch.split(z, [None, zt])
         sch.reorder(n, y, zo, koo, co, rr, rs, ci, zi, koi, ki)
-        par = sch.fuse(n, y, zo)
-        sch.parallel(par)
+        par = fuse_parallel(sch, n, y, zo)
         pad_pass(sch, b)
         if self.copies_column:
             col = sch.get_sblock("cb_col")

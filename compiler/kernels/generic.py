@@ -64,6 +64,17 @@ def proved(condition):
     return bool(Analyzer().can_prove(condition))
 
 
+def _fusable(sch, loops):
+    """The outer loops to fuse into one parallel loop: all of them, or where
+    some are sized at run time the leading constant ones (at least one): an
+    index taken apart by a symbolic extent (fused // (H * 4)) hides from the
+    schedule which rows a block writes, and later blocks cannot be placed."""
+    if all(_static(sch.get(lp).extent) for lp in loops):
+        return loops
+    lead = next((k for k, lp in enumerate(loops) if not _static(sch.get(lp).extent)), len(loops))
+    return loops[:max(lead, 1)]
+
+
 def _static(extent):
     return isinstance(extent, int) or isinstance(extent, tirx.IntImm)
 
@@ -497,5 +508,5 @@ def generic_block(sch, block, lanes):
             outer = outer or [io]
     if not outer:
         outer = [inner]
-    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    par = sch.fuse(*_fusable(sch, outer)) if len(outer) > 1 else outer[0]
     _parallel(sch, block, par, _product(extents))

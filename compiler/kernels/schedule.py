@@ -1,7 +1,7 @@
 """Schedule primitives shared by the variants: the register-block model,
 epilogue attachment, padding stages. Vector widths are always passed in
 (`lanes`, from the target's vector unit)."""
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from .generic import blocks_in_order, generic_block, size, vectorize_inner
 
@@ -55,6 +55,22 @@ def ranked(options, limit=5):
     return out[:limit]
 
 
+def fuse_parallel(sch, *loops):
+    """`loops` (consecutive, outermost first) fused into one parallel loop.
+    Where some are sized at run time, the first of those goes outermost and
+    is fused with the constant ones, any other stays serial inside: the
+    fused index is then taken apart by constants only (an index divided by
+    a symbolic extent hides from the schedule which rows a block writes)."""
+    symbolic = [lp for lp in loops if not isinstance(sch.get(lp).extent, tirx.IntImm)]
+    if symbolic:
+        fused = [symbolic[0]] + [lp for lp in loops if lp not in symbolic]
+        sch.reorder(*fused, *symbolic[1:])
+        loops = fused
+    par = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    sch.parallel(par)
+    return par
+
+
 def pad_stage(sch):
     """The layer's zero-padding stage ("cb_pad"), or None when it has none."""
     try:
@@ -98,15 +114,21 @@ def attach_epilogue(sch, out_block, loop, lanes):
     if epilogue and _written(sch, epilogue[-1]) > _written(sch, out_block):
         generic_block(sch, epilogue[-1], lanes)
         epilogue = []
+    alone = None
     if epilogue:
         last = epilogue[-1]
-        sch.reverse_compute_at(last, loop)
-        sch.set_scope(out_block, 0, "local")
-    else:
+        try:
+            sch.reverse_compute_at(last, loop)
+            sch.set_scope(out_block, 0, "local")
+        except s_tir.ScheduleError:  # sized at run time, the tiles' cover of a cropped row unproved: its own pass
+            alone, epilogue = last, []
+    if not epilogue:
         last = sch.cache_write(out_block, 0, "local")
         # the write-back block is the consumer now; move it under the tile
         sch.reverse_compute_at(last, loop)
     vectorize_inner(sch, last, lanes)
+    if alone is not None:  # scheduled after the tile's own blocks, which need the scope's regions plain
+        generic_block(sch, alone, lanes)
     return last
 
 
