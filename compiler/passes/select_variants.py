@@ -24,6 +24,7 @@ from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
 from ..ir import dims
+from ..kernels.generic import multiple
 from ..ir.relax import LayerIds, const_value
 from ..ir.branches import OPAQUE
 from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
@@ -52,7 +53,8 @@ class Anchor:
     direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
     scale: object = None  # int8 direct: the relax constant of the per-output-channel scales
     direct_error: float = 0.0  # direct: max |w' - w| / max |w| of the narrow weights stored
-    exact: object = None  # sized at run time: the spec with its extents symbolic (`spec` holds the typical sizes)
+    exact: object = None  # sized at run time: the spec with its extents symbolic (`spec` holds the typical sizes;
+                          # the kernel is built from the rewritten call's own, whose variables are its input's)
 
 
 def auto_variant(spec, isa):
@@ -101,6 +103,18 @@ def _choose(anchor_id, op, spec, choice, isa, tuning):
 def _params(variant, spec, tuning):
     measured = tuning.params(spec, variant.name) if tuning else None
     return (measured, True) if measured is not None else (variant.space(spec)[0], False)
+
+
+def _whole_tiles(variant, spec, exact, params):
+    """A layer sized at run time: the best of the variant's parameters whose
+    row tile (zt) divides the output row at every size (no predicated last
+    tile, whose test inside the reduction costs up to 3x), else `params`."""
+    if exact is None or "zt" not in params:
+        return params
+    whole = next((p for p in variant.space(spec) if multiple(exact.out_w, p["zt"])), None)
+    if whole is None:  # the widest tile that divides every row, no wider than the one chosen
+        whole = {**params, "zt": max(z for z in range(1, params["zt"] + 1) if multiple(exact.out_w, z))}
+    return whole
 
 
 def _block(layout):
@@ -261,6 +275,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
                 if exact is not None and not v.symbolic:  # sized at run time: a variant that computes it, or generic
                     return call
+                params = _whole_tiles(v, spec, exact, params)
                 self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
                                            np.ascontiguousarray(w.astype(spec.dtype)),
                                            alternatives=[a.name for a in applicable(spec, op_name, isa)],
@@ -272,7 +287,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, a.exact or a.spec, a.params), x, a.const,
+            return self.builder_.call_te(kbuild.execute_te(a.variant, exact or a.spec, a.params), x, a.const,
                                          *([a.scale] if a.scale is not None else []),
                                          primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
 
