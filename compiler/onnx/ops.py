@@ -157,7 +157,10 @@ def check_static(model):
         raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))
 
 
-def types_and_shapes(model):
+def types_and_shapes(model, symbolic=False):
+    """({value: element type}, {value: shape}) as ONNX infers them: static
+    shapes only, or with `symbolic` every known rank, a dimension sized at
+    run time None."""
     import onnx
 
     g = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
@@ -165,8 +168,8 @@ def types_and_shapes(model):
     for v in list(g.input) + list(g.value_info) + list(g.output):
         tt = v.type.tensor_type
         types[v.name] = tt.elem_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            shapes[v.name] = [d.dim_value for d in tt.shape.dim]
+        if tt.HasField("shape") and (symbolic or all(d.HasField("dim_value") for d in tt.shape.dim)):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
     for t in g.initializer:
         types[t.name], shapes[t.name] = t.data_type, list(t.dims)
     return types, shapes
