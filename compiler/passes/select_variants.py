@@ -25,6 +25,7 @@ from ..errors import CompileError
 from ..ir.narrow import direct_layers
 from ..ir import dims
 from ..kernels.generic import multiple
+from ..kernels.schedule import intensity, register_blocks
 from ..ir.relax import LayerIds, const_value
 from ..ir.branches import OPAQUE
 from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
@@ -111,10 +112,16 @@ def _whole_tiles(variant, spec, exact, params):
     tile, whose test inside the reduction costs up to 3x), else `params`."""
     if exact is None or "zt" not in params:
         return params
-    whole = next((p for p in variant.space(spec) if multiple(exact.out_w, p["zt"])), None)
-    if whole is None:  # the widest tile that divides every row, no wider than the one chosen
-        whole = {**params, "zt": max(z for z in range(1, params["zt"] + 1) if multiple(exact.out_w, z))}
-    return whole
+    if multiple(exact.out_w, params["zt"]):
+        return params
+    widths = [z for z in range(1, 15) if multiple(exact.out_w, z)]
+    if "kvb" not in params:  # the widest tile that divides every row, no wider than the one chosen
+        return {**params, "zt": max(z for z in widths if z <= params["zt"])}
+    # the register block of most FMAs per operand among those whose tile divides every row
+    kblocks = spec.k // variant.isa.lanes
+    blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4) if kblocks % v == 0]
+    _, zt, kvb = max(blocks)
+    return {**params, "zt": zt, "kvb": kvb}
 
 
 def _block(layout):
