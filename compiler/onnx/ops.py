@@ -90,9 +90,11 @@ def _attr(node, name, default=None):
     return default
 
 
-def check_static(model):
+def check_static(model, sized=False):
     """Raise CompileError for every node whose shape/mode inputs are not
-    constants, and for operator modes coldbrew does not implement."""
+    constants, and for operator modes coldbrew does not implement. `sized`:
+    input dimensions are sized at run time, and a shape input computed from
+    input shapes only (through Shape or Size) is left to the importer."""
     from ..errors import CompileError
 
     from onnx import TensorProto
@@ -104,6 +106,8 @@ def check_static(model):
     types, shapes = types_and_shapes(model)
 
     def roots(name, seen=None):
+        """The model inputs whose values `name` depends on (`sized`: a Shape
+        or Size reads its input's shape only)."""
         seen = seen if seen is not None else set()
         if name in seen or name in consts:
             return set()
@@ -111,13 +115,17 @@ def check_static(model):
         node = producer.get(name)
         if node is None:
             return {name}
+        if sized and node.op_type in ("Shape", "Size"):
+            return set()
         return set().union(*[roots(i, seen) for i in node.input if i]) if node.input else set()
 
     for i, node in enumerate(g.node):
         label = f"{node.op_type} node '{node.name or '#%d' % i}'"
         for pos in sorted(STATIC_INPUTS.get(node.op_type, ())):
             if pos < len(node.input) and node.input[pos] and node.input[pos] not in consts:
-                src = ", ".join(sorted(roots(node.input[pos]))) or "?"
+                src = ", ".join(sorted(roots(node.input[pos])))
+                if not src:  # computed from input shapes sized at run time only
+                    continue
                 problems.append(f"{label}: input {pos} ('{node.input[pos]}') must be a compile-time constant "
                                 f"but depends on model input(s) {src}; bind them with --bind NAME=FILE.npy")
         if node.op_type == "BatchNormalization" and _attr(node, "training_mode", 0):

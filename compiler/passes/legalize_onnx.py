@@ -167,9 +167,11 @@ def _recurrent(model, cells):
             return
 
 
-def apply(model, cells=True):
+def apply(model, cells=True, sized=False):
     """`cells`: recurrent cells the kernel covers become cell layers
-    (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled."""
+    (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled;
+    `sized`: some input dimensions are sized at run time (shape arithmetic
+    on them is left to the importer)."""
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)
@@ -177,12 +179,12 @@ def apply(model, cells=True):
     _recurrent(model, cells)
     decompose.apply(model)
     check_supported(model)  # again: fold_constants may have inlined an If's branch
-    check_static(model)
+    check_static(model, sized)
     return model
 
 
 def run(c):
-    c.proto = apply(c.proto, c.cells)
+    c.proto = apply(c.proto, c.cells, bool(c.options.dims))
     if decompose.has_exact_sums(c.proto):  # a ConvInteger's or MatMulInteger's centred weights: int8 times 1
         c.qdq_scales.append(np.ones(1, np.float32))
     return c
