@@ -9,6 +9,8 @@ Prints one JSON line.
     python bench/harness/cold_sample.py MODEL.ort --ort-best [--threads N] [--runs N]
 
 --runs N times N more runs after the first, back to back (runs_ms).
+--shape NAME=1x3x640x480 feeds that input at that shape (a bundle whose
+input is sized at run time, and onnxruntime on the model at the same size).
 --file-cached reads the file into the page cache where the others evict
 it: a fresh process on a file already in memory, the cold start with no
 storage in it (what is left is the runtime's and the first run's own).
@@ -58,8 +60,8 @@ def ort_sample(path, threads):
     sess = ort.InferenceSession(path, ort_options(ort, threads or 2, ORT_BEST), providers=["CPUExecutionProvider"])
     t1 = time.perf_counter()
     rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
-        np.float32 if "float" in i.type else np.int64) for i in sess.get_inputs()}
+    feeds = {i.name: rng.standard_normal(_shapes().get(i.name, [d if isinstance(d, int) else 1 for d in i.shape]))
+             .astype(np.float32 if "float" in i.type else np.int64) for i in sess.get_inputs()}
     t2 = time.perf_counter()
     sess.run(None, feeds)
     t3 = time.perf_counter()
@@ -97,8 +99,8 @@ def main():
     # load and first run are timed back to back, so no untimed gap between
     # them lets the runtime's streamer read the file off the clock
     rng = np.random.default_rng(0)
-    feeds = {name: (rng.standard_normal(shape) if dtype.startswith("float") else np.zeros(shape)).astype(dtype)
-             for name, shape, dtype in input_specs(path)}
+    feeds = {name: (rng.standard_normal(_shapes().get(name, shape)) if dtype.startswith("float")
+                    else np.zeros(_shapes().get(name, shape))).astype(dtype) for name, shape, dtype in input_specs(path)}
     evict(path)
     if home is not None:
         _wait_for_core(int(home))
@@ -120,6 +122,16 @@ def _wait_for_core(core):
     getcpu = ctypes.CDLL(None).sched_getcpu
     while getcpu() != core:
         time.sleep(0.0005)
+
+
+def _shapes():
+    """{input: shape} of the --shape options."""
+    out = {}
+    for k, a in enumerate(sys.argv[:-1]):
+        if a == "--shape":
+            name, _, dims = sys.argv[k + 1].rpartition("=")
+            out[name] = [int(d) for d in dims.split("x")]
+    return out
 
 
 def _opt(name, default):

@@ -75,6 +75,11 @@ def _fusable(sch, loops):
     return loops[:max(lead, 1)]
 
 
+def _of(var, n):
+    """The value n in `var`'s integer type (an int64 axis of a kernel sized at run time)."""
+    return tirx.IntImm(str(var.ty), int(n))
+
+
 def _static(extent):
     return isinstance(extent, int) or isinstance(extent, tirx.IntImm)
 
@@ -251,7 +256,7 @@ def _mostly_contiguous(sch, block, axis, samples=4):
             for v in (k, k + 1):
                 ana = Analyzer()
                 for iv in ivs:
-                    ana.bind(iv.var, v if iv.var.same_as(ivs[axis].var) else point[iv.var])
+                    ana.bind(iv.var, _of(iv.var, v if iv.var.same_as(ivs[axis].var) else point[iv.var]))
                 addrs.append([_flat(ana, r) for r in reads])
             steps += [b - a for a, b in zip(*addrs) if a is not None and b is not None]
     return bool(steps) and sum(s in (0, 1) for s in steps) * 4 >= len(steps) * 3
@@ -279,7 +284,7 @@ def _affine_lanes(sch, block, axis, lanes, samples=3):
         for k in range(min(ext, 2 * lanes)):
             ana = Analyzer()
             for iv in ivs:
-                ana.bind(iv.var, k if iv.var.same_as(ivs[axis].var) else point[iv.var])
+                ana.bind(iv.var, _of(iv.var, k if iv.var.same_as(ivs[axis].var) else point[iv.var]))
             row.append([_flat(ana, r) for r in reads])
         addrs.append(row)
 

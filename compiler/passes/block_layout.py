@@ -250,7 +250,13 @@ class _Rewrite:
         if (c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"
                 or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
             return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
+        shape = extents_of(x)
+        if not isinstance(shape[0], int):  # a batch sized at run time: no variant computes it (NCHW, generic)
+            return None
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
+        if not ob and int(a.groups) == 1 and not all(isinstance(d, int) for d in shape):
+            ib, ob = (self.lanes if _fills(c, self.lanes) else 0), self.lanes  # sized at run time: only the
+            # blocked variants compute it (its output channels padded to a block)
         if not ob or _forced_nchw(self.choice, anchor_id, self.isa):
             return None
         xin = self.get_blocked(x) if ib else self.plain(x)
