@@ -35,6 +35,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import CompileError
+from ..onnx import shapes
 from ..onnx.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
 from ..onnx import decompose
 from ..ir.branches import SELECT
@@ -172,6 +173,8 @@ def apply(model, cells=True, sized=False):
     (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled;
     `sized`: some input dimensions are sized at run time (shape arithmetic
     on them is left to the importer)."""
+    if sized:
+        shapes.apply(model)
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)

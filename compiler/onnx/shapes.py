@@ -1,0 +1,287 @@
+"""Shape arithmetic on sizes set at run time, folded into constants.
+
+Exporters compute the shapes a model reshapes to from its inputs' shapes:
+Shape -> Gather -> Unsqueeze -> Concat -> Reshape, and the like. With a
+fixed input shape fold_constants evaluates such chains; with input
+dimensions declared as ranges they stay, and the importer takes few of
+them. Here each chain is evaluated on sizes: ONNX's shape inference names
+every dimension (the declared ones by their names, fixed ones as numbers),
+Shape reads them, and Gather, Concat, Slice, arithmetic ... carry them as
+expressions (TVM's, one variable per name). A shape input of a Reshape,
+Expand or Slice whose value is then known is written as a constant in the
+operator's own relative terms, which hold at every size:
+
+- Reshape: an entry equal to the input's size at the same axis is 0 (copy
+  it), one other sized at run time is -1 (what is left);
+- Expand: an entry equal to the input's size at the aligned axis is 1;
+- Slice: an end equal to the sliced axis's size (or past it) is the
+  largest int64, one that size less a constant is that constant, negated.
+
+Repeated (ONNX infers anew what a rewrite lets it know) until nothing
+changes. What cannot be written so stays for the importer (or for
+check_static to name)."""
+import numpy as np
+from onnx import helper, numpy_helper, shape_inference
+
+BIG = np.iinfo(np.int64).max
+_ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+
+
+def apply(model):
+    """Fold the model's shape arithmetic on sizes set at run time (in place)."""
+    table = {}  # dim name -> its size (a TVM expression), across rounds
+    for _ in range(8):
+        if not _fold_once(model, table):
+            break
+    _drop_dead(model)
+    return model
+
+
+def _drop_dead(model):
+    """Nodes none of whose outputs is read any more (the chains folded)."""
+    g = model.graph
+    while True:
+        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        used |= {i for n in g.node for a in n.attribute if a.type == 5 for m in [a.g] for k in m.node for i in k.input}
+        live = [n for n in g.node if any(o in used for o in n.output if o)]
+        if len(live) == len(g.node):
+            return
+        del g.node[:]
+        g.node.extend(live)
+
+
+def _fold_once(model, names):
+    from tvm import tirx
+
+    g = shape_inference.infer_shapes(model, strict_mode=False).graph
+
+    def dim(d):
+        if d.HasField("dim_value"):
+            return d.dim_value
+        if not d.dim_param:
+            return None
+        return names.setdefault(d.dim_param, tirx.Var(d.dim_param, "int64"))
+
+    shapes = {v.name: [dim(d) for d in v.type.tensor_type.shape.dim]
+              for v in list(g.input) + list(g.value_info) + list(g.output) if v.type.tensor_type.HasField("shape")}
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+              if t.data_type == 7 and np.prod(t.dims, dtype=np.int64) <= 64}  # small int64 constants
+    changed = False
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output[0] not in values:
+            v = _constant(node)
+            if v is not None:
+                values[node.output[0]] = v
+            continue
+        out = _evaluate(node, values, shapes)
+        if out is not None:
+            values[node.output[0]] = np.asarray(out, dtype=object)
+        target = values.get(node.input[1]) if node.op_type == "Reshape" and len(node.input) > 1 else None
+        if _rewrite(model, node, values, shapes):
+            changed = True
+            if target is not None:  # what ONNX infers from a -1 is a new name: say which size it is
+                _name_dims(model, node.output[0], target.reshape(-1), names)
+    return changed
+
+
+def _name_dims(model, value, sizes, names):
+    """Record `value`'s shape in the graph (value_info), each size sized at
+    run time by a name `names` maps to it."""
+    from tvm.sym import Analyzer
+
+    dims = []
+    for e in sizes:
+        if _fixed(e):
+            dims.append(int(e))
+            continue
+        e = Analyzer().simplify(e)
+        name = next((n for n, v in names.items() if v.same_as(e) or (not _fixed(v) and _same(v, e))), None)
+        if name is None:
+            name = f"cb_size{len(names)}"
+            names[name] = e
+        dims.append(name)
+    g = model.graph
+    elem = _elem_types(model).get(value, 1)
+    kept = [v for v in g.value_info if v.name != value]
+    del g.value_info[:]
+    g.value_info.extend(kept + [helper.make_tensor_value_info(value, elem, dims)])
+
+
+def _constant(node):
+    a = next((a for a in node.attribute if a.name == "value"), None)
+    if a is None or a.t.data_type != 7:
+        return None
+    v = numpy_helper.to_array(a.t)
+    return v if v.size <= 64 else None
+
+
+def _evaluate(node, values, shapes):
+    """The value of a node's output as an object array of sizes (ints and
+    TVM expressions), where every input it reads is known; else None."""
+    op, ins = node.op_type, list(node.input)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if op == "Shape":
+        s = shapes.get(ins[0])
+        if s is None or None in s:
+            return None
+        start, end = attrs.get("start", 0), attrs.get("end", len(s))
+        return np.array(s[start:end], dtype=object)
+    known = [None if values.get(i) is None else np.asarray(values[i]) for i in ins if i]
+    if op not in ("Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Add", "Sub", "Mul", "Div",
+                  "Identity", "Reshape") or any(v is None for v in known) or not known:
+        return None
+    x = known[0].astype(object)
+    if op in ("Cast", "Identity"):
+        return x
+    if op == "Gather":
+        return np.take(x, known[1].astype(np.int64), axis=attrs.get("axis", 0))
+    if op == "Concat":
+        return np.concatenate([v.astype(object).reshape(-1) if v.ndim == 0 else v.astype(object) for v in known],
+                              axis=attrs.get("axis", 0))
+    if op == "Unsqueeze":
+        axes = attrs.get("axes", known[1].tolist() if len(known) > 1 else None)
+        return x.reshape(1) if x.ndim == 0 and axes in ([0], [-1]) else None
+    if op == "Squeeze":
+        return x.reshape(()) if x.size == 1 else None
+    if op == "Reshape":
+        return x.reshape(-1) if known[1].tolist() in ([-1], [x.size]) else None
+    if op == "Slice":
+        starts, ends = known[1].tolist(), known[2].tolist()
+        if x.ndim != 1 or len(starts) != 1 or (len(known) > 4 and known[4].tolist() != [1]):
+            return None
+        return x[max(starts[0], -len(x)):min(ends[0], len(x))]
+    y = known[1].astype(object)
+    if op == "Div":
+        return np.vectorize(lambda a, b: a // b, otypes=[object])(x, y)  # sizes: floor and truncation agree
+    return _ARITH[op](x, y)
+
+
+def _same(a, b):
+    """Whether two sizes are equal at every size (ints, TVM expressions)."""
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        return int(a) == int(b)
+    from tvm.sym import Analyzer
+
+    return bool(Analyzer().can_prove(a == b))
+
+
+def _fixed(e):
+    return isinstance(e, (int, np.integer))
+
+
+def _rewrite(model, node, values, shapes):
+    """Give a Reshape, Expand or Slice whose shape input is known its
+    constant form (module docstring); True if one was given."""
+    op = node.op_type
+    if op not in ("Reshape", "Expand", "Slice") or len(node.input) < 2:
+        return False
+    x = shapes.get(node.input[0])
+    if op == "Slice":
+        return _slice(model, node, values, x)
+    if op == "Expand" and node.input[1] in _initializers(model):
+        return _broadcast(model, node, values, x)
+    target = values.get(node.input[1])
+    if target is None or x is None or node.input[1] in _initializers(model):
+        return False
+    target = target.reshape(-1)
+    if op == "Reshape" and any(_fixed(e) and int(e) == -1 for e in target) and None not in x:
+        target = _inferred(target, x)  # the exporter's own -1, worked out: one -1 is all a Reshape takes
+    out = []
+    for k, e in enumerate(target):
+        if _fixed(e):
+            out.append(int(e))
+        elif op == "Reshape" and k < len(x) and x[k] is not None and _same(e, x[k]):
+            out.append(0)
+        elif op == "Expand" and len(target) - k <= len(x) and x[k - len(target)] is not None \
+                and _same(e, x[k - len(target)]):
+            out.append(1)
+        else:
+            out.append(None)
+    if op == "Expand" and None in out or out.count(None) > 1:
+        return False
+    _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
+    return True
+
+
+def _inferred(target, x):
+    """A Reshape target with its -1 replaced by the size it stands for
+    (every size of the input known)."""
+    from tvm.sym import Analyzer
+
+    k = next(k for k, e in enumerate(target) if _fixed(e) and int(e) == -1)
+    rest = [e for j, e in enumerate(target) if j != k and not (_fixed(e) and int(e) == 0)]
+    total, part = np.prod(np.array(x, dtype=object)), np.prod(np.array(rest, dtype=object)) if rest else 1
+    value = total // part
+    out = target.copy()
+    out[k] = value if _fixed(value) else Analyzer().simplify(value)
+    if not _fixed(out[k]) and hasattr(out[k], "value"):
+        out[k] = int(out[k].value)
+    return out
+
+
+def _broadcast(model, node, values, x):
+    """An Expand to a constant shape of a value sized at run time (the
+    importer's Expand reads its input's sizes as numbers): the product with
+    ones of the shape (x * 1 is x exactly, -0, inf and NaN too; a bool's
+    Or with false)."""
+    target = values.get(node.input[1])
+    if x is None or target is None or all(_fixed(d) for d in x) or len(target) < len(x):
+        return False
+    aligned = [None] * (len(target) - len(x)) + list(x)
+    if any(not _fixed(d) and int(t) != 1 for d, t in zip(aligned, target)):
+        return False
+    elem = _elem_types(model).get(node.input[0])
+    if elem is None:
+        return False
+    ones = np.ones([int(t) for t in target], helper.tensor_dtype_to_np_dtype(elem))
+    name = f"{node.name or node.output[0]}/ones"
+    model.graph.initializer.append(numpy_helper.from_array(ones if elem != 9 else ~ones, name))
+    node.op_type = "Or" if elem == 9 else "Mul"
+    node.input[1] = name
+    return True
+
+
+def _elem_types(model):
+    g = shape_inference.infer_shapes(model, strict_mode=False).graph
+    return {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
+
+
+def _slice(model, node, values, x):
+    ends = values.get(node.input[2]) if len(node.input) > 2 else None
+    if ends is None or x is None or node.input[2] in _initializers(model):
+        return False
+    axes = values.get(node.input[3]) if len(node.input) > 3 and node.input[3] else np.arange(len(ends))
+    if any(not _fixed(a) for a in axes.reshape(-1)):
+        return False
+    out = []
+    for e, a in zip(ends.reshape(-1), axes.reshape(-1)):
+        size = x[int(a)]
+        if _fixed(e):
+            out.append(int(e))
+        elif size is not None and _same(e, size):
+            out.append(BIG)
+        elif size is not None and _fixed(_constant_offset(size, e)):
+            out.append(-int(_constant_offset(size, e)))
+        else:
+            return False
+    _replace_input(model, node, 2, np.array(out, np.int64))
+    return True
+
+
+def _constant_offset(size, e):
+    """size - e where it is a constant, else None."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+
+    d = Analyzer().simplify(size - e)
+    return int(d) if isinstance(d, tirx.IntImm) else None
+
+
+def _initializers(model):
+    return {t.name for t in model.graph.initializer}
+
+
+def _replace_input(model, node, k, value):
+    name = f"{node.name or node.output[0]}/folded_{k}"
+    model.graph.initializer.append(numpy_helper.from_array(value, name))
+    node.input[k] = name
