@@ -76,11 +76,10 @@ def _fold_once(model, names):
         out = _evaluate(node, values, shapes)
         if out is not None:
             values[node.output[0]] = np.asarray(out, dtype=object)
-        target = values.get(node.input[1]) if node.op_type == "Reshape" and len(node.input) > 1 else None
-        if _rewrite(model, node, values, shapes):
-            changed = True
-            if target is not None:  # what ONNX infers from a -1 is a new name: say which size it is
-                _name_dims(model, node.output[0], target.reshape(-1), names)
+        done = _rewrite(model, node, values, shapes)
+        changed |= bool(done)
+        if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
+            _name_dims(model, node.output[0], done, names)
     return changed
 
 
@@ -197,9 +196,11 @@ def _rewrite(model, node, values, shapes):
             out.append(1)
         else:
             out.append(None)
-    if op == "Expand" and None in out or out.count(None) > 1:
+    if op == "Expand" and None in out or out.count(None) + out.count(-1) > 1:
         return False
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
+    if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
+        return [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
     return True
 
 

@@ -13,7 +13,8 @@ An input is aliased only when it is an intermediate of this graph (not a
 model input or output, not a weight), appears once in the layer's inputs,
 has the output's dtype, starts at a multiple of 64 bytes in the output (the
 runtime's tensor alignment), and is not already part of another alias; one
-that is not keeps the copy layer whole. Aliases chain: a concatenation's
+that is not keeps the copy layer whole; so does a concatenation of parts
+sized at run time (where each part starts depends on the sizes). Aliases chain: a concatenation's
 output may itself be a part of a later one. CPU graphs only (a GPU binds
 each tensor at an aligned offset).
 """
@@ -56,6 +57,8 @@ def _parts(graph, layer):
     if sum(graph.tensors[i].nbytes for i in ins) != o.nbytes:
         return None
     if m.group(1):  # a concatenation
+        if any(graph.tensors[i].extents is not None for i in ins):
+            return None  # sized at run time: its parts' offsets are too (a real copy)
         shapes = [graph.tensors[i].shape for i in ins]
         axis = _concat_axis(shapes, None if m.group(2) else o.shape) if len(ins) > 1 else None
         if axis is None or int(np.prod(shapes[0][:axis], dtype=np.int64)) != 1:
