@@ -182,7 +182,8 @@ def apply(model):
     if not any(n.op_type == "ConvTranspose" for n in g.node):
         return model
     consts = {t.name: t for t in g.initializer}
-    _, shapes = types_and_shapes(model, symbolic=True)
+    sized = any(d.dim_param for i in g.input for d in i.type.tensor_type.shape.dim)  # sizes set at run time
+    _, shapes = types_and_shapes(model, symbolic=sized)
     opset, nodes = opset_of(model), []
     for node in g.node:
         done = (expand(node, node.name or node.output[0], consts, shapes, opset) if node.op_type == "ConvTranspose"
