@@ -106,6 +106,19 @@ def _params(variant, spec, tuning):
     return (measured, True) if measured is not None else (variant.space(spec)[0], False)
 
 
+def _anchor(anchor_id, index, op_name, spec, exact, w, chooser):
+    """The Anchor of a layer, its variant and parameters chosen (`chooser`:
+    _choose's choice, isa, tuning); None where the variant computes fixed
+    sizes only and the layer is sized at run time (the generic schedule)."""
+    choice, isa, tuning = chooser
+    v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
+    if exact is not None and not v.symbolic:
+        return None
+    return Anchor(anchor_id, index, spec, v, _whole_tiles(v, spec, exact, params),
+                  np.ascontiguousarray(w.astype(spec.dtype)), alternatives=[a.name for a in applicable(spec, op_name, isa)],
+                  tuned=tuned, exact=exact)
+
+
 def _whole_tiles(variant, spec, exact, params):
     """A layer sized at run time: the best of the variant's parameters whose
     row tile (zt) divides the output row at every size (no predicated last
@@ -279,14 +292,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 return call
             if self.phase == "collect":
                 spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
-                v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
-                if exact is not None and not v.symbolic:  # sized at run time: a variant that computes it, or generic
-                    return call
-                params = _whole_tiles(v, spec, exact, params)
-                self.anchors.append(Anchor(anchor_id, len(self.anchors), spec, v, params,
-                                           np.ascontiguousarray(w.astype(spec.dtype)),
-                                           alternatives=[a.name for a in applicable(spec, op_name, isa)],
-                                           tuned=tuned, exact=exact))
+                a = _anchor(anchor_id, len(self.anchors), op_name, spec, exact, w, (choice, isa, tuning))
+                self.anchors += [a] if a is not None else []
                 return call
             a = next((a for a in self.anchors if a.id == anchor_id), None)
             if a is None:
