@@ -49,9 +49,17 @@ int main(int argc, char** argv) {
   if (s) return fail("open", s);
   cb_session* session = NULL;
   if ((s = cb_session_create(bundle, NULL, &session))) return fail("session", s);
+  /* Every input at the bundle's shape: a bundle whose inputs take ranges of
+   * shapes gives the largest (a session starts at the typical ones). The
+   * shapes first, then the data: an input's shape may set another's. */
   for (size_t i = 0; i < cb_bundle_input_count(bundle); i++) {
     cb_tensor_info info;
     cb_bundle_input_info(bundle, i, &info);
+    if ((s = cb_session_set_input_shape(session, i, info.shape, info.ndim))) return fail("set_input_shape", s);
+  }
+  for (size_t i = 0; i < cb_bundle_input_count(bundle); i++) {
+    cb_tensor_info info;
+    cb_session_input_info(session, i, &info);
     unsigned char* buf = malloc(info.nbytes ? info.nbytes : 1);
     if (!buf) return 1;
     if (argc > 3 + (int)i) {
@@ -75,7 +83,7 @@ int main(int argc, char** argv) {
     cb_tensor_info info;
     const void* data;
     size_t nbytes;
-    cb_bundle_output_info(bundle, i, &info);
+    cb_session_output_info(session, i, &info);
     if ((s = cb_session_get_output(session, i, &data, &nbytes))) return fail("get_output", s);
     printf("output %zu %s: %zu bytes\n", i, info.name, nbytes);
     if (argc > 2) {

@@ -1,6 +1,7 @@
 /* libFuzzer target: a bundle given as bytes, opened from memory; with
- * CB_FUZZ_RUN also a session created (cold, then continuous mode), its
- * inputs set and run twice, its outputs and trace read. Built by
+ * CB_FUZZ_RUN also a session created (cold at its first shapes, then
+ * continuous mode at the bundle's largest), its inputs set and run twice,
+ * its outputs and trace read. Built by
  * tests/fuzz/fuzz.py with ASan + UBSan, plain (every mutation checked at
  * the door) or with tests/fuzz/structured.cc (checksums recomputed, so the
  * deeper checks, the session and the run are reached). */
@@ -84,7 +85,12 @@ static void use_bundle(cb_bundle* b) {
   for (size_t i = 0; i < cb_bundle_input_count(b); i++) {
     cb_tensor_info info;
     size_t k;
-    if (!cb_bundle_input_info(b, i, &info)) (void)cb_bundle_find_input(b, info.name, &k);
+    if (cb_bundle_input_info(b, i, &info)) continue;
+    (void)cb_bundle_find_input(b, info.name, &k);
+    for (int32_t a = 0; a <= info.ndim; a++) { /* one past the last axis: refused */
+      int64_t lo, hi, step;
+      (void)cb_bundle_input_range(b, i, a, &lo, &hi, &step);
+    }
   }
   for (size_t i = 0; i < cb_bundle_output_count(b); i++) {
     cb_tensor_info info;
@@ -95,13 +101,19 @@ static void use_bundle(cb_bundle* b) {
 }
 
 #ifdef CB_FUZZ_RUN
-static void run_session(cb_bundle* b, uint32_t mode) {
+/* A session's runs at its first shapes (a ranged bundle's typical ones) or,
+ * `largest`, at the bundle's (every shape program at its largest). */
+static void run_session(cb_bundle* b, uint32_t mode, int largest) {
   cb_session_options opts = {0, 1, mode, 0, NULL};
   cb_session* s = NULL;
   if (cb_session_create(b, &opts, &s)) return;
+  for (size_t i = 0; largest && i < cb_bundle_input_count(b); i++) {
+    cb_tensor_info info;
+    if (!cb_bundle_input_info(b, i, &info)) (void)cb_session_set_input_shape(s, i, info.shape, info.ndim);
+  }
   for (size_t i = 0; i < cb_bundle_input_count(b); i++) {
     cb_tensor_info info;
-    if (cb_bundle_input_info(b, i, &info) || info.nbytes > (64u << 20)) continue;
+    if (cb_session_input_info(s, i, &info) || info.nbytes > (64u << 20)) continue; /* at the session's shape */
     void* zero = calloc(1, info.nbytes ? info.nbytes : 1);
     if (zero) (void)cb_session_set_input(s, i, zero, info.nbytes);
     free(zero);
@@ -128,8 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (cb_bundle_open_memory(data, size, 0, &b)) return 0;
   use_bundle(b);
 #ifdef CB_FUZZ_RUN
-  run_session(b, 0);
-  run_session(b, 1);
+  run_session(b, 0, 0);
+  run_session(b, 1, 1);
 #else
   (void)cb_bundle_verify_weights(b);
 #endif

@@ -41,11 +41,12 @@ static void* read_file(const char* path, size_t* size) {
   return data;
 }
 
-/* A deterministic input pattern: floats in [-1, 1], other types zero. */
+/* A deterministic input pattern: floats in [-1, 1], other types zero; each
+ * input at the session's shape (a ranged bundle's typical one). */
 static cb_status fill_inputs(const cb_bundle* b, cb_session* s) {
   for (size_t i = 0; i < cb_bundle_input_count(b); i++) {
     cb_tensor_info info;
-    cb_status st = cb_bundle_input_info(b, i, &info);
+    cb_status st = cb_session_input_info(s, i, &info);
     if (st) return st;
     unsigned char* data = calloc(1, info.nbytes ? info.nbytes : 1);
     if (!data) return CB_ERR_OUT_OF_MEMORY;
