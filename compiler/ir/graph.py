@@ -5,6 +5,7 @@ layer calls one kernel with tensor arguments (inputs, weights, then
 outputs). Weights carry their numpy data; the others get an arena offset
 from the memory planner.
 """
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,9 +84,13 @@ class Graph:
     def dump(self):
         lines = [f"graph {self.name}: {len(self.tensors)} tensors, {len(self.layers)} layers, "
                  f"arena {self.arena_size} B, prepared {self.prepared_size} B"]
-        for i in self.inputs:
-            t = self.tensors[i]
-            lines.append(f"  input  %{i} {t.name} {t.dtype}{list(t.shape)}")
+        lines += [f"  input  %{i} {self._shape(i)}" for i in self.inputs]
+        for i, t in enumerate(self.tensors):
+            if t.kind == "dim":  # its variable: the size over the step
+                step = f" ({self.variables[t.dim]} = size / {t.dim.step})" if t.dim.step > 1 else ""
+                lines.append(f"  dim    %{i} {t.name} {t.dim} typical {t.dim.typical}{step}")
+            elif t.extents is not None and t.kind not in ("input", "output"):
+                lines.append(f"  sized  %{i} {self._shape(i)}")
         for layer in self.layers:
             args = ", ".join(f"%{a}" for a in layer.args)
             prep = f" <- {layer.transform}({', '.join(f'%{a}' for a in layer.transform_args)})" if layer.transform else ""
@@ -94,11 +99,15 @@ class Graph:
             lines.append(f"  {layer.name}: {layer.op} [{layer.variant}, {layer.weight_form}{prec}{warm}] ({args}){prep}")
         for i, (r, offset) in sorted(self.aliases.items()):
             lines.append(f"  alias  %{i} = bytes {offset}.. of %{r}")
-        for i in self.outputs:
-            t = self.tensors[i]
-            lines.append(f"  output %{i} {t.name} {t.dtype}{list(t.shape)}")
+        lines += [f"  output %{i} {self._shape(i)}" for i in self.outputs]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _shape(self, i):
+        """Tensor i's name, dtype and shape: sized at run time, its largest and its extents."""
+        t = self.tensors[i]
+        extents = ", ".join(re.sub(r"T\.int64\((-?\d+)\)", r"\1", str(e)) for e in t.extents or ())
+        return f"{t.name} {t.dtype}{list(t.shape)}" + (f" = [{extents}]" if t.extents is not None else "")
 
 
 def resolve(graph, tensor):

@@ -6,7 +6,7 @@ import json
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
-from ..bundle.reader import WEIGHT_FORMS, cpu_step, read_bytes, text
+from ..bundle.reader import WEIGHT_FORMS, cpu_step, read_bytes, shape_now, text
 from ..ir.forms import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
@@ -36,10 +36,7 @@ def describe(path):
         f"target     {text(t.triple)} cpu={text(t.cpu)} features={','.join(text(f) for f in t.features or []) or '-'}"
         + (f" gpu={text(t.gpuClass)}" if t.gpuClass else ""),
     ]
-    for label, ids in (("input ", b.inputs), ("output", b.outputs)):
-        for i in ids:
-            x = b.tensors[i]
-            lines.append(f"{label}     {text(x.name)} {DTYPES[x.dtype]}{[int(d) for d in x.shape]}")
+    lines += shape_lines(b)
     later = (f", later runs on {b.plan.warmThreads}" if b.plan.warmThreads and b.plan.warmThreads != b.plan.threads
              else "")
     lines.append(f"plan       {len(b.plan.steps)} steps, arena {b.plan.arenaSize:,} bytes, threads {b.plan.threads}"
@@ -102,6 +99,99 @@ def describe(path):
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
     return lines
+
+
+def shape_lines(b):
+    """The inputs and outputs with their shapes, then, for shapes set at run
+    time, the dims and the intermediate tensors sized at run time."""
+    dims = {i: x for i, x in enumerate(b.tensors) if x.kind == fb.TensorKind.dim}
+    lines = [f"input      {text(b.tensors[i].name)} {_input_shape(b.tensors[i], dims)}" for i in b.inputs]
+    lines += [f"output     {text(b.tensors[i].name)} {_shape(b.tensors[i], dims)}" for i in b.outputs]
+    lines += [f"dim        {text(x.name)} {_range(x.bounds)} typical {x.bounds.typical}: input "
+              f"{text(b.tensors[b.inputs[x.bounds.input]].name)} axis {x.bounds.axis}" for x in dims.values()]
+    sized = [(i, x) for i, x in enumerate(b.tensors) if x.kind == fb.TensorKind.intermediate and _program(x)]
+    if sized:
+        lines.append(f"sized      {len(sized)} intermediate tensors sized at run time (the arena holds each at its "
+                     "largest)")
+    return lines + [f"  %{i} {text(x.name)} {_shape(x, dims)}" for i, x in sized]
+
+
+def _program(x):
+    return [] if x.shapeProgram is None else [int(w) for w in x.shapeProgram]
+
+
+def _range(r):
+    """A dim's Range as text: 32..640, or 32..640/32 in steps of 32."""
+    return f"{r.min}..{r.max}" + (f"/{r.step}" if r.step > 1 else "")
+
+
+def _shape(x, dims):
+    """A tensor's dtype and shape: sized at run time, its shape program in
+    terms of the dims' sizes, then its largest shape (`shape`)."""
+    largest = [int(d) for d in x.shape]
+    if not _program(x):
+        return f"{DTYPES[x.dtype]}{largest}"
+    return f"{DTYPES[x.dtype]}[{', '.join(infix(_program(x), dims))}] largest {largest}"
+
+
+def _input_shape(x, dims):
+    """An input's dtype and shape: each axis a dim carries as its range,
+    with the shape the plan is weighed for (each dim's typical size)."""
+    if not _program(x):
+        return _shape(x, dims)
+    named = {text(d.name): d.bounds for d in dims.values()}
+    axes = [_range(named[a]) if a in named else a for a in infix(_program(x), dims)]
+    typical = shape_now(x, {i: d.bounds.typical // d.bounds.step for i, d in dims.items()})
+    return f"{DTYPES[x.dtype]}[{', '.join(axes)}] typical {typical}"
+
+
+def infix(words, dims):
+    """A shape program (schemas/bundle.fbs Tensor.shape_program) as one
+    expression per axis, each dim by its name, standing for its size (the
+    dim tensor holds the size over its step): `4 DIM t MUL` reads W."""
+    import operator
+    from fractions import Fraction
+
+    from ..ir.dims import DIM, END, NEG
+
+    def show(item, need=0):  # item: (factor, the text it multiplies or None for a constant, its precedence)
+        k, body, prec = item
+        if body is None:
+            body, prec = str(int(k)), 3
+        elif k != 1:
+            body = ("" if k.numerator == 1 else f"{k.numerator}*") + (f"({body})" if prec < 3 else body) + (
+                f"/{k.denominator}" if k.denominator > 1 else "")
+            prec = 2
+        return f"({body})" if prec < need else body
+
+    ops = {-2: ("+", 1, 2, operator.add), -3: ("-", 1, 2, operator.sub), -4: ("*", 2, 3, operator.mul),
+           -5: ("//", 2, 3, operator.floordiv), -6: ("%", 2, 3, operator.mod), -7: ("min", 3, 0, min),
+           -8: ("max", 3, 0, max)}
+    out, stack, k = [], [], 0
+    while k < len(words):
+        w, k = words[k], k + 1
+        if w >= 0:
+            stack.append((Fraction(w), None, 3))
+        elif w == END:
+            out.append(show(stack.pop()))
+        elif w == DIM:
+            d, k = dims[words[k]], k + 1
+            stack.append((Fraction(1, d.bounds.step), text(d.name), 3))
+        elif w == NEG:
+            f, body, prec = stack.pop()
+            stack.append((-f, body, prec))
+        else:
+            rhs, lhs = stack.pop(), stack.pop()
+            op, prec, right, fn = ops[w]
+            if lhs[1] is None and rhs[1] is None:
+                stack.append((Fraction(fn(int(lhs[0]), int(rhs[0]))), None, 3))
+            elif w == -4 and None in (lhs[1], rhs[1]):  # a constant factor
+                stack.append((lhs[0] * rhs[0], *(rhs if lhs[1] is None else lhs)[1:]))
+            elif prec == 3:
+                stack.append((Fraction(1), f"{op}({show(lhs)}, {show(rhs)})", 3))
+            else:
+                stack.append((Fraction(1), f"{show(lhs, prec)} {op} {show(rhs, right)}", prec))
+    return out
 
 
 def tuning_line(b):

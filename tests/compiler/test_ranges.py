@@ -1,0 +1,319 @@
+"""Input dimensions declared as ranges, compiler side: the options' text
+(compiler/options.py Dim, input_dims; `--input-shape`, `--typical-shape`),
+one bundle compiled for every size of its ranges (a conv model through
+blocked convs, pooling, a ConvTranspose as its phases' conv, a Resize and a
+global average) against onnxruntime at the extremes and odd sizes, the
+variants and row tiles chosen for rows sized at run time, the generic
+schedule's proofs (kernels/generic.py), the shape programs
+(ir/dims.py program, bundle/reader.py shape_now), the schema version, and
+how `coldbrew inspect`, Graph.dump and examples/c/run_bundle.c show and run
+such a bundle. The runtime's side: tests/runtime/test_shapes.py."""
+import dataclasses
+import glob
+import json
+import os
+import subprocess
+import types
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, assert_close, ort_run
+from onnx import TensorProto, helper, numpy_helper
+
+import coldbrew
+from coldbrew.compiler import CompileError, compile_model, driver
+from coldbrew.compiler.bundle.reader import dim_values, read, shape_now, text
+from coldbrew.compiler.ir import dims
+from coldbrew.compiler.kernels.generic import multiple, proved, size, typical_sizes
+from coldbrew.compiler.options import Dim, Options
+from coldbrew.compiler.tools.cli import main
+from coldbrew.compiler.tools.inspect import describe, infix
+from coldbrew.schemas.generated import bundle_generated as fb
+
+SHAPES = {"x": "1x3x[9:33]x[W=8:40:4]"}  # H any size from 9 to 33, W a multiple of 4 from 8 to 40
+TYPICAL = {"x": [1, 3, 17, 24]}
+SIZES = [(9, 8), (33, 40), (17, 20), (24, 12), (13, 36)]  # (H, W): the extremes, odd rows, the typical's neighbours
+
+
+# --- the options' text ---
+
+def test_ranges_steps_shared_names_and_typical_sizes():
+    o = Options(input_shapes={"x": "1x3x[32:256]x[W=32:256:4]", "z": "1xWx[8:16]"},
+                typical_shapes={"x": [1, 3, 128, 64]})
+    x, z = o.input_shapes["x"], o.input_shapes["z"]
+    assert x == (1, 3, Dim("x.2", 32, 256, 1, 128), Dim("W", 32, 256, 4, 64))
+    assert z == (1, x[3], Dim("z.2", 8, 16, 1, 16))  # W is x's; z.2's typical size is its max
+    assert sorted(o.dims) == ["W", "x.2", "z.2"]
+    assert (str(x[2]), str(x[3])) == ("[32:256]", "[32:256:4]")
+    assert [x[3].holds(n) for n in (32, 36, 34, 28, 260, 256)] == [True, True, False, False, False, True]
+    given = Options(input_shapes={"x": [1, 3, Dim("H", 8, 64, 8), "H"]}, typical_shapes={"x": "1x3x16x16"})
+    assert given.input_shapes["x"] == (1, 3, Dim("H", 8, 64, 8, 16), Dim("H", 8, 64, 8, 16))
+    assert Options(input_shapes={"x": "1x3x224x224"}).input_shapes["x"] == (1, 3, 224, 224) and not Options().dims
+
+
+@pytest.mark.parametrize("shapes, typical, message", [
+    ({"x": "1x3x[32-256]x4"}, None, r"input 'x' dimension 2: '\[32-256\]' is not a size, a range like"),
+    ({"x": "1x[64:32]"}, None, r"dimension x.1: \[64:32:1\] is not a range"),
+    ({"x": "1x[0:32]"}, None, r"dimension x.1: \[0:32:1\] is not a range"),
+    ({"x": "1x[30:256:4]"}, None, r"\[30:256:4\] is not a range \(1 <= min <= max, both multiples of the step\)"),
+    ({"x": "1x[32:250:4]"}, None, r"\[32:250:4\] is not a range"),
+    ({"x": "1x[N=2:8]", "z": "1x[N=2:16]"}, None, r"dimension N is declared twice, as \[2:8\] and \[2:16\]"),
+    ({"x": "1xmx3"}, None, r"input 'x': dimension 'm' is not declared \(write \[m=MIN:MAX\] once\)"),
+    ({"x": "1x[32:256]"}, {"x": [1, 300]}, r"dimension x.1: typical size 300 is not in \[32:256\]"),
+    ({"x": "1x[32:256:4]"}, {"x": [1, 34]}, r"typical size 34 is not in \[32:256:4\]"),
+    ({"x": "1x[32:256]"}, {"x": [2, 64]}, r"--typical-shape x: size 2 where the input's size is fixed to 1"),
+    ({"x": "1x[32:256]"}, {"x": [64]}, r"--typical-shape x: expected 2 sizes for input 'x'"),
+    ({"x": "1x[32:256]"}, {"q": [1, 64]}, r"--typical-shape q: expected 0 sizes for input 'q'"),
+])
+def test_every_malformed_range_is_a_compile_error(shapes, typical, message):
+    with pytest.raises(CompileError, match=message):
+        Options(input_shapes=shapes, typical_shapes=typical)
+
+
+def test_ranges_on_a_gpu_target_are_a_compile_error():
+    with pytest.raises(CompileError, match="ranges are not available for GPU targets"):
+        Options(target="vulkan", input_shapes=SHAPES)
+    assert Options(target="vulkan", input_shapes={"x": "1x3x16x16"}).input_shapes["x"] == (1, 3, 16, 16)
+
+
+def test_the_command_line_and_compile_model_build_the_same_options(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(driver, "compile", lambda model, options, *a, **k: seen.append(options) or b"")
+    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.brew")]
+    r = CliRunner().invoke(main, [*args, "--input-shape", "x=1x3x[9:33]x[n=8:40:4]", "--input-shape", "z=1xn",
+                                  "--typical-shape", "x=1x3x17x24", "--weights", "cached"])
+    assert r.exit_code == 0, r.output
+    compile_model(None, None, input_shapes={"x": "1x3x[9:33]x[n=8:40:4]", "z": [1, "n"]}, typical_shapes=TYPICAL,
+                  weights={"*": "cached"}, queues={"*": 0})
+    assert len(seen) == 2 and seen[0].input_shapes == seen[1].input_shapes  # the typical sizes in their Dims
+    assert seen[0] == dataclasses.replace(seen[1], typical_shapes=seen[0].typical_shapes)
+    assert seen[0].input_shapes["z"] == (1, Dim("n", 8, 40, 4, 24))
+    r = CliRunner().invoke(main, [*args, "--input-shape", "[W=8:40]"])
+    assert r.exit_code != 0 and "expected NAME=1x3x224x224" in r.output
+    r = CliRunner().invoke(main, [*args, "--input-shape", "x=1x[8:40:3]"])
+    assert r.exit_code != 0 and "[8:40:3] is not a range" in r.output
+
+
+# --- one bundle for every size ---
+
+def ranged_model():
+    """x [1, 3, H, W] -> conv 3x3 + relu -> max pool 2 -> conv 3x3 + relu ->
+    ConvTranspose 2x2 stride 2, plus the pool's output resized x2 (nearest)
+    -> y: conv 1x1 to 4 channels; g: the sum's global average."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+
+    def w(*shape):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), f"w{len(inits)}"))
+        return inits[-1].name
+
+    nodes = [
+        helper.make_node("Conv", ["x", w(16, 3, 3, 3), w(16)], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", w(16, 16, 3, 3), w(16)], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("ConvTranspose", ["r2", w(16, 16, 2, 2), w(16)], ["t"], strides=[2, 2]),
+        helper.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
+        helper.make_node("Add", ["t", "u"], ["s"]),
+        helper.make_node("Conv", ["s", w(4, 16, 1, 1)], ["y"]),
+        helper.make_node("GlobalAveragePool", ["s"], ["g"]),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, h, wd])
+          for n, c, h, wd in (("x", 3, "h", "w"), ("y", 4, None, None), ("g", 16, 1, 1))]
+    m = helper.make_model(helper.make_graph(nodes, "ranged", io[:1], io[1:], inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.fixture(scope="module")
+def ranged(tmp_path_factory):
+    """The model and its one ranged bundle (its IR dumped after each pass)."""
+    d = tmp_path_factory.mktemp("ranged")
+    model = ranged_model()
+    compile_model(model, str(d / "r.brew"), input_shapes=SHAPES, typical_shapes=TYPICAL, dump_ir=str(d / "ir"))
+    return types.SimpleNamespace(model=model, path=str(d / "r.brew"), ir=str(d / "ir"), header=read(str(d / "r.brew")))
+
+
+def feed(h, w):
+    return {"x": np.random.default_rng(h * 100 + w).standard_normal((1, 3, h, w)).astype(np.float32)}
+
+
+def test_one_bundle_runs_every_size_and_matches_onnxruntime(ranged):
+    b, _, version = ranged.header
+    assert version == b.schemaVersion == 5
+    sess = coldbrew.load(ranged.path)
+    assert sess.get_inputs()[0].shape == [1, 3, 33, 40]  # the largest: what memory is planned for
+    for h, w in SIZES:
+        f = feed(h, w)
+        ours, ref = sess.run(None, f), ort_run(ranged.model, f)
+        assert [o.shape for o in ours] == [(1, 4, h // 2 * 2, w), (1, 16, 1, 1)]
+        assert_close(ours, ref)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((1, 3, 34, 40), "input 'x' axis 2 is 34: the bundle takes 9..33"),
+    ((1, 3, 8, 40), "input 'x' axis 2 is 8: the bundle takes 9..33"),
+    ((1, 3, 16, 44), "input 'x' axis 3 is 44: the bundle takes 8..40 in steps of 4"),
+    ((1, 3, 16, 18), "input 'x' axis 3 is 18: the bundle takes 8..40 in steps of 4"),
+])
+def test_sizes_out_of_range_or_off_the_step_are_refused_naming_the_range(ranged, shape, message):
+    with pytest.raises(coldbrew.BundleError, match=message):
+        coldbrew.load(ranged.path).run(None, {"x": np.zeros(shape, np.float32)})
+
+
+def test_ranged_convs_take_blocked_variants_whose_row_tile_divides_every_row(ranged):
+    """Every conv (the ConvTranspose as its phases' conv among them, the
+    1x1 conv to 4 channels padded to a block) runs a blocked variant, and
+    its row tile divides its output row at every size
+    (select_variants._whole_tiles): at the typical sizes a wider tile would
+    be chosen."""
+    b = ranged.header[0]
+    steps = [(s, b.layers[s.layer]) for s in b.plan.steps if "conv" in text(b.layers[s.layer].op)
+             or text(b.layers[s.layer].name).startswith("c")]
+    assert [text(s.variant) for s, _ in steps] == ["conv2d.blocked"] * 4
+    assert text(b.tensors[steps[2][1].args[-1]].name).startswith("t/phases")
+    tiles = []
+    for s, layer in steps:
+        out, zt = b.tensors[layer.args[-1]], json.loads(text(s.kind.params))["zt"]  # [1, C/b, H, W, b]
+        rows = {shape_now(out, dim_values(b, [[1, 3, h, w]]))[3] for h in (9, 33) for w in range(8, 41, 4)}
+        assert all(r % zt == 0 for r in rows), (text(layer.name), zt, sorted(rows))
+        tiles.append(zt)
+    assert max(tiles) > 1
+
+
+def test_shapes_and_dims_in_the_bundle(ranged):
+    b = ranged.header[0]
+    dim = {text(t.name): t.bounds for t in b.tensors if t.kind == fb.TensorKind.dim}
+    assert {k: (r.min, r.max, r.step, r.typical, r.input, r.axis) for k, r in dim.items()} == {
+        "x.2": (9, 33, 1, 17, 0, 2), "W": (8, 40, 4, 24, 0, 3)}
+    y, g = (b.tensors[i] for i in b.outputs)
+    assert ([int(d) for d in y.shape], [int(d) for d in g.shape]) == ([1, 4, 32, 40], [1, 16, 1, 1])
+    assert g.shapeProgram is None or not len(g.shapeProgram)
+    for h, w in SIZES:
+        assert shape_now(y, dim_values(b, [[1, 3, h, w]])) == [1, 4, h // 2 * 2, w]
+
+
+def test_fixed_shape_bundles_keep_schema_version_4(small_bundle):
+    b, _, version = read(small_bundle)
+    assert version == b.schemaVersion == 4
+    assert not any(t.bounds or (t.shapeProgram is not None and len(t.shapeProgram)) for t in b.tensors)
+
+
+# --- the generic schedule's proofs and the shape programs ---
+
+def test_multiple_proves_divisibility_for_every_size_or_refuses():
+    from tvm import tirx
+
+    v = tirx.Var("v", "int64")
+    assert multiple(v * 32, 16) and multiple(v * 4 + 8, 4) and multiple(tirx.floordiv(v * 8, 2), 4)
+    assert not multiple(v * 2, 16) and not multiple(v * 4 + 2, 4) and not multiple(v, 2)
+    assert multiple(48, 16) and not multiple(tirx.IntImm("int64", 20), 16)
+    assert proved(tirx.floormod(v * 6, 3) == 0) and not proved(tirx.floormod(v * 6, 4) == 0) and proved(True)
+    with typical_sizes({"v": 5}):
+        assert (size(v * 4 + 1), size(7)) == (21, 7)
+    with pytest.raises(ValueError, match="no typical size for 'v'"):
+        size(v * 4)
+
+
+def test_parallel_loops_fuse_with_the_size_set_at_run_time_outermost():
+    """The fused parallel loop is taken apart by constants only: the generic
+    schedule fuses the constant loops before a symbolic one
+    (generic._fusable), a variant's fuse_parallel puts the symbolic loop
+    outermost (kernels/schedule.py)."""
+    import re
+
+    from tvm import s_tir, te, tirx
+
+    from coldbrew.compiler.kernels.generic import _fusable
+    from coldbrew.compiler.kernels.schedule import fuse_parallel
+
+    h = tirx.Var("h", "int64")
+    a = te.placeholder((2, 4, h, 8), "float32", name="a")
+    b = te.compute(a.shape, lambda n, c, y, x: a[n, c, y, x] * 2, name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    n, c, y, x = sch.get_loops(sch.get_sblock("b"))
+    assert [len(_fusable(sch, lps)) for lps in ([n, c, y], [n, c], [y, x])] == [2, 2, 1]
+    par = fuse_parallel(sch, n, c, y)
+    assert (sch.get(par).loop_var.name, sch.get(par).kind) == ("y_n_c_fused", tirx.ForKind.PARALLEL)
+    assert not re.search(r"(//|%) \(?h", sch.mod.script()), sch.mod.script()
+
+
+def test_a_shape_program_computes_what_dims_at_computes():
+    from tvm import tirx
+
+    h_dim, w_dim = Dim("h", 9, 33), Dim("w", 8, 40, 4)
+    variables = dims.variables([h_dim, w_dim])
+    h, w = variables[h_dim], variables[w_dim]
+    one = lambda n: tirx.IntImm("int64", n)  # noqa: E731
+    extents = [one(1), dims.extent(w_dim, w), tirx.floordiv(h + 1, 2), h * 2 - 3, tirx.floormod(w * 4 + h, 5),
+               tirx.min(h, w * 4), tirx.max(h - 20, one(1)), tirx.Add(h, one(-3)), tirx.floordiv(h - 12, 2),
+               tirx.Cast("int64", w) * h]
+    words = dims.program(extents, lambda v: {"h": 0, "w": 1}[v.name])  # h is dim tensor 0, w dim tensor 1
+    assert dims.NEG in words and dims.MIN in words and dims.FLOORMOD in words
+    desc = types.SimpleNamespace(shapeProgram=np.array(words), shape=[])
+    for hs, ws in [(9, 8), (33, 40), (10, 12), (21, 28), (12, 36)]:
+        assert shape_now(desc, {0: hs, 1: ws // 4}) == list(dims.at(extents, variables, {h_dim: hs, w_dim: ws}))
+    assert dims.largest(extents[:4], variables) == (1, 40, 17, 63)
+    assert dims.typical(extents[:3], variables) == (1, 40, 17)
+    with pytest.raises(ValueError, match="is not arithmetic a run can compute"):
+        dims.program([tirx.Select(h > 10, h, one(10))], lambda v: 0)
+
+
+# --- how the bundle is shown and run ---
+
+def test_inspect_shows_ranges_typical_sizes_dims_and_shape_programs(ranged):
+    lines = describe(ranged.path)
+    for want in ["input      x float32[1, 3, 9..33, 8..40/4] typical [1, 3, 17, 24]",
+                 "output     y float32[1, 4, 2*(x.2 // 2), W] largest [1, 4, 32, 40]",
+                 "output     g float32[1, 16, 1, 1]",
+                 "dim        x.2 9..33 typical 17: input x axis 2",
+                 "dim        W 8..40/4 typical 24: input x axis 3"]:
+        assert want in lines, "\n".join(lines)
+    sized = [x for x in lines if x.startswith("  %") and " p float32" in x]
+    assert sized == [f"  %{sized[0].split()[0][1:]} p float32[1, 16, x.2 // 2, W/2] largest [1, 16, 16, 20]"], lines
+
+
+def test_inspect_writes_every_program_word():
+    d = {7: types.SimpleNamespace(name=b"n", bounds=types.SimpleNamespace(step=2))}
+    e = dims
+    words = [3, e.DIM, 7, e.MUL, 1, e.ADD, 2, e.FLOORDIV, e.END,  # (3*n/2 + 1) // 2
+             e.DIM, 7, 4, e.FLOORMOD, 5, e.DIM, 7, e.MIN, e.SUB, e.END,  # n/2 % 4 - min(5, n/2)
+             2, e.DIM, 7, e.MUL, e.DIM, 7, e.MUL, 5, e.NEG, e.MAX, e.END,  # max(n * (n/2), -5)
+             6, 4, e.SUB, 3, e.MUL, e.END]
+    assert infix(words, d) == ["(3*n/2 + 1) // 2", "n/2 % 4 - min(5, n/2)", "max(n * (n/2), -5)", "6"]
+
+
+def test_graph_dump_shows_extents_beside_the_largest_shape(ranged):
+    with open(glob.glob(os.path.join(ranged.ir, "*_plan_memory.txt"))[0]) as f:
+        dump = f.read().splitlines()
+    assert "  input  %0 x float32[1, 3, 33, 40] = [1, 3, x_2, W * 4]" in dump, dump
+    assert any(x.startswith("  output %") and x.endswith(" y float32[1, 4, 32, 40] = [1, 4, x_2 // 2 * 2, W * 4]")
+               for x in dump), dump
+    assert any(x.endswith(" g float32[1, 16, 1, 1]") for x in dump), dump
+    assert [x.split(None, 2)[-1] for x in dump if x.startswith("  dim ")] == [
+        "W [8:40:4] typical 24 (W = size / 4)", "x.2 [9:33] typical 17"], dump
+    assert any(x.startswith("  sized  %") and " p float32[1, 16, 16, 20] = [1, 16, x_2 // 2, W * 2]" in x
+               for x in dump), dump
+
+
+def test_run_bundle_runs_a_ranged_bundle_at_its_largest_shape(ranged, tmp_path):
+    """examples/c/run_bundle.c sets each input at the bundle's shape (the
+    largest) before its data: the session starts at the typical shapes."""
+    lib_dir = os.path.dirname(coldbrew.runtime.__file__)
+    exe = tmp_path / "run_bundle"
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", os.path.join(ROOT, "examples", "c", "run_bundle.c"),
+                    "-I", os.path.join(ROOT, "runtime", "include"), "-L", lib_dir, "-lcoldbrew",
+                    f"-Wl,-rpath,{lib_dir}", "-o", str(exe)], check=True)
+    f = feed(33, 40)
+    f["x"].tofile(tmp_path / "x.bin")
+    out = subprocess.run([str(exe), ranged.path, str(tmp_path / "out"), str(tmp_path / "x.bin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "output 0 y: 20480 bytes" in out.stdout, out.stdout
+    ref = ort_run(ranged.model, f)
+    assert_close([np.fromfile(tmp_path / f"out{k}.bin", np.float32).reshape(r.shape) for k, r in enumerate(ref)], ref)
