@@ -47,6 +47,9 @@ class Options:
         for name in ("input_shapes", "typical_shapes", "constants", "variants"):  # none given, however written
             object.__setattr__(self, name, getattr(self, name) or None)
         object.__setattr__(self, "input_shapes", input_dims(self.input_shapes, self.typical_shapes))
+        if self.typical_shapes:  # as sizes, however written (the typical sizes are the Dims' own)
+            object.__setattr__(self, "typical_shapes", {k: [int(d) for d in re.findall(r"\d+", v)] if isinstance(
+                v, str) else [int(d) for d in v] for k, v in self.typical_shapes.items()})
         self._check()
 
     @property
@@ -130,9 +133,7 @@ _RANGE = re.compile(r"\[(?:([A-Za-z_][\w.]*)=)?(\d+):(\d+)(?::(\d+))?\]")
 
 def _dims_of(name, spec):
     """[int | Dim | str (a name declared elsewhere)] of one input's dimensions."""
-    items = spec.lower().split("x") if isinstance(spec, str) and "[" not in spec else spec
-    if isinstance(spec, str) and "[" in spec:
-        items = re.findall(r"\[[^\]]*\]|[^x\[\]]+", spec)
+    items = re.findall(r"\[[^\]]*\]|[^xX\[\]]+", spec) if isinstance(spec, str) else spec
     out = []
     for axis, d in enumerate(items):
         if isinstance(d, (Dim, int)) and not isinstance(d, bool):
@@ -144,8 +145,8 @@ def _dims_of(name, spec):
             out.append(Dim(m.group(1) or f"{name}.{axis}", int(m.group(2)), int(m.group(3)), int(m.group(4) or 1)))
         elif text.isdigit():
             out.append(int(text))
-        elif re.fullmatch(r"[A-Za-z_][\w.]*", text):
-            out.append(text)
+        elif re.fullmatch(r"\[?[A-Za-z_][\w.]*\]?", text):  # a name declared elsewhere ([NAME] if it holds an x)
+            out.append(text.strip("[]"))
         else:
             raise CompileError(f"input '{name}' dimension {axis}: '{d}' is not a size, a range like [32:640] or "
                                f"[32:640:32] (a multiple of 32), or [NAME=32:640]")
