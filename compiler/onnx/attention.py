@@ -26,7 +26,7 @@ import onnx.inliner
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import CompileError
-from .ops import opset_of, types_and_shapes
+from .ops import opset_of, rewrite, types_and_shapes
 
 FUSED = ("Attention", "RotaryEmbedding", "LinearAttention", "CausalConvWithState")
 _DOMAIN = "ai.coldbrew.fused"  # each node's own function while it is inlined
@@ -60,8 +60,6 @@ def _typed(model):
 
 def _inline(model):
     """Every fused node replaced by its function body (float16 values in float32)."""
-    from .decompose import rewrite
-
     types, opset, bodies = _typed(model), opset_of(model), []
 
     def expand(node, name, a, add_init):
@@ -93,19 +91,18 @@ def _inline(model):
 
 
 def expand(model):
-    from ..passes import fold_constants
+    from .fold import apply as fold
 
     _inline(model)
-    fold_constants.apply(model)
+    fold(model)
     _unroll_scans(model)
     _cast_likes(model)
-    fold_constants.apply(model)
+    fold(model)
     _masked_rows(model)
     _drop_empty(model)
 
 
 def _unroll_scans(model):
-    from .decompose import rewrite
     from .loops import unroll_scan
 
     _, shapes = types_and_shapes(model)
@@ -126,8 +123,6 @@ def _cast_likes(model):
 
 
 def _masked_rows(model):
-    from .decompose import rewrite
-
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
 

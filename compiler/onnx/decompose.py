@@ -70,7 +70,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from . import attention, subpixel
-from .ops import opset_of, types_and_shapes
+from .ops import opset_of, rewrite, types_and_shapes
 
 _INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
              TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -106,27 +106,6 @@ def lrn(model):
                   helper.make_node("Add", [t[4], bias.name], [t[5]]),
                   helper.make_node("Pow", [t[5], beta.name], [t[6]]),
                   helper.make_node("Div", [x, t[6]], [node.output[0]], name=name)]
-    g.ClearField("node")
-    g.node.extend(nodes)
-
-
-def rewrite(model, op_type, expand):
-    """Every `op_type` node replaced by the nodes expand(node, name, attrs, add_init) returns."""
-    g = model.graph
-    if not any(n.op_type == op_type for n in g.node):
-        return
-    nodes = []
-
-    def add_init(name, value):
-        g.initializer.append(numpy_helper.from_array(np.array(value), name))
-        return name
-
-    for node in g.node:
-        if node.op_type != op_type:
-            nodes.append(node)
-            continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        nodes += expand(node, node.name or node.output[0], attrs, add_init)
     g.ClearField("node")
     g.node.extend(nodes)
 

@@ -22,9 +22,9 @@ Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
 BitwiseNot LpPool EyeLike LpNormalization Swish SwiGLU HannWindow HammingWindow
 BlackmanWindow MelWeightMatrix Attention RotaryEmbedding LinearAttention
 CausalConvWithState com.microsoft.DynamicQuantizeLSTM
-""".split())  # If: where its condition folds to a constant (passes/fold_constants.py inlines the branch);
+""".split())  # If: where its condition folds to a constant (onnx/fold.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
-# Loop: unrolled where its trip count is known at compile time (passes/fold_constants.py, onnx/loops.py);
+# Loop: unrolled where its trip count is known at compile time (onnx/fold.py, onnx/loops.py);
 # Scan: unrolled over its scan inputs (onnx/loops.py); Attention, RotaryEmbedding, LinearAttention,
 # CausalConvWithState: their ONNX function bodies (onnx/attention.py); others rewritten in
 # onnx/decompose.py or lowered by coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py);
@@ -283,3 +283,27 @@ def outer_names(node):
                 used |= outer_names(n) - defined
             used |= {o.name for o in g.output if o.name not in defined}
     return used
+
+
+def rewrite(model, op_type, expand):
+    """Every `op_type` node replaced by the nodes expand(node, name, attrs, add_init) returns."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    if not any(n.op_type == op_type for n in g.node):
+        return
+    nodes = []
+
+    def add_init(name, value):
+        g.initializer.append(numpy_helper.from_array(np.array(value), name))
+        return name
+
+    for node in g.node:
+        if node.op_type != op_type:
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        nodes += expand(node, node.name or node.output[0], attrs, add_init)
+    g.ClearField("node")
+    g.node.extend(nodes)
