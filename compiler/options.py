@@ -75,6 +75,9 @@ class Options:
             raise CompileError(f"{self.precision} weights are not available for GPU targets yet (compile with fp32)")
         if self.max_error is not None and self.precision == "fp32":
             raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
+        if self.dims and self.continuous:
+            raise CompileError("continuous mode is not available with input dimensions given as ranges yet "
+                               "(compile without --continuous, or give fixed sizes)")
         if self.dims and self.on_gpu:
             raise CompileError("input dimensions given as ranges are not available for GPU targets yet "
                                "(give fixed sizes)")

@@ -175,7 +175,7 @@ def cache_key(model_hash, target, threads, input_shapes=None, constants=None, tu
     code = code_hash([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(coldbrew.__file__))])
     h.update(json.dumps([model_hash, target.fingerprint(), threads, version(), code, FORMAT, VERSION,
                          sorted((input_shapes or {}).items()), tuning.digest() if tuning else None,
-                         sorted(direct)]).encode())
+                         sorted(direct)], default=repr).encode())  # a range's Dim by its fields
     for name in sorted(constants or {}):
         h.update(name.encode())
         h.update(bytes(memoryview(constants[name]).cast("B")))

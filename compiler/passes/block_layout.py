@@ -254,10 +254,10 @@ class _Rewrite:
         if not isinstance(shape[0], int):  # a batch sized at run time: no variant computes it (NCHW, generic)
             return None
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
-        if not ob and int(a.groups) == 1 and not all(isinstance(d, int) for d in shape):
-            ib, ob = (self.lanes if _fills(c, self.lanes) else 0), self.lanes  # sized at run time: only the
-            # blocked variants compute it (its output channels padded to a block)
-        if not ob or _forced_nchw(self.choice, anchor_id, self.isa):
+        sized = not all(isinstance(d, int) for d in shape)  # at run time: only the blocked variants compute it
+        if not ob and int(a.groups) == 1 and sized:
+            ib, ob = (self.lanes if _fills(c, self.lanes) else 0), self.lanes  # its output channels padded to a block
+        if not ob or (_forced_nchw(self.choice, anchor_id, self.isa) and not sized):
             return None
         xin = self.get_blocked(x) if ib else self.plain(x)
         if xin is None:

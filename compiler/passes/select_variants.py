@@ -108,12 +108,15 @@ def _params(variant, spec, tuning):
 
 def _anchor(anchor_id, index, op_name, spec, exact, w, chooser):
     """The Anchor of a layer, its variant and parameters chosen (`chooser`:
-    _choose's choice, isa, tuning); None where the variant computes fixed
-    sizes only and the layer is sized at run time (the generic schedule)."""
+    _choose's choice, isa, tuning); sized at run time, the default variant
+    where the chosen one computes fixed sizes only, None where that one does
+    too (the generic schedule)."""
     choice, isa, tuning = chooser
     v, params, tuned = _choose(anchor_id, op_name, spec, choice, isa, tuning)
-    if exact is not None and not v.symbolic:
-        return None
+    if exact is not None and not v.symbolic:  # a plan's choice for fixed sizes only: the default, if it computes it
+        v, params, tuned = _choose(anchor_id, op_name, spec, {}, isa, None)
+        if not v.symbolic:
+            return None
     return Anchor(anchor_id, index, spec, v, _whole_tiles(v, spec, exact, params),
                   np.ascontiguousarray(w.astype(spec.dtype)), alternatives=[a.name for a in applicable(spec, op_name, isa)],
                   tuned=tuned, exact=exact)

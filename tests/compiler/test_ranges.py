@@ -317,3 +317,20 @@ def test_run_bundle_runs_a_ranged_bundle_at_its_largest_shape(ranged, tmp_path):
     assert "output 0 y: 20480 bytes" in out.stdout, out.stdout
     ref = ort_run(ranged.model, f)
     assert_close([np.fromfile(tmp_path / f"out{k}.bin", np.float32).reshape(r.shape) for k, r in enumerate(ref)], ref)
+
+
+def test_continuous_mode_with_ranges_is_refused_naming_what_to_do():
+    with pytest.raises(CompileError, match="continuous mode is not available with input dimensions given as ranges"):
+        Options(input_shapes={"x": "1x[1:8]"}, continuous=True)
+
+
+def test_a_variant_forced_for_fixed_sizes_gives_way_to_one_that_computes_the_range(tmp_path):
+    """A plan's (or the user's) NCHW choice for a conv sized at run time:
+    the conv stays blocked and takes the default blocked variant
+    (select_variants._anchor, block_layout), never a legalization failure."""
+    path = str(tmp_path / "forced.brew")
+    compile_model(ranged_model(), path, input_shapes=SHAPES, typical_shapes=TYPICAL, variants={"*": "im2col_gemm"})
+    b = read(path)[0]
+    assert {text(s.variant) for s in b.plan.steps if text(b.layers[s.layer].name).startswith("c")} == {"conv2d.blocked"}
+    f = feed(13, 36)
+    assert_close(coldbrew.load(path).run(None, f), ort_run(ranged_model(), f))
