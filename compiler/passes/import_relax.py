@@ -14,7 +14,7 @@ from ..onnx import recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder
 from ..onnx.ops import graph_inputs
-from ..ir.relax import is_const, shape_of
+from ..ir.relax import extents_of, is_const
 
 NAME = "import_relax"
 
@@ -52,6 +52,8 @@ def _message(node, error):
     if node is None:
         return f"importing the ONNX graph failed: {reason}"
     op, name = node
+    if isinstance(error, CompileError):  # coldbrew's own reason, with what to do
+        return f"{op} node '{name}': {error}"
     return (f"{op} node '{name}': the ONNX importer cannot convert it ({reason}). If an input of it depends on a "
             f"model input, fixing that input (--input-shape NAME=DIMS, or --bind NAME=FILE.npy for a value) may "
             f"make it convertible; otherwise coldbrew does not support this form of {op} yet")
@@ -77,6 +79,8 @@ def _node_watch(failed):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
             if op_name == "Resize":
                 inputs = _whole_scales(inputs)
+            if op_name in ("MaxPool", "AveragePool", "Conv") and attrs.get("auto_pad", b"NOTSET") in _SAME:
+                attrs = _same_pads(inputs[0], attrs, inputs[1] if op_name == "Conv" else None)
             return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
         except Exception:
             if not failed:
@@ -91,6 +95,40 @@ def _node_watch(failed):
     finally:
         ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+_SAME = (b"SAME_UPPER", b"SAME_LOWER", "SAME_UPPER", "SAME_LOWER")
+
+
+def _same_pads(x, attrs, w=None):
+    """A pooling's or convolution's SAME padding over sizes set at run time,
+    as explicit pads where they come out the same at every size (a page of
+    32 * h rows: a stride-2 window pads as at any even size); a
+    CompileError saying which step makes them so where they do not."""
+    from tvm.sym import Analyzer
+    from tvm import tirx
+
+    shape = getattr(getattr(x, "ty", None), "shape", None)
+    if shape is None or all(hasattr(d, "value") for d in shape.values[2:]):
+        return attrs
+    spatial = list(shape.values[2:])
+    kernel = attrs.get("kernel_shape") or ([int(d) for d in w.ty.shape.values[2:]] if w is not None else None)
+    if kernel is None:
+        return attrs
+    strides = attrs.get("strides", [1] * len(spatial))
+    dilations = attrs.get("dilations", [1] * len(spatial))
+    upper = attrs["auto_pad"] in (b"SAME_UPPER", "SAME_UPPER")
+    begin, end, simplify = [], [], Analyzer().simplify
+    for n, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = simplify(tirx.max(((n + s - 1) // s - 1) * s + (k - 1) * d + 1 - n, 0))
+        if not isinstance(total, tirx.IntImm):
+            raise CompileError(f"its SAME padding over a size set at run time differs from size to size (stride {s}); "
+                               f"declare that input dimension with a step that is a multiple of {s}, e.g. "
+                               f"[MIN:MAX:{s}]")
+        t = int(total)
+        begin.append(t // 2 if upper else t - t // 2)
+        end.append(t - begin[-1])
+    return {**attrs, "auto_pad": b"NOTSET", "pads": begin + end}
 
 
 def _whole_scales(inputs):
@@ -140,7 +178,7 @@ class _Cell:
         from tvm import relax
 
         xw, w, h0, c0, *scale = (v if isinstance(v, relax.Var) or is_const(v) else bb.emit(v) for v in inputs)
-        (seq, batch, _), (dirs, _, _) = (shape_of(v) for v in (xw, w))
+        (seq, batch, _), (dirs, _, _) = (extents_of(v) for v in (xw, w))  # seq may be sized at run time
         text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
         spec = RecurrentSpec(text["kind"], seq, batch, int(text["hidden_size"]), dirs, text["direction"] == "reverse",
                              int(text["linear_before_reset"]), text["activation"], quantize_h=bool(text["quantize_h"]))

@@ -334,3 +334,48 @@ def test_a_variant_forced_for_fixed_sizes_gives_way_to_one_that_computes_the_ran
     assert {text(s.variant) for s in b.plan.steps if text(b.layers[s.layer].name).startswith("c")} == {"conv2d.blocked"}
     f = feed(13, 36)
     assert_close(coldbrew.load(path).run(None, f), ort_run(ranged_model(), f))
+
+
+def _pool_model(pool_attrs, channels=16):
+    """x [1, C, H, W] -> identity 1x1 conv (blocked) -> MaxPool(pool_attrs) -> y, and GlobalAveragePool -> g."""
+    eye = numpy_helper.from_array(np.eye(channels, dtype=np.float32).reshape(channels, channels, 1, 1), "eye")
+    nodes = [helper.make_node("Conv", ["x", "eye"], ["c"]),
+             helper.make_node("MaxPool", ["c"], ["y"], **pool_attrs),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, channels, h, w])
+          for n, h, w in (("x", "h", "w"), ("y", None, None), ("g", 1, 1))]
+    m = helper.make_model(helper.make_graph(nodes, "pool", io[:1], io[1:], [eye]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def test_same_padding_over_sizes_set_at_run_time_is_explicit_where_it_holds_for_every_size(tmp_path):
+    """SAME pads that come out alike at every size (stride 1; stride 2 over an
+    even-stepped size) compile and match onnxruntime; where they differ from
+    size to size the refusal says which step makes them alike."""
+    path = str(tmp_path / "same.brew")
+    for attrs, shape in (({"kernel_shape": [2, 2], "strides": [1, 1]}, "1x16x[h=5:40]x[w=5:40]"),
+                         ({"kernel_shape": [3, 3], "strides": [2, 2]}, "1x16x[h=6:40:2]x[w=6:40:2]")):
+        model = _pool_model({**attrs, "auto_pad": "SAME_UPPER"})
+        compile_model(model, path, input_shapes={"x": shape})
+        sess = coldbrew.load(path)
+        for h, w in ((6, 8), (12, 38)):
+            f = {"x": np.random.default_rng(h).standard_normal((1, 16, h, w)).astype(np.float32)}
+            assert_close(sess.run(None, f), ort_run(model, f))
+    with pytest.raises(CompileError, match=r"SAME padding over a size set at run time differs.*\[MIN:MAX:2\]"):
+        compile_model(_pool_model({"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}), path,
+                      input_shapes={"x": "1x16x[h=5:40]x[w=5:40]"})
+
+
+def test_a_global_mean_over_a_plane_sized_at_run_time_sums_row_by_row(tmp_path):
+    """One running float32 sum over a 256 x 256 plane of one value near
+    1000 drifts ~1e-3 off its mean (each add rounds the same way); each
+    row's mean, then theirs, stays within 1e-5 (block_layout's global mean
+    at sizes set at run time)."""
+    model, path = _pool_model({"kernel_shape": [1, 1]}), str(tmp_path / "mean.brew")
+    compile_model(model, path, input_shapes={"x": "1x16x[h=8:256]x[w=8:256]"})
+    x = np.full((1, 16, 256, 256), 1000.1, np.float32)  # every add rounds the same way: the drift adds up
+    g = coldbrew.load(path).run(None, {"x": x})[1]
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    assert np.abs(g - want).max() / 1000 < 1e-5
