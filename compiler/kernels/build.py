@@ -96,7 +96,10 @@ def execute_te(variant, spec, params):
     (an integer variant applies its factors itself). Sized at run time, the
     spec's extents are taken from x as the kernel gets it (its own variables)."""
     def run(x, wt, *scale):
-        s = dataclasses.replace(spec, h=x.shape[2], w=x.shape[3]) if getattr(spec, "symbolic", False) else spec
+        s = spec
+        if getattr(spec, "symbolic", False):
+            s = (dataclasses.replace(spec, m=x.shape[-2]) if spec.__class__.__name__ == "DenseSpec"
+                 else dataclasses.replace(spec, h=x.shape[2], w=x.shape[3]))
         if variant.integer:
             return variant.compute(s, x, wt, params, scale[0])
         out = variant.compute(s, x, wt if wt.dtype == s.dtype else Widened(wt), params)

@@ -101,6 +101,11 @@ class DenseSpec:
     batch: tuple = ()
 
     @property
+    def symbolic(self):
+        """Whether its rows are sized at run time (a TVM expression)."""
+        return not isinstance(self.m, int)
+
+    @property
     def input_shape(self):
         return self.batch + (self.k,) if self.batch else (1,) * self.lead + (self.m, self.k)
 
@@ -158,7 +163,7 @@ class RecurrentSpec:
     included) -> Y [seq, dirs, batch, hidden]; raw weights R with the
     recurrent bias as a last column, [dirs, gates * hidden, hidden + 1]."""
     kind: str  # "lstm", "gru", "rnn"
-    seq: int
+    seq: object  # an int, or a TVM expression: a sequence sized at run time (the kernel reads it from xw's shape)
     batch: int
     hidden: int
     dirs: int = 1

@@ -20,6 +20,7 @@ class PackedGemm(Variant):
 
     name = "dense.packed_gemm"
     op = "dense"
+    symbolic = True  # rows sized at run time: the last row block predicated where mb does not divide them
 
     def transformed_shape(self, spec, params):
         nb = params["nb"]

@@ -379,3 +379,24 @@ def test_a_global_mean_over_a_plane_sized_at_run_time_sums_row_by_row(tmp_path):
     g = coldbrew.load(path).run(None, {"x": x})[1]
     want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
     assert np.abs(g - want).max() / 1000 < 1e-5
+
+
+def test_dense_layers_over_rows_sized_at_run_time_take_the_packed_gemm(tmp_path):
+    """A MatMul with constant weights over a sequence sized at run time runs
+    dense.packed_gemm (its last row block predicated) and matches at every
+    length, one row included."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((24, 40)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n", 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", 40])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "dense.brew")
+    compile_model(model, path, input_shapes={"x": "1x[n=1:50]x24"}, typical_shapes={"x": [1, 32, 24]})
+    b = read(path)[0]
+    assert [text(s.variant) for s in b.plan.steps] == ["dense.packed_gemm"]
+    sess = coldbrew.load(path)
+    for n in (1, 7, 32, 50):
+        f = {"x": np.random.default_rng(n).standard_normal((1, n, 24)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
