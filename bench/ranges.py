@@ -6,8 +6,8 @@ and warm, in one run.
 
 A case is a model, the range its input is declared with and the sizes an
 app feeds it (CASES: the zoo's text detector, which ships with the
-project, and the corpus's OCR detector at three page sizes when the corpus
-is fetched, bench/corpus/fetch.py). Per case: the range bundle is compiled
+project, and the corpus's OCR detector at three page sizes and recognizer at
+three line widths when the corpus is fetched, bench/corpus/fetch.py). Per case: the range bundle is compiled
 once (typical size: the first), a fixed-shape bundle per size. Cold: fresh-
 process samples (bench/harness/cold_sample.py, the protocol's cold start)
 of the range bundle, the size's fixed bundle and onnxruntime, interleaved
@@ -33,6 +33,8 @@ CASES = {
                                                                                    "1x3x224x608"]),
     "pp_ocrv4_det": ("corpus:ch_pp_ocrv4_det_infer", "x", "1x3x[H=64:960:32]x[W=64:960:32]",
                      ["1x3x640x480", "1x3x960x960", "1x3x320x736"]),
+    "pp_ocrv4_rec": ("corpus:ch_pp_ocrv4_rec_infer", "x", "1x3x48x[W=32:960:8]", ["1x3x48x320", "1x3x48x96",
+                                                                                 "1x3x48x656"]),
 }
 
 
