@@ -79,6 +79,10 @@ def _node_watch(failed):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
             if op_name == "Resize":
                 inputs = _whole_scales(inputs)
+            if op_name == "Range":
+                ranged = _arange(self.bb, inputs)
+                if ranged is not None:
+                    return _named(self.bb, ranged, getattr(self, "cb_node", None))
             if op_name in ("MaxPool", "AveragePool", "Conv") and attrs.get("auto_pad", b"NOTSET") in _SAME:
                 attrs = _same_pads(inputs[0], attrs, inputs[1] if op_name == "Conv" else None)
             return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
@@ -95,6 +99,33 @@ def _node_watch(failed):
     finally:
         ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+def _arange(bb, inputs):
+    """A Range of integers over sizes set at run time (0 to a sequence's
+    length): an arange whose length is that size's own expression (the
+    importer's own Range names its length anew, and a mask made from it
+    cannot meet the scores it masks); None for other Ranges."""
+    import tvm
+    from tvm import relax, tirx
+    from tvm.sym import Analyzer
+
+    values = []
+    for x in inputs:
+        if is_const(x) and x.value.numpy().size == 1 and x.value.numpy().dtype.kind in "iu":
+            values.append(int(x.value.numpy().reshape(())))
+        elif tvm.ir.is_prim_expr(x) and str(getattr(x, "dtype", None) or x.ty) in ("int32", "int64"):
+            values.append(x if str(getattr(x, "dtype", None) or x.ty) == "int64" else tirx.Cast("int64", x))
+        else:
+            return None
+    start, limit, delta = values
+    if all(isinstance(v, int) for v in values) or not isinstance(delta, int) or delta <= 0:
+        return None
+    count = Analyzer().simplify(tirx.max((limit - start + delta - 1) // delta, 0))
+    dtype = str(inputs[0].ty.dtype) if is_const(inputs[0]) else "int64"
+    positions = bb.normalize(relax.op.arange(0, count, 1, dtype))
+    return relax.op.add(relax.op.multiply(positions, relax.const(delta, dtype)), relax.const(start, dtype)) \
+        if not isinstance(start, int) or start or delta != 1 else positions
 
 
 _SAME = (b"SAME_UPPER", b"SAME_LOWER", "SAME_UPPER", "SAME_LOWER")
