@@ -11,7 +11,8 @@ one), so a transform packs both. The kernel is one PrimFunc written with
 TVM's IR builder: the time loop is serial; inside each step a parallel loop
 over (direction, block of hidden units), where the block's units of every
 gate are accumulated in vectors. Its arguments: xw [seq, batch, dirs *
-gates * H], the weights, h0 and c0 [dirs, batch, H]; it writes Y [seq,
+gates * H] (seq sized at run time: the time loop's extent is xw's own),
+the weights, h0 and c0 [dirs, batch, H]; it writes Y [seq,
 dirs, batch, H], Y_h and Y_c [dirs, batch, H] (GRU and RNN use Y_c as
 scratch: the reset hidden state of a GRU whose reset comes first). A
 quantized LSTM's kernel takes one more input, the scales [dirs, gates * H]
@@ -46,6 +47,7 @@ class _Cell(Variant):
     op = "recurrent"
     transform_rearranges = False  # the direct (narrow in place) form is not offered
     prescheduled = True
+    symbolic = True  # a sequence sized at run time: the time loop's extent is xw's
 
     def compute(self, spec, x, wt, params):
         raise NotImplementedError("a cell is a PrimFunc (kernel), not a TE computation")
@@ -150,15 +152,25 @@ def placeholder(spec):
     from types import SimpleNamespace
 
     func = _kernel(spec, Rows(SimpleNamespace(lanes=4, registers=16)), {"nb": 1})
-    return func.with_attr(CELL_ATTR, json.dumps(dataclasses.asdict(spec)))
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    fields["seq"] = spec.seq if isinstance(spec.seq, int) else None  # sized at run time: xw's
+    return func.with_attr(CELL_ATTR, json.dumps(fields))
 
 
 # ---- the kernel ----
 
 def _kernel(spec, variant, params, weights="float32"):
+    import dataclasses
+
+    from tvm import tirx
+    from tvm_ffi import structural_map
     from tvm.script.ir_builder import IRBuilder
     from tvm.tirx.script import builder as T
 
+    own = {v: tirx.Var(v.name, "int64") for v in size_vars(spec.seq)}  # the PrimFunc's own, named as the dims
+    if not isinstance(spec.seq, int):
+        spec = dataclasses.replace(spec, seq=structural_map(spec.seq, (tirx.Var, lambda v: own.get(v, v))) if own
+                                   else tirx.Var(spec.seq.name, "int64"))  # a variable itself: xw's shape binds it
     f32, h, dirs, gates = spec.dtype, spec.hidden, spec.dirs, spec.gates
     nb = params["nb"]
     blocks = _blocks(spec, nb)
@@ -170,11 +182,13 @@ def _kernel(spec, variant, params, weights="float32"):
             T.func_name("main")
             factors = (dirs, 2, gates * h) if variant.integer else (dirs, gates * h)
             scale = (("scale", factors),) if spec.quantize_h else ()
-            b = {name: T.arg(name, T.Buffer(shape, weights if name == "w" else f32)) for name, shape in (
-                ("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state), *scale,
-                ("y", spec.output_shape), ("y_h", state), ("y_c", state)) + ((("h_q", (dirs, spec.batch, h + 2)),)
-                                                                             if spec.quantize_h
-                                                                             else ())}
+            ins = (("xw", spec.input_shape), ("w", shape_w), ("h0", state), ("c0", state), *scale)
+            outs = (("y", spec.output_shape), ("y_h", state), ("y_c", state)) + (
+                (("h_q", (dirs, spec.batch, h + 2)),) if spec.quantize_h else ())
+            b = {name: T.arg(name, T.Buffer(shape, weights if name == "w" else f32)) for name, shape in ins}
+            for v in own.values():  # call_te's order: the inputs, the sizes, the outputs
+                T.arg(v.name, v)
+            b.update({name: T.arg(name, T.Buffer(shape, f32)) for name, shape in outs})
             with T.serial(0, spec.seq) as s:
                 phases = ([(0, 1), (2,)] if spec.kind == "gru" and not spec.linear_before_reset
                           else [tuple(range(gates))])
@@ -193,6 +207,17 @@ def _kernel(spec, variant, params, weights="float32"):
     return ib.get()
 
 
+def size_vars(seq):
+    """The variables a cell's kernel takes as int64 arguments after its
+    buffers (call_tir's tir_vars), in name order: those of a sequence
+    length sized at run time that is an expression (xw's shape binds one
+    that is a variable)."""
+    from tvm import tirx
+    from tvm.tirx.analysis import undefined_vars
+
+    return [] if isinstance(seq, (int, tirx.Var)) else sorted(undefined_vars(seq), key=lambda v: v.name)
+
+
 QUANTIZE = "quantize"  # the quantized cell's phase that writes h_q
 
 
@@ -205,7 +230,8 @@ def _reversed(spec, d):
 def _last(spec, d):
     from tvm import tirx
 
-    return tirx.Select(_reversed(spec, d), 0, spec.seq - 1)
+    zero = tirx.const(0, "int32" if isinstance(spec.seq, int) else str(spec.seq.ty))
+    return tirx.Select(_reversed(spec, d), zero, spec.seq - 1)
 
 
 def _step(T, spec, variant, b, s, d, jb, nb, gates):

@@ -61,8 +61,16 @@ def contrib_output_types(node, shapes):
             for o, shape in zip(node.output, (y, state, state)) if o]
 
 
-def _checked(node, label, consts, x_shape):
-    """The cell's attributes, after refusing what unrolling does not cover."""
+def _x_shape(node, shapes):
+    """The cell's input shape as [seq, batch, size] (None where ONNX infers
+    no shape; a dimension sized at run time None)."""
+    x = shapes.get(node.input[0])
+    return [x[1], x[0], x[2]] if x and any(t.name == "layout" and t.i for t in node.attribute) else x
+
+
+def _checked(node, label, consts, x_shape, sized_seq=False):
+    """The cell's attributes, after refusing what unrolling (or, `sized_seq`,
+    the cell kernel over a sequence sized at run time) does not cover."""
     a = _attrs(node)
     kind, dirs = node.op_type, 2 if a.get("direction", "forward") == "bidirectional" else 1
     acts = a.get("activations", DEFAULT_ACTIVATIONS[kind] * dirs)
@@ -84,8 +92,11 @@ def _checked(node, label, consts, x_shape):
             problems.append(f"{what} ('{inputs[pos]}') must be constant")
     if GATES[kind] == 4 and inputs[7] and inputs[7] not in consts:
         problems.append(f"P ('{inputs[7]}') must be constant")
-    if x_shape is None:
+    if x_shape is None or None in x_shape[1:]:
         problems.append(f"its input '{node.input[0]}' has no static shape")
+    elif x_shape[0] is None and not sized_seq:
+        problems.append(f"its input '{node.input[0]}' sized at run time (a cell layer computes it: CPU targets, "
+                        f"no peepholes)")
     elif inputs[4]:
         lens = consts.get(inputs[4])
         if lens is None or not np.all(numpy_helper.to_array(lens) == x_shape[0]):
@@ -186,10 +197,8 @@ def _weights(consts, inputs, quantized):
 def unroll(node, label, consts, shapes, opset):
     """(nodes, initializers) computing `node` (an LSTM or a GRU) step by
     step, in ONNX nodes of `opset`."""
-    x_shape = shapes.get(node.input[0])
+    x_shape = _x_shape(node, shapes)  # batch first ([batch, seq, in]): computed as [seq, batch, in]
     batch_first = any(t.name == "layout" and t.i for t in node.attribute)
-    if batch_first and x_shape is not None:  # [batch, seq, in]: computed as [seq, batch, in]
-        x_shape = [x_shape[1], x_shape[0], x_shape[2]]
     a, dirs, inputs = _checked(node, label, consts, x_shape)
     kind, hidden = node.op_type, int(a["hidden_size"])
     gates = GATES[kind]
@@ -309,11 +318,9 @@ def as_cell(node, label, consts, shapes):
     quantized = node.op_type == "DynamicQuantizeLSTM" and node.domain == "com.microsoft"
     if not quantized and (node.op_type not in ("LSTM", "GRU", "RNN") or node.domain not in ("", "ai.onnx")):
         return None
-    x_shape = shapes.get(node.input[0])
+    x_shape = _x_shape(node, shapes)
     batch_first = any(t.name == "layout" and t.i for t in node.attribute)
-    if batch_first and x_shape is not None:
-        x_shape = [x_shape[1], x_shape[0], x_shape[2]]
-    a, dirs, inputs = _checked(node, label, consts, x_shape)
+    a, dirs, inputs = _checked(node, label, consts, x_shape, sized_seq=True)
     acts = a.get("activations", DEFAULT_ACTIVATIONS[node.op_type] * dirs)
     if inputs[7] or len({s.lower() for s in acts}) > 1 and node.op_type == "RNN":
         return None
@@ -325,11 +332,11 @@ def as_cell(node, label, consts, shapes):
     if batch_first:
         x = b.op("Transpose", [x], perm=[1, 0, 2])
         h0, c0 = (b.op("Transpose", [i], perm=[1, 0, 2]) if i else "" for i in (h0, c0))
-    rows = b.op("Reshape", [x, b.const(np.array([seq * batch, size], np.int64), "rows")])
+    rows = b.op("Reshape", [x, b.const(np.array([-1, size], np.int64), "rows")])
     if quantized:  # R's bias joins W's (R's integer values are scaled after their sums: its column stays 0)
         bias = np.concatenate([bias[:, :n] + bias[:, n:], np.zeros_like(bias[:, n:])], axis=1)
     proj = b.op("Add", [project(b, rows), b.const(bias[:, :n].reshape(-1), "Wb")])
-    xw = b.op("Reshape", [proj, b.const(np.array([seq, batch, dirs * n], np.int64), "steps")])
+    xw = b.op("Reshape", [proj, b.const(np.array([-1, batch, dirs * n], np.int64), "steps")])
     zeros = np.zeros((dirs, batch, hidden), np.float32)
     h0, c0 = h0 or b.const(zeros, "h0"), c0 or b.const(zeros, "c0")
     raw = b.const(np.concatenate([r, bias[:, n:, None]], axis=2), "R")

@@ -12,7 +12,7 @@ from ..errors import CompileError, quiet
 from ..ir import branches, dims
 from ..onnx import recurrent
 from ..kernels import RecurrentSpec
-from ..kernels.recurrent import placeholder
+from ..kernels.recurrent import placeholder, size_vars
 from ..onnx.ops import graph_inputs
 from ..ir.relax import extents_of, is_const
 
@@ -217,7 +217,7 @@ class _Cell:
         state = relax.TensorType((dirs, batch, spec.hidden), spec.dtype)
         scratch = relax.TensorType((dirs, batch, spec.hidden + 2), spec.dtype)  # h_q, its scale and zero point
         out = [relax.TensorType(spec.output_shape, spec.dtype), state, state] + [scratch] * spec.quantize_h
-        return bb.emit(relax.call_tir(gv, [xw, w, h0, c0, *scale], out))
+        return bb.emit(relax.call_tir(gv, [xw, w, h0, c0, *scale, *size_vars(seq)], out))
 
 
 def run(c):

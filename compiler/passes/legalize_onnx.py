@@ -143,7 +143,7 @@ def _recurrent(model, cells):
     opset = opset_of(model)
     while any(n.op_type in GATES for n in g.node):
         consts = {t.name: t for t in g.initializer}
-        _, shapes = types_and_shapes(model)
+        _, shapes = types_and_shapes(model, symbolic=True)
         nodes, done = [], False
         for i, node in enumerate(g.node):
             if (node.op_type not in GATES or node.domain not in ("", "ai.onnx", "com.microsoft")

@@ -26,7 +26,7 @@ from ..ir.narrow import direct_layers
 from ..ir import dims
 from ..kernels.generic import multiple
 from ..kernels.schedule import intensity, register_blocks
-from ..ir.relax import LayerIds, const_value
+from ..ir.relax import LayerIds, const_value, extents_of
 from ..ir.branches import OPAQUE
 from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
 from ..kernels.recurrent import CELL_ATTR
@@ -279,7 +279,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
         def rewrite(self, call):
             call = self.visit_expr_post_order(call)
             op_name = next((n for n, op in ops.items() if call.op.same_as(op)), None)
-            cell = _cell_of(self.mod_, call)
+            cell = _cell_of(self.mod_, call, variables)
             if cell is not None:
                 op_name, args = "recurrent", list(call.args[1].fields)
             elif op_name is None:
@@ -290,7 +290,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
             if w is None:
                 return call
             anchor_id = self.ids.next(op_name)
-            spec, exact = (cell, None) if cell else _spec_of(call, op_name, w, variables)
+            spec, exact = cell or _spec_of(call, op_name, w, variables)
             if spec is None:
                 return call
             if self.phase == "collect":
@@ -347,15 +347,18 @@ def _cell_call(builder, a, args, call, binding):
     if a.variant.integer:
         h = a.spec.hidden
         sums = a.raw[:, :, :h].sum(axis=2)
-        args = args[:4] + [relax.const(np.stack([const_value(args[4], binding), sums], axis=1).astype(np.float32))]
-    func = a.variant.kernel(a.spec, a.params, "int8" if a.direct else a.spec.dtype).with_attr("op_pattern", OPAQUE)
+        scale = relax.const(np.stack([const_value(args[4], binding), sums], axis=1).astype(np.float32))
+        args = args[:4] + [scale] + args[5:]  # then the sizes (kernels/recurrent.py size_vars)
+    spec = dataclasses.replace(a.spec, seq=a.exact.seq) if a.exact else a.spec  # xw's own length
+    func = a.variant.kernel(spec, a.params, "int8" if a.direct else a.spec.dtype).with_attr("op_pattern", OPAQUE)
     gv = builder.add_func(func, f"cb{a.index}_cell_{a.variant.name.split('.')[1]}")
     return relax.call_tir(gv, relax.Tuple([args[0], a.const, *args[2:]]), list(call.ty.fields))
 
 
-def _cell_of(mod, call):
-    """The RecurrentSpec of a call of a cell's placeholder kernel
-    (import_relax), else None."""
+def _cell_of(mod, call, variables=None):
+    """(spec, exact): the RecurrentSpec of a call of a cell's placeholder
+    kernel (import_relax), else None. Its sequence sized at run time, `spec`
+    is at the typical length and `exact` at xw's extent; else exact is None."""
     import tvm
 
     if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
@@ -363,7 +366,11 @@ def _cell_of(mod, call):
     func = mod[call.args[0]]
     if func.attrs is None or CELL_ATTR not in func.attrs:
         return None
-    return RecurrentSpec(**json.loads(str(func.attrs[CELL_ATTR])))
+    spec = RecurrentSpec(**json.loads(str(func.attrs[CELL_ATTR])))
+    if spec.seq is not None:
+        return spec, None
+    seq = extents_of(call.args[1].fields[0])[0]
+    return dataclasses.replace(spec, seq=dims.typical([seq], variables)[0]), dataclasses.replace(spec, seq=seq)
 
 
 STREAMED_ROWS = 32  # a dense layer of at most this many rows reads each weight so often: its time is their bytes
