@@ -400,3 +400,27 @@ def test_dense_layers_over_rows_sized_at_run_time_take_the_packed_gemm(tmp_path)
     for n in (1, 7, 32, 50):
         f = {"x": np.random.default_rng(n).standard_normal((1, n, 24)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_positions_from_a_range_over_a_length_set_at_run_time_meet_the_sequence(tmp_path):
+    """Range(0, Shape(x)[1]) (an exporter's positions) added to x: the
+    positions' length is the sequence's own size, at every length."""
+    c = {n: numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+         (("zero", 0), ("one", 1), ("axis1", [1]), ("first", [0]))}
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["posf", "first"], ["pos2"]),
+             helper.make_node("Add", ["x", "pos2"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])], list(c.values())),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "positions.brew")
+    compile_model(model, path, input_shapes={"x": "1x[n=1:64]"})
+    sess = coldbrew.load(path)
+    for n in (1, 5, 64):
+        f = {"x": np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
