@@ -424,3 +424,43 @@ def test_positions_from_a_range_over_a_length_set_at_run_time_meet_the_sequence(
     for n in (1, 5, 64):
         f = {"x": np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+# --- recurrent cells over a sequence sized at run time ---
+
+def cell_model(kind, direction, linear_before_reset=0, hidden=16, size=8):
+    """x [1, n, 8] -> Transpose -> LSTM or GRU over the n steps -> (Y, Y_h)."""
+    rng = np.random.default_rng(7)
+    gates, dirs = {"LSTM": 4, "GRU": 3}[kind], 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name) for name, shape in
+             (("W", (dirs, gates * hidden, size)), ("R", (dirs, gates * hidden, hidden)), ("B", (dirs, 2 * gates * hidden)))]
+    extra = {"linear_before_reset": linear_before_reset} if kind == "GRU" else {}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node(kind, ["xt", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, direction=direction, **extra)]
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n", size]),
+          helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", dirs, 1, hidden]),
+          helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [dirs, 1, hidden])]
+    m = helper.make_model(helper.make_graph(nodes, "cell", io[:1], io[1:], inits), opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("kind, direction, linear_before_reset, shape, lengths", [
+    ("LSTM", "bidirectional", 0, "1x[n=1:40]x8", (1, 7, 20, 40)),
+    ("GRU", "reverse", 0, "1x[n=2:40:2]x8", (2, 14, 40)),  # a length 2 * n: the kernel takes n as an argument
+])
+def test_a_recurrent_cell_over_a_sequence_sized_at_run_time_matches_onnxruntime(tmp_path, kind, direction,
+                                                                                linear_before_reset, shape, lengths):
+    """One bundle for every length: the cell layer's kernel reads its time
+    loop's extent from its input (onnx/recurrent.py as_cell, import_relax
+    _Cell, select_variants._cell_of), its variant chosen at the typical length."""
+    model, path = cell_model(kind, direction, linear_before_reset), str(tmp_path / "cell.brew")
+    compile_model(model, path, input_shapes={"x": shape}, typical_shapes={"x": [1, 20, 8]})
+    b = read(path)[0]
+    assert [text(s.variant) for s in b.plan.steps if text(b.layers[s.layer].name).startswith("r")] == ["recurrent.packed"]
+    sess = coldbrew.load(path)
+    for n in lengths:
+        f = {"x": np.random.default_rng(n).standard_normal((1, n, 8)).astype(np.float32)}
+        ours, ref = sess.run(None, f), ort_run(model, f)
+        assert ours[0].shape == ref[0].shape and ref[0].shape[0] == n
+        assert_close(ours, ref)
