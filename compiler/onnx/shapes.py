@@ -172,8 +172,9 @@ def _rewrite(model, node, values, shapes):
     """Give a Reshape, Expand or Slice whose shape input is known its
     constant form (module docstring); True if one was given."""
     op = node.op_type
+    fixed = _fixed_inputs(model, node, values)
     if op not in ("Reshape", "Expand", "Slice") or len(node.input) < 2:
-        return False
+        return fixed
     x = shapes.get(node.input[0])
     if op == "Slice":
         return _slice(model, node, values, x)
@@ -202,6 +203,20 @@ def _rewrite(model, node, values, shapes):
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
         return [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
     return True
+
+
+def _fixed_inputs(model, node, values):
+    """Shape inputs (ops.STATIC_INPUTS) worked out to numbers only, written
+    as constants (a Tile's repeats from a fixed axis's Shape); True if any."""
+    from .ops import STATIC_INPUTS
+
+    done, inits = False, _initializers(model)
+    for k in STATIC_INPUTS.get(node.op_type, ()):
+        v = values.get(node.input[k]) if k < len(node.input) and node.input[k] else None
+        if v is not None and node.input[k] not in inits and all(_fixed(e) for e in v.reshape(-1)) and v.size:
+            _replace_input(model, node, k, np.array(v.astype(np.int64)))
+            done = True
+    return done
 
 
 def _inferred(target, x):
