@@ -205,13 +205,16 @@ def _rewrite(model, node, values, shapes):
     return True
 
 
+_FIXED = ("Tile", "ConstantOfShape", "Range")  # operators whose shape inputs are written as numbers once known
+
+
 def _fixed_inputs(model, node, values):
     """Shape inputs (ops.STATIC_INPUTS) worked out to numbers only, written
     as constants (a Tile's repeats from a fixed axis's Shape); True if any."""
     from .ops import STATIC_INPUTS
 
     done, inits = False, _initializers(model)
-    for k in STATIC_INPUTS.get(node.op_type, ()):
+    for k in STATIC_INPUTS.get(node.op_type, ()) if node.op_type in _FIXED else ():
         v = values.get(node.input[k]) if k < len(node.input) and node.input[k] else None
         if v is not None and node.input[k] not in inits and all(_fixed(e) for e in v.reshape(-1)) and v.size:
             _replace_input(model, node, k, np.array(v.astype(np.int64)))
