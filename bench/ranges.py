@@ -121,9 +121,14 @@ def main(argv=None):
     print(f"host: {host_isa()}; {args.threads} threads; cold: {args.samples} fresh-process samples each, "
           f"interleaved; warm: {args.rounds} interleaved rounds of 4")
     out = []
+    from coldbrew.compiler import CompileError
+
     with tempfile.TemporaryDirectory() as work:
         for name in args.cases:
-            out += run_case(name, args, work) or []
+            try:
+                out += run_case(name, args, work) or []
+            except CompileError as e:  # a refusal is a result: the other cases still run
+                print(f"{name}: refused: {str(e).splitlines()[0]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
