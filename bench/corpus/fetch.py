@@ -10,7 +10,7 @@ file's URL and sha256), checked, and the model's file(s) taken out of it
 $COLDBREW_CORPUS, else ~/.cache/coldbrew/corpus; models/NAME/ holds each
 model. Nothing is fetched at run time: bench/corpus.py and the tests read
 the cache and name this script where a model is missing. --ci fetches only
-the models CI checks ("ci": true or "ci_targets" in models.json).
+the models CI checks ("ci": true, "ci_targets" or "ci_sizes" in models.json).
 """
 import argparse
 import hashlib
@@ -39,7 +39,7 @@ def models(names=None, ci=False):
     unknown = sorted(set(names or ()) - {e["name"] for e in entries})
     if unknown:
         raise FetchError(f"not in the corpus: {', '.join(unknown)} (bench/corpus/models.json)")
-    return [e for e in entries if (not names or e["name"] in names) and (not ci or e.get("ci") or e.get("ci_targets"))]
+    return [e for e in entries if (not names or e["name"] in names) and (not ci or e.get("ci") or e.get("ci_targets") or e.get("ci_sizes"))]
 
 
 def cache_dir():
