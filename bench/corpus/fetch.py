@@ -39,7 +39,8 @@ def models(names=None, ci=False):
     unknown = sorted(set(names or ()) - {e["name"] for e in entries})
     if unknown:
         raise FetchError(f"not in the corpus: {', '.join(unknown)} (bench/corpus/models.json)")
-    return [e for e in entries if (not names or e["name"] in names) and (not ci or e.get("ci") or e.get("ci_targets") or e.get("ci_sizes"))]
+    checked = ("ci", "ci_targets", "ci_sizes")
+    return [e for e in entries if (not names or e["name"] in names) and (not ci or any(e.get(k) for k in checked))]
 
 
 def cache_dir():
