@@ -4,8 +4,8 @@ one bundle compiled for every size of its ranges (a conv model through
 blocked convs, pooling, a ConvTranspose as its phases' conv, a Resize and a
 global average) against onnxruntime at the extremes and odd sizes, the
 variants and row tiles chosen for rows sized at run time, the generic
-schedule's proofs (kernels/generic.py), the shape programs
-(ir/dims.py program, bundle/reader.py shape_now), the schema version, and
+schedule's proofs (kernels/generic.py), the schema version
+(the shape programs themselves: tests/compiler/ir/test_dims.py), and
 how `coldbrew inspect`, Graph.dump and examples/c/run_bundle.c show and run
 such a bundle. The runtime's side: tests/runtime/test_shapes.py."""
 import dataclasses
@@ -241,27 +241,6 @@ def test_parallel_loops_fuse_with_the_size_set_at_run_time_outermost():
     par = fuse_parallel(sch, n, c, y)
     assert (sch.get(par).loop_var.name, sch.get(par).kind) == ("y_n_c_fused", tirx.ForKind.PARALLEL)
     assert not re.search(r"(//|%) \(?h", sch.mod.script()), sch.mod.script()
-
-
-def test_a_shape_program_computes_what_dims_at_computes():
-    from tvm import tirx
-
-    h_dim, w_dim = Dim("h", 9, 33), Dim("w", 8, 40, 4)
-    variables = dims.variables([h_dim, w_dim])
-    h, w = variables[h_dim], variables[w_dim]
-    one = lambda n: tirx.IntImm("int64", n)  # noqa: E731
-    extents = [one(1), dims.extent(w_dim, w), tirx.floordiv(h + 1, 2), h * 2 - 3, tirx.floormod(w * 4 + h, 5),
-               tirx.min(h, w * 4), tirx.max(h - 20, one(1)), tirx.Add(h, one(-3)), tirx.floordiv(h - 12, 2),
-               tirx.Cast("int64", w) * h]
-    words = dims.program(extents, lambda v: {"h": 0, "w": 1}[v.name])  # h is dim tensor 0, w dim tensor 1
-    assert dims.NEG in words and dims.MIN in words and dims.FLOORMOD in words
-    desc = types.SimpleNamespace(shapeProgram=np.array(words), shape=[])
-    for hs, ws in [(9, 8), (33, 40), (10, 12), (21, 28), (12, 36)]:
-        assert shape_now(desc, {0: hs, 1: ws // 4}) == list(dims.at(extents, variables, {h_dim: hs, w_dim: ws}))
-    assert dims.largest(extents[:4], variables) == (1, 40, 17, 63)
-    assert dims.typical(extents[:3], variables) == (1, 40, 17)
-    with pytest.raises(ValueError, match="is not arithmetic a run can compute"):
-        dims.program([tirx.Select(h > 10, h, one(10))], lambda v: 0)
 
 
 # --- how the bundle is shown and run ---

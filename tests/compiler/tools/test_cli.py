@@ -32,7 +32,8 @@ def test_inspect_describes_a_bundle(small_bundle):
 
 @pytest.mark.parametrize("args,message", [
     (["compile", "missing.onnx", "-o", "x.brew"], "missing.onnx"),
-    (["compile", "MODEL", "-o", "x.brew", "--input-shape", "x=1xAx3"], "dimensions must be integers"),
+    (["compile", "MODEL", "-o", "x.brew", "--input-shape", "x=1xAx3"], "dimension 'A' is not declared"),
+    (["compile", "MODEL", "-o", "x.brew", "--input-shape", "x=1x[9:3]x3"], "is not a range"),
     (["compile", "MODEL", "-o", "x.brew", "--target", "no_such_target"], "no_such_target"),
     (["compile", "MODEL", "-o", "x.brew", "--variant", "c0=no_such_variant"], "no_such_variant"),
     (["compile", "MODEL", "-o", "x.brew", "--tune", "--target", "sd855"], "--tune"),
@@ -64,6 +65,7 @@ def test_targets_and_variants_are_listed():
 
 
 def test_option_parsers():
-    assert _parse_shapes(["input.1=1x3x224x224"]) == {"input.1": [1, 3, 224, 224]}
+    assert _parse_shapes(["input.1=1x3x224x224"]) == {"input.1": "1x3x224x224"}  # options.input_dims reads it
+    assert _parse_shapes(["x=1x[H=32:64]x8", "a=b=2"]) == {"x": "1x[H=32:64]x8", "a=b": "2"}
     assert _parse_choice(["winograd_f2", "c3=direct"]) == {"*": "winograd_f2", "c3": "direct"}
     assert _parse_queues(["1", "c2=0"]) == {"*": 1, "c2": 0}

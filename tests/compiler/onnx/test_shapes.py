@@ -1,0 +1,86 @@
+"""compiler/onnx/shapes.py: shape arithmetic on sizes set at run time,
+written back as constants in each operator's relative terms (a Reshape's
+0 and -1, an Expand to ones as a product, a Slice's end from the end, a
+Tile's repeats from a fixed axis), its dead chains dropped; each rewritten
+model still gives onnxruntime's result at every size."""
+import numpy as np
+import onnx
+from conftest import ort_run
+from onnx import TensorProto, helper, numpy_helper
+
+from coldbrew.compiler.onnx import shapes
+
+
+def _model(nodes, inits, x_dims, y_dims=None):
+    m = helper.make_model(helper.make_graph(
+        nodes, "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims)],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in inits.items()]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def _consts(m):
+    return {t.name: numpy_helper.to_array(t).tolist() for t in m.graph.initializer}
+
+
+def test_a_reshape_target_from_the_input_shape_becomes_copies_and_one_inferred_size():
+    """x [1, n, 12] -> [1, n, 3, 4] by Shape/Gather/Concat: the target
+    written [1, 0, 3, 4] (0: the size it keeps), the Shape chain gone."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Concat", ["one", "n", "three", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    m = _model(nodes, {"i1": [1], "one": [1], "three": [3], "four": [4]}, [1, "n", 12])
+    before = onnx.ModelProto()
+    before.CopyFrom(m)
+    shapes.apply(m)
+    reshape = next(n for n in m.graph.node if n.op_type == "Reshape")
+    assert _consts(m)[reshape.input[1]] == [1, 0, 3, 4]
+    assert [n.op_type for n in m.graph.node] == ["Reshape"]  # the chain folded away
+    for n in (1, 5):
+        f = {"x": np.random.default_rng(n).standard_normal((1, n, 12)).astype(np.float32)}
+        np.testing.assert_array_equal(ort_run(m, f)[0], ort_run(before, f)[0])
+
+
+def test_two_sizes_set_at_run_time_in_one_target_leave_the_reshape_to_the_importer():
+    """[n, m] -> [m, n] (a transpose written as a reshape of the data): no constant holds at every size."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["m"], axis=0),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Concat", ["m", "n"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    m = _model(nodes, {"i0": [0], "i1": [1]}, ["n", "m"])
+    shapes.apply(m)
+    reshape = next(n for n in m.graph.node if n.op_type == "Reshape")
+    assert reshape.input[1] == "target"
+
+
+def test_an_expand_to_the_input_shape_is_a_product_with_ones():
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["y"])]
+    m = _model(nodes, {"shape": [1, 4, 1]}, [1, 1, "n"])
+    shapes.apply(m)
+    (node,) = m.graph.node
+    assert node.op_type == "Mul" and np.array(_consts(m)[node.input[1]]).shape == (1, 4, 1)
+
+
+def test_a_slice_ending_a_constant_before_a_size_set_at_run_time_counts_from_the_end():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["end"], axis=0),
+             helper.make_node("Sub", ["end", "two"], ["cut"]),
+             helper.make_node("Slice", ["x", "start", "cut", "axes"], ["y"])]
+    m = _model(nodes, {"i1": [1], "two": [2], "start": [1], "axes": [1]}, [1, "n"])
+    shapes.apply(m)
+    sl = next(n for n in m.graph.node if n.op_type == "Slice")
+    assert _consts(m)[sl.input[2]] == [-2]  # n - 2: two from the end
+
+
+def test_a_slice_to_a_size_set_at_run_time_slices_to_the_largest_int64():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["end"], axis=0),
+             helper.make_node("Slice", ["x", "start", "end", "axes"], ["y"])]
+    m = _model(nodes, {"i1": [1], "start": [1], "axes": [1]}, [1, "n"])
+    shapes.apply(m)
+    sl = next(n for n in m.graph.node if n.op_type == "Slice")
+    assert _consts(m)[sl.input[2]] == [shapes.BIG]
