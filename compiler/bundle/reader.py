@@ -95,13 +95,13 @@ def dim_values(b, input_shapes):
 def shape_now(desc, values):
     """A tensor's shape for these dim values (dim_values): its shape
     program evaluated, or its fixed shape."""
-    from ..ir.dims import DIM, END, NEG
+    from ..ir.dims import ADD, DIM, END, FLOORDIV, FLOORMOD, MAX, MIN, MUL, NEG, SUB
 
     words = [] if desc.shapeProgram is None else [int(w) for w in desc.shapeProgram]
     if not words:
         return [int(d) for d in desc.shape]
-    ops = {-2: lambda a, b: a + b, -3: lambda a, b: a - b, -4: lambda a, b: a * b, -5: lambda a, b: a // b,
-           -6: lambda a, b: a % b, -7: min, -8: max}
+    ops = {ADD: lambda a, b: a + b, SUB: lambda a, b: a - b, MUL: lambda a, b: a * b, FLOORDIV: lambda a, b: a // b,
+           FLOORMOD: lambda a, b: a % b, MIN: min, MAX: max}
     out, stack, k = [], [], 0
     while k < len(words):
         w, k = words[k], k + 1
