@@ -21,6 +21,8 @@ class Options:
     input_shapes: dict = None      # {input: [dims]}: each an int, a Dim, or text: "1x3x[32:640:32]x[W=32:640]"
     typical_shapes: dict = None    # {input: [ints]}: the sizes the plan is weighed for (default: each range's max)
     constants: dict = None         # {input: ndarray}: inputs frozen to values (shape parameters)
+    bounds: dict = None            # {tensor: int}: the most entries an output sized by the data may hold
+                                   # (NonZero, Compress, NonMaxSuppression, Unique; default: all it could)
     variants: dict = None          # forced kernel variants {"*" | op | layer: variant}; win over the plan's
     weights: object = None         # "cached" | "raw" | "direct" | "auto" (GPU), or {"*": .., layer: ..};
                                    # None: "auto" on a GPU, "direct" for narrow weights unplanned, else "cached"
@@ -44,7 +46,7 @@ class Options:
         except ValueError as e:
             raise CompileError(str(e)) from None
         object.__setattr__(self, "target", target)
-        for name in ("input_shapes", "typical_shapes", "constants", "variants"):  # none given, however written
+        for name in ("input_shapes", "typical_shapes", "constants", "variants", "bounds"):  # none given, however written
             object.__setattr__(self, name, getattr(self, name) or None)
         object.__setattr__(self, "input_shapes", input_dims(self.input_shapes, self.typical_shapes))
         if self.typical_shapes:  # as sizes, however written (the typical sizes are the Dims' own)
@@ -75,6 +77,9 @@ class Options:
             raise CompileError(f"{self.precision} weights are not available for GPU targets yet (compile with fp32)")
         if self.max_error is not None and self.precision == "fp32":
             raise CompileError("a maximum error applies to narrow weights: give a precision (fp16 or int8) with it")
+        for name, n in (self.bounds or {}).items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise CompileError(f"bound of '{name}' must be a whole number of entries, not {n!r}")
         if self.dims and self.continuous:
             raise CompileError("continuous mode is not available with input dimensions given as ranges yet "
                                "(compile without --continuous, or give fixed sizes)")
@@ -106,17 +111,20 @@ class Choices:
 @dataclass(frozen=True)
 class Dim:
     """An input dimension declared as a range: any multiple of `step` from
-    `min` to `max`; `typical` is the size the plan is weighed for."""
+    `min` to `max`; `typical` is the size the plan is weighed for. A
+    `counted` Dim is no input's: a kernel counts it from the data (how many
+    entries a NonZero finds: kernels/counted.py), from 0 to its bound."""
     name: str
     min: int
     max: int
     step: int = 1
     typical: int = 0  # 0: max
+    counted: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.min, int) and isinstance(self.max, int) and isinstance(self.step, int)):
             raise CompileError(f"dimension {self.name}: bounds must be integers")
-        if not 1 <= self.min <= self.max or self.step < 1 or self.min % self.step or self.max % self.step:
+        if not (0 if self.counted else 1) <= self.min <= self.max or self.step < 1 or self.min % self.step or self.max % self.step:
             raise CompileError(f"dimension {self.name}: [{self.min}:{self.max}:{self.step}] is not a range "
                                f"(1 <= min <= max, both multiples of the step)")
         typical = self.typical or self.max

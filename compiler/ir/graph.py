@@ -30,6 +30,7 @@ class Tensor:
     extents: tuple = None    # sized at run time: its extents (TVM expressions of the dims' variables);
                              # `shape` holds their largest values
     dim: object = None       # kind dim: the Dim (compiler/options.py) whose size it holds
+    count: int = None        # kind dim, counted: the tensor (one int64) whose value a kernel counts it into
 
     @property
     def nbytes(self):
@@ -88,7 +89,8 @@ class Graph:
         for i, t in enumerate(self.tensors):
             if t.kind == "dim":  # its variable: the size over the step
                 step = f" ({self.variables[t.dim]} = size / {t.dim.step})" if t.dim.step > 1 else ""
-                lines.append(f"  dim    %{i} {t.name} {t.dim} typical {t.dim.typical}{step}")
+                counted = f" counted into %{t.count}" if t.count is not None else ""
+                lines.append(f"  dim    %{i} {t.name} {t.dim} typical {t.dim.typical}{step}{counted}")
             elif t.extents is not None and t.kind not in ("input", "output"):
                 lines.append(f"  sized  %{i} {self._shape(i)}")
         for layer in self.layers:

@@ -21,7 +21,7 @@ ReduceLogSum Upsample TopK Loop ReverseSequence RNN ConvInteger Scan
 Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
 BitwiseNot LpPool EyeLike LpNormalization Swish SwiGLU HannWindow HammingWindow
 BlackmanWindow MelWeightMatrix Attention RotaryEmbedding LinearAttention
-CausalConvWithState com.microsoft.DynamicQuantizeLSTM
+CausalConvWithState com.microsoft.DynamicQuantizeLSTM NonZero Compress NonMaxSuppression Unique
 """.split())  # If: where its condition folds to a constant (onnx/fold.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
 # Loop: unrolled where its trip count is known at compile time (onnx/fold.py, onnx/loops.py);
@@ -30,10 +30,10 @@ CausalConvWithState com.microsoft.DynamicQuantizeLSTM
 # onnx/decompose.py or lowered by coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py);
 # the window functions and MelWeightMatrix: constants, folded (their inputs must be)
 
-# Operators whose output's shape depends on the input values (not only on
-# the input shapes): refused, as coldbrew plans every tensor's size at
-# compile time.
-DATA_DEPENDENT_SHAPES = {
+# Operators whose output's size depends on the input values (not only on
+# the input shapes): each output is planned at a bound (the most the input
+# allows, or --bound) and sized by the count its kernel finds (kernels/counted.py).
+COUNTED_OPS = {
     "NonZero": "how many entries are non-zero",
     "NonMaxSuppression": "how many boxes survive",
     "Unique": "how many distinct values there are",
@@ -76,9 +76,7 @@ def check_supported(model):
         if key not in SUPPORTED_OPS:
             unsupported.setdefault(key, []).append(node.name or f"#{i}")
     if unsupported:
-        raise UnsupportedOperatorError(unsupported, {
-            op: f"its output's size depends on {why} in the input values, and coldbrew sizes every tensor "
-                "at compile time" for op, why in DATA_DEPENDENT_SHAPES.items()})
+        raise UnsupportedOperatorError(unsupported, {})
 
 
 def _attr(node, name, default=None):

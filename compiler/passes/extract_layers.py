@@ -15,6 +15,7 @@ from ..ir import dims
 from ..ir.forms import DTYPES
 from ..ir.graph import BLOCKED_MARK, Graph, Layer, Tensor
 from ..ir.relax import is_const
+from ..kernels.counted import COUNTS
 
 NAME = "extract_layers"
 
@@ -59,8 +60,33 @@ def apply(mod, model_name, input_names, output_names, anchors=(), sources=(), va
     x.g.variables = dict(x.variables)
     for var in x.variables.values():  # every declared size, taken by a kernel or not: the shapes read them
         x.dim_of(var)
+    _counted_first(x.g)
     _unique_sources(x.g)
     return x.g
+
+
+def _counted_first(g):
+    """CompileError unless every layer sized by a counted Dim comes after
+    the layer that counts it (a run sizes tensors by a count once its
+    kernel has run)."""
+    from tvm.tirx.analysis import undefined_vars
+
+    writer = {o: k for k, layer in enumerate(g.layers) for o in layer.args[len(layer.args) - layer.num_outputs:]}
+    counted = {g.variables[t.dim].name: (i, writer.get(t.count, len(g.layers)))
+               for i, t in enumerate(g.tensors) if t.kind == "dim" and t.count is not None}
+    if not counted:
+        return
+    for k, layer in enumerate(g.layers):
+        for a in layer.args:
+            t = g.tensors[a]
+            names = {v.name for e in (t.extents or ()) if not isinstance(e, int) and not hasattr(e, "value")
+                     for v in undefined_vars(e)}
+            names |= {g.variables[t.dim].name} if t.kind == "dim" else set()
+            late = [n for n in names if n in counted and counted[n][1] >= k and a != counted[n][0]
+                    and writer.get(a) != counted[n][1]]
+            if late:
+                raise CompileError(f"layer {layer.name} ({layer.op}) is sized by how many entries "
+                                   f"'{g.tensors[counted[late[0]][0]].name}' holds before that is counted")
 
 
 def _unique_sources(g):
@@ -182,6 +208,10 @@ class _Extractor:
             layer.params, layer.tuned = dict(anchor.params), anchor.tuned
             layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
         g.layers.append(layer)
+        counts = (self.mod[func_name].attrs or {}).get(COUNTS)
+        if counts is not None:  # its last output is a size the data sets (kernels/counted.py)
+            var = next(v for v in self.variables.values() if v.name == str(counts))
+            g.tensors[self.dim_of(var)].count = out_ids[-1]
 
     def sourced(self, t):
         """`t` with its source and layout, where its name gives them."""

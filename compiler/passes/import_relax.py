@@ -13,15 +13,17 @@ from ..ir import branches, dims
 from ..onnx import recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
-from ..onnx.ops import graph_inputs
+from ..onnx.ops import COUNTED_OPS, graph_inputs
 from ..ir.relax import extents_of, is_const
 
 NAME = "import_relax"
 
 
-def apply(model, variables=None):
+def apply(model, variables=None, bounds=None):
     """The Relax module of `model`; `variables` ({Dim: tir var}) are the
-    sizes of the input dimensions declared as ranges (ir/dims.py)."""
+    sizes of the input dimensions declared as ranges (ir/dims.py): each
+    output sized by the data adds its counted Dim there, bounded by
+    `bounds` ({tensor: entries}) where given."""
     from tvm.relax.frontend.onnx import from_onnx
 
     shapes, dtypes = {}, {}
@@ -31,7 +33,8 @@ def apply(model, variables=None):
         shapes[inp.name] = [named[d.dim_param] if d.dim_param in named else d.dim_value for d in tt.shape.dim]
         dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
     failed, message = [], None
-    with _node_watch(failed), quiet():
+    counts = _Counts(variables if variables is not None else {}, bounds or {})
+    with _node_watch(failed, counts), quiet():
         try:
             return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
                              sanitize_input_names=False)
@@ -60,7 +63,7 @@ def _message(node, error):
 
 
 @contextlib.contextmanager
-def _node_watch(failed):
+def _node_watch(failed, counts):
     """Note in `failed` the (operator, node name) whose conversion raised:
     TVM's importer hands each node's name to its converter in its
     attributes, and raises without it."""
@@ -75,6 +78,8 @@ def _node_watch(failed):
 
     def convert(self, op_name, inputs, attrs, opset):
         try:
+            if op_name in COUNTED_OPS:
+                return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
             if op_name == "Resize":
@@ -90,6 +95,8 @@ def _node_watch(failed):
             if not failed:
                 failed.append((op_name, attrs.get("tvm_custom", {}).get("name") or "?"))
             raise
+        finally:
+            counts.node = None
 
     ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = convert, node_of
     real_map = onnx_frontend._get_convert_map
@@ -99,6 +106,122 @@ def _node_watch(failed):
     finally:
         ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+class _Counts:
+    """Outputs sized by the data (kernels/counted.py): each node's kernel,
+    marked opaque and with the variable it counts (counted.COUNTS), writes
+    its outputs at their bound; the node's outputs are the first `count` of
+    them, `count` a variable of a counted Dim added to `variables`."""
+
+    def __init__(self, variables, bounds):
+        self.variables, self.bounds, self.node = variables, bounds, None
+
+    def dim(self, name, most):
+        """A new counted Dim for output `name`, from 0 to its bound (the
+        user's, else `most`: the most the input allows), and its variable."""
+        import re
+
+        from tvm import tirx
+
+        from ..options import Dim
+
+        bound = self.bounds.get(name, most)
+        if bound is None:
+            raise CompileError(f"how many entries '{name}' holds has no bound known at compile time: "
+                               f"give one with --bound {name}=N")
+        used = {v.name for v in self.variables.values()}
+        var = re.sub(r"\W", "_", f"count_{name}")
+        while var in used:
+            var += "_"
+        d = Dim(name, 0, max(int(bound), 0), counted=True)
+        self.variables[d] = tirx.Var(var, "int64")
+        return d, self.variables[d]
+
+    def most(self, extent):
+        """The largest value of `extent` over the sizes set at run time."""
+        try:
+            return dims.largest([extent], self.variables)[0]
+        except ValueError:
+            return None
+
+    def kernel(self, bb, te_func, args, var, name):
+        """The counting kernel's call (opaque, naming the variable it counts)."""
+        from ..kernels.counted import COUNTS
+
+        call = bb.emit_te(te_func, *args, primfunc_name_hint=name)
+        gv = bb.lookup_binding(call).args[0]
+        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", branches.OPAQUE).with_attr(COUNTS, var.name))
+        return call
+
+    def convert(self, bb, op, inputs, attrs, node):
+        from tvm import relax
+
+        from ..kernels import counted
+
+        outs = list(node.output) if node is not None else [op]
+        x = inputs[0]
+        shape = list(extents_of(x))
+        size = 1
+        for e in shape:
+            size = size * e
+        if op == "NonZero":
+            d, n = self.dim(outs[0], self.most(size))
+            call = self.kernel(bb, counted.nonzero_te, [x, d.max], n, "cb_nonzero")
+            return self.take(bb, call, 0, [max(len(shape), 1), n])
+        if op == "Compress":
+            axis = attrs.get("axis")
+            if axis is None:
+                x, shape, axis = bb.normalize(relax.op.reshape(x, [size])), [size], 0
+            axis = int(axis) % len(shape)
+            cond = inputs[1]
+            length = extents_of(cond)[0]
+            d, n = self.dim(outs[0], min(v for v in (self.most(length), self.most(shape[axis])) if v is not None))
+            call = self.kernel(bb, counted.compress_te, [x, cond, axis, d.max], n, "cb_compress")
+            return self.take(bb, call, 0, [*shape[:axis], n, *shape[axis + 1:]])
+        if op == "NonMaxSuppression":
+            return self.nms(bb, inputs, attrs, outs[0])
+        if op == "Unique":
+            axis = attrs.get("axis")
+            axis = None if axis is None else int(axis) % len(shape)
+            d, n = self.dim(outs[0], self.most(size if axis is None else shape[axis]))
+            call = self.kernel(bb, counted.unique_te, [x, axis, d.max, bool(attrs.get("sorted", 1))], n, "cb_unique")
+            values = [n] if axis is None else [*shape[:axis], n, *shape[axis + 1:]]
+            return relax.Tuple([self.take(bb, call, 0, values), self.take(bb, call, 1, [n]),
+                                bb.emit(relax.TupleGetItem(call, 2)), self.take(bb, call, 3, [n])])
+        raise CompileError(f"{op} has no counting kernel")
+
+    def nms(self, bb, inputs, attrs, name):
+        from tvm import relax
+
+        from ..kernels import counted
+
+        boxes, scores, *rest = list(inputs) + [None] * (5 - len(inputs))
+        limits, values = [], []
+        for t, cast in zip(rest[:3], (int, float, float)):
+            if t is not None and is_const(t):
+                limits.append(None), values.append(cast(t.value.numpy().reshape(-1)[0]))
+            else:
+                limits.append(None if t is None else bb.normalize(relax.op.reshape(t, [1])))
+                values.append(None)
+        batch, nbox, _ = extents_of(boxes)
+        ncls = extents_of(scores)[1]
+        per_class = self.most(nbox) if limits[0] is not None else min(values[0] or 0, self.most(nbox))
+        most = self.most(batch * ncls) * max(per_class, 0)
+        d, n = self.dim(name, most)
+        call = self.kernel(bb, counted.nms_te, [boxes, scores, limits, d.max, int(attrs.get("center_point_box", 0)),
+                                                values[0], values[1], values[2]],
+                           n, "cb_nms")
+        return self.take(bb, call, 0, [n, 3])
+
+    @staticmethod
+    def take(bb, call, k, shape):
+        """Output `k` of a counting kernel at `shape` (its count on the counted axis)."""
+        from tvm import relax
+
+        from ..kernels.counted import take
+
+        return bb.emit_te(take, bb.emit(relax.TupleGetItem(call, k)), shape, primfunc_name_hint="cb_take")
 
 
 def _arange(bb, inputs):
@@ -222,6 +345,10 @@ class _Cell:
 
 def run(c):
     c.dims = dims.variables(c.options.dims.values())
-    c.mod = apply(c.proto, c.dims)
+    c.mod = apply(c.proto, c.dims, c.options.bounds)
+    counted = [d.name for d in c.dims if d.counted]
+    if counted and (c.on_gpu or c.options.continuous):
+        raise CompileError(f"outputs sized by the data ({', '.join(counted)}) are not available "
+                           f"{'for GPU targets' if c.on_gpu else 'in continuous mode'} yet")
     c.name = c.proto.graph.name or "model"
     return c

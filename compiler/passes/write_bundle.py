@@ -119,10 +119,14 @@ def _range(graph, t):
     """A dim tensor's Range: its bounds and the first input axis that carries it."""
     if t.kind != "dim":
         return None
+    if t.count is not None:  # counted by a kernel, into tensor `count`
+        return fb.RangeT(min=t.dim.min, max=t.dim.max, step=1, typical=t.dim.typical, input=0, axis=0,
+                         count=t.count)
     var = graph.variables[t.dim]
     at = next((k, a) for k, i in enumerate(graph.inputs) for a, e in enumerate(graph.tensors[i].extents or ())
               if dims.is_extent(e, t.dim, var))
-    return fb.RangeT(min=t.dim.min, max=t.dim.max, step=t.dim.step, typical=t.dim.typical, input=at[0], axis=at[1])
+    return fb.RangeT(min=t.dim.min, max=t.dim.max, step=t.dim.step, typical=t.dim.typical, input=at[0], axis=at[1],
+                     count=-1)
 
 
 def _header(graph, target, producer, model_hash, segments, weight_offsets, shaders=()):

@@ -31,6 +31,16 @@ def _parse_binds(values):
     return constants
 
 
+def _parse_bounds(values):
+    bounds = {}
+    for b in values:
+        name, sep, n = b.rpartition("=")
+        if not sep or not name or not n.strip().isdigit():
+            raise click.BadParameter(f"'{b}': expected TENSOR=N (the most entries that output may hold)")
+        bounds[name] = int(n)
+    return bounds
+
+
 def _gpu_phases(events):
     """A GPU bundle's first run, phase by phase with the lanes they ran on
     ("" for a CPU bundle)."""
@@ -109,6 +119,9 @@ def main():
 @click.option("--typical-shape", "typical_shapes", multiple=True, metavar="NAME=DxDx..",
               help="the size of a ranged input the plan is weighed for (default: each range's largest)")
 @click.option("--bind", "binds", multiple=True, metavar="NAME=FILE.npy", help="freeze an input to a constant value")
+@click.option("--bound", "bound_opts", multiple=True, metavar="TENSOR=N",
+              help="the most entries an output sized by the data (NonZero, Compress, NonMaxSuppression, Unique: "
+                   "named by its ONNX tensor) may hold [default: all its input allows]")
 @click.option("--variant", "variant_opts", multiple=True, metavar="[LAYER=]VARIANT",
               help="force a kernel variant: globally (im2col_gemm), per op (conv2d=winograd_f4) "
                    "or per layer (c3=direct); see `coldbrew variants`")
@@ -151,7 +164,7 @@ def main():
                    "[samples, ...] (default: generated)")
 @click.option("--calibration-samples", default=4, show_default=True, help="sample inputs generated for the error "
               "when no --calibration-data is given")
-def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, variant_opts, weight_opts, threads, queue_opts, plan, tune,
+def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, bound_opts, variant_opts, weight_opts, threads, queue_opts, plan, tune,
                 continuous, dump_ir, sign_key, precision, max_error, calibration, calibration_samples):
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError
@@ -163,7 +176,7 @@ def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, vari
     try:
         options = Options(target=target, input_shapes=_parse_shapes(input_shapes),
                           typical_shapes=_parse_shapes(typical_shapes), constants=_parse_binds(binds),
-                          variants=_parse_choice(variant_opts), weights=_parse_choice(weight_opts), threads=threads,
+                          bounds=_parse_bounds(bound_opts), variants=_parse_choice(variant_opts), weights=_parse_choice(weight_opts), threads=threads,
                           queues=_parse_queues(queue_opts), plan=plan, tune=_tunes(target, tune),
                           continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,
                           calibration_samples=calibration_samples, sign=sign_key, dump_ir=dump_ir)
@@ -449,16 +462,17 @@ def variants_cmd():
 
 @main.command("ops")
 def ops_cmd():
-    """List the ONNX operators coldbrew compiles, and those it refuses on principle."""
-    from coldbrew.compiler.onnx.ops import DATA_DEPENDENT_SHAPES, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
+    """List the ONNX operators coldbrew compiles, and those whose outputs the data sizes."""
+    from coldbrew.compiler.onnx.ops import COUNTED_OPS, MAX_OPSET, MIN_OPSET, SUPPORTED_OPS
 
     names = sorted(SUPPORTED_OPS)
     click.echo(f"{len(names)} operators (ONNX's at opsets {MIN_OPSET}-{MAX_OPSET}; others with their domain):")
     for k in range(0, len(names), 4):
         click.echo("  " + "".join(f"{n:<23}" for n in names[k:k + 4]).rstrip())
-    click.echo("refused, as their output's size depends on the input values:")
-    for op, why in sorted(DATA_DEPENDENT_SHAPES.items()):
-        click.echo(f"  {op:<20} (on {why})")
+    click.echo("outputs sized by the input values (planned at a bound: --bound TENSOR=N, default all the input "
+               "allows):")
+    for op, why in sorted(COUNTED_OPS.items()):
+        click.echo(f"  {op:<20} (by {why})")
 
 
 @main.command("targets")

@@ -226,6 +226,13 @@ cb_status cb_bundle_find_input(const cb_bundle* bundle, const char* name, size_t
  * its largest, step 0. */
 cb_status cb_bundle_input_range(const cb_bundle* bundle, size_t index, int32_t axis, int64_t* out_min,
                                 int64_t* out_max, int64_t* out_step);
+/* The same for an output's axis: one the inputs' ranges or the data set
+ * (a NonZero's count, planned at its bound: `coldbrew compile --bound`)
+ * gives min 0, max its largest, step 0, or the counted dim's range where the
+ * axis is that count. A run gives the output's actual shape:
+ * cb_session_output_info after cb_session_run. */
+cb_status cb_bundle_output_range(const cb_bundle* bundle, size_t index, int32_t axis, int64_t* out_min,
+                                 int64_t* out_max, int64_t* out_step);
 
 cb_status cb_session_create(cb_bundle* bundle, const cb_session_options* options,
                             cb_session** out_session);

@@ -83,6 +83,7 @@ def _load_library():
         "cb_session_input_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
         "cb_session_output_info": ([vp, sz, ctypes.POINTER(_TensorInfo)], ctypes.c_int),
         "cb_bundle_input_range": ([vp, sz, ctypes.c_int32] + [ctypes.POINTER(ctypes.c_int64)] * 3, ctypes.c_int),
+        "cb_bundle_output_range": ([vp, sz, ctypes.c_int32] + [ctypes.POINTER(ctypes.c_int64)] * 3, ctypes.c_int),
         "cb_session_run": ([vp], ctypes.c_int),
         "cb_session_get_output": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
         "cb_session_input_buffer": ([vp, sz, ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int),
@@ -137,9 +138,11 @@ def read_public_key(value):
 
 class NodeArg:
     """Input/output metadata, as onnxruntime's NodeArg: its largest shape
-    (the bundle's memory is planned for it); an input's `ranges`, per axis
+    (the bundle's memory is planned for it); its `ranges`, per axis
     (min, max, step): a fixed axis (n, n, 1), a ranged one the multiples of
-    step from min to max (cb_bundle_input_range)."""
+    step from min to max (cb_bundle_input_range); an output axis that follows
+    from the inputs' sizes or that the data sizes (a NonZero's count) gives
+    (0, its largest, 0), or the count's own range (cb_bundle_output_range)."""
 
     def __init__(self, info, ranges=None):
         self.name = info.name.decode()
@@ -186,9 +189,12 @@ class InferenceSession:
                                                    ctypes.byref(self._bundle)))
         else:
             _check(_lib.cb_bundle_open_file_with(os.fsencode(source), ctypes.byref(opts), ctypes.byref(self._bundle)))
-        self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info, self._ranges)
-        self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info)
+        self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info,
+                                   lambda k, n: self._ranges(_lib.cb_bundle_input_range, k, n))
+        self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info,
+                                    lambda k, n: self._ranges(_lib.cb_bundle_output_range, k, n))
         self._sized = any(lo != hi for i in self._inputs for lo, hi, _ in i.ranges)  # shapes set at run time
+        self._varies = self._sized or any(lo != hi for o in self._outputs for lo, hi, _ in o.ranges)
         opts = _Options(threads, 1 if trace else 0, MODES.index(mode))
         if exec_shares is not None:
             if not all(isinstance(x, int) and 1 <= x <= 255 for x in exec_shares):
@@ -216,11 +222,11 @@ class InferenceSession:
             out.append(np.frombuffer(raw, dtype=meta.dtype).reshape(shape))
         return out
 
-    def _ranges(self, k, ndim):
+    def _ranges(self, fn, k, ndim):
         lo, hi, step = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
         out = []
         for axis in range(ndim):
-            _check(_lib.cb_bundle_input_range(self._bundle, k, axis, ctypes.byref(lo), ctypes.byref(hi), ctypes.byref(step)))
+            _check(fn(self._bundle, k, axis, ctypes.byref(lo), ctypes.byref(hi), ctypes.byref(step)))
             out.append((lo.value, hi.value, step.value))
         return out
 
@@ -287,7 +293,7 @@ class InferenceSession:
 
     def _outs(self):
         """The outputs at their shapes in the last run."""
-        if self._sized:
+        if self._varies:
             self._out_views = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
         return self._out_views
 

@@ -394,7 +394,8 @@ struct Range FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_STEP = 8,
     VT_TYPICAL = 10,
     VT_INPUT = 12,
-    VT_AXIS = 14
+    VT_AXIS = 14,
+    VT_COUNT = 16
   };
   int64_t min() const {
     return GetField<int64_t>(VT_MIN, 0);
@@ -414,6 +415,9 @@ struct Range FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint32_t axis() const {
     return GetField<uint32_t>(VT_AXIS, 0);
   }
+  int32_t count() const {
+    return GetField<int32_t>(VT_COUNT, -1);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -423,6 +427,7 @@ struct Range FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<int64_t>(verifier, VT_TYPICAL, 8) &&
            VerifyField<uint32_t>(verifier, VT_INPUT, 4) &&
            VerifyField<uint32_t>(verifier, VT_AXIS, 4) &&
+           VerifyField<int32_t>(verifier, VT_COUNT, 4) &&
            verifier.EndTable();
   }
 };
@@ -449,6 +454,9 @@ struct RangeBuilder {
   void add_axis(uint32_t axis) {
     fbb_.AddElement<uint32_t>(Range::VT_AXIS, axis, 0);
   }
+  void add_count(int32_t count) {
+    fbb_.AddElement<int32_t>(Range::VT_COUNT, count, -1);
+  }
   explicit RangeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -467,12 +475,14 @@ inline ::flatbuffers::Offset<Range> CreateRange(
     int64_t step = 0,
     int64_t typical = 0,
     uint32_t input = 0,
-    uint32_t axis = 0) {
+    uint32_t axis = 0,
+    int32_t count = -1) {
   RangeBuilder builder_(_fbb);
   builder_.add_typical(typical);
   builder_.add_step(step);
   builder_.add_max(max);
   builder_.add_min(min);
+  builder_.add_count(count);
   builder_.add_axis(axis);
   builder_.add_input(input);
   return builder_.Finish();

@@ -287,8 +287,15 @@ class Range(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Range
+    def Count(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
 def RangeStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def RangeAddMin(builder, min):
     builder.PrependInt64Slot(0, min, 0)
@@ -308,6 +315,9 @@ def RangeAddInput(builder, input):
 def RangeAddAxis(builder, axis):
     builder.PrependUint32Slot(5, axis, 0)
 
+def RangeAddCount(builder, count):
+    builder.PrependInt32Slot(6, count, -1)
+
 def RangeEnd(builder):
     return builder.EndObject()
 
@@ -324,6 +334,7 @@ class RangeT(object):
         typical = 0,
         input = 0,
         axis = 0,
+        count = -1,
     ):
         self.min = min  # type: int
         self.max = max  # type: int
@@ -331,6 +342,7 @@ class RangeT(object):
         self.typical = typical  # type: int
         self.input = input  # type: int
         self.axis = axis  # type: int
+        self.count = count  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -359,6 +371,7 @@ class RangeT(object):
         self.typical = range.Typical()
         self.input = range.Input()
         self.axis = range.Axis()
+        self.count = range.Count()
 
     # RangeT
     def Pack(self, builder):
@@ -369,6 +382,7 @@ class RangeT(object):
         RangeAddTypical(builder, self.typical)
         RangeAddInput(builder, self.input)
         RangeAddAxis(builder, self.axis)
+        RangeAddCount(builder, self.count)
         range = RangeEnd(builder)
         return range
 

@@ -335,7 +335,7 @@ cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
   if (!t->bounds() != (d->kind != CB_KIND_DIM))
     return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): a dim tensor has a range, no other tensor has one", i, d->name);
   if (const fbs::Range* r = t->bounds()) {  // a dim: no bytes, checked with the inputs (cb_shapes_check)
-    d->range = {r->min(), r->max(), r->step(), r->typical(), r->input(), r->axis()};
+    d->range = {r->min(), r->max(), r->step(), r->typical(), r->input(), r->axis(), r->count()};
     if (d->ndim || d->dtype != CB_I64 || t->nbytes())
       return cb_fail(CB_ERR_CORRUPT, "dim tensor %u ('%s') is not an int64 of shape [] and no bytes", i, d->name);
     return CB_OK;
@@ -498,7 +498,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   cb_status st = verify_header(header, header_size, version, &b);
   if (st) return st;
   if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
-      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = parse_gpu(b, m)) ||
+      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = cb_counts_check(m)) || (st = parse_gpu(b, m)) ||
       (st = check_calls(b, m)))
     return st;
   m->warm_threads = b->plan()->warm_threads();

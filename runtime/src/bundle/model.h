@@ -48,8 +48,9 @@ typedef struct cb_tensor_desc {
   uint64_t segment_offset;
   uint64_t checksum; /* weights, when cb_model.weight_checksums */
   /* kind dim (Tensor.bounds): its values min..max in steps of step (it
-   * holds value / step), first carried by axis `axis` of input `input` */
-  struct { int64_t min, max, step, typical; uint32_t input, axis; } range;
+   * holds value / step), first carried by axis `axis` of input `input`;
+   * or, `count` >= 0, counted by a kernel into that tensor (one int64) */
+  struct { int64_t min, max, step, typical; uint32_t input, axis; int64_t count; } range;
   uint32_t nprogram; /* a shape set at run time (Tensor.shape_program), or 0: `shape` is fixed */
   const int64_t* program; /* ... else `shape`, nbytes and the arena place hold the largest */
 } cb_tensor_desc;
@@ -103,6 +104,7 @@ typedef struct cb_step_desc {
   uint8_t guard_value;  /* executed only when the guard holds this */
   int64_t guard_writer; /* the step that writes the guard (a skipped one skips this step too), or -1 */
   uint32_t nouts;       /* the last nouts args are the step's outputs */
+  uint8_t counts;       /* it writes a counted dim's tensor: a run sizes the later tensors by it */
 } cb_step_desc;
 
 typedef struct cb_segment_desc {
@@ -162,6 +164,10 @@ void cb_model_free(cb_model* model);
  * range and carrying input axis, every program well formed and giving its
  * tensor's shape at each dim's largest value. CB_ERR_CORRUPT names the tensor. */
 cb_status cb_shapes_check(cb_model* m, uint32_t version);
+/* Counted dims checked (after the steps are parsed): each one's tensor an
+ * int64 of one value, fixed, that one step writes (that step's `counts`
+ * set). CB_ERR_CORRUPT names the dim. */
+cb_status cb_counts_check(cb_model* m);
 /* An element's bytes (0: an unknown dtype). */
 uint64_t cb_dtype_size(uint8_t dtype);
 /* Tensor t's program evaluated with the dims' values `dims` (indexed by

@@ -216,17 +216,28 @@ cb_status cb_bundle_output_info(const cb_bundle* b, size_t i, cb_tensor_info* ou
   return tensor_info(b, b ? b->model.outputs : NULL, b ? b->model.noutputs : 0, i, "output", out);
 }
 
-cb_status cb_bundle_input_range(const cb_bundle* b, size_t i, int32_t axis, int64_t* out_min, int64_t* out_max,
-                                int64_t* out_step) {
+static cb_status axis_range(const cb_bundle* b, const uint32_t* ids, uint32_t count, const char* what, size_t i,
+                            int32_t axis, int64_t* out_min, int64_t* out_max, int64_t* out_step) {
   if (!b || !out_min || !out_max || !out_step)
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out pointers are required");
-  if (i >= b->model.ninputs)
-    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input index %zu out of range (%u inputs)", i, b->model.ninputs);
-  uint32_t t = b->model.inputs[i];
+  if (i >= count) return cb_fail(CB_ERR_INVALID_ARGUMENT, "%s index %zu out of range (%u %ss)", what, i, count, what);
+  uint32_t t = ids[i];
   if (axis < 0 || axis >= b->model.tensors[t].ndim)
-    return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' has no axis %d", b->model.tensors[t].name, axis);
+    return cb_fail(CB_ERR_INVALID_ARGUMENT, "%s '%s' has no axis %d", what, b->model.tensors[t].name, axis);
   cb_axis_range(&b->model, t, (uint32_t)axis, out_min, out_max, out_step);
   return CB_OK;
+}
+
+cb_status cb_bundle_input_range(const cb_bundle* b, size_t i, int32_t axis, int64_t* out_min, int64_t* out_max,
+                                int64_t* out_step) {
+  return axis_range(b, b ? b->model.inputs : NULL, b ? b->model.ninputs : 0, "input", i, axis, out_min, out_max,
+                    out_step);
+}
+
+cb_status cb_bundle_output_range(const cb_bundle* b, size_t i, int32_t axis, int64_t* out_min, int64_t* out_max,
+                                 int64_t* out_step) {
+  return axis_range(b, b ? b->model.outputs : NULL, b ? b->model.noutputs : 0, "output", i, axis, out_min, out_max,
+                    out_step);
 }
 
 cb_status cb_bundle_find_input(const cb_bundle* b, const char* name, size_t* out_index) {

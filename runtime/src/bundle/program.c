@@ -103,10 +103,16 @@ void cb_axis_range(const cb_model* m, uint32_t t, uint32_t axis, int64_t* min, i
 }
 
 /* A dim's range (1 <= min <= typical <= max, each a multiple of step >= 1)
- * and the input axis that carries it: one whose program is its value times step. */
+ * and the input axis that carries it: one whose program is its value times
+ * step; a counted one's (0 <= min, step 1), its tensor checked with the steps. */
 static cb_status check_dim(const cb_model* m, uint32_t i) {
   const cb_tensor_desc* d = &m->tensors[i];
   int64_t lo = d->range.min, hi = d->range.max, step = d->range.step, typical = d->range.typical, scale = 0;
+  int counted = d->range.count >= 0;
+  if (counted && (step != 1 || lo < 0 || lo > typical || typical > hi))
+    return cb_fail(CB_ERR_CORRUPT, "counted dim tensor %u ('%s') has an invalid range: %lld..%lld in steps of %lld, "
+                   "typical %lld", i, d->name, (long long)lo, (long long)hi, (long long)step, (long long)typical);
+  if (counted) return CB_OK;
   if (step < 1 || lo < 1 || lo > typical || typical > hi || lo % step || hi % step || typical % step)
     return cb_fail(CB_ERR_CORRUPT, "dim tensor %u ('%s') has an invalid range: %lld..%lld in steps of %lld, typical %lld",
                    i, d->name, (long long)lo, (long long)hi, (long long)step, (long long)typical);
@@ -147,6 +153,26 @@ static cb_status check_programs(cb_model* m, uint32_t version, int64_t* dims) {
         return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): its shape program gives a larger shape than its own at "
                        "the dims' largest values", i, d->name);
     m->program_axes += (uint32_t)d->ndim;
+  }
+  return CB_OK;
+}
+
+cb_status cb_counts_check(cb_model* m) {
+  for (uint32_t i = 0; i < m->ntensors; i++) {
+    const cb_tensor_desc* d = &m->tensors[i];
+    if (d->kind != CB_KIND_DIM || d->range.count < 0) continue;
+    int64_t c = d->range.count;
+    const cb_tensor_desc* t = c < m->ntensors ? &m->tensors[c] : NULL;
+    uint32_t writers = 0;
+    for (uint32_t k = 0; t && k < m->nsteps; k++) {
+      cb_step_desc* s = &m->steps[k];
+      for (uint32_t a = s->nargs - s->nouts; a < s->nargs; a++)
+        if (s->args[a] == (uint32_t)c) writers++, s->counts = 1;
+    }
+    if (!t || t->dtype != CB_I64 || t->nbytes != 8 || t->nprogram ||
+        (t->kind != CB_KIND_INTERMEDIATE && t->kind != CB_KIND_OUTPUT) || writers != 1)
+      return cb_fail(CB_ERR_CORRUPT, "counted dim tensor %u ('%s') names tensor %lld, which is not one int64 that one "
+                     "step writes", i, d->name, (long long)c);
   }
   return CB_OK;
 }

@@ -187,6 +187,7 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
                      alt ? m->steps[i].warm_kernel : m->steps[i].kernel, cb_backend_kernel_error());
     }
     cb_trace_end(ev);
+    if (m->steps[i].counts && (st = cb_shapes_count(s, i))) return st;
     if (s->observe) observe_step(s, i);
   }
   return CB_OK;
@@ -299,6 +300,7 @@ cb_status cb_session_run(cb_session* s) {
     for (uint32_t q = 0; q < nworkers; q++) pthread_join(workers[q], NULL);
   }
   if (!st) s->warm = 1;
+  if (!st) cb_shapes_keep_outputs(s); /* sizes the data set during the run */
   return st;
 }
 

@@ -73,6 +73,10 @@ void cb_trace_worker(uint32_t queue);
 /* shapes.c: a new session's shapes (each dim at its typical value) and
  * kernel arguments bound; the outputs' shapes kept for a run (its first act) */
 cb_status cb_shapes_start(cb_session* s);
+/* After step `step` (m->steps[step].counts): each dim it counted set from
+ * its tensor (a count over the dim's bound fails the run, naming it) and
+ * every shape and kernel argument that follows from it. */
+cb_status cb_shapes_count(cb_session* s, uint32_t step);
 void cb_shapes_keep_outputs(cb_session* s);
 
 /* warmer.c: continuous mode's warm alternates */

@@ -80,6 +80,30 @@ void cb_shapes_keep_outputs(cb_session* s) {
   }
 }
 
+cb_status cb_shapes_count(cb_session* s, uint32_t step) {
+  const cb_model* m = &s->bundle->model;
+  const cb_step_desc* sd = &m->steps[step];
+  for (uint32_t t = 0; t < m->ntensors; t++) {
+    const cb_tensor_desc* d = &m->tensors[t];
+    uint32_t c = (uint32_t)d->range.count, writes = 0;
+    if (d->kind != CB_KIND_DIM || d->range.count < 0) continue;
+    for (uint32_t a = sd->nargs - sd->nouts; a < sd->nargs; a++) writes |= sd->args[a] == c;
+    if (!writes) continue;
+    int64_t v;
+    memcpy(&v, s->tensors[c].data, sizeof v);
+    if (v < d->range.min || v > d->range.max)
+      return cb_fail(CB_ERR_INVALID_ARGUMENT, "layer '%s' found %lld entries for '%s', more than the %lld the bundle "
+                     "holds (compile with --bound %s=N for more)", sd->layer_name, (long long)v, d->name,
+                     (long long)d->range.max, d->name);
+    s->dims[t] = v;
+  }
+  cb_status st = eval_all(s, s->dims, 0);
+  if (st) return st;
+  eval_all(s, s->dims, 1);
+  bind_steps(s, 1);
+  return CB_OK;
+}
+
 /* The dims input `index` at `shape` sets, into `dims`: each in its range. */
 static cb_status carried_dims(const cb_session* s, size_t index, const int64_t* shape, int64_t* dims) {
   const cb_model* m = &s->bundle->model;
