@@ -84,12 +84,21 @@ def text(x):
     return x.decode() if isinstance(x, bytes) else (x or "")
 
 
-def dim_values(b, input_shapes):
+def dim_values(b, input_shapes, written=None):
     """{dim tensor index: its value} when the inputs have these shapes
     ([shape] in input order): each dim's size read at the input axis its
-    Range names, over its step (schemas/bundle.fbs)."""
-    return {i: input_shapes[t.bounds.input][t.bounds.axis] // t.bounds.step
-            for i, t in enumerate(b.tensors) if t.kind == fb.TensorKind.dim}
+    Range names, over its step (schemas/bundle.fbs); a counted dim's from
+    the bytes a run wrote to its count tensor (`written`: {tensor: bytes}),
+    else its typical value."""
+    import numpy as np
+
+    def value(t):
+        if t.bounds.count < 0:
+            return input_shapes[t.bounds.input][t.bounds.axis] // t.bounds.step
+        data = (written or {}).get(t.bounds.count)
+        return int(np.frombuffer(data, np.int64)[0]) if data else t.bounds.typical
+
+    return {i: value(t) for i, t in enumerate(b.tensors) if t.kind == fb.TensorKind.dim}
 
 
 def shape_now(desc, values):

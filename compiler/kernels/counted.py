@@ -145,7 +145,7 @@ def nms_te(boxes, scores, limits, bound, center_point_box, max_boxes=None, iou=N
                                                            else None)
             with T.serial(0, 1):
                 cand = T.buffer_proxy(T.decl_buffer([nbox], "int32"))
-                n, m, k, w, t, best = (_local(T, "int64") for _ in range(6))
+                n, m, k, w, t, best, chosen = (_local(T, "int64") for _ in range(7))
                 n[0] = tirx.const(0, "int64")
                 with T.serial(0, nb * ncls) as bc:
                     b, cl = bc // ncls, bc % ncls
@@ -170,7 +170,8 @@ def nms_te(boxes, scores, limits, bound, center_point_box, max_boxes=None, iou=N
                                 with T.Then():
                                     best[0] = t[0]
                             t[0] = t[0] + 1
-                        sel = cand[best[0]]
+                        chosen[0] = T.Cast("int64", cand[best[0]])  # a value: the compaction below moves cand's
+                        sel = chosen[0]
                         with T.If(n[0] < bound):
                             with T.Then():
                                 o[n[0] * 3] = T.Cast("int64", b)

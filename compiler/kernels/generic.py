@@ -157,6 +157,26 @@ def generic(sch, lanes, registers=16):
                 generic_block(sch, block, lanes)
         except s_tir.ScheduleError:
             pass
+    for block in blocks_in_order(sch):
+        _init_first(sch, block)
+
+
+def _init_first(sch, block):
+    """A reduction over an extent set at run time, which may be empty (a
+    sum over a count of 0): its init before its loops (inside the parallel
+    ones), where TVM's lowering puts it at the first step, which an empty
+    reduction never takes."""
+    from tvm import tirx
+
+    loops = sch.get_loops(block)
+    if sch.get(block).init is None or all(_static(sch.get(lp).extent) for lp in loops):
+        return
+    first = next((lp for lp in loops if sch.get(lp).kind != tirx.ForKind.PARALLEL), None)
+    if first is not None:
+        try:
+            sch.decompose_reduction(block, first)
+        except s_tir.ScheduleError:
+            pass
 
 
 def _read_along(sch, block, axis):

@@ -176,14 +176,40 @@ class _Extractor:
             return self.env[expr]
         if isinstance(expr, relax.Tuple):
             return tuple(self.value_of(f) for f in expr.fields)
-        if isinstance(expr, relax.PrimValue):
-            from tvm import tirx
+        if isinstance(expr, relax.ShapeExpr):  # a model output that is a shape (Shape of a sized tensor)
+            return self.shape_tensor(expr)
+        import tvm
+        from tvm import tirx
 
-            if not isinstance(expr.value, tirx.Var):
-                raise CompileError(f"a kernel takes the size {expr.value}, computed from the input dimensions: "
+        if tvm.ir.is_prim_expr(expr):
+            if not isinstance(expr, tirx.Var):
+                raise CompileError(f"a kernel takes the size {expr}, computed from the input dimensions: "
                                    f"not supported yet")
-            return self.dim_of(expr.value)
+            return self.dim_of(expr)
         raise CompileError(f"unsupported Relax expression {type(expr).__name__}")
+
+    def shape_tensor(self, shape):
+        """A tensor holding the values of `shape` (sizes set at run time among
+        them), written by a layer of its own."""
+        from tvm import te, tirx
+        from tvm.tirx.analysis import undefined_vars
+
+        values = [tirx.Cast("int64", v) for v in shape.values]
+        variables = list({v.name: v for e in values for v in undefined_vars(e)}.values())
+
+        def pick(i):
+            out = values[-1]
+            for k in range(len(values) - 2, -1, -1):
+                out = tirx.Select(i == k, values[k], out)
+            return out
+
+        out = te.compute((len(values),), lambda i: pick(i), name="cb_shape")
+        sym = f"shape_{len(self.g.kernels)}"
+        self.g.kernels[sym] = te.create_prim_func([*variables, out])
+        t = self.g.add_tensor(Tensor(sym, "int64", (len(values),), "intermediate"))
+        self.g.layers.append(Layer(f"L{len(self.g.layers)}", "shape", sym, [self.dim_of(v) for v in variables] + [t],
+                                   1))
+        return t
 
     def kernel_layer(self, var, call):
         """The layer of `var = call_tir(kernel, args)`, its outputs' tensors."""

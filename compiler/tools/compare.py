@@ -79,7 +79,7 @@ def compare(model, bundle, inputs=None, tolerance=1e-3, runner=None, seed=0):
     if unknown:
         raise CompareError(f"no bundle input named {unknown[0]!r}; its inputs are {[n for n, _, _ in specs]}")
     observed = _run(bundle, feeds, [n for n, _, _ in specs], runner)
-    values = dim_values(b, [list(feeds[n].shape) for n in names])  # shapes set at run time: this run's
+    values = dim_values(b, [list(feeds[n].shape) for n in names], {t: data for _, t, data in observed})  # this run's
     wanted = {text(b.tensors[t].source) for _, t, _ in observed} - {""}
     refs, producer = _reference(model, feeds, wanted)
     report = Report()

@@ -107,13 +107,19 @@ def shape_lines(b):
     dims = {i: x for i, x in enumerate(b.tensors) if x.kind == fb.TensorKind.dim}
     lines = [f"input      {text(b.tensors[i].name)} {_input_shape(b.tensors[i], dims)}" for i in b.inputs]
     lines += [f"output     {text(b.tensors[i].name)} {_shape(b.tensors[i], dims)}" for i in b.outputs]
-    lines += [f"dim        {text(x.name)} {_range(x.bounds)} typical {x.bounds.typical}: input "
-              f"{text(b.tensors[b.inputs[x.bounds.input]].name)} axis {x.bounds.axis}" for x in dims.values()]
+    lines += [f"dim        {text(x.name)} {_range(x.bounds)} typical {x.bounds.typical}: " + (
+        f"input {text(b.tensors[b.inputs[x.bounds.input]].name)} axis {x.bounds.axis}" if x.bounds.count < 0 else
+        f"counted by the data into %{x.bounds.count} ({_writer(b, x.bounds.count)})") for x in dims.values()]
     sized = [(i, x) for i, x in enumerate(b.tensors) if x.kind == fb.TensorKind.intermediate and _program(x)]
     if sized:
         lines.append(f"sized      {len(sized)} intermediate tensors sized at run time (the arena holds each at its "
                      "largest)")
     return lines + [f"  %{i} {text(x.name)} {_shape(x, dims)}" for i, x in sized]
+
+
+def _writer(b, t):
+    """The layer of the step that takes tensor `t` (the one writing a count)."""
+    return next((f"layer {text(layer.name)}" for layer in b.layers if t in list(layer.args)), "no layer")
 
 
 def _program(x):

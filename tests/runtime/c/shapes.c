@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   CHECK(cb_bundle_input_range(b, 1, 1, &lo, &hi, &step) == CB_OK && lo == 2 && hi == 40 && step == 2, "z's range");
   CHECK(cb_bundle_input_range(b, 0, 2, &lo, &hi, &step) == CB_OK && lo == 3 && hi == 3 && step == 1, "a fixed axis");
   CHECK(cb_bundle_input_range(b, 0, 3, &lo, &hi, &step) == CB_ERR_INVALID_ARGUMENT, "an axis x lacks");
+  CHECK(cb_bundle_output_range(b, 0, 1, &lo, &hi, &step) == CB_OK && lo == 2 && hi == 40 && step == 2, "y's range");
+  CHECK(cb_bundle_output_range(b, 0, 0, &lo, &hi, &step) == CB_OK && lo == 1 && hi == 1 && step == 1, "y's fixed axis");
+  CHECK(cb_bundle_output_range(b, 1, 0, &lo, &hi, &step) == CB_ERR_INVALID_ARGUMENT, "an output y's bundle lacks");
   CHECK(cb_bundle_input_info(b, 0, &info) == CB_OK && is(&info, 40, 480), "the bundle's shape is the largest");
   CHECK(cb_session_create(b, NULL, &s) == CB_OK, "session");
   CHECK(cb_session_input_info(s, 1, &info) == CB_OK && is(&info, 10, 120), "a session starts at the typical shape");
