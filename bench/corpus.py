@@ -90,8 +90,39 @@ TOLERANCE = outputs.TOLERANCE
 def feeds(entry, model, seed=0):
     """{input: array} for every model input (binds included), seeded:
     check.py's meaningful inputs under the manifest's shapes,
-    fills, binds and ranges."""
-    return outputs.inputs(model, entry["inputs"], seed)
+    fills, binds and ranges; a voice's ("tts") phoneme ids as its
+    frontend writes them (`_phonemes`), with their lengths."""
+    spec = entry["inputs"]
+    ids = next((k for k, v in spec.items() if v.get("draw") == "phonemes"), None)
+    if "tts" in entry["categories"] and ids:
+        n = spec[ids]["shape"][-1]
+        spec = {k: dict(v, fill=n) if v.get("draw") == "lengths" else v for k, v in spec.items()}
+    x = outputs.inputs(model, spec, seed)
+    if "tts" in entry["categories"] and ids:
+        x[ids] = _phonemes(x[ids].shape, *spec[ids]["range"], seed).astype(x[ids].dtype)
+    return x
+
+
+PIPER_PAD, PIPER_BOS, PIPER_EOS, PIPER_SPACE = 0, 1, 2, 3  # piper's phoneme_id_map: "_", "^", "$", " "
+
+
+def _phonemes(shape, low, high, seed):
+    """Rows of phoneme ids laid out as piper's frontend writes a sentence:
+    BOS PAD, then each phoneme (an id of [low, high): the voice's map less
+    its PAD, BOS, EOS and space) followed by PAD, words of 2 to 7 phonemes
+    split by a space, then EOS; a row of even length ends PAD EOS."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 7])
+    ids = np.full(shape, PIPER_PAD, np.int64)
+    k = (shape[-1] - 3) // 2
+    for row in ids.reshape(-1, shape[-1]):
+        words = []
+        while len(words) < k:
+            words += list(rng.integers(low, high, rng.integers(2, 8))) + [PIPER_SPACE]
+        row[0], row[-1] = PIPER_BOS, PIPER_EOS
+        row[2:2 + 2 * k:2] = words[:k - 1] + [rng.integers(low, high)] if k else []
+    return ids
 
 
 def shaped_model(path, shapes):
