@@ -11,7 +11,8 @@ iterations. `unroll` then inlines the body once per iteration, each copy's
 names prefixed, carried values threaded from one copy to the next, and
 each scan output the copies' values stacked along a new first axis.
 A Loop whose condition depends on the data (a decoder that stops at an end
-token) is not unrolled: check_static names it. `unroll_scan` does the same
+token) is unrolled to the most iterations it may run (`unroll_while`), each
+copy taken only while the condition holds. `unroll_scan` does the same
 for a Scan (opset 9 on): each copy reads its step's slice of every scan
 input (forward or reversed) and its scan outputs are stacked on their axes.
 """
@@ -128,6 +129,96 @@ def unroll(node, count, label, opset):
         if out:
             _stack(parts, out, 0, opset, nodes, inits)
     return nodes, inits
+
+
+BOUND_KEY = "coldbrew.bound:"  # model metadata: a tensor's bound, set by a rewrite (import_relax reads it)
+
+
+def unroll_while(node, most, label, opset, consts, typed, select):
+    """(nodes, initializers, {tensor: bound}) computing a Loop whose
+    condition depends on the data, run at most `most` times: the body
+    inlined `most` times, copy k's results taken where the condition before
+    it held, by Where nodes named `select` (an If's selects, ir/branches.py:
+    a run executes copy k only while that condition holds, and no copy
+    after the first it skips), the carried values passed on unchanged
+    otherwise; each scan output the values of the copies that ran, stacked
+    (a Compress by the conditions, its length the iteration count: a size
+    the data sets). Where M allows more than `most` iterations, the
+    condition after the last copy joins the Compress's, bounded at `most`:
+    a run that would need another iteration fails, naming --bound.
+    `typed(nodes, inits, names)`: {name: (ONNX dtype, shape)} of values
+    with `nodes` in the graph."""
+    body = body_of(node)
+    if any(n.op_type in ("Loop", "Scan", "If") for n in body.node):
+        raise CompileError(f"{label}: control flow inside a Loop whose condition depends on the data is not "
+                           f"supported yet")
+    n_carried = len(node.input) - 2
+    n_scan = len(body.output) - 1 - n_carried
+    limit, first = (list(node.input) + ["", ""])[:2]
+    name = node.name or node.output[0]
+    nodes, inits = [], []
+
+    def const(tag, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), f"{name}/{tag}"))
+        return f"{name}/{tag}"
+
+    shape = const("scalar", np.zeros(0, np.int64))
+
+    def scalar(value, tag):
+        nodes.append(helper.make_node("Reshape", [value, shape], [f"{name}/{tag}"]))
+        return f"{name}/{tag}"
+
+    runtime_limit = scalar(limit, "limit") if limit and limit not in consts else None
+
+    def gate(cond, k):  # the condition and k < M, where M is known at run time only
+        if runtime_limit is None:
+            return cond
+        below = f"{name}/below{k}"
+        nodes.append(helper.make_node("Less", [const(f"k{k}", np.array(k, np.int64)), runtime_limit], [below]))
+        nodes.append(helper.make_node("And", [cond, below], [f"{below}/and"]))
+        return f"{below}/and"
+
+    false = const("false", np.array(False))
+    cond = gate(scalar(first, "first") if first else const("true", np.array(True)), 0)
+    values, flags, slots, zeros = list(node.input[2:]), [], [[] for _ in range(n_scan)], None
+    for k in range(most):
+        prefix = f"{name}/iter{k}/"
+        outer = {body.input[1].name: cond, **dict(zip([i.name for i in body.input[2:]], values))}
+        outs = _inline_copy(body, prefix, outer, {body.input[0].name: np.array(k, np.int64)}, nodes, inits)
+        if zeros is None:
+            types = typed(nodes, inits, outs[1 + n_carried:])
+            if any(types.get(o) is None for o in outs[1 + n_carried:]):
+                raise CompileError(f"{label}: its scan outputs need shapes known at compile time")
+            zeros = [const(f"none{j}", np.zeros(shape_, helper.tensor_dtype_to_np_dtype(dtype)))
+                     for j, (dtype, shape_) in enumerate(types[o] for o in outs[1 + n_carried:])]
+
+        def take(j, a, b):  # the first copy of a loop that always starts needs no select
+            if k == 0 and runtime_limit is None and (not first or bool(np.asarray(consts.get(first, False)).all())):
+                return a
+            nodes.append(helper.make_node("Where", [cond, a, b], [f"{prefix}out{j}"], name=f"{prefix}{select}{j}"))
+            return f"{prefix}out{j}"
+
+        nxt = take(0, scalar(outs[0], f"iter{k}/cond"), false)
+        values = [take(1 + j, a, b) for j, (a, b) in enumerate(zip(outs[1:1 + n_carried], values))]
+        for j, a in enumerate(outs[1 + n_carried:]):
+            slots[j].append(take(1 + n_carried + j, a, zeros[j]))
+        flags.append(cond)
+        cond = gate(nxt, k + 1)
+    nodes += [helper.make_node("Identity", [v], [o], name=f"{name}/out{j}")
+              for j, (v, o) in enumerate(zip(values, node.output)) if o]
+    more = not limit or limit not in consts or int(np.asarray(consts[limit]).reshape(-1)[0]) > most
+    bounds = {}
+    for j, (parts, out) in enumerate(zip(slots, node.output[n_carried:])):
+        if out:  # with `more`, the condition after the last copy: a count over the bound
+            _stack(parts + [zeros[j]] * more, f"{out}/all", 0, opset, nodes, inits)
+            _stack(flags + [cond] * more, f"{out}/ran", 0, opset, nodes, inits)
+            nodes.append(helper.make_node("Compress", [f"{out}/all", f"{out}/ran"], [out], axis=0,
+                                          name=f"{out}/taken"))
+            bounds[out] = most
+    if more and not bounds:
+        raise CompileError(f"{label}: it may run more than the {most} iterations it is compiled for, and it has no "
+                           f"scan output to check that against: give a bound of at least its trip count")
+    return nodes, inits, bounds
 
 
 def _inline_copy(body, prefix, bound, consts, nodes, inits):

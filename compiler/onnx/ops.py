@@ -24,7 +24,8 @@ BlackmanWindow MelWeightMatrix Attention RotaryEmbedding LinearAttention
 CausalConvWithState com.microsoft.DynamicQuantizeLSTM NonZero Compress NonMaxSuppression Unique
 """.split())  # If: where its condition folds to a constant (onnx/fold.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
-# Loop: unrolled where its trip count is known at compile time (onnx/fold.py, onnx/loops.py);
+# Loop: unrolled where its trip count is known at compile time (onnx/fold.py, onnx/loops.py), else to
+# the most iterations it may run, each copy run while its condition holds (legalize_onnx, loops.unroll_while);
 # Scan: unrolled over its scan inputs (onnx/loops.py); Attention, RotaryEmbedding, LinearAttention,
 # CausalConvWithState: their ONNX function bodies (onnx/attention.py); others rewritten in
 # onnx/decompose.py or lowered by coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py);
@@ -53,7 +54,7 @@ STATIC_INPUTS = {
     "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
     "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1},
     "OneHot": {1, 2}, "Upsample": {1},
-    "TopK": {1}, "Loop": {0, 1}, "ReverseSequence": {1},
+    "TopK": {1}, "ReverseSequence": {1},
     "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
 }
 
@@ -146,10 +147,6 @@ def check_static(model, sized=False):
                 and types.get(node.input[0]) in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)):
             problems.append(f"{label}: Mod of floating-point values with fmod=0 is not supported yet "
                             "(integer Mod and fmod=1 are)")
-        if node.op_type == "Loop" and all(i in consts for i in node.input[:2] if i):
-            problems.append(f"{label}: its loop condition is computed from the data, so its trip count is not "
-                            "known at compile time; coldbrew unrolls loops whose iterations can be counted once "
-                            "the inputs are fixed (--input-shape, --bind)")
         if node.op_type == "LpNormalization" and _attr(node, "p", 2) not in (1, 2):
             problems.append(f"{label}: p={_attr(node, 'p')} is not supported (p=1 and p=2 are)")
         if node.op_type == "RoiAlign" and _attr(node, "mode", b"avg") in (b"max", "max"):
@@ -163,13 +160,14 @@ def check_static(model, sized=False):
         raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))
 
 
-def types_and_shapes(model, symbolic=False):
+def types_and_shapes(model, symbolic=False, values=False):
     """({value: element type}, {value: shape}) as ONNX infers them: static
     shapes only, or with `symbolic` every known rank, a dimension sized at
-    run time None."""
+    run time None; with `values`, shapes computed from constant values too
+    (ONNX's data propagation)."""
     import onnx
 
-    g = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    g = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=values).graph
     types, shapes = {}, {}
     for v in list(g.input) + list(g.value_info) + list(g.output):
         tt = v.type.tensor_type

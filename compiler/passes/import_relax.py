@@ -13,6 +13,7 @@ from ..ir import branches, dims
 from ..onnx import recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
+from ..onnx.loops import BOUND_KEY
 from ..onnx.ops import COUNTED_OPS, graph_inputs
 from ..ir.relax import extents_of, is_const
 
@@ -345,7 +346,8 @@ class _Cell:
 
 def run(c):
     c.dims = dims.variables(c.options.dims.values())
-    c.mod = apply(c.proto, c.dims, c.options.bounds)
+    found = {p.key[len(BOUND_KEY):]: int(p.value) for p in c.proto.metadata_props if p.key.startswith(BOUND_KEY)}
+    c.mod = apply(c.proto, c.dims, {**(c.options.bounds or {}), **found})
     counted = [d.name for d in c.dims if d.counted]
     if counted and (c.on_gpu or c.options.continuous):
         raise CompileError(f"outputs sized by the data ({', '.join(counted)}) are not available "

@@ -37,9 +37,9 @@ from onnx import TensorProto, helper
 from ..errors import CompileError
 from ..onnx import shapes
 from ..onnx.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
-from ..onnx import decompose
+from ..onnx import decompose, fold
 from ..ir.branches import SELECT
-from ..onnx.loops import unroll_scan
+from ..onnx.loops import BOUND_KEY, MAX_ITERATIONS, unroll_scan, unroll_while
 from ..onnx import recurrent
 from ..onnx.recurrent import GATES
 
@@ -119,6 +119,59 @@ def _clip_bounds(model):
     g.node.extend(nodes)
 
 
+def _while_loops(model, bounds):
+    """Every Loop left (fold_constants unrolled those whose trip count it
+    counts: the rest stop on a condition the data sets), unrolled to the
+    most iterations it may run (onnx/loops.py unroll_while): its trip count
+    M, or the user's bound (--bound on the Loop's name or an output's);
+    the bounds of its scan outputs kept in the model's metadata for
+    import_relax."""
+    g = model.graph
+    if not any(n.op_type == "Loop" for n in g.node):
+        return
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    opset, nodes = opset_of(model), []
+
+    def typed(before, new, inits, names):
+        tmp = type(model)()
+        tmp.CopyFrom(model)
+        tmp.graph.ClearField("node")
+        tmp.graph.node.extend(before + new)
+        tmp.graph.initializer.extend(inits)
+        tmp.graph.ClearField("output")
+        tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in names)
+        fold.apply(tmp)  # the copy's iteration number is a constant: what it decides (a Slice's start) folds
+        types, shapes = types_and_shapes(tmp, values=True)
+        return {n: (types[n], shapes[n]) for n in names if n in types and n in shapes}
+
+    for node in g.node:
+        if node.op_type != "Loop":
+            nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        label, limit = f"Loop node '{name}'", (list(node.input) + [""])[0]
+        given = next((bounds[k] for k in [node.name, *node.output] if k and k in bounds), None)
+        m = int(np.asarray(consts[limit]).reshape(-1)[0]) if limit in consts else None
+        most = min(v for v in (given, m) if v is not None) if given is not None or m is not None else None
+        key = next((o for o in node.output[len(node.input) - 2:] if o), name)
+        if most is None or most > MAX_ITERATIONS:
+            raise CompileError(f"{label}: its condition depends on the data and it may run "
+                               f"{'any number of' if most is None else most} iterations; coldbrew unrolls it to the "
+                               f"most it runs (at most {MAX_ITERATIONS}): give that with --bound {key}=N")
+        before = list(nodes)
+        new, inits, found = unroll_while(node, max(most, 1), label, opset, consts,
+                                         lambda n, i, names: typed(before, n, i, names), SELECT)
+        nodes += new
+        g.initializer.extend(inits)
+        consts.update((t.name, numpy_helper.to_array(t)) for t in inits)
+        for tensor, n in found.items():
+            model.metadata_props.add(key=f"{BOUND_KEY}{tensor}", value=str(n))
+    g.ClearField("node")
+    g.node.extend(nodes)
+
+
 def _unroll_scans(model):
     _, shapes = types_and_shapes(model)
     opset = opset_of(model)
@@ -168,13 +221,15 @@ def _recurrent(model, cells):
             return
 
 
-def apply(model, cells=True, sized=False):
+def apply(model, cells=True, sized=False, bounds=None):
     """`cells`: recurrent cells the kernel covers become cell layers
     (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled;
     `sized`: some input dimensions are sized at run time (shape arithmetic
-    on them is left to the importer)."""
+    on them is left to the importer); `bounds`: the user's, of outputs
+    sized by the data (a Loop's iterations among them)."""
     if sized:
         shapes.apply(model)
+    _while_loops(model, bounds or {})
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)
@@ -186,8 +241,17 @@ def apply(model, cells=True, sized=False):
     return model
 
 
+def _sized_by_data(model):
+    """Whether some output's size depends on the data (a NonZero, a Loop
+    that stops on a condition the data sets): the shape arithmetic after
+    it is left to the importer."""
+    from ..onnx.ops import COUNTED_OPS
+
+    return any(n.op_type in COUNTED_OPS or n.op_type == "Loop" for n in model.graph.node)
+
+
 def run(c):
-    c.proto = apply(c.proto, c.cells, bool(c.options.dims))
+    c.proto = apply(c.proto, c.cells, bool(c.options.dims) or _sized_by_data(c.proto), c.options.bounds)
     if decompose.has_exact_sums(c.proto):  # a ConvInteger's or MatMulInteger's centred weights: int8 times 1
         c.qdq_scales.append(np.ones(1, np.float32))
     return c

@@ -3,8 +3,9 @@ every operator coldbrew claims to support (compiler/onnx/ops.py SUPPORTED_OPS).
 
 A case runs when all its ops are supported, its opset is in range and its
 tensors use dtypes coldbrew has. Inputs that decide shapes or modes (the
-ones ops.STATIC_INPUTS lists, traced back to the graph inputs they come
-from) are bound as compile-time constants, as they are in real models.
+ones ops.STATIC_INPUTS lists, and a Loop's trip count and first condition, traced back to the
+graph inputs they come from) are bound as compile-time constants, as they
+are in real models.
 Every selected case must either match the reference outputs or, where the
 case uses a mode coldbrew does not implement, be refused with a
 CompileError that names it (never a crash, never a wrong answer).
@@ -59,16 +60,17 @@ def _selected():
 
 
 CASES = _selected()
+BOUND = {**STATIC_INPUTS, "Loop": {0, 1}}  # its trip count and first condition, as an app binds them
 
 
 def _static_graph_inputs(model):
-    """Graph inputs that feed (through any chain of nodes) a STATIC_INPUTS position."""
+    """Graph inputs that feed (through any chain of nodes) a BOUND position."""
     g = model.graph
     producer = {o: n for n in g.node for o in n.output}
     inputs = {i.name for i in g.input}
     found, stack, seen = set(), [], set()
     for n in g.node:
-        for pos in STATIC_INPUTS.get(n.op_type, ()):
+        for pos in BOUND.get(n.op_type, ()):
             if pos < len(n.input) and n.input[pos]:
                 stack.append(n.input[pos])
     while stack:

@@ -1,7 +1,10 @@
 """compiler/onnx/loops.py: a Loop whose trip count is known at compile time is
 unrolled and computes what onnxruntime computes (carried values and scan
 outputs, a condition that stops it before M); one whose condition depends
-on the data, or that runs too long, is refused by name."""
+on the data runs its copies while the condition holds, up to its trip count
+or the user's bound (a run that would need more fails naming --bound), its
+scan outputs as long as the iterations it ran; one with no bound, or that
+runs too long, is refused by name."""
 import numpy as np
 import pytest
 from conftest import assert_close, ort_run
@@ -79,9 +82,73 @@ def test_trip_count_runs_the_static_part_only():
     assert loops.trip_count(node, consts, model.opset_import) is None
 
 
-def test_data_dependent_condition_is_refused_by_name():
-    with pytest.raises(CompileError, match="Loop node 'loop'.*loop condition is computed from the data"):
-        compile_model(while_model(8, 8, data_cond=True))
+def data_loop(m, given=()):
+    """while_model's loop stopped by the data (the state's sum reaching the
+    input `thr`), with `given` of M and c0 graph inputs instead of constants."""
+    model = while_model(m, 8, data_cond=True)
+    g = model.graph
+    keep = [t for t in g.initializer if t.name not in ("thr", *given)]
+    g.ClearField("initializer")
+    g.initializer.extend(keep)
+    g.input.append(helper.make_tensor_value_info("thr", F, []))
+    types = {"M": TensorProto.INT64, "c0": TensorProto.BOOL}
+    g.input.extend(helper.make_tensor_value_info(k, types[k], []) for k in given)
+    return model
+
+
+def loop_feeds(thr, **more):
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((8, 1, 4)).astype(np.float32), "h0": np.full((1, 4), 0.5, np.float32),
+            "thr": np.array(thr, np.float32), **{k: np.array(v) for k, v in more.items()}}
+
+
+def stops(model, sess, cases):
+    """Each case's run matches onnxruntime; the scan output's lengths."""
+    lengths = []
+    for feeds in cases:
+        got = sess.run(None, feeds)
+        assert_close(got, ort_run(model, feeds))
+        lengths.append(got[1].shape[0])
+    return lengths
+
+
+def test_a_loop_the_data_stops_matches_onnxruntime_at_every_length():
+    model = data_loop(8)
+    sess = coldbrew.load(compile_model(model))
+    assert sess.get_outputs()[1].ranges[0] == (0, 8, 1)
+    lengths = stops(model, sess, [loop_feeds(t) for t in (-10, 0.5, 1.5, 2.0, 10)])
+    assert lengths[0] == 1 and lengths[-1] == 8 and len(set(lengths)) >= 3, lengths
+
+
+def test_the_copies_after_the_stop_do_not_run():
+    sess = coldbrew.load(compile_model(data_loop(8)))
+    ran = {}
+    for t in (-10, 1.5, 10):  # 1, 2 and 8 iterations
+        ran[sess.run(None, loop_feeds(t))[1].shape[0]] = len({step for step, _, _ in sess.run_layers(loop_feeds(t))})
+    assert sorted(ran) == [1, 2, 8] and ran[1] < ran[2] < ran[8], ran
+
+
+def test_m_and_the_first_condition_computed_at_run_time():
+    model = data_loop(8, given=("M", "c0"))
+    with pytest.raises(CompileError, match=r"Loop node 'loop': its condition depends on the data and it may run any "
+                                           r"number of iterations.*--bound hs=N"):
+        compile_model(model)
+    sess = coldbrew.load(compile_model(model, bounds={"loop": 6}))
+    cases = [loop_feeds(10, M=np.int64(m), c0=c) for m, c in ((3, True), (6, True), (0, True), (5, False))]
+    assert stops(model, sess, cases[:2]) == [3, 6]
+    for feeds in cases[2:]:  # no iteration: the state as given, no scan output
+        got = sess.run(None, feeds)
+        assert got[1].shape == (0, 1, 4) and np.array_equal(got[0], feeds["h0"])
+    with pytest.raises(coldbrew.BundleError, match="found 7 entries for 'hs', more than the 6 the bundle holds"):
+        sess.run(None, loop_feeds(10, M=np.int64(8), c0=True))
+
+
+def test_a_bound_below_the_trip_count_fails_only_the_runs_that_need_more():
+    model = data_loop(10**9)
+    sess = coldbrew.load(compile_model(model, bounds={"hs": 5}))
+    assert stops(model, sess, [loop_feeds(t) for t in (-10, 1.5)]) == [1, 2]
+    with pytest.raises(coldbrew.BundleError, match=r"more than the 5 the bundle holds \(compile with --bound hs=N"):
+        sess.run(None, loop_feeds(10))
 
 
 def test_too_many_iterations_are_refused():
@@ -113,3 +180,22 @@ def test_scan_is_unrolled_over_its_axes_and_directions(in_axis, in_rev, out_axis
     ref = ort_run(model, feeds)
     got = coldbrew.load(compile_model(model)).run(None, feeds)
     assert_close(got, ref)
+
+
+def test_onnx_loop_case_with_its_first_condition_from_the_data():
+    """ONNX's test_loop11 (a scan output sliced by the iteration number) with
+    only M bound: its condition stays an input, each run's value taken."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        case = next(c for c in collect_testcases(None) if c.name == "test_loop11")
+    trip, _, y = case.data_sets[0][0]
+    sess = coldbrew.load(compile_model(case.model, constants={"trip_count": np.asarray(trip)}))
+    for cond in (True, False):
+        feeds = {"trip_count": np.asarray(trip), "cond": np.array(cond), "y": y}
+        got = sess.run(None, {"cond": np.array(cond), "y": y})
+        assert_close(got, ort_run(case.model, feeds))
+        assert got[1].shape[0] == (int(trip) if cond else 0)
