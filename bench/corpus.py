@@ -94,11 +94,12 @@ def feeds(entry, model, seed=0):
     frontend writes them (`_phonemes`), with their lengths."""
     spec = entry["inputs"]
     ids = next((k for k, v in spec.items() if v.get("draw") == "phonemes"), None)
-    if "tts" in entry["categories"] and ids:
+    voice = ids and "tts" in entry.get("categories", ())
+    if voice:
         n = spec[ids]["shape"][-1]
         spec = {k: dict(v, fill=n) if v.get("draw") == "lengths" else v for k, v in spec.items()}
     x = outputs.inputs(model, spec, seed)
-    if "tts" in entry["categories"] and ids:
+    if voice:
         x[ids] = _phonemes(x[ids].shape, *spec[ids]["range"], seed).astype(x[ids].dtype)
     return x
 
