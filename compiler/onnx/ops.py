@@ -22,6 +22,7 @@ Acos Acosh Asin Asinh Atan Atanh Cosh Sinh Tan BitwiseAnd BitwiseOr BitwiseXor
 BitwiseNot LpPool EyeLike LpNormalization Swish SwiGLU HannWindow HammingWindow
 BlackmanWindow MelWeightMatrix Attention RotaryEmbedding LinearAttention
 CausalConvWithState com.microsoft.DynamicQuantizeLSTM NonZero Compress NonMaxSuppression Unique
+RandomNormal RandomNormalLike RandomUniform RandomUniformLike
 """.split())  # If: where its condition folds to a constant (onnx/fold.py inlines the branch);
 # LSTM, GRU, RNN: unrolled over their fixed sequence (passes/legalize_onnx.py, onnx/recurrent.py);
 # Loop: unrolled where its trip count is known at compile time (onnx/fold.py, onnx/loops.py), else to
@@ -29,7 +30,8 @@ CausalConvWithState com.microsoft.DynamicQuantizeLSTM NonZero Compress NonMaxSup
 # Scan: unrolled over its scan inputs (onnx/loops.py); Attention, RotaryEmbedding, LinearAttention,
 # CausalConvWithState: their ONNX function bodies (onnx/attention.py); others rewritten in
 # onnx/decompose.py or lowered by coldbrew's own kernels (passes/lower_resize.py, passes/lower_sequential.py);
-# the window functions and MelWeightMatrix: constants, folded (their inputs must be)
+# the window functions and MelWeightMatrix: constants, folded (their inputs must be); the random
+# operators: a counter-based generator's values, the same every run (kernels/random.py)
 
 # Operators whose output's size depends on the input values (not only on
 # the input shapes): each output is planned at a bound (the most the input

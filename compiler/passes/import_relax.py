@@ -79,6 +79,8 @@ def _node_watch(failed, counts):
 
     def convert(self, op_name, inputs, attrs, opset):
         try:
+            if op_name in RANDOM:
+                return _random(self.bb, op_name, inputs, attrs)
             if op_name in COUNTED_OPS:
                 return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
@@ -101,12 +103,32 @@ def _node_watch(failed, counts):
 
     ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = convert, node_of
     real_map = onnx_frontend._get_convert_map
-    onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell}
+    onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell,
+                                              **{op: _Cell for op in RANDOM}}  # those `convert` takes first
     try:
         yield
     finally:
         ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = real, parse
         onnx_frontend._get_convert_map = real_map
+
+
+RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike")
+
+
+def _random(bb, op, inputs, attrs):
+    """A random operator's values (kernels/random.py), seeded by its `seed`."""
+    from ..kernels.random import random_te
+
+    like = inputs[0] if op.endswith("Like") else None
+    dtype = (onnx.helper.tensor_dtype_to_np_dtype(int(attrs["dtype"])).name if "dtype" in attrs else
+             str(like.ty.dtype) if like is not None else "float32")
+    normal = "Normal" in op
+    a, b = (attrs.get("mean", 0.0), attrs.get("scale", 1.0)) if normal else (attrs.get("low", 0.0),
+                                                                             attrs.get("high", 1.0))
+    shape = None if like is not None else [int(d) for d in attrs["shape"]]
+    args = [like] if like is not None else []
+    return bb.emit_te(lambda *x: random_te(x[0] if x else None, shape, dtype, normal, float(a), float(b),
+                                           int(attrs.get("seed", 0.0))), *args, primfunc_name_hint="cb_random")
 
 
 class _Counts:
