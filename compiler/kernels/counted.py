@@ -79,6 +79,30 @@ def nonzero_reference(x):
     return np.array(np.nonzero(x), dtype=np.int64).reshape(max(x.ndim, 1), -1)
 
 
+def range_te(start, limit, delta, bound):
+    """(values [bound], count [1]): ONNX Range of scalars (each a [1]
+    tensor) known at run time only: max(ceil((limit - start) / delta), 0)
+    values start, start + delta, ..."""
+    from tvm import te, tirx
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    dtype = str(start.dtype)
+
+    def ir(a, z, d, out, cnt):
+        with IRBuilder() as ib:
+            a, z, d, o, c = (T.buffer_proxy(b) for b in (a, z, d, out, cnt))
+            with T.serial(0, 1):
+                span = T.Cast("float64", z[0] - a[0]) / T.Cast("float64", d[0])
+                c[0] = T.max(T.Cast("int64", T.ceil(span)), tirx.const(0, "int64"))
+                with T.serial(0, T.min(c[0], tirx.const(bound, "int64"))) as i:
+                    o[i] = a[0] + T.Cast(dtype, i) * d[0]
+            return ib.get()
+
+    return te.extern([(bound,), (1,)], [start, limit, delta], lambda i, o: ir(*i, *o), dtype=[dtype, "int64"],
+                     name="cb_range")
+
+
 def compress_te(x, cond, axis, bound):
     """(kept [.. bound on `axis` ..], count [1]): the slices of `x` along
     `axis` whose entry in `cond` is true (a shorter `cond` keeps none past

@@ -38,6 +38,7 @@ RandomNormal RandomNormalLike RandomUniform RandomUniformLike
 # allows, or --bound) and sized by the count its kernel finds (kernels/counted.py).
 COUNTED_OPS = {
     "NonZero": "how many entries are non-zero",
+    "Range": "its limits, where the data sets them",
     "NonMaxSuppression": "how many boxes survive",
     "Unique": "how many distinct values there are",
     "Compress": "how many entries the condition keeps",
@@ -51,7 +52,7 @@ MAX_OPSET = 28
 STATIC_INPUTS = {
     "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
     "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3},
-    "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
+    "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceMax": {1},
     "ReduceMean": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSum": {1},
     "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
     "If": {0}, "LSTM": {1, 2, 3, 4, 7}, "GRU": {1, 2, 3, 4}, "RNN": {1, 2, 3, 4}, "CumSum": {1},

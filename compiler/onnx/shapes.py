@@ -58,7 +58,7 @@ def _fold_once(model, names):
     def dim(d):
         if d.HasField("dim_value"):
             return d.dim_value
-        if not d.dim_param:
+        if not d.dim_param or d.dim_param.startswith("unk__"):  # ONNX's name for a size it could not work out
             return None
         return names.setdefault(d.dim_param, tirx.Var(d.dim_param, "int64"))
 
@@ -76,10 +76,20 @@ def _fold_once(model, names):
         out = _evaluate(node, values, shapes)
         if out is not None:
             values[node.output[0]] = np.asarray(out, dtype=object)
+        if node.op_type == "Range" and None in shapes.get(node.output[0], [None]):  # its length named
+            length = _range_length(node, values)  # a Range over sizes, or one the data sizes (a fresh name)
+            _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
+                f"count_{node.output[0]}", "int64")) if length is None else length], names)
+            changed = True
         done = _rewrite(model, node, values, shapes)
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names)
+    if _INSERTS:
+        before = dict(_INSERTS)
+        nodes = [m for n in model.graph.node for m in ([before[n.output[0]]] if n.output[0] in before else []) + [n]]
+        del _INSERTS[:], model.graph.node[:]
+        model.graph.node.extend(nodes)
     return changed
 
 
@@ -106,6 +116,19 @@ def _name_dims(model, value, sizes, names):
     g.value_info.extend(kept + [helper.make_tensor_value_info(value, elem, dims)])
 
 
+def _range_length(node, values):
+    """A Range's length where its start and step are constant integers and
+    its limit a size: (limit - start) / step, rounded up; else None."""
+    from tvm import tirx
+
+    if any(values.get(i) is None or np.asarray(values[i]).size != 1 for i in node.input):
+        return None
+    start, limit, step = (np.asarray(values[i]).reshape(-1)[0] for i in node.input)
+    if not _fixed(start) or not _fixed(step) or int(step) <= 0 or _fixed(limit):
+        return None
+    return tirx.max((limit - int(start) + int(step) - 1) // int(step), 0)
+
+
 def _constant(node):
     a = next((a for a in node.attribute if a.name == "value"), None)
     if a is None or a.t.data_type != 7:
@@ -127,9 +150,19 @@ def _evaluate(node, values, shapes):
         return np.array(s[start:end], dtype=object)
     known = [None if values.get(i) is None else np.asarray(values[i]) for i in ins if i]
     if op not in ("Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Add", "Sub", "Mul", "Div",
-                  "Identity", "Reshape") or any(v is None for v in known) or not known:
+                  "Identity", "Reshape", "Equal", "Where") or any(v is None for v in known) or not known:
         return None
     x = known[0].astype(object)
+    if op == "Equal":  # a size is never negative: the exporters' test for -1
+        def equal(a, b):
+            if _fixed(a) and _fixed(b):
+                return int(a) == int(b)
+            c = b if _fixed(b) else a if _fixed(a) else None
+            return False if c is not None and int(c) < 0 else True if _same(a, b) else None
+        out = np.vectorize(equal, otypes=[object])(x, known[1].astype(object))
+        return None if any(v is None for v in out.reshape(-1)) else out
+    if op == "Where":
+        return np.where(known[0].astype(bool), known[1].astype(object), known[2].astype(object))
     if op in ("Cast", "Identity"):
         return x
     if op == "Gather":
@@ -181,8 +214,16 @@ def _rewrite(model, node, values, shapes):
     if op == "Expand" and node.input[1] in _initializers(model):
         return _broadcast(model, node, values, x)
     target = values.get(node.input[1])
-    if target is None or x is None or node.input[1] in _initializers(model):
+    if target is not None and x is None and op == "Expand" and node.input[1] not in _initializers(model):
+        return _shape_of_earlier(model, node, target.reshape(-1), shapes)
+    if target is None or x is None:
         return False
+    if node.input[1] in _initializers(model):  # a constant target: the sizes a -1 leaves, named once
+        unknown = None in shapes.get(node.output[0], [None])
+        if op != "Reshape" or not unknown or None in x or not any(_fixed(e) and e == -1 for e in target):
+            return False
+        t = _inferred(target.reshape(-1).astype(object), x)
+        return [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(t)]
     target = target.reshape(-1)
     if op == "Reshape" and any(_fixed(e) and int(e) == -1 for e in target) and None not in x:
         target = _inferred(target, x)  # the exporter's own -1, worked out: one -1 is all a Reshape takes
@@ -197,7 +238,9 @@ def _rewrite(model, node, values, shapes):
             out.append(1)
         else:
             out.append(None)
-    if op == "Expand" and None in out or out.count(None) + out.count(-1) > 1:
+    if op == "Expand" and None in out:
+        return _shape_of_earlier(model, node, target, shapes)
+    if out.count(None) + out.count(-1) > 1:
         return False
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
@@ -214,7 +257,8 @@ def _fixed_inputs(model, node, values):
     from .ops import STATIC_INPUTS
 
     done, inits = False, _initializers(model)
-    for k in STATIC_INPUTS.get(node.op_type, ()) if node.op_type in _FIXED else ():
+    positions = (0, 1, 2) if node.op_type == "Range" else STATIC_INPUTS.get(node.op_type, ())
+    for k in positions if node.op_type in _FIXED else ():
         v = values.get(node.input[k]) if k < len(node.input) and node.input[k] else None
         if v is not None and node.input[k] not in inits and all(_fixed(e) for e in v.reshape(-1)) and v.size:
             _replace_input(model, node, k, np.array(v.astype(np.int64)))
@@ -298,6 +342,27 @@ def _constant_offset(size, e):
 
 def _initializers(model):
     return {t.name for t in model.graph.initializer}
+
+
+_INSERTS = []  # (a node's first output, a node to put before it): made while the nodes are walked
+
+
+def _shape_of_earlier(model, node, target, shapes):
+    """An Expand to sizes no relative form says (a constant broadcast to a
+    tensor's shape): its shape read from a tensor computed before it that
+    has exactly that shape (a Shape node the importer takes); True if one was found."""
+    g = model.graph
+    for n in g.node:
+        if list(n.output) == list(node.output):
+            return False
+        for o in n.output:
+            s = shapes.get(o)
+            if s is not None and len(s) == len(target) and None not in s and all(_same(a, b) for a, b in zip(s, target)):
+                name = f"{node.name or node.output[0]}/shape_of"
+                _INSERTS.append((node.output[0], helper.make_node("Shape", [o], [name])))
+                node.input[1] = name
+                return True
+    return False
 
 
 def _replace_input(model, node, k, value):

@@ -78,19 +78,25 @@ def _node_watch(failed, counts):
         return parse(self, node)
 
     def convert(self, op_name, inputs, attrs, opset):
+        import tvm
+
         try:
             if op_name in RANDOM:
                 return _random(self.bb, op_name, inputs, attrs)
-            if op_name in COUNTED_OPS:
+            if op_name in COUNTED_OPS and op_name != "Range":  # a Range only where the data sets its limits
                 return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
                 return branches.emit_select(self.bb, *inputs)  # an If's branches joined (ir/branches.py)
             if op_name == "Resize":
                 inputs = _whole_scales(inputs)
+            if op_name in _BINARY:
+                inputs = _scalars_typed(inputs)
             if op_name == "Range":
                 ranged = _arange(self.bb, inputs)
                 if ranged is not None:
                     return _named(self.bb, ranged, getattr(self, "cb_node", None))
+                if not all(is_const(x) or tvm.ir.is_prim_expr(x) for x in inputs):  # a length the data sets
+                    return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name in ("MaxPool", "AveragePool", "Conv") and attrs.get("auto_pad", b"NOTSET") in _SAME:
                 attrs = _same_pads(inputs[0], attrs, inputs[1] if op_name == "Conv" else None)
             return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
@@ -178,11 +184,19 @@ class _Counts:
         return call
 
     def convert(self, bb, op, inputs, attrs, node):
+        import tvm
         from tvm import relax
 
         from ..kernels import counted
 
         outs = list(node.output) if node is not None else [op]
+        if op == "Range":
+            d, n = self.dim(outs[0], None)
+            if any(tvm.ir.is_prim_expr(v) for v in inputs):
+                raise CompileError("a Range over both a size and a value the data sets is not supported yet")
+            scalars = [bb.normalize(relax.op.reshape(v, [1])) for v in inputs]
+            call = self.kernel(bb, counted.range_te, [*scalars, d.max], n, "cb_range")
+            return self.take(bb, call, 0, [n])
         x = inputs[0]
         shape = list(extents_of(x))
         size = 1
@@ -247,6 +261,23 @@ class _Counts:
         return bb.emit_te(take, bb.emit(relax.TupleGetItem(call, k)), shape, primfunc_name_hint="cb_take")
 
 
+_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual",
+           "GreaterOrEqual")
+
+
+def _scalars_typed(inputs):
+    """A constant number the importer computed from shapes (a float64 from
+    a Cast of a tensor's extent) beside a tensor: a constant of the
+    tensor's dtype, as ONNX's types say it is."""
+    from tvm import relax, tirx
+
+    typed = [x for x in inputs if isinstance(getattr(x, "ty", None), relax.TensorType)]
+    if not typed:
+        return inputs
+    dtype = str(typed[0].ty.dtype)
+    return [relax.const(x.value, dtype) if isinstance(x, (tirx.FloatImm, tirx.IntImm)) else x for x in inputs]
+
+
 def _arange(bb, inputs):
     """A Range of integers over sizes set at run time (0 to a sequence's
     length): an arange whose length is that size's own expression (the
@@ -255,10 +286,14 @@ def _arange(bb, inputs):
     import tvm
     from tvm import relax, tirx
     from tvm.sym import Analyzer
+    from tvm.tirx.analysis import undefined_vars
 
     values = []
-    for x in inputs:
-        if is_const(x) and x.value.numpy().size == 1 and x.value.numpy().dtype.kind in "iu":
+    for x in inputs:  # whole numbers: integers, or floats holding one (a size cast to float)
+        if isinstance(x, tirx.Cast) and str(getattr(x.value, "dtype", None) or x.value.ty) in ("int32", "int64"):
+            x = x.value
+        if is_const(x) and x.value.numpy().size == 1 and x.value.numpy().dtype.kind in "iuf" \
+                and float(x.value.numpy().reshape(())).is_integer():
             values.append(int(x.value.numpy().reshape(())))
         elif tvm.ir.is_prim_expr(x) and str(getattr(x, "dtype", None) or x.ty) in ("int32", "int64"):
             values.append(x if str(getattr(x, "dtype", None) or x.ty) == "int64" else tirx.Cast("int64", x))
@@ -267,7 +302,10 @@ def _arange(bb, inputs):
     start, limit, delta = values
     if all(isinstance(v, int) for v in values) or not isinstance(delta, int) or delta <= 0:
         return None
-    count = Analyzer().simplify(tirx.max((limit - start + delta - 1) // delta, 0))
+    sizes = Analyzer()  # sizes are never negative
+    for v in undefined_vars(tirx.max(limit, start) if not isinstance(limit, int) else tirx.IntImm("int64", limit)):
+        sizes.bind(v, tvm.ir.Range(tirx.IntImm("int64", 0), tirx.IntImm("int64", 1 << 40)))
+    count = sizes.simplify(tirx.max((limit - start + delta - 1) // delta, 0))
     dtype = str(inputs[0].ty.dtype) if is_const(inputs[0]) else "int64"
     positions = bb.normalize(relax.op.arange(0, count, 1, dtype))
     return relax.op.add(relax.op.multiply(positions, relax.const(delta, dtype)), relax.const(start, dtype)) \

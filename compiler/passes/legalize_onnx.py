@@ -228,6 +228,7 @@ def apply(model, cells=True, sized=False, bounds=None):
     on them is left to the importer); `bounds`: the user's, of outputs
     sized by the data (a Loop's iterations among them)."""
     if sized:
+        _name_counts(model)
         shapes.apply(model)
     _while_loops(model, bounds or {})
     _if_to_where(model)
@@ -239,6 +240,27 @@ def apply(model, cells=True, sized=False, bounds=None):
     check_supported(model)  # again: fold_constants may have inlined an If's branch
     check_static(model, sized)
     return model
+
+
+def _name_counts(model):
+    """The outputs sized by the data, their counted axis named (value_info)
+    as import_relax names its variable: ONNX's shape inference carries the
+    name on, and the shape arithmetic after them folds (onnx/shapes.py)."""
+    types, known = types_and_shapes(model, symbolic=True)
+    g = model.graph
+    for node in g.node:
+        out = node.output[0] if node.output else ""
+        count = f"count_{out}"
+        if node.op_type == "NonZero" and node.input[0] in known:
+            shape = [max(len(known[node.input[0]]), 1), count]
+        elif node.op_type == "NonMaxSuppression" or (node.op_type == "Unique" and not any(
+                a.name == "axis" for a in node.attribute)):  # a Range: onnx/shapes.py names its length
+            shape = [count, 3] if node.op_type == "NonMaxSuppression" else [count]
+        else:
+            continue
+        for k, o in enumerate(node.output):
+            if o and k != 2:  # Unique's inverse has its input's size
+                g.value_info.append(helper.make_tensor_value_info(o, types.get(o, TensorProto.INT64), shape))
 
 
 def _sized_by_data(model):

@@ -11,13 +11,16 @@ import numpy as np
 
 def _rows(shape, axis):
     """(rows before the axis, axis length, stride of the axis)."""
+    def size(d):  # a number, or a size set at run time
+        return int(d) if hasattr(d, "value") or isinstance(d, int) else d
+
     before, after = 1, 1
     for i, d in enumerate(shape):
         if i < axis:
-            before *= int(d)
+            before *= size(d)
         elif i > axis:
-            after *= int(d)
-    return before, int(shape[axis]), after
+            after *= size(d)
+    return before, size(shape[axis]), after
 
 
 def cumsum_te(data, axis, dtype, exclusive):
