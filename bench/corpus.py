@@ -12,7 +12,7 @@ vulkan (run on the Vulkan device the runtime finds: lavapipe here).
 
 Per model, in a fresh process (a crash or a hang is reported, not
 inherited): `compile_model` with the manifest's input shapes and binds
-(what a user passes as --input-shape and --bind), timed; then the bundle
+(what a user passes as --input-shape and --bind; "bounds": --bound), timed; then the bundle
 and onnxruntime run on two seeded inputs that mean something to the model
 (token ids from its own vocabulary, masks with padding), one session run
 on both with its arena first filled with NaN bytes (COLDBREW_POISON_ARENA:
@@ -320,7 +320,7 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=Non
         return {"status": "CONST", "message": "its outputs do not depend on its inputs (two seeded inputs give the "
                 "same outputs): a match would check nothing"}
     binds = {k: xs[0][k] for k, v in entry["inputs"].items() if "bind" in v}
-    c = compiled(path, binds, target, input_shapes=shapes)
+    c = compiled(path, binds, target, input_shapes=shapes, bounds=entry.get("bounds"))
     if "data" not in c:
         return c
     data, compile_s = c["data"], c["compile_s"]
@@ -414,7 +414,8 @@ def check_sizes(name, threads=2, target="host"):
             model = shaped_model(path, fixed)
             binds = {k: v for k, v in feeds(entry, model).items() if "bind" in entry["inputs"].get(k, {})}
             shapes, typical = ranged(entry)
-            common = compiled(path, binds, target, input_shapes=shapes, typical_shapes=typical)
+            common = compiled(path, binds, target, input_shapes=shapes, typical_shapes=typical,
+                              bounds=entry.get("bounds"))
     if "data" not in common:
         yield from (dict(common, size=lab) for lab in labels)
         return
