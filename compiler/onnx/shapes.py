@@ -352,6 +352,8 @@ def _shape_of_earlier(model, node, target, shapes):
     tensor's shape): its shape read from a tensor computed before it that
     has exactly that shape (a Shape node the importer takes); True if one was found."""
     g = model.graph
+    if node.input[1] == f"{node.name or node.output[0]}/shape_of":  # read so already
+        return False
     for n in g.node:
         if list(n.output) == list(node.output):
             return False

@@ -224,3 +224,25 @@ def test_a_bound_must_be_a_whole_number():
     with pytest.raises(CompileError, match="bound of 'nz' must be a whole number of entries"):
         compile_model(model([h.make_node("NonZero", ["x"], ["nz"])], [vi("x", P.FLOAT, [3])],
                             [vi("nz", P.INT64, [1, "k"])]), bounds={"nz": -1})
+
+
+def test_a_range_whose_limit_the_data_sets_needs_a_bound_and_follows_it():
+    """Range(0, round(sum(x)), 1), as a TTS voice's frames from its
+    durations: refused without a bound, naming the option; with one, the
+    length each run's data gives."""
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), h.make_node("Ceil", ["s"], ["c"]),
+             h.make_node("Cast", ["c"], ["n"], to=P.INT64), h.make_node("Range", ["zero", "n", "one"], ["r"]),
+             h.make_node("Cast", ["r"], ["rf"], to=P.FLOAT), h.make_node("Mul", ["rf", "half"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("zero", 0), ("one", 1))]
+    inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    m = model(nodes, [vi("x", P.FLOAT, [4])], [vi("y", P.FLOAT, ["k"])], inits)
+    with pytest.raises(CompileError, match=r"how many entries 'r' holds has no bound known at compile time: give "
+                                           r"one with --bound r=N"):
+        compile_model(m)
+    sess = coldbrew.load(compile_model(m, bounds={"r": 40}))
+    for x in ([0, 0, 0, 0], [0.5, 1, 2, 3.2], [10, 10, 10, 10]):
+        feeds = {"x": np.array(x, np.float32)}
+        got = sess.run(None, feeds)
+        same(got, ort_run(m, feeds))
+    with pytest.raises(coldbrew.BundleError, match="found 41 entries for 'r'"):
+        sess.run(None, {"x": np.array([10, 10, 10, 11], np.float32)})

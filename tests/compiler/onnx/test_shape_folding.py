@@ -84,3 +84,30 @@ def test_a_slice_to_a_size_set_at_run_time_slices_to_the_largest_int64():
     shapes.apply(m)
     sl = next(n for n in m.graph.node if n.op_type == "Slice")
     assert _consts(m)[sl.input[2]] == [shapes.BIG]
+
+
+def test_a_range_over_a_size_and_the_exporters_test_for_minus_one_fold():
+    """The exporters' broadcast of a constant to a computed shape:
+    Expand(c, Where(Equal(Shape(r), -1), ones, Shape(r))), r a Range over
+    x's length reshaped to [n, 1]: the Range's length named, the test for
+    -1 decided (a size is never negative), the Expand's shape read from r
+    itself; the result onnxruntime's at every length."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Reshape", ["r", "col"], ["rc"]), helper.make_node("Shape", ["rc"], ["rs"]),
+             helper.make_node("Equal", ["rs", "minus"], ["eq"]), helper.make_node("Where", ["eq", "ones", "rs"], ["t"]),
+             helper.make_node("Expand", ["c", "t"], ["e"]), helper.make_node("Cast", ["rc"], ["rf"], to=1),
+             helper.make_node("Mul", ["rf", "e"], ["m"]), helper.make_node("Transpose", ["m"], ["mt"]),
+             helper.make_node("Add", ["x", "mt"], ["y"])]
+    m = _model(nodes, {"i1": 1, "zero": 0, "one": 1, "col": [-1, 1], "minus": [-1], "ones": [1, 1]}, [1, "n"])
+    m.graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "c"))
+    before = onnx.ModelProto()
+    before.CopyFrom(m)
+    shapes.apply(m)
+    ops = [n.op_type for n in m.graph.node]
+    assert "Equal" not in ops and "Where" not in ops, ops
+    expand = next(n for n in m.graph.node if n.op_type == "Expand")
+    assert next(n for n in m.graph.node if expand.input[1] in n.output).op_type == "Shape"
+    for n in (1, 5, 9):
+        x = np.arange(n, dtype=np.float32).reshape(1, n)
+        np.testing.assert_array_equal(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0])
