@@ -1,11 +1,12 @@
 """ONNX's own backend node test cases (shipped inside the onnx package), for
 every operator coldbrew claims to support (compiler/onnx/ops.py SUPPORTED_OPS).
 
-A case runs when all its ops are supported, its opset is in range and its
-tensors use dtypes coldbrew has. Inputs that decide shapes or modes (the
-ones ops.STATIC_INPUTS lists, and a Loop's trip count and first condition, traced back to the
-graph inputs they come from) are bound as compile-time constants, as they
-are in real models.
+A case runs when all its ops are supported, its opset is in range, its
+tensors use dtypes coldbrew has and none of its values is random (a
+seeded random operator's values are the engine's own). Inputs that decide
+shapes or modes (the ones ops.STATIC_INPUTS lists, a Loop's trip count and
+first condition, a Range's limits; traced back to the graph inputs they
+come from) are bound as compile-time constants, as they are in real models.
 Every selected case must either match the reference outputs or, where the
 case uses a mode coldbrew does not implement, be refused with a
 CompileError that names it (never a crash, never a wrong answer).
@@ -54,14 +55,14 @@ def _selected():
         g = c.model.graph
         ops = {n.op_type for n in g.node}
         opset = next((o.version for o in c.model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        if (ops and ops <= SUPPORTED_OPS and all(n.domain in ("", "ai.onnx") for n in g.node)
+        if (ops and ops <= SUPPORTED_OPS and not ops & set(RANDOM) and all(n.domain in ("", "ai.onnx") for n in g.node)
                 and MIN_OPSET <= opset <= MAX_OPSET and _dtypes_ok(c.model)):
             out.append(c)
     return out
 
 
 CASES = _selected()
-BOUND = {**STATIC_INPUTS, "Loop": {0, 1}}  # its trip count and first condition, as an app binds them
+BOUND = {**STATIC_INPUTS, "Loop": {0, 1}, "Range": {0, 1, 2}}  # as an app binds them (else: --bound)
 
 
 def _static_graph_inputs(model):
