@@ -207,18 +207,26 @@ def unroll_while(node, most, label, opset, consts, typed, select):
     nodes += [helper.make_node("Identity", [v], [o], name=f"{name}/out{j}")
               for j, (v, o) in enumerate(zip(values, node.output)) if o]
     more = not limit or limit not in consts or int(np.asarray(consts[limit]).reshape(-1)[0]) > most
-    bounds = {}
-    for j, (parts, out) in enumerate(zip(slots, node.output[n_carried:])):
-        if out:  # with `more`, the condition after the last copy: a count over the bound
-            _stack(parts + [zeros[j]] * more, f"{out}/all", 0, opset, nodes, inits)
-            _stack(flags + [cond] * more, f"{out}/ran", 0, opset, nodes, inits)
-            nodes.append(helper.make_node("Compress", [f"{out}/all", f"{out}/ran"], [out], axis=0,
-                                          name=f"{out}/taken"))
-            bounds[out] = most
+    bounds = _taken_scans(slots, zeros, flags + [cond] * more, node.output[n_carried:], most, opset, nodes, inits)
     if more and not bounds:
         raise CompileError(f"{label}: it may run more than the {most} iterations it is compiled for, and it has no "
                            f"scan output to check that against: give a bound of at least its trip count")
     return nodes, inits, bounds
+
+
+def _taken_scans(slots, zeros, flags, outs, most, opset, nodes, inits):
+    """Each scan output: its copies' values stacked, those whose condition
+    held taken (a Compress); a condition past the last copy (`flags` one
+    longer) takes an empty slot: a count over the bound. {output: bound}."""
+    bounds = {}
+    for j, (parts, out) in enumerate(zip(slots, outs)):
+        if out:
+            _stack(parts + [zeros[j]] * (len(flags) - len(parts)), f"{out}/all", 0, opset, nodes, inits)
+            _stack(flags, f"{out}/ran", 0, opset, nodes, inits)
+            nodes.append(helper.make_node("Compress", [f"{out}/all", f"{out}/ran"], [out], axis=0,
+                                          name=f"{out}/taken"))
+            bounds[out] = most
+    return bounds
 
 
 def _inline_copy(body, prefix, bound, consts, nodes, inits):
