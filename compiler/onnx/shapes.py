@@ -223,7 +223,8 @@ def _rewrite(model, node, values, shapes):
         if op != "Reshape" or not unknown or None in x or not any(_fixed(e) and e == -1 for e in target):
             return False
         t = _inferred(target.reshape(-1).astype(object), x)
-        return [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(t)]
+        out = [x[k] if _fixed(e) and int(e) == 0 and k < len(x) else e for k, e in enumerate(t)]
+        return False if any(e is None for e in out) else out
     target = target.reshape(-1)
     if op == "Reshape" and any(_fixed(e) and int(e) == -1 for e in target) and None not in x:
         target = _inferred(target, x)  # the exporter's own -1, worked out: one -1 is all a Reshape takes
@@ -244,7 +245,8 @@ def _rewrite(model, node, values, shapes):
         return False
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
-        return [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
+        sizes = [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
+        return True if any(e is None for e in sizes) else sizes
     return True
 
 
