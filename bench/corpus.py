@@ -91,7 +91,8 @@ def feeds(entry, model, seed=0):
     """{input: array} for every model input (binds included), seeded:
     check.py's meaningful inputs under the manifest's shapes,
     fills, binds and ranges; a voice's ("tts") phoneme ids as its
-    frontend writes them (`_phonemes`), with their lengths."""
+    frontend writes them (`_phonemes`), with their lengths; a table
+    detector's ("draw": "tables") page of ruled tables (`_tables`)."""
     spec = entry["inputs"]
     ids = next((k for k, v in spec.items() if v.get("draw") == "phonemes"), None)
     voice = ids and "tts" in entry.get("categories", ())
@@ -101,7 +102,35 @@ def feeds(entry, model, seed=0):
     x = outputs.inputs(model, spec, seed)
     if voice:
         x[ids] = _phonemes(x[ids].shape, *spec[ids]["range"], seed).astype(x[ids].dtype)
+    for k in (k for k, v in spec.items() if v.get("draw") == "tables"):
+        x[k] = _tables(x[k].shape, seed).astype(x[k].dtype)
     return x
+
+
+def _tables(shape, seed):
+    """A scanned page (values in [0, 1], a light page, dark ink) over the
+    last two axes: lines of text at the top, then two ruled tables, one
+    under the other, rows and columns seeded, a word in each cell."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 11])
+    h, w = shape[-2], shape[-1]
+    page = np.full((h, w), 0.95, np.float32)
+    for y in rng.integers(h // 40, h // 6, 4):
+        x0 = rng.integers(w // 20, w // 3)
+        page[y:y + h // 80, x0:x0 + rng.integers(w // 6, w // 2)] = 0.15
+    for top, bottom in ((h // 5, h // 2), (3 * h // 5, 9 * h // 10)):
+        t, b = rng.integers(top, top + h // 20), rng.integers(bottom - h // 20, bottom)
+        left, right = rng.integers(w // 16, w // 6), rng.integers(5 * w // 6, 15 * w // 16)
+        ys = np.linspace(t, b, rng.integers(4, 9)).astype(int)
+        xs = np.linspace(left, right, rng.integers(3, 6)).astype(int)
+        page[ys[:, None] + [0, 1], left:right + 2] = 0.1
+        page[t:b + 2, xs[:, None] + [0, 1]] = 0.1
+        for y0, y1 in zip(ys, ys[1:]):
+            for x0, x1 in zip(xs, xs[1:]):
+                y, x = y0 + (y1 - y0) // 3, x0 + (x1 - x0) // 8
+                page[y:y + max(2, (y1 - y0) // 4), x:x + rng.integers((x1 - x0) // 4, 3 * (x1 - x0) // 4)] = 0.2
+    return np.broadcast_to(page, shape).copy()
 
 
 PIPER_PAD, PIPER_BOS, PIPER_EOS, PIPER_SPACE = 0, 1, 2, 3  # piper's phoneme_id_map: "_", "^", "$", " "
