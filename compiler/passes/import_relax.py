@@ -83,6 +83,8 @@ def _node_watch(failed, counts):
         try:
             if op_name in RANDOM:
                 return _random(self.bb, op_name, inputs, attrs)
+            if op_name == "TopK" and len(inputs) > 1 and not is_const(inputs[1]):  # k from the data
+                return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name in COUNTED_OPS and op_name != "Range":  # a Range only where the data sets its limits
                 return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name == "Where" and branches.SELECT in (attrs.get("tvm_custom", {}).get("name") or ""):
@@ -91,6 +93,9 @@ def _node_watch(failed, counts):
                 inputs = _whole_scales(inputs)
             if op_name in _BINARY:
                 inputs = _scalars_typed(inputs)
+            sized = _on_sizes(self.bb, op_name, inputs, attrs, counts)
+            if sized is not None:
+                return sized
             if op_name == "Range":
                 ranged = _arange(self.bb, inputs)
                 if ranged is not None:
@@ -144,7 +149,7 @@ class _Counts:
     them, `count` a variable of a counted Dim added to `variables`."""
 
     def __init__(self, variables, bounds):
-        self.variables, self.bounds, self.node = variables, bounds, None
+        self.variables, self.bounds, self.node, self.count_of = variables, bounds, None, {}
 
     def dim(self, name, most):
         """A new counted Dim for output `name`, from 0 to its bound (the
@@ -176,12 +181,24 @@ class _Counts:
 
     def kernel(self, bb, te_func, args, var, name):
         """The counting kernel's call (opaque, naming the variable it counts)."""
+        from tvm import relax
+
         from ..kernels.counted import COUNTS
 
         call = bb.emit_te(te_func, *args, primfunc_name_hint=name)
         gv = bb.lookup_binding(call).args[0]
         bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", branches.OPAQUE).with_attr(COUNTS, var.name))
+        self.count_of[var.name] = bb.emit(relax.TupleGetItem(call, len(call.ty.fields) - 1))
         return call
+
+    def written(self, values):
+        """The count tensors of the counted sizes `values` read: a kernel
+        that reads such a size from its shape alone takes them as inputs it
+        ignores, so the counting kernels stay and run before it."""
+        from tvm.tirx.analysis import undefined_vars
+
+        names = {v.name for e in values for v in undefined_vars(e)}
+        return [t for name, t in self.count_of.items() if name in names]
 
     def convert(self, bb, op, inputs, attrs, node):
         import tvm
@@ -218,6 +235,15 @@ class _Counts:
             return self.take(bb, call, 0, [*shape[:axis], n, *shape[axis + 1:]])
         if op == "NonMaxSuppression":
             return self.nms(bb, inputs, attrs, outs[0])
+        if op == "TopK":  # k known at run time only: the best `bound` sorted, the first k of them taken
+            from .lower_sequential import topk_te
+
+            axis = int(attrs.get("axis", -1)) % len(shape)
+            d, n = self.dim(outs[0], self.most(shape[axis]))
+            call = self.kernel(bb, lambda v, w: topk_te(v, d.max, axis, bool(attrs.get("largest", 1)), "int64", w),
+                               [x, bb.normalize(relax.op.reshape(inputs[1], [1]))], n, "cb_topk")
+            sized = [*shape[:axis], n, *shape[axis + 1:]]
+            return relax.Tuple([self.take(bb, call, 0, sized), self.take(bb, call, 1, sized)])
         if op == "Unique":
             axis = attrs.get("axis")
             axis = None if axis is None else int(axis) % len(shape)
@@ -263,6 +289,45 @@ class _Counts:
 
 _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual",
            "GreaterOrEqual")
+
+
+def _on_sizes(bb, op, inputs, attrs, counts):
+    """What the importer does not do with sizes set at run time: the least
+    or largest of a shape's values (a ShapeExpr), a shape's values cast to
+    a tensor (sizes as data); None for anything else."""
+    from tvm import relax, tirx
+
+    if op in ("ReduceMin", "ReduceMax") and isinstance(inputs[0], relax.ShapeExpr) and len(inputs) == 1:
+        values = list(inputs[0].values)
+        out = values[0]
+        for v in values[1:]:
+            out = (tirx.min if op == "ReduceMin" else tirx.max)(out, v)
+        return relax.ShapeExpr([out]) if attrs.get("keepdims", 1) else out
+    if op == "Cast" and isinstance(inputs[0], relax.ShapeExpr) and not all(
+            isinstance(v, tirx.IntImm) for v in inputs[0].values):  # a shape's values as data
+        return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
+                             counts.written(inputs[0].values))
+    return None
+
+
+def _shape_values(bb, values, dtype, after):
+    """A tensor of a shape's values (sizes set at run time among them, each
+    passed to the kernel as a number); `after`: tensors it waits for."""
+    from tvm import relax, te, tirx
+    from tvm.tirx.analysis import undefined_vars
+
+    variables = list({v.name: v for e in values for v in undefined_vars(e)}.values())
+    waits = [te.placeholder(extents_of(t), str(t.ty.dtype), name=f"after{k}") for k, t in enumerate(after)]
+
+    def pick(i):
+        out = tirx.Cast(dtype, values[-1])
+        for k in range(len(values) - 2, -1, -1):
+            out = tirx.Select(i == k, tirx.Cast(dtype, values[k]), out)
+        return out
+
+    out = te.compute((tirx.IntImm("int64", len(values)),), pick, name="cb_shape")
+    gv = bb.add_func(te.create_prim_func([*waits, *variables, out]), "cb_shape")
+    return bb.emit(relax.call_tir(gv, [*after, *variables], relax.TensorType((len(values),), dtype)))
 
 
 def _scalars_typed(inputs):

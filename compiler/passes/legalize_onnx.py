@@ -230,6 +230,7 @@ def apply(model, cells=True, sized=False, bounds=None):
     if sized:
         _name_counts(model)
         shapes.apply(model)
+        _sizes_as_data(model)
     _while_loops(model, bounds or {})
     _if_to_where(model)
     _unroll_scans(model)
@@ -261,6 +262,29 @@ def _name_counts(model):
         for k, o in enumerate(node.output):
             if o and k != 2:  # Unique's inverse has its input's size
                 g.value_info.append(helper.make_tensor_value_info(o, types.get(o, TensorProto.INT64), shape))
+
+
+_SIZE_READERS = {"ReduceMin": 0, "ReduceMax": 0, "ReduceSum": 0, "ReduceProd": 0, "TopK": 1}
+_SHAPE_OPS = ("Shape", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze")  # what the importer keeps as a shape
+
+
+def _sizes_as_data(model):
+    """A shape's values read as data (the least of a count and a limit, a
+    TopK's k): a Cast to int64 between, which the importer makes a tensor
+    (import_relax writes sizes set at run time into it)."""
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    nodes = []
+    for node in g.node:
+        k = _SIZE_READERS.get(node.op_type)
+        src = producer.get(node.input[k]) if k is not None and k < len(node.input) and node.input[k] else None
+        if src is not None and src.op_type in _SHAPE_OPS:
+            name = f"{node.input[k]}/as_data"
+            nodes.append(helper.make_node("Cast", [node.input[k]], [name], to=TensorProto.INT64))
+            node.input[k] = name
+        nodes.append(node)
+    del g.node[:]
+    g.node.extend(nodes)
 
 
 def _sized_by_data(model):

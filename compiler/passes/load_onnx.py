@@ -65,8 +65,34 @@ def _load_external_data(model, folder):
         raise CompileError(f"reading the model's external data failed: {e}") from None
 
 
+def _in_order(model):
+    """The graph's nodes in an order where each follows what it reads
+    (exporters write some out of order; ONNX requires the order, engines
+    sort), the given order kept where it holds; unchanged if none exists."""
+    from ..onnx.ops import outer_names
+
+    g = model.graph
+    ready = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    pending, order = list(g.node), []
+    made = {o for n in pending for o in n.output}
+    while pending:
+        rest = []
+        for n in pending:
+            needs = (set(n.input) | outer_names(n)) & made
+            (order if needs <= ready else rest).append(n)
+            if needs <= ready:
+                ready.update(n.output)
+        if len(rest) == len(pending):
+            return
+        pending = rest
+    if [o for n in order for o in n.output] != [o for n in g.node for o in n.output]:
+        del g.node[:]
+        g.node.extend(order)
+
+
 def apply(model, input_shapes=None, constants=None):
     check_supported(model)
+    _in_order(model)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -93,7 +119,15 @@ def check_types(model):
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:  # InferenceError and its relatives
-        raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
+        if not model.graph.value_info:
+            raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
+        saved = list(model.graph.value_info)  # the exporter's own record of its values' shapes may be what is wrong
+        del model.graph.value_info[:]
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        except Exception:
+            model.graph.value_info.extend(saved)
+            raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
     g = inferred.graph
     for v in list(g.input) + list(g.value_info) + list(g.output):
         dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]

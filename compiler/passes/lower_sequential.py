@@ -53,11 +53,13 @@ def cumsum_te(data, axis, dtype, exclusive):
     return te.extern([data.shape], [data], lambda ins, outs: ir(ins[0], outs[0]), dtype=dtype, name="cb_cumsum")
 
 
-def topk_te(data, k, axis, largest, index_dtype):
+def topk_te(data, k, axis, largest, index_dtype, wanted=None):
     """Values and indices of the k largest (smallest) entries along `axis`,
     best first; of equal values the lower index first (ONNX's rule).
     Insertion into the output row, which is kept sorted: O(n k) per row,
-    one pass over the input."""
+    one pass over the input. `wanted`: a one-value tensor, the k a run
+    asks for (a TopK whose k the data sets, compiler/kernels/counted.py),
+    its count (at most k) a third output."""
     from tvm import te
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
@@ -69,29 +71,42 @@ def topk_te(data, k, axis, largest, index_dtype):
     def better(a, b):
         return a > b if largest else a < b
 
-    def ir(src, vals, idxs):
+    def ir(src, vals, idxs, want=None, cnt=None):
         with IRBuilder() as ib:
             x, v, ix = T.buffer_proxy(src), T.buffer_proxy(vals), T.buffer_proxy(idxs)
-            with T.parallel(0, before * after) as row:
-                base = row // after * n * after + row % after
-                obase = row // after * k * after + row % after
-                count = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
-                pos = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
-                count[0] = 0
-                with T.serial(0, n) as e:
-                    val = x[base + e * after]
-                    with T.If(T.Or(count[0] < k, better(val, v[obase + (k - 1) * after]))):
-                        with T.Then():
-                            pos[0] = T.min(count[0], k - 1)
-                            with T.While(T.And(pos[0] > 0, better(val, v[obase + (pos[0] - 1) * after]))):
-                                v[obase + pos[0] * after] = v[obase + (pos[0] - 1) * after]
-                                ix[obase + pos[0] * after] = ix[obase + (pos[0] - 1) * after]
-                                pos[0] = pos[0] - 1
-                            v[obase + pos[0] * after] = val
-                            ix[obase + pos[0] * after] = T.Cast(index_dtype, e)
-                            count[0] = count[0] + 1
+            if want is not None:
+                with T.serial(0, 1):
+                    c, w = T.buffer_proxy(cnt), T.buffer_proxy(want)
+                    c[0] = T.min(T.max(T.Cast("int64", w[0]), T.int64(0)), T.int64(k))
+                    rows(x, v, ix)
+                return ib.get()
+            rows(x, v, ix)
             return ib.get()
 
+    def rows(x, v, ix):
+        with T.parallel(0, before * after) as row:
+            base = row // after * n * after + row % after
+            obase = row // after * k * after + row % after
+            count = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
+            pos = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
+            count[0] = 0
+            with T.serial(0, n) as e:
+                val = x[base + e * after]
+                with T.If(T.Or(count[0] < k, better(val, v[obase + (k - 1) * after]))):
+                    with T.Then():
+                        pos[0] = T.min(count[0], k - 1)
+                        with T.While(T.And(pos[0] > 0, better(val, v[obase + (pos[0] - 1) * after]))):
+                            v[obase + pos[0] * after] = v[obase + (pos[0] - 1) * after]
+                            ix[obase + pos[0] * after] = ix[obase + (pos[0] - 1) * after]
+                            pos[0] = pos[0] - 1
+                        v[obase + pos[0] * after] = val
+                        ix[obase + pos[0] * after] = T.Cast(index_dtype, e)
+                        count[0] = count[0] + 1
+
+    if wanted is not None:
+        return te.extern([out_shape, out_shape, (1,)], [data, wanted], lambda ins, outs: ir(ins[0], *outs[:2], ins[1],
+                                                                                           outs[2]),
+                         dtype=[str(data.dtype), index_dtype, "int64"], name="cb_topk")
     return te.extern([out_shape, out_shape], [data], lambda ins, outs: ir(ins[0], outs[0], outs[1]),
                      dtype=[str(data.dtype), index_dtype], name="cb_topk")
 

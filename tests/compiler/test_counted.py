@@ -246,3 +246,21 @@ def test_a_range_whose_limit_the_data_sets_needs_a_bound_and_follows_it():
         same(got, ort_run(m, feeds))
     with pytest.raises(coldbrew.BundleError, match="found 41 entries for 'r'"):
         sess.run(None, {"x": np.array([10, 10, 10, 11], np.float32)})
+
+
+def test_a_topk_whose_k_is_the_fewer_of_a_count_and_a_limit():
+    """A detector's tail (paddle2onnx's NMS exports): k = ReduceMin of
+    [the count of found entries, 3], read off a Shape: the shape's values
+    as data, a TopK whose k the data sets."""
+    nodes = [h.make_node("NonZero", ["x"], ["nz"]), h.make_node("Shape", ["nz"], ["s"]),
+             h.make_node("Slice", ["s", "one", "two"], ["n"]), h.make_node("Concat", ["n", "three"], ["c"], axis=0),
+             h.make_node("ReduceMin", ["c"], ["k"], keepdims=1), h.make_node("TopK", ["x", "k"], ["v", "i"])]
+    inits = [numpy_helper.from_array(np.array([v], np.int64), k) for k, v in (("one", 1), ("two", 2), ("three", 3))]
+    m = model(nodes, [vi("x", P.FLOAT, [10])], [vi("v", P.FLOAT, ["k"]), vi("i", P.INT64, ["k"])], inits)
+    sess = coldbrew.load(compile_model(m))
+    for nonzero in (0, 2, 3, 7):
+        x = np.zeros(10, np.float32)
+        x[:nonzero] = np.arange(1, nonzero + 1, dtype=np.float32)[::-1] * 1.5
+        got = sess.run(None, {"x": x})
+        same(got, ort_run(m, {"x": x}))
+        assert got[0].shape == (min(nonzero, 3),)

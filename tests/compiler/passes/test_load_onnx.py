@@ -167,3 +167,27 @@ def test_an_inference_error_inside_a_subgraph_names_the_chain_of_nodes():
     m.ir_version = 8
     with pytest.raises(CompileError, match=r"do not check: in If node 'the_if' > Identity node '[te]_id': "):
         compile_model(m)
+
+
+def test_nodes_out_of_order_and_a_wrong_saved_shape_are_taken_as_engines_take_them():
+    """An exporter's nodes written out of order (the ONNX checker requires
+    the order, engines sort) and its value_info record of a shape that
+    inference contradicts (engines re-infer): sorted, the record dropped;
+    the bundle computes onnxruntime's result."""
+    import coldbrew
+    from coldbrew.compiler import compile_model
+    from conftest import ort_run
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Mul", ["r", "x"], ["y"]), helper.make_node("Relu", ["x"], ["r"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          value_info=[helper.make_tensor_value_info("r", TensorProto.FLOAT, [6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    x = np.array([[-1, 2, 3], [4, -5, 6]], np.float32)
+    got = coldbrew.load(compile_model(m)).run(None, {"x": x})[0]
+    ordered = helper.make_model(helper.make_graph(nodes[::-1], "g", list(g.input), list(g.output)),
+                                opset_imports=[helper.make_opsetid("", 17)])
+    ordered.ir_version = 9
+    np.testing.assert_array_equal(got, ort_run(ordered, {"x": x})[0])
