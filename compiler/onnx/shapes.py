@@ -150,20 +150,9 @@ def _evaluate(node, values, shapes):
         return np.array(s[start:end], dtype=object)
     known = [None if values.get(i) is None else np.asarray(values[i]) for i in ins if i]
     if op not in ("Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Add", "Sub", "Mul", "Div",
-                  "Identity", "Reshape", "Equal", "Where", "ReduceMin", "ReduceMax") or any(v is None for v in known) \
-            or not known:
+                  "Identity", "Reshape", "Equal", "Where") or any(v is None for v in known) or not known:
         return None
     x = known[0].astype(object)
-    if op in ("ReduceMin", "ReduceMax"):  # over every entry (a TopK's k: the fewer of a count and a limit)
-        if len(known) > 1 or "axes" in attrs and list(attrs["axes"]) not in ([0], [-1]) or x.ndim != 1 or not x.size:
-            return None
-        from tvm import tirx
-
-        pick = tirx.min if op == "ReduceMin" else tirx.max
-        out = x[0]
-        for v in x[1:]:
-            out = (min if op == "ReduceMin" else max)(int(out), int(v)) if _fixed(out) and _fixed(v) else pick(out, v)
-        return np.array([out] if attrs.get("keepdims", 1) else out, dtype=object)
     if op == "Equal":  # a size is never negative: the exporters' test for -1
         def equal(a, b):
             if _fixed(a) and _fixed(b):

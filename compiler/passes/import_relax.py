@@ -292,17 +292,10 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Gr
 
 
 def _on_sizes(bb, op, inputs, attrs, counts):
-    """What the importer does not do with sizes set at run time: the least
-    or largest of a shape's values (a ShapeExpr), a shape's values cast to
-    a tensor (sizes as data); None for anything else."""
+    """What the importer does not do with sizes set at run time: a shape's
+    values cast to a tensor (sizes as data); None for anything else."""
     from tvm import relax, tirx
 
-    if op in ("ReduceMin", "ReduceMax") and isinstance(inputs[0], relax.ShapeExpr) and len(inputs) == 1:
-        values = list(inputs[0].values)
-        out = values[0]
-        for v in values[1:]:
-            out = (tirx.min if op == "ReduceMin" else tirx.max)(out, v)
-        return relax.ShapeExpr([out]) if attrs.get("keepdims", 1) else out
     if op == "Cast" and isinstance(inputs[0], relax.ShapeExpr) and not all(
             isinstance(v, tirx.IntImm) for v in inputs[0].values):  # a shape's values as data
         return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
