@@ -58,7 +58,7 @@ def _fold_once(model, names):
     def dim(d):
         if d.HasField("dim_value"):
             return d.dim_value
-        if not d.dim_param or d.dim_param.startswith("unk__"):  # ONNX's name for a size it could not work out
+        if not d.dim_param:
             return None
         return names.setdefault(d.dim_param, tirx.Var(d.dim_param, "int64"))
 
@@ -76,7 +76,7 @@ def _fold_once(model, names):
         out = _evaluate(node, values, shapes)
         if out is not None:
             values[node.output[0]] = np.asarray(out, dtype=object)
-        if node.op_type == "Range" and None in shapes.get(node.output[0], [None]):  # its length named
+        if node.op_type == "Range" and _unknown(shapes.get(node.output[0], [None])):  # its length named
             length = _range_length(node, values)  # a Range over sizes, or one the data sizes (a fresh name)
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
                 f"count_{node.output[0]}", "int64")) if length is None else length], names)
@@ -114,6 +114,12 @@ def _name_dims(model, value, sizes, names):
     kept = [v for v in g.value_info if v.name != value]
     del g.value_info[:]
     g.value_info.extend(kept + [helper.make_tensor_value_info(value, elem, dims)])
+
+
+def _unknown(sizes):
+    """Whether a shape has a size ONNX could not work out (none, or its own
+    `unk__` name for one)."""
+    return any(e is None or getattr(e, "name", "").startswith("unk__") for e in sizes)
 
 
 def _range_length(node, values):
@@ -219,7 +225,7 @@ def _rewrite(model, node, values, shapes):
     if target is None or x is None:
         return False
     if node.input[1] in _initializers(model):  # a constant target: the sizes a -1 leaves, named once
-        unknown = None in shapes.get(node.output[0], [None])
+        unknown = _unknown(shapes.get(node.output[0], [None]))
         if op != "Reshape" or not unknown or None in x or not any(_fixed(e) and e == -1 for e in target):
             return False
         t = _inferred(target.reshape(-1).astype(object), x)
