@@ -66,7 +66,7 @@ def _fold_once(model, names):
               for v in list(g.input) + list(g.value_info) + list(g.output) if v.type.tensor_type.HasField("shape")}
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
               if t.data_type == 7 and np.prod(t.dims, dtype=np.int64) <= 64}  # small int64 constants
-    changed = False
+    changed, inserts = False, []  # inserts: (a node's first output, a node to put before it)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] not in values:
             v = _constant(node)
@@ -81,14 +81,14 @@ def _fold_once(model, names):
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
                 f"count_{node.output[0]}", "int64")) if length is None else length], names)
             changed = True
-        done = _rewrite(model, node, values, shapes)
+        done = _rewrite(model, node, values, shapes, inserts)
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names)
-    if _INSERTS:
-        before = dict(_INSERTS)
+    if inserts:
+        before = dict(inserts)
         nodes = [m for n in model.graph.node for m in ([before[n.output[0]]] if n.output[0] in before else []) + [n]]
-        del _INSERTS[:], model.graph.node[:]
+        del model.graph.node[:]
         model.graph.node.extend(nodes)
     return changed
 
@@ -207,7 +207,7 @@ def _fixed(e):
     return isinstance(e, (int, np.integer))
 
 
-def _rewrite(model, node, values, shapes):
+def _rewrite(model, node, values, shapes, inserts):
     """Give a Reshape, Expand or Slice whose shape input is known its
     constant form (module docstring); True if one was given."""
     op = node.op_type
@@ -221,7 +221,7 @@ def _rewrite(model, node, values, shapes):
         return _broadcast(model, node, values, x)
     target = values.get(node.input[1])
     if target is not None and x is None and op == "Expand" and node.input[1] not in _initializers(model):
-        return _shape_of_earlier(model, node, target.reshape(-1), shapes)
+        return _shape_of_earlier(model, node, target.reshape(-1), shapes, inserts)
     if target is None or x is None:
         return False
     if node.input[1] in _initializers(model):  # a constant target: the sizes a -1 leaves, named once
@@ -246,7 +246,7 @@ def _rewrite(model, node, values, shapes):
         else:
             out.append(None)
     if op == "Expand" and None in out:
-        return _shape_of_earlier(model, node, target, shapes)
+        return _shape_of_earlier(model, node, target, shapes, inserts)
     if out.count(None) + out.count(-1) > 1:
         return False
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
@@ -352,10 +352,7 @@ def _initializers(model):
     return {t.name for t in model.graph.initializer}
 
 
-_INSERTS = []  # (a node's first output, a node to put before it): made while the nodes are walked
-
-
-def _shape_of_earlier(model, node, target, shapes):
+def _shape_of_earlier(model, node, target, shapes, inserts):
     """An Expand to sizes no relative form says (a constant broadcast to a
     tensor's shape): its shape read from a tensor computed before it that
     has exactly that shape (a Shape node the importer takes); True if one was found."""
@@ -369,7 +366,7 @@ def _shape_of_earlier(model, node, target, shapes):
             s = shapes.get(o)
             if s is not None and len(s) == len(target) and None not in s and all(_same(a, b) for a, b in zip(s, target)):
                 name = f"{node.name or node.output[0]}/shape_of"
-                _INSERTS.append((node.output[0], helper.make_node("Shape", [o], [name])))
+                inserts.append((node.output[0], helper.make_node("Shape", [o], [name])))  # placed after the walk
                 node.input[1] = name
                 return True
     return False
