@@ -59,6 +59,7 @@ class Layer:
     exec_queue: int = 0
     warm: dict = None  # continuous mode's warm-fastest alternate: variant, kernel, args, params
     guard: tuple = None  # a branch step's (bool tensor, value): executed only when it holds it (ir/branches.py)
+    loop: dict = None  # a run-time loop's START or END layer: its LOOP record (ir/loops.py)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Graph:
     accuracy: dict = None  # narrowed weights' measured effect on the outputs (compiler/measure/error.py)
     aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)
     variables: dict = field(default_factory=dict)  # {Dim: tir var}: the sizes set at run time (ir/dims.py)
+    loops: list = field(default_factory=list)  # [(START layer, END layer)] of the run-time loops (ir/loops.py)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)

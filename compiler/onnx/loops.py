@@ -214,6 +214,85 @@ def unroll_while(node, most, label, opset, consts, typed, select):
     return nodes, inits, bounds
 
 
+START, END = "CbLoopStart", "CbLoopEnd"  # ai.coldbrew: a Loop the runtime runs (import_relax, ir/loops.py)
+UNBOUNDED = -1  # a run-time loop's `most` where neither M nor a bound limits it (it has no scan output)
+
+
+def at_run_time(node, label, most, consts, typed):
+    """(nodes, initializers, value_infos) running a Loop whose condition
+    depends on the data as the runtime's loop: one copy of its body between
+    a START node (the iteration number 0, the trip count, the first
+    condition and the first carried values written) and an END node (the
+    final carried values; each scan output at its bound, taken to the
+    iteration count). After the body the runtime copies each carried value
+    onto its input and each scan value into its slot, and runs the body
+    again while the condition holds and the count is below M. Carried
+    values passed through unchanged are read where they are. None where a
+    carried value changes its shape or type from one iteration to the next,
+    one is another's input, a scan value's shape is unknown, or every value
+    the loop reads is a constant (`unroll_while` then). `most`: M or the
+    user's bound, None where neither is known (a loop with scan outputs
+    then needs one). `typed(nodes, inits, names)` as unroll_while's."""
+    from .recurrent import DOMAIN
+
+    body = body_of(node)
+    if any(n.op_type in ("Loop", "Scan") for n in body.node):
+        return None
+    n_carried = len(node.input) - 2
+    n_scan = len(body.output) - 1 - n_carried
+    limit, first = (list(node.input) + ["", ""])[:2]
+    name = node.name or node.output[0]
+    ins = [i.name for i in body.input]
+    c_in, c_out = ins[2:], [o.name for o in body.output[1:1 + n_carried]]
+    init = list(node.input[2:])
+    passing = {j for j in range(n_carried) if c_out[j] == c_in[j]}
+    kept = [j for j in range(n_carried) if j not in passing]
+    if any(c_out[j] in ins for j in kept):
+        return None
+    probe_nodes, probe_inits = [], []
+    outs = _inline_copy(body, f"{name}/probe/", dict(zip(c_in, init)),
+                        {ins[0]: np.array(0, np.int64), ins[1]: np.array(True)}, probe_nodes, probe_inits)
+    found = typed(probe_nodes, probe_inits, init + outs)
+    if any(found.get(init[j]) is None or found.get(init[j]) != found.get(outs[1 + j]) for j in kept):
+        return None
+    scans = [found.get(o) for o in outs[1 + n_carried:]]
+    if any(s is None for s in scans):
+        return None
+    defined = {o for n in body.node for o in n.output} | set(ins) | {t.name for t in body.initializer}
+    outer = [i for n in body.node for i in n.input if i and i not in defined]
+    dep = next((v for v in [*init, limit, first, *outer] if v and v not in consts), None)
+    if dep is None:
+        return None
+    if n_scan and most is None:
+        key = next(o for o in node.output[n_carried:] if o) if any(node.output[n_carried:]) else name
+        raise CompileError(f"{label}: its condition depends on the data and it may run any number of "
+                           f"iterations; its scan outputs need a bound: give it with --bound {key}=N")
+    most = UNBOUNDED if most is None else most
+    it, trip, cond = f"{name}/iteration", f"{name}/trip", f"{name}/cond"
+    v_in = {j: f"{name}/carried{j}" for j in kept}
+    nodes, inits = [helper.make_node(START, [dep, limit, first] + [init[j] for j in kept],
+                                     [it, trip, cond] + [v_in[j] for j in kept], name=f"{name}/start",
+                                     domain=DOMAIN, most=most)], []
+    bound = {ins[0]: it, ins[1]: cond, **{c_in[j]: v_in.get(j, init[j]) for j in range(n_carried)}}
+    outs = _inline_copy(body, f"{name}/body/", bound, {}, nodes, inits)
+    finals = [node.output[j] if j < len(node.output) and node.output[j] else f"{name}/final{j}" for j in kept]
+    scan_names = [o or f"{name}/scan{k}" for k, o in enumerate((list(node.output) + [""] * n_scan)[n_carried:]
+                                                                [:n_scan])]
+    nodes.append(helper.make_node(END, [it, trip, cond] + [v_in[j] for j in kept] + [outs[0]] +
+                                  [outs[1 + j] for j in kept] + outs[1 + n_carried:], finals + scan_names,
+                                  name=f"{name}/end", domain=DOMAIN, carried=len(kept), scans=n_scan, most=most))
+    nodes += [helper.make_node("Identity", [init[j]], [node.output[j]], name=f"{name}/out{j}")
+              for j in sorted(passing) if j < len(node.output) and node.output[j]]
+
+    def info(n, dtype, shape):
+        return helper.make_tensor_value_info(n, dtype, shape)
+
+    infos = [info(it, TensorProto.INT64, []), info(trip, TensorProto.INT64, []), info(cond, TensorProto.BOOL, [])]
+    infos += [info(v_in[j], *found[init[j]]) for j in kept] + [info(f, *found[init[j]]) for f, j in zip(finals, kept)]
+    infos += [info(o, dtype, [f"count_{o}", *shape]) for o, (dtype, shape) in zip(scan_names, scans)]
+    return nodes, inits, infos
+
+
 def _taken_scans(slots, zeros, flags, outs, most, opset, nodes, inits):
     """Each scan output: its copies' values stacked, those whose condition
     held taken (a Compress); a condition past the last copy (`flags` one

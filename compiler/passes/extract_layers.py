@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from ..errors import CompileError
-from ..ir import dims
+from ..ir import dims, loops
 from ..ir.forms import DTYPES
 from ..ir.graph import BLOCKED_MARK, Graph, Layer, Tensor
 from ..ir.relax import is_const
@@ -234,6 +234,7 @@ class _Extractor:
             layer.params, layer.tuned = dict(anchor.params), anchor.tuned
             layer.weight_form = "cached" if anchor.transform_func is not None else "raw"
         g.layers.append(layer)
+        loops.mark(layer, self.mod[func_name])
         counts = (self.mod[func_name].attrs or {}).get(COUNTS)
         if counts is not None:  # its last output is a size the data sets (kernels/counted.py)
             var = next(v for v in self.variables.values() if v.name == str(counts))

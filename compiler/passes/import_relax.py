@@ -10,7 +10,8 @@ import onnx
 
 from ..errors import CompileError, quiet
 from ..ir import branches, dims
-from ..onnx import recurrent
+from ..ir import loops as ir_loops
+from ..onnx import loops, recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
 from ..onnx.loops import BOUND_KEY
@@ -81,6 +82,13 @@ def _node_watch(failed, counts):
         import tvm
 
         try:
+            if op_name in (loops.START, loops.END):  # a Loop the runtime runs (ir/loops.py)
+                node = getattr(self, "cb_node", None)
+                name = node.name.rsplit("/", 1)[0]
+                if op_name == loops.START:
+                    return ir_loops.emit_start(self.bb, inputs, attrs, name)
+                scans = list(node.output[int(attrs["carried"]):])
+                return ir_loops.emit_end(self.bb, inputs, attrs, name, counts, scans[0] if scans else name)
             if op_name in RANDOM:
                 return _random(self.bb, op_name, inputs, attrs)
             if op_name == "TopK" and len(inputs) > 1 and not is_const(inputs[1]):  # k from the data
@@ -115,7 +123,7 @@ def _node_watch(failed, counts):
     ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = convert, node_of
     real_map = onnx_frontend._get_convert_map
     onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell,
-                                              **{op: _Cell for op in RANDOM}}  # those `convert` takes first
+                                              **{op: _Cell for op in (*RANDOM, loops.START, loops.END)}}  # those `convert` takes first
     try:
         yield
     finally:
@@ -466,6 +474,10 @@ def run(c):
     c.dims = dims.variables(c.options.dims.values())
     found = {p.key[len(BOUND_KEY):]: int(p.value) for p in c.proto.metadata_props if p.key.startswith(BOUND_KEY)}
     c.mod = apply(c.proto, c.dims, {**(c.options.bounds or {}), **found})
+    looped = [n.name.rsplit("/", 1)[0] for n in c.proto.graph.node if n.op_type == loops.START]
+    if looped and (c.on_gpu or c.options.continuous):
+        raise CompileError(f"Loops whose condition depends on the data ({', '.join(looped)}) run on CPU targets "
+                           f"{'only' if c.on_gpu else 'and not in continuous mode'} yet")
     counted = [d.name for d in c.dims if d.counted]
     if counted and (c.on_gpu or c.options.continuous):
         raise CompileError(f"outputs sized by the data ({', '.join(counted)}) are not available "

@@ -32,6 +32,7 @@ shape-deciding input, an If's condition among them, is constant
   `scales` beside its `sizes`): left out, as ONNX means them.
 """
 import numpy as np
+import onnx
 from onnx import TensorProto, helper
 
 from ..errors import CompileError
@@ -39,7 +40,7 @@ from ..onnx import shapes
 from ..onnx.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
 from ..onnx import decompose, fold
 from ..ir.branches import SELECT
-from ..onnx.loops import BOUND_KEY, MAX_ITERATIONS, unroll_scan, unroll_while
+from ..onnx.loops import BOUND_KEY, MAX_ITERATIONS, at_run_time, unroll_scan, unroll_while
 from ..onnx import recurrent
 from ..onnx.recurrent import GATES
 
@@ -146,6 +147,20 @@ def _while_loops(model, bounds):
         types, shapes = types_and_shapes(tmp, values=True)
         return {n: (types[n], shapes[n]) for n in names if n in types and n in shapes}
 
+    def symbolic(new, inits, names):  # {name: (dtype, dims)}, a dimension set at run time by its name
+        tmp = type(model)()
+        tmp.CopyFrom(model)
+        tmp.graph.node.extend(new)
+        tmp.graph.initializer.extend(inits)
+        g2 = onnx.shape_inference.infer_shapes(tmp, strict_mode=False, data_prop=True).graph
+        known = {t.name: (t.data_type, list(t.dims)) for t in g2.initializer}
+        for v in list(g2.input) + list(g2.value_info) + list(g2.output):
+            tt = v.type.tensor_type
+            if tt.HasField("shape") and all(d.HasField("dim_value") or d.dim_param for d in tt.shape.dim):
+                known[v.name] = (tt.elem_type, [d.dim_value if d.HasField("dim_value") else d.dim_param
+                                                for d in tt.shape.dim])
+        return {n: known[n] for n in names if n in known}
+
     for node in g.node:
         if node.op_type != "Loop":
             nodes.append(node)
@@ -156,6 +171,14 @@ def _while_loops(model, bounds):
         m = int(np.asarray(consts[limit]).reshape(-1)[0]) if limit in consts else None
         most = min(v for v in (given, m) if v is not None) if given is not None or m is not None else None
         key = next((o for o in node.output[len(node.input) - 2:] if o), name)
+        looped = at_run_time(node, label, most, consts, symbolic)
+        if looped is not None:  # the runtime runs it (ir/loops.py)
+            nodes += looped[0]
+            g.initializer.extend(looped[1])
+            g.value_info.extend(looped[2])
+            if not any(o.domain == recurrent.DOMAIN for o in model.opset_import):
+                model.opset_import.append(helper.make_opsetid(recurrent.DOMAIN, 1))
+            continue
         if most is None or most > MAX_ITERATIONS:
             raise CompileError(f"{label}: its condition depends on the data and it may run "
                                f"{'any number of' if most is None else most} iterations; coldbrew unrolls it to the "

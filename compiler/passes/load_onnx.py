@@ -119,14 +119,14 @@ def check_types(model):
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:  # InferenceError and its relatives
-        if not model.graph.value_info:
+        saved = type(model)()
+        saved.CopyFrom(model)
+        if not _forget_declared(model):
             raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
-        saved = list(model.graph.value_info)  # the exporter's own record of its values' shapes may be what is wrong
-        del model.graph.value_info[:]
-        try:
+        try:  # the exporter's own record of its values' shapes may be what is wrong (onnxruntime ignores it too)
             inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
         except Exception:
-            model.graph.value_info.extend(saved)
+            model.CopyFrom(saved)
             raise CompileError(f"the model's types or shapes do not check: {_inference_problem(e)}") from None
     g = inferred.graph
     for v in list(g.input) + list(g.value_info) + list(g.output):
@@ -137,6 +137,30 @@ def check_types(model):
         if n > MAX_ELEMENTS:
             raise CompileError(f"tensor '{v.name}' would hold {n:,} elements (shape {dims}); coldbrew's kernels "
                                f"index at most {MAX_ELEMENTS:,}")
+
+
+def _forget_declared(model):
+    """Drop the shapes the exporter declared for values inside the graph:
+    the main graph's value_info, and the value_info and outputs' shapes of
+    every subgraph (a Loop's body, an If's branches; their types stay).
+    False if there were none."""
+    def graphs(g):
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+                for sg in subs:
+                    yield from graphs(sg)
+
+    dropped = False
+    for k, g in enumerate(graphs(model.graph)):
+        dropped |= bool(g.value_info)
+        g.ClearField("value_info")
+        for out in g.output if k else []:
+            if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+                out.type.tensor_type.ClearField("shape")
+                dropped = True
+    return dropped
 
 
 def _inference_problem(e):

@@ -9,6 +9,7 @@ A tensor that aliases part of another (compiler/passes/elide_copies.py) takes no
 place of its own: its root's region lives from the first step that touches
 any of its parts to the last, and the part lies at its byte offset in it.
 """
+from ..ir import loops
 from ..ir.graph import resolve
 
 NAME = "plan_memory"
@@ -35,6 +36,7 @@ def apply(graph, align=ALIGN):
             last[root(a)] = step
     for i in graph.outputs + graph.inputs:
         last[root(i)] = n
+    loops.lifetimes(graph, first, last)  # a loop's body runs again: what it reads lives on
     order = sorted(first, key=lambda i: (-graph.tensors[i].nbytes, i))
     placed = []  # (offset, size, first, last)
     arena = 0

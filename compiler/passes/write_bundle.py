@@ -24,19 +24,21 @@ from coldbrew.targets import task_shares
 
 from ..bundle.checksum import checksum64
 from ..errors import InternalError
-from ..ir import dims
+from ..ir import dims, loops
 from ..ir.graph import signatures
 from ..ir.forms import DTYPES, PRECISIONS
 
 NAME = "write_bundle"
-SCHEMA_VERSION = 5  # schemas/README.md, Versions
+SCHEMA_VERSION = 6  # schemas/README.md, Versions
 
 
 def version(graph):
     """The schema version a bundle of `graph` is written as: the lowest that
-    describes it (4 without sizes set at run time), so runtimes that read
-    version 4 keep reading fixed-shape bundles."""
-    return SCHEMA_VERSION if any(t.kind == "dim" for t in graph.tensors) else 4
+    describes it (6 with Loops the data stops, 5 with sizes set at run
+    time, else 4), so older runtimes keep reading the bundles they can run."""
+    if graph.loops:
+        return 6
+    return 5 if any(t.kind == "dim" for t in graph.tensors) else 4
 MAGIC = b"COLDBREW"
 PREAMBLE_SIZE = 64
 PAGE = 4096
@@ -155,7 +157,11 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
     b.plan = fb.PlanT(steps=steps, arenaSize=graph.arena_size, threads=graph.threads, preparedSize=graph.prepared_size,
                       warmThreads=graph.warm_threads, execShares=_shares(target, graph.threads),
                       warmExecShares=_shares(target, graph.warm_threads) if graph.warm_threads else [],
-                      execClasses=execs, queueClasses=queues)
+                      execClasses=execs, queueClasses=queues,
+                      loops=[fb.LoopT(name=r["name"], start=r["start"], end=r["end"], iteration=r["iteration"],
+                                      trip=r["trip"], cond=r["cond"], carriedFrom=r["carried_from"],
+                                      carriedTo=r["carried_to"], scanFrom=r["scan_from"], scanTo=r["scan_to"],
+                                      most=r["most"]) for r in loops.records(graph)] or None)
     if graph.accuracy:
         acc = graph.accuracy
         b.accuracy = fb.AccuracyT(outputError=acc["output_error"], samples=acc["samples"], inputs=acc["inputs"],

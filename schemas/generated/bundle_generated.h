@@ -52,6 +52,9 @@ struct GpuStepBuilder;
 struct Step;
 struct StepBuilder;
 
+struct Loop;
+struct LoopBuilder;
+
 struct Plan;
 struct PlanBuilder;
 
@@ -1582,6 +1585,186 @@ inline ::flatbuffers::Offset<Step> CreateStepDirect(
       output_error);
 }
 
+struct Loop FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef LoopBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NAME = 4,
+    VT_START = 6,
+    VT_END = 8,
+    VT_ITERATION = 10,
+    VT_TRIP = 12,
+    VT_COND = 14,
+    VT_CARRIED_FROM = 16,
+    VT_CARRIED_TO = 18,
+    VT_SCAN_FROM = 20,
+    VT_SCAN_TO = 22,
+    VT_MOST = 24
+  };
+  const ::flatbuffers::String *name() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_NAME);
+  }
+  uint32_t start() const {
+    return GetField<uint32_t>(VT_START, 0);
+  }
+  uint32_t end() const {
+    return GetField<uint32_t>(VT_END, 0);
+  }
+  uint32_t iteration() const {
+    return GetField<uint32_t>(VT_ITERATION, 0);
+  }
+  uint32_t trip() const {
+    return GetField<uint32_t>(VT_TRIP, 0);
+  }
+  uint32_t cond() const {
+    return GetField<uint32_t>(VT_COND, 0);
+  }
+  const ::flatbuffers::Vector<uint32_t> *carried_from() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_CARRIED_FROM);
+  }
+  const ::flatbuffers::Vector<uint32_t> *carried_to() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_CARRIED_TO);
+  }
+  const ::flatbuffers::Vector<uint32_t> *scan_from() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_SCAN_FROM);
+  }
+  const ::flatbuffers::Vector<uint32_t> *scan_to() const {
+    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_SCAN_TO);
+  }
+  int64_t most() const {
+    return GetField<int64_t>(VT_MOST, -1LL);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NAME) &&
+           verifier.VerifyString(name()) &&
+           VerifyField<uint32_t>(verifier, VT_START, 4) &&
+           VerifyField<uint32_t>(verifier, VT_END, 4) &&
+           VerifyField<uint32_t>(verifier, VT_ITERATION, 4) &&
+           VerifyField<uint32_t>(verifier, VT_TRIP, 4) &&
+           VerifyField<uint32_t>(verifier, VT_COND, 4) &&
+           VerifyOffset(verifier, VT_CARRIED_FROM) &&
+           verifier.VerifyVector(carried_from()) &&
+           VerifyOffset(verifier, VT_CARRIED_TO) &&
+           verifier.VerifyVector(carried_to()) &&
+           VerifyOffset(verifier, VT_SCAN_FROM) &&
+           verifier.VerifyVector(scan_from()) &&
+           VerifyOffset(verifier, VT_SCAN_TO) &&
+           verifier.VerifyVector(scan_to()) &&
+           VerifyField<int64_t>(verifier, VT_MOST, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct LoopBuilder {
+  typedef Loop Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
+    fbb_.AddOffset(Loop::VT_NAME, name);
+  }
+  void add_start(uint32_t start) {
+    fbb_.AddElement<uint32_t>(Loop::VT_START, start, 0);
+  }
+  void add_end(uint32_t end) {
+    fbb_.AddElement<uint32_t>(Loop::VT_END, end, 0);
+  }
+  void add_iteration(uint32_t iteration) {
+    fbb_.AddElement<uint32_t>(Loop::VT_ITERATION, iteration, 0);
+  }
+  void add_trip(uint32_t trip) {
+    fbb_.AddElement<uint32_t>(Loop::VT_TRIP, trip, 0);
+  }
+  void add_cond(uint32_t cond) {
+    fbb_.AddElement<uint32_t>(Loop::VT_COND, cond, 0);
+  }
+  void add_carried_from(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> carried_from) {
+    fbb_.AddOffset(Loop::VT_CARRIED_FROM, carried_from);
+  }
+  void add_carried_to(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> carried_to) {
+    fbb_.AddOffset(Loop::VT_CARRIED_TO, carried_to);
+  }
+  void add_scan_from(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_from) {
+    fbb_.AddOffset(Loop::VT_SCAN_FROM, scan_from);
+  }
+  void add_scan_to(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_to) {
+    fbb_.AddOffset(Loop::VT_SCAN_TO, scan_to);
+  }
+  void add_most(int64_t most) {
+    fbb_.AddElement<int64_t>(Loop::VT_MOST, most, -1LL);
+  }
+  explicit LoopBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Loop> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Loop>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Loop> CreateLoop(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    uint32_t start = 0,
+    uint32_t end = 0,
+    uint32_t iteration = 0,
+    uint32_t trip = 0,
+    uint32_t cond = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> carried_from = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> carried_to = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_from = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_to = 0,
+    int64_t most = -1LL) {
+  LoopBuilder builder_(_fbb);
+  builder_.add_most(most);
+  builder_.add_scan_to(scan_to);
+  builder_.add_scan_from(scan_from);
+  builder_.add_carried_to(carried_to);
+  builder_.add_carried_from(carried_from);
+  builder_.add_cond(cond);
+  builder_.add_trip(trip);
+  builder_.add_iteration(iteration);
+  builder_.add_end(end);
+  builder_.add_start(start);
+  builder_.add_name(name);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Loop> CreateLoopDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *name = nullptr,
+    uint32_t start = 0,
+    uint32_t end = 0,
+    uint32_t iteration = 0,
+    uint32_t trip = 0,
+    uint32_t cond = 0,
+    const std::vector<uint32_t> *carried_from = nullptr,
+    const std::vector<uint32_t> *carried_to = nullptr,
+    const std::vector<uint32_t> *scan_from = nullptr,
+    const std::vector<uint32_t> *scan_to = nullptr,
+    int64_t most = -1LL) {
+  auto name__ = name ? _fbb.CreateString(name) : 0;
+  auto carried_from__ = carried_from ? _fbb.CreateVector<uint32_t>(*carried_from) : 0;
+  auto carried_to__ = carried_to ? _fbb.CreateVector<uint32_t>(*carried_to) : 0;
+  auto scan_from__ = scan_from ? _fbb.CreateVector<uint32_t>(*scan_from) : 0;
+  auto scan_to__ = scan_to ? _fbb.CreateVector<uint32_t>(*scan_to) : 0;
+  return coldbrew::schema::CreateLoop(
+      _fbb,
+      name__,
+      start,
+      end,
+      iteration,
+      trip,
+      cond,
+      carried_from__,
+      carried_to__,
+      scan_from__,
+      scan_to__,
+      most);
+}
+
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PlanBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -1593,7 +1776,8 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_EXEC_SHARES = 14,
     VT_WARM_EXEC_SHARES = 16,
     VT_EXEC_CLASSES = 18,
-    VT_QUEUE_CLASSES = 20
+    VT_QUEUE_CLASSES = 20,
+    VT_LOOPS = 22
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -1622,6 +1806,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>> *>(VT_QUEUE_CLASSES);
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *loops() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *>(VT_LOOPS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1642,6 +1829,9 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_QUEUE_CLASSES) &&
            verifier.VerifyVector(queue_classes()) &&
            verifier.VerifyVectorOfStrings(queue_classes()) &&
+           VerifyOffset(verifier, VT_LOOPS) &&
+           verifier.VerifyVector(loops()) &&
+           verifier.VerifyVectorOfTables(loops()) &&
            verifier.EndTable();
   }
 };
@@ -1677,6 +1867,9 @@ struct PlanBuilder {
   void add_queue_classes(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes) {
     fbb_.AddOffset(Plan::VT_QUEUE_CLASSES, queue_classes);
   }
+  void add_loops(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>>> loops) {
+    fbb_.AddOffset(Plan::VT_LOOPS, loops);
+  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1698,10 +1891,12 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> exec_shares = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> exec_classes = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>>> loops = 0) {
   PlanBuilder builder_(_fbb);
   builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
+  builder_.add_loops(loops);
   builder_.add_queue_classes(queue_classes);
   builder_.add_exec_classes(exec_classes);
   builder_.add_warm_exec_shares(warm_exec_shares);
@@ -1722,12 +1917,14 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     const std::vector<uint8_t> *exec_shares = nullptr,
     const std::vector<uint8_t> *warm_exec_shares = nullptr,
     const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *exec_classes = nullptr,
-    const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes = nullptr) {
+    const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes = nullptr,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *loops = nullptr) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
   auto exec_shares__ = exec_shares ? _fbb.CreateVector<uint8_t>(*exec_shares) : 0;
   auto warm_exec_shares__ = warm_exec_shares ? _fbb.CreateVector<uint8_t>(*warm_exec_shares) : 0;
   auto exec_classes__ = exec_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*exec_classes) : 0;
   auto queue_classes__ = queue_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*queue_classes) : 0;
+  auto loops__ = loops ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Loop>>(*loops) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
@@ -1738,7 +1935,8 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
       exec_shares__,
       warm_exec_shares__,
       exec_classes__,
-      queue_classes__);
+      queue_classes__,
+      loops__);
 }
 
 struct Accuracy FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -2349,6 +2349,385 @@ class StepT(object):
         return step
 
 
+class Loop(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Loop()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsLoop(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def LoopBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Loop
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Loop
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Loop
+    def Start(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Loop
+    def End(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Loop
+    def Iteration(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Loop
+    def Trip(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Loop
+    def Cond(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Loop
+    def CarriedFrom(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Loop
+    def CarriedFromAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Loop
+    def CarriedFromLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Loop
+    def CarriedFromIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
+    # Loop
+    def CarriedTo(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Loop
+    def CarriedToAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Loop
+    def CarriedToLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Loop
+    def CarriedToIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Loop
+    def ScanFrom(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Loop
+    def ScanFromAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Loop
+    def ScanFromLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Loop
+    def ScanFromIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Loop
+    def ScanTo(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Loop
+    def ScanToAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Loop
+    def ScanToLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Loop
+    def ScanToIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+    # Loop
+    def Most(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return -1
+
+def LoopStart(builder):
+    builder.StartObject(11)
+
+def LoopAddName(builder, name):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+
+def LoopAddStart(builder, start):
+    builder.PrependUint32Slot(1, start, 0)
+
+def LoopAddEnd(builder, end):
+    builder.PrependUint32Slot(2, end, 0)
+
+def LoopAddIteration(builder, iteration):
+    builder.PrependUint32Slot(3, iteration, 0)
+
+def LoopAddTrip(builder, trip):
+    builder.PrependUint32Slot(4, trip, 0)
+
+def LoopAddCond(builder, cond):
+    builder.PrependUint32Slot(5, cond, 0)
+
+def LoopAddCarriedFrom(builder, carriedFrom):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(carriedFrom), 0)
+
+def LoopStartCarriedFromVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LoopAddCarriedTo(builder, carriedTo):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(carriedTo), 0)
+
+def LoopStartCarriedToVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LoopAddScanFrom(builder, scanFrom):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(scanFrom), 0)
+
+def LoopStartScanFromVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LoopAddScanTo(builder, scanTo):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(scanTo), 0)
+
+def LoopStartScanToVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LoopAddMost(builder, most):
+    builder.PrependInt64Slot(10, most, -1)
+
+def LoopEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class LoopT(object):
+
+    # LoopT
+    def __init__(
+        self,
+        name = None,
+        start = 0,
+        end = 0,
+        iteration = 0,
+        trip = 0,
+        cond = 0,
+        carriedFrom = None,
+        carriedTo = None,
+        scanFrom = None,
+        scanTo = None,
+        most = -1,
+    ):
+        self.name = name  # type: Optional[str]
+        self.start = start  # type: int
+        self.end = end  # type: int
+        self.iteration = iteration  # type: int
+        self.trip = trip  # type: int
+        self.cond = cond  # type: int
+        self.carriedFrom = carriedFrom  # type: Optional[List[int]]
+        self.carriedTo = carriedTo  # type: Optional[List[int]]
+        self.scanFrom = scanFrom  # type: Optional[List[int]]
+        self.scanTo = scanTo  # type: Optional[List[int]]
+        self.most = most  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        loop = Loop()
+        loop.Init(buf, pos)
+        return cls.InitFromObj(loop)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, loop):
+        x = LoopT()
+        x._UnPack(loop)
+        return x
+
+    # LoopT
+    def _UnPack(self, loop):
+        if loop is None:
+            return
+        self.name = loop.Name()
+        self.start = loop.Start()
+        self.end = loop.End()
+        self.iteration = loop.Iteration()
+        self.trip = loop.Trip()
+        self.cond = loop.Cond()
+        if not loop.CarriedFromIsNone():
+            if np is None:
+                self.carriedFrom = []
+                for i in range(loop.CarriedFromLength()):
+                    self.carriedFrom.append(loop.CarriedFrom(i))
+            else:
+                self.carriedFrom = loop.CarriedFromAsNumpy()
+        if not loop.CarriedToIsNone():
+            if np is None:
+                self.carriedTo = []
+                for i in range(loop.CarriedToLength()):
+                    self.carriedTo.append(loop.CarriedTo(i))
+            else:
+                self.carriedTo = loop.CarriedToAsNumpy()
+        if not loop.ScanFromIsNone():
+            if np is None:
+                self.scanFrom = []
+                for i in range(loop.ScanFromLength()):
+                    self.scanFrom.append(loop.ScanFrom(i))
+            else:
+                self.scanFrom = loop.ScanFromAsNumpy()
+        if not loop.ScanToIsNone():
+            if np is None:
+                self.scanTo = []
+                for i in range(loop.ScanToLength()):
+                    self.scanTo.append(loop.ScanTo(i))
+            else:
+                self.scanTo = loop.ScanToAsNumpy()
+        self.most = loop.Most()
+
+    # LoopT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.carriedFrom is not None:
+            if np is not None and type(self.carriedFrom) is np.ndarray:
+                carriedFrom = builder.CreateNumpyVector(self.carriedFrom)
+            else:
+                LoopStartCarriedFromVector(builder, len(self.carriedFrom))
+                for i in reversed(range(len(self.carriedFrom))):
+                    builder.PrependUint32(self.carriedFrom[i])
+                carriedFrom = builder.EndVector()
+        if self.carriedTo is not None:
+            if np is not None and type(self.carriedTo) is np.ndarray:
+                carriedTo = builder.CreateNumpyVector(self.carriedTo)
+            else:
+                LoopStartCarriedToVector(builder, len(self.carriedTo))
+                for i in reversed(range(len(self.carriedTo))):
+                    builder.PrependUint32(self.carriedTo[i])
+                carriedTo = builder.EndVector()
+        if self.scanFrom is not None:
+            if np is not None and type(self.scanFrom) is np.ndarray:
+                scanFrom = builder.CreateNumpyVector(self.scanFrom)
+            else:
+                LoopStartScanFromVector(builder, len(self.scanFrom))
+                for i in reversed(range(len(self.scanFrom))):
+                    builder.PrependUint32(self.scanFrom[i])
+                scanFrom = builder.EndVector()
+        if self.scanTo is not None:
+            if np is not None and type(self.scanTo) is np.ndarray:
+                scanTo = builder.CreateNumpyVector(self.scanTo)
+            else:
+                LoopStartScanToVector(builder, len(self.scanTo))
+                for i in reversed(range(len(self.scanTo))):
+                    builder.PrependUint32(self.scanTo[i])
+                scanTo = builder.EndVector()
+        LoopStart(builder)
+        if self.name is not None:
+            LoopAddName(builder, name)
+        LoopAddStart(builder, self.start)
+        LoopAddEnd(builder, self.end)
+        LoopAddIteration(builder, self.iteration)
+        LoopAddTrip(builder, self.trip)
+        LoopAddCond(builder, self.cond)
+        if self.carriedFrom is not None:
+            LoopAddCarriedFrom(builder, carriedFrom)
+        if self.carriedTo is not None:
+            LoopAddCarriedTo(builder, carriedTo)
+        if self.scanFrom is not None:
+            LoopAddScanFrom(builder, scanFrom)
+        if self.scanTo is not None:
+            LoopAddScanTo(builder, scanTo)
+        LoopAddMost(builder, self.most)
+        loop = LoopEnd(builder)
+        return loop
+
+
 class Plan(object):
     __slots__ = ['_tab']
 
@@ -2517,8 +2896,32 @@ class Plan(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
+    # Plan
+    def Loops(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Loop()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Plan
+    def LoopsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def LoopsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
 def PlanStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -2562,6 +2965,12 @@ def PlanAddQueueClasses(builder, queueClasses):
 def PlanStartQueueClassesVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def PlanAddLoops(builder, loops):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(loops), 0)
+
+def PlanStartLoopsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def PlanEnd(builder):
     return builder.EndObject()
 
@@ -2585,6 +2994,7 @@ class PlanT(object):
         warmExecShares = None,
         execClasses = None,
         queueClasses = None,
+        loops = None,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
@@ -2595,6 +3005,7 @@ class PlanT(object):
         self.warmExecShares = warmExecShares  # type: Optional[List[int]]
         self.execClasses = execClasses  # type: Optional[List[Optional[str]]]
         self.queueClasses = queueClasses  # type: Optional[List[Optional[str]]]
+        self.loops = loops  # type: Optional[List[LoopT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2651,6 +3062,14 @@ class PlanT(object):
             self.queueClasses = []
             for i in range(plan.QueueClassesLength()):
                 self.queueClasses.append(plan.QueueClasses(i))
+        if not plan.LoopsIsNone():
+            self.loops = []
+            for i in range(plan.LoopsLength()):
+                if plan.Loops(i) is None:
+                    self.loops.append(None)
+                else:
+                    loop_ = LoopT.InitFromObj(plan.Loops(i))
+                    self.loops.append(loop_)
 
     # PlanT
     def Pack(self, builder):
@@ -2694,6 +3113,14 @@ class PlanT(object):
             for i in reversed(range(len(self.queueClasses))):
                 builder.PrependUOffsetTRelative(queueClasseslist[i])
             queueClasses = builder.EndVector()
+        if self.loops is not None:
+            loopslist = []
+            for i in range(len(self.loops)):
+                loopslist.append(self.loops[i].Pack(builder))
+            PlanStartLoopsVector(builder, len(self.loops))
+            for i in reversed(range(len(self.loops))):
+                builder.PrependUOffsetTRelative(loopslist[i])
+            loops = builder.EndVector()
         PlanStart(builder)
         if self.steps is not None:
             PlanAddSteps(builder, steps)
@@ -2709,6 +3136,8 @@ class PlanT(object):
             PlanAddExecClasses(builder, execClasses)
         if self.queueClasses is not None:
             PlanAddQueueClasses(builder, queueClasses)
+        if self.loops is not None:
+            PlanAddLoops(builder, loops)
         plan = PlanEnd(builder)
         return plan
 

@@ -105,7 +105,26 @@ typedef struct cb_step_desc {
   int64_t guard_writer; /* the step that writes the guard (a skipped one skips this step too), or -1 */
   uint32_t nouts;       /* the last nouts args are the step's outputs */
   uint8_t counts;       /* it writes a counted dim's tensor: a run sizes the later tensors by it */
+  int32_t loop_start;   /* the loop (index into cb_model.loops) this step starts, or -1 */
+  int32_t loop_end;     /* the loop this step ends, or -1 */
 } cb_step_desc;
+
+/* A Loop the data stops (schema 6, Plan.loops; compiler/ir/loops.py): steps
+ * start..end, its body between; after the body the runtime copies each
+ * carried_from onto its carried_to (the condition first) and each scan_from
+ * into its row of scan_to, and runs the body again while the condition
+ * holds and the iteration number is below the trip count. */
+typedef struct cb_loop_desc {
+  const char* name; /* what --bound takes for it: its first scan output, else the Loop node's name */
+  uint32_t start, end;
+  uint32_t iteration, trip, cond; /* int64, int64, bool tensors of one value */
+  uint32_t ncarried, nscans;
+  const uint32_t* carried_from;
+  const uint32_t* carried_to;
+  const uint32_t* scan_from;
+  const uint32_t* scan_to;
+  int64_t most; /* rows of each scan output; -1: no limit */
+} cb_loop_desc;
 
 typedef struct cb_segment_desc {
   uint8_t kind;
@@ -143,6 +162,8 @@ typedef struct cb_model {
   cb_shader_desc* shaders;
   cb_dispatch_desc* dispatches; /* every step's, back to back */
   uint32_t program_axes; /* the axes of every tensor with a shape program */
+  uint32_t nloops;
+  cb_loop_desc* loops;   /* in step order, none inside another */
 } cb_model;
 
 /* Where weight tensor `t` lies in the mapped bundle at `base`. */

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "exec/session.h"
 
@@ -160,17 +161,62 @@ static void observe_step(void* session, uint32_t i) {
     s->observe(s->observe_ctx, i, st->args[a], s->tensors[st->args[a]].data, s->nbytes[st->args[a]]);
 }
 
-/* `queues`: the preparation queues workers serve on this run (0: none). */
+/* A loop's body runs (again) for iteration `*it`: 1 while its condition
+ * holds and `*it` is below the trip count, 0 once not; a failure where its
+ * scan outputs hold no row for it. */
+static int loop_holds(cb_session* s, const cb_loop_desc* l, cb_status* st) {
+  int64_t it = *(const int64_t*)s->tensors[l->iteration].data;
+  if (!*(const uint8_t*)s->tensors[l->cond].data || it >= *(const int64_t*)s->tensors[l->trip].data) return 0;
+  if (l->most >= 0 && it >= l->most)
+    *st = cb_fail(CB_ERR_INVALID_ARGUMENT, "a loop found %lld entries for '%s', more than the %lld the bundle "
+                  "holds (compile with --bound %s=N for more)", (long long)it + 1, l->name, (long long)l->most,
+                  l->name);
+  return 1;
+}
+
+/* After an iteration of loop `l`'s body: the iteration number one more,
+ * the carried values (and the condition) copied onto those the body
+ * reads, the scan values into their rows. */
+static void loop_next(cb_session* s, const cb_loop_desc* l) {
+  int64_t* it = (int64_t*)s->tensors[l->iteration].data;
+  for (uint32_t j = 0; j < l->nscans; j++) {
+    uint64_t n = s->nbytes[l->scan_from[j]];
+    memcpy((uint8_t*)s->tensors[l->scan_to[j]].data + (uint64_t)*it * n, s->tensors[l->scan_from[j]].data, n);
+  }
+  for (uint32_t j = 0; j < l->ncarried; j++)
+    if (s->tensors[l->carried_from[j]].data != s->tensors[l->carried_to[j]].data)
+      memmove(s->tensors[l->carried_to[j]].data, s->tensors[l->carried_from[j]].data, s->nbytes[l->carried_from[j]]);
+  ++*it;
+}
+
+/* `queues`: the preparation queues workers serve on this run (0: none).
+ * A loop's body runs again from its first step while it holds; on the
+ * first run, steps met again are prepared as by a later run. */
 static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
   const cb_bundle* b = s->bundle;
   const cb_model* m = &b->model;
+  int32_t active = -1; /* the loop whose body is running */
+  int again = 0;       /* its body's steps met before, on this run */
   for (uint32_t i = 0; i < m->nsteps; i++) {
+    cb_status st = CB_OK;
+    if (m->steps[i].loop_end >= 0 && m->steps[i].loop_end == active) {
+      const cb_loop_desc* l = &m->loops[active];
+      loop_next(s, l);
+      if (loop_holds(s, l, &st)) {
+        if (st) return st;
+        again = 1, i = l->start; /* the body's first step next */
+        continue;
+      }
+      active = -1, again = 0;
+    }
     int worker = first && m->steps[i].prep_queue > 0 && m->steps[i].prep_queue <= queues;
     if (skipped(s, i)) { /* its weights wait for a run that takes its branch (a worker may have them already) */
-      if (first && (!worker || claim(s, i))) count_prepared(s);
+      if (first && !again && !worker) count_prepared(s);
+      if (first && !again && worker && claim(s, i)) count_prepared(s), publish(s, i, CB_OK);
       continue;
     }
-    cb_status st = worker ? take_or_wait(s, i) : prepare_step(s, i, first);
+    if (again && worker) st = take_or_wait(s, i); /* a worker took it on the body's first pass */
+    if (!st) st = again ? prepare_step(s, i, 0) : worker ? take_or_wait(s, i) : prepare_step(s, i, first);
     if (st) return st;
     int alt = !first && atomic_load_explicit(&s->alt_ready[i], memory_order_acquire);
     /* an alternate not ready yet (the warmer may have begun it and be kept
@@ -189,6 +235,14 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
     cb_trace_end(ev);
     if (m->steps[i].counts && (st = cb_shapes_count(s, i))) return st;
     if (s->observe) observe_step(s, i);
+    if (m->steps[i].loop_start >= 0) { /* its state written: into the body, or on to its end */
+      const cb_loop_desc* l = &m->loops[m->steps[i].loop_start];
+      if (loop_holds(s, l, &st))
+        active = m->steps[i].loop_start;
+      else
+        i = l->end - 1;
+      if (st) return st;
+    }
   }
   return CB_OK;
 }

@@ -230,7 +230,7 @@ cb_status cb_session_trace(const cb_session* s, const cb_trace_event** out_event
   if (!s || !out_events || !out_count) return cb_fail(CB_ERR_INVALID_ARGUMENT, "session and out pointers are required");
   if (!s->trace) return cb_fail(CB_ERR_INVALID_ARGUMENT, "the session was not created with trace = 1");
   *out_events = s->trace;
-  *out_count = s->ntrace;
+  *out_count = s->ntrace < s->trace_cap ? s->ntrace : s->trace_cap; /* a loop's later iterations may not fit */
   return CB_OK;
 }
 

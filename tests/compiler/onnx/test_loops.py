@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import CompileError, compile_model
+from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.compiler.onnx import loops
 
 F = TensorProto.FLOAT
@@ -120,12 +121,18 @@ def test_a_loop_the_data_stops_matches_onnxruntime_at_every_length():
     assert lengths[0] == 1 and lengths[-1] == 8 and len(set(lengths)) >= 3, lengths
 
 
-def test_the_copies_after_the_stop_do_not_run():
-    sess = coldbrew.load(compile_model(data_loop(8)))
+def test_the_body_runs_once_per_iteration():
+    """The runtime's loop: one copy of the body in the bundle, its steps
+    executed again per iteration, no more after the condition stops it."""
+    bundle = compile_model(data_loop(8))
+    sess = coldbrew.load(bundle)
+    loop = read_bytes(bundle)[0].plan.loops[0]
+    body = set(range(loop.start + 1, loop.end))
     ran = {}
     for t in (-10, 1.5, 10):  # 1, 2 and 8 iterations
-        ran[sess.run(None, loop_feeds(t))[1].shape[0]] = len({step for step, _, _ in sess.run_layers(loop_feeds(t))})
-    assert sorted(ran) == [1, 2, 8] and ran[1] < ran[2] < ran[8], ran
+        steps = [step for step, _, _ in sess.run_layers(loop_feeds(t))]
+        ran[sess.run(None, loop_feeds(t))[1].shape[0]] = sum(step in body for step in steps)
+    assert sorted(ran) == [1, 2, 8] and ran[2] == 2 * ran[1] and ran[8] == 8 * ran[1], ran
 
 
 def test_m_and_the_first_condition_computed_at_run_time():

@@ -1,0 +1,266 @@
+"""A Loop whose condition the data decides, run by the runtime.
+
+legalize_onnx makes such a Loop one copy of its body between a START node
+and an END node (onnx/loops.py `at_run_time`); the importer makes each of
+them an opaque kernel (`emit_start`, `emit_end`) marked with LOOP:
+
+- START (a value of the data it waits for, M, the first condition, the
+  first carried values) -> (iteration number 0, trip count, condition,
+  carried values): the loop's state, which the runtime then updates.
+- END (iteration, trip, condition, carried values, then the body's
+  condition, carried values and scan values) -> (the final carried values,
+  each scan output at the loop's bound, the iteration count). The scan
+  outputs' bytes are the runtime's to write (the kernel leaves them); the
+  node's scan outputs are their first `count` rows (a counted size).
+
+After extraction, `in_loop_order` puts each loop's body (the layers that
+depend on its START and that its END depends on) between the two, every
+other layer before or after, and `records` describes each loop for the
+bundle (schemas/bundle.fbs `Loop`): after the body's last step the runtime
+adds one to the iteration number, copies each carried value the body
+computed onto the one the body reads (and the condition), each scan value
+into its row of its scan output, and runs the body again while the
+condition holds and the iteration number is below the trip count (a run
+that would need more rows than a scan output holds fails, naming the
+bound). `lifetimes` extends the memory plan's: a tensor the body reads
+that was computed before the loop lives to the loop's end, since every
+iteration reads it again.
+"""
+import json
+
+from .branches import OPAQUE, _flow
+from .graph import resolve
+
+# a START or END kernel's attribute: JSON {"role", "loop" (its name), "carried", "scans", "most", and END's
+# "key": what --bound takes for it (its first scan output, else its name)}
+LOOP = "cb_loop"
+
+
+def _scalar(x):
+    """Element 0 of a tensor of one value, whatever its rank."""
+    return x(*([0] * len(x.shape)))
+
+
+def _copy(x, name):
+    from tvm import te
+
+    return te.compute(x.shape, lambda *i: x(*i), name=name)
+
+
+def start_te(dep, limit, first, carried, most):
+    """The loop's state before its first iteration; `dep` is only waited for."""
+    from tvm import te, tirx
+
+    it = te.compute((), lambda: tirx.const(0, "int64"), name="iteration")
+    trip = te.compute((), lambda: (_scalar(limit).astype("int64") if limit is not None
+                                   else tirx.const(most if most >= 0 else 1 << 62, "int64")), name="trip")
+    def holds():
+        if first is None:
+            return tirx.const(True, "bool")
+        v = _scalar(first)
+        return v if str(first.dtype) == "bool" else v != tirx.const(0, first.dtype)
+
+    cond = te.compute((), holds, name="cond")
+    copies = [_copy(x, f"carried{k}") for k, x in enumerate(carried)]
+    return [it, trip, cond, *copies]
+
+
+def end_te(it, carried, scans, most):
+    """The final carried values, the scan outputs' places (`most` rows;
+    written by the runtime) and the iteration count."""
+    from tvm import te, tirx
+
+    finals = [_copy(x, f"final{k}") for k, x in enumerate(carried)]
+    stacks = [te.extern([(most, *s.shape)], [], lambda ins, outs: tirx.Evaluate(0), dtype=[str(s.dtype)], name=f"scan{k}")
+              for k, s in enumerate(scans)]
+    count = te.compute((1,), lambda i: it[()], name="count")
+    return [*finals, *stacks, count]
+
+
+def _call(bb, name, placeholders, outputs, args, marks):
+    """The kernel of `outputs` over `placeholders` called on `args`, opaque
+    and marked."""
+    from tvm import relax, te
+
+    func = te.create_prim_func([*placeholders, *outputs]).with_attr("op_pattern", OPAQUE)
+    for k, v in marks.items():
+        func = func.with_attr(k, v)
+    gv = bb.add_func(func, name)
+    types = [relax.TensorType([int(d) if hasattr(d, "value") else d for d in o.shape], o.dtype) for o in outputs]
+    return bb.emit(relax.call_tir(gv, args, types))
+
+
+def _placeholder(x, name):
+    from tvm import te
+
+    from .relax import extents_of
+
+    return te.placeholder(extents_of(x), str(x.ty.dtype), name=name)
+
+
+def emit_start(bb, inputs, attrs, name):
+    """START's kernel called on the importer's values: a Tuple (iteration,
+    trip, condition, carried...)."""
+    from tvm import relax
+
+    from ..errors import CompileError
+
+    dep, limit, first, *carried = list(inputs) + [None] * (3 - len(inputs))
+    if dep is not None and not isinstance(getattr(dep, "ty", None), relax.TensorType):
+        dep = None  # a size: nothing to wait for
+    for x in carried:
+        if not isinstance(getattr(x, "ty", None), relax.TensorType):
+            raise CompileError("a carried value that is a shape is not supported in a Loop the data stops yet")
+    most = int(attrs.get("most", -1))
+    named = [("dep", dep), ("limit", limit), ("first", first)] + [(f"init{k}", x) for k, x in enumerate(carried)]
+    args = [(n, x) for n, x in named if x is not None]
+    ph = {n: _placeholder(x, n) for n, x in args}
+    outputs = start_te(ph.get("dep"), ph.get("limit"), ph.get("first"),
+                       [ph[f"init{k}"] for k in range(len(carried))], most)
+    marks = {LOOP: json.dumps({"role": "start", "loop": name, "carried": len(carried), "most": most})}
+    return _call(bb, "cb_loop_start", list(ph.values()), outputs, [x for _, x in args], marks)
+
+
+def emit_end(bb, inputs, attrs, name, counts, scan_name):
+    """END's kernel called on the importer's values: a Tuple of the final
+    carried values and the scan outputs (taken to the count, a counted
+    size of `counts`, import_relax._Counts)."""
+    from tvm import relax
+
+    from ..errors import CompileError
+    from ..kernels.counted import COUNTS
+
+    n, k, most = int(attrs["carried"]), int(attrs["scans"]), int(attrs["most"])
+    values = list(inputs)
+    it, trip, cond, v_in = values[0], values[1], values[2], values[3:3 + n]
+    cond_out, v_out, scans = values[3 + n], values[4 + n:4 + 2 * n], values[4 + 2 * n:]
+    if len(scans) != k or any(not isinstance(getattr(x, "ty", None), relax.TensorType)
+                              for x in [it, trip, cond, *v_in, cond_out, *v_out, *scans]):
+        raise CompileError("a value of its body is a shape or missing: not supported in a Loop the data stops yet")
+    args = [it, trip, cond, *v_in, cond_out, *v_out, *scans]
+    ph = [_placeholder(x, f"a{j}") for j, x in enumerate(args)]
+    outputs = end_te(ph[0], ph[3:3 + n], ph[4 + 2 * n:], most)
+    marks = {LOOP: json.dumps({"role": "end", "loop": name, "carried": n, "scans": k, "most": most,
+                               "key": scan_name})}
+    if k:
+        d, var = counts.dim(scan_name, most)
+        marks[COUNTS] = var.name
+    call = _call(bb, "cb_loop_end", ph, outputs, args, marks)
+    if k:
+        counts.count_of[var.name] = bb.emit(relax.TupleGetItem(call, n + k))
+    got = [bb.emit(relax.TupleGetItem(call, j)) for j in range(n)]
+    got += [counts.take(bb, call, n + j, [var, *(extents_of_stack(s))]) for j, s in enumerate(scans)]
+    return relax.Tuple(got) if len(got) != 1 else got[0]
+
+
+def extents_of_stack(scan):
+    from .relax import extents_of
+
+    return list(extents_of(scan))
+
+
+def mark(layer, func):
+    """The LOOP record of a START or END kernel `func` on its layer (None otherwise)."""
+    value = (func.attrs or {}).get(LOOP) if func is not None else None
+    layer.loop = json.loads(str(value)) if value is not None else None
+
+
+def _pairs(graph):
+    """[(start index, end index)] of the graph's loops, by name."""
+    starts, ends = {}, {}
+    for k, layer in enumerate(graph.layers):
+        if layer.loop:
+            (starts if layer.loop["role"] == "start" else ends)[layer.loop["loop"]] = k
+    return [(starts[n], ends[n]) for n in ends]
+
+
+def _bodies(graph, pairs, writers, readers):
+    """Per loop, the indices of its body's layers."""
+    n = len(graph.layers)
+    after = [set() for _ in range(n)]  # layer -> layers it reads from
+    before = [set() for _ in range(n)]
+    for r, ks in readers.items():
+        for k, _ in ks:
+            for w in writers.get(r, ()):
+                if w != k:
+                    after[k].add(w)
+                    before[w].add(k)
+
+    def reach(k, edges):
+        seen, todo = set(), [k]
+        while todo:
+            for j in edges[todo.pop()]:
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return seen
+
+    return [reach(s, before) & reach(e, after) for s, e in pairs]
+
+
+def in_loop_order(graph):
+    """graph.layers reordered (stably) so that each loop's body lies between
+    its START and END, nothing else among them; the graph's `loops` set."""
+    pairs = _pairs(graph)
+    if not pairs:
+        graph.loops = []
+        return graph
+    writers, readers = _flow(graph)
+    for k, layer in enumerate(graph.layers):  # a branch step waits for its condition's writer too
+        if layer.guard is not None:
+            readers.setdefault(resolve(graph, layer.guard[0])[0], []).append((k, -1))
+    bodies = _bodies(graph, pairs, writers, readers)
+    unit = list(range(len(graph.layers)))
+    for (s, e), body in zip(pairs, bodies):
+        for k in body | {s, e}:
+            unit[k] = s
+    members = {}
+    for k in range(len(graph.layers)):
+        members.setdefault(unit[k], []).append(k)
+    deps = {u: set() for u in members}
+    for r, ks in readers.items():
+        for k, _ in ks:
+            deps[unit[k]] |= {unit[w] for w in writers.get(r, ()) if unit[w] != unit[k]}
+    order, done = [], set()
+    while len(done) < len(members):
+        u = min(u for u in members if u not in done and deps[u] <= done)
+        done.add(u)
+        ks = members[u]
+        if unit[u] == u and len(ks) > 1:  # a loop: START, the body, END
+            s = u
+            e = next(e for s2, e in pairs if s2 == s)
+            ks = [s] + [k for k in ks if k not in (s, e)] + [e]
+        order += ks
+    graph.layers = [graph.layers[k] for k in order]
+    new = {k: i for i, k in enumerate(order)}
+    graph.loops = [(new[s], new[e]) for s, e in pairs]
+    return graph
+
+
+def records(graph):
+    """Per loop, what the bundle's Loop table holds: its steps and tensors."""
+    out = []
+    for s, e in graph.loops:
+        end = graph.layers[e]
+        n, k = end.loop["carried"], end.loop["scans"]
+        a = end.args
+        out.append(dict(start=s, first=s + 1, end=e, iteration=a[0], trip=a[1], cond=a[2],
+                        carried_from=[a[3 + n]] + a[4 + n:4 + 2 * n], carried_to=[a[2]] + a[3:3 + n],
+                        scan_from=a[4 + 2 * n:4 + 2 * n + k], scan_to=a[len(a) - 1 - k:len(a) - 1],
+                        most=end.loop["most"], name=end.loop["key"]))
+    return out
+
+
+def lifetimes(graph, first, last):
+    """The memory plan's lifetimes ({root: step}, changed in place) made to
+    hold across each loop's iterations: a tensor computed before the body
+    and read in it lives to the END; a scan output the runtime writes
+    during the body, from the START."""
+    for rec in records(graph):
+        s, e = rec["start"], rec["end"]
+        for r in list(last):
+            if first.get(r, -1) <= s < last[r] < e:
+                last[r] = e
+        for t in rec["scan_to"]:
+            r = resolve(graph, t)[0]
+            first[r] = min(first.get(r, s), s)
