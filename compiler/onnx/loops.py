@@ -235,6 +235,8 @@ def at_run_time(node, label, most, consts, typed):
     then needs one). `typed(nodes, inits, names)` as unroll_while's."""
     from .recurrent import DOMAIN
 
+    from .ops import STATIC_INPUTS
+
     body = body_of(node)
     if any(n.op_type in ("Loop", "Scan") for n in body.node):
         return None
@@ -243,6 +245,12 @@ def at_run_time(node, label, most, consts, typed):
     limit, first = (list(node.input) + ["", ""])[:2]
     name = node.name or node.output[0]
     ins = [i.name for i in body.input]
+    varying = set(ins)  # what changes from one iteration to the next: a shape it decides needs the copies
+    for n in body.node:  # (a carried value's shape does not change: what Shape or Size reads of it is fixed)
+        if n.op_type not in ("Shape", "Size") and any(i in varying for i in n.input):
+            if any(p < len(n.input) and n.input[p] in varying for p in STATIC_INPUTS.get(n.op_type, ())):
+                return None
+            varying.update(n.output)
     c_in, c_out = ins[2:], [o.name for o in body.output[1:1 + n_carried]]
     init = list(node.input[2:])
     passing = {j for j in range(n_carried) if c_out[j] == c_in[j]}
@@ -317,7 +325,8 @@ def _inline_copy(body, prefix, bound, consts, nodes, inits):
     del copy.input[:]
     copy.initializer.extend([numpy_helper.from_array(v, k) for k, v in consts.items()])
     del copy.node[:]
-    copy.node.extend([helper.make_node("Identity", [v], [i]) for i, v in bound.items()] + list(body.node))
+    copy.node.extend([helper.make_node("Identity", [v], [i]) for i, v in bound.items() if v != i] +
+                     list(body.node))  # an input named as the outer value it is bound to reads that value
     new, more, outs = inline_branch(copy, prefix)
     nodes += new
     inits += more

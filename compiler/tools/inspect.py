@@ -76,6 +76,12 @@ def describe(path):
     if branch:
         lines.append(f"branches   {len(branch)} branch steps (Ifs decided at run time: the branch not taken is "
                      "skipped)")
+    for loop in b.plan.loops or []:
+        most = f"at most {loop.most} iterations (its scan outputs' rows)" if loop.most >= 0 else "no limit but M"
+        lines.append(f"loop       steps {loop.start}..{loop.end} ('{text(loop.name)}'): the body, steps {loop.start + 1}.."
+                     f"{loop.end - 1}, runs while {text(b.tensors[loop.cond].name)} holds and the iteration number is "
+                     f"below {text(b.tensors[loop.trip].name)}, {most}; {len(loop.carriedFrom or []) - 1} carried "
+                     f"values, {len(loop.scanFrom or [])} scan outputs")
     alternates = [c for c in cpus if c.warm]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
