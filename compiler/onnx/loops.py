@@ -291,14 +291,10 @@ def at_run_time(node, label, most, consts, typed):
                                   name=f"{name}/end", domain=DOMAIN, carried=len(kept), scans=n_scan, most=most))
     nodes += [helper.make_node("Identity", [init[j]], [node.output[j]], name=f"{name}/out{j}")
               for j in sorted(passing) if j < len(node.output) and node.output[j]]
-
-    def info(n, dtype, shape):
-        return helper.make_tensor_value_info(n, dtype, shape)
-
-    infos = [info(it, TensorProto.INT64, []), info(trip, TensorProto.INT64, []), info(cond, TensorProto.BOOL, [])]
-    infos += [info(v_in[j], *found[init[j]]) for j in kept] + [info(f, *found[init[j]]) for f, j in zip(finals, kept)]
-    infos += [info(o, dtype, [f"count_{o}", *shape]) for o, (dtype, shape) in zip(scan_names, scans)]
-    return nodes, inits, infos
+    state = [(it, TensorProto.INT64, []), (trip, TensorProto.INT64, []), (cond, TensorProto.BOOL, [])]
+    state += [(v_in[j], *found[init[j]]) for j in kept] + [(f, *found[init[j]]) for f, j in zip(finals, kept)]
+    state += [(o, dtype, [f"count_{o}", *shape]) for o, (dtype, shape) in zip(scan_names, scans)]
+    return nodes, inits, [helper.make_tensor_value_info(*v) for v in state]
 
 
 def _taken_scans(slots, zeros, flags, outs, most, opset, nodes, inits):

@@ -147,29 +147,6 @@ def _while_loops(model, bounds):
         types, shapes = types_and_shapes(tmp, values=True)
         return {n: (types[n], shapes[n]) for n in names if n in types and n in shapes}
 
-    def symbolic(before, new, inits, names):  # {name: (dtype, dims)}, a dimension set at run time by its name
-        tmp = type(model)()
-        tmp.CopyFrom(model)
-        tmp.graph.ClearField("node")
-        tmp.graph.node.extend(before + new)
-        tmp.graph.initializer.extend(inits)
-        tmp.graph.ClearField("output")
-        fixed = {t.name for t in tmp.graph.initializer} | {i.name for i in tmp.graph.input}
-        tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
-                                for n in dict.fromkeys(names) if n not in fixed)
-        known = {}
-        for folded in (False, True):  # the copy's iteration number is a constant: what it decides folds
-            if folded:
-                fold.apply(tmp)
-            g2 = onnx.shape_inference.infer_shapes(tmp, strict_mode=False, data_prop=True).graph
-            known.update((t.name, (t.data_type, list(t.dims))) for t in g2.initializer)
-            for v in list(g2.input) + list(g2.value_info) + list(g2.output):
-                tt = v.type.tensor_type
-                if tt.HasField("shape") and all(d.HasField("dim_value") or d.dim_param for d in tt.shape.dim):
-                    known[v.name] = (tt.elem_type, [d.dim_value if d.HasField("dim_value") else d.dim_param
-                                                    for d in tt.shape.dim])
-        return {n: known[n] for n in names if n in known}
-
     for node in g.node:
         if node.op_type != "Loop":
             nodes.append(node)
@@ -181,7 +158,7 @@ def _while_loops(model, bounds):
         most = min(v for v in (given, m) if v is not None) if given is not None or m is not None else None
         key = next((o for o in node.output[len(node.input) - 2:] if o), name)
         before = list(nodes)
-        looped = at_run_time(node, label, most, consts, lambda n, i, names: symbolic(before, n, i, names))
+        looped = at_run_time(node, label, most, consts, lambda n, i, ns: _named_types(model, before, n, i, ns))
         if looped is not None:  # the runtime runs it (ir/loops.py)
             nodes += looped[0]
             g.initializer.extend(looped[1])
@@ -203,6 +180,33 @@ def _while_loops(model, bounds):
             model.metadata_props.add(key=f"{BOUND_KEY}{tensor}", value=str(n))
     g.ClearField("node")
     g.node.extend(nodes)
+
+
+def _named_types(model, before, new, inits, names):
+    """{name: (ONNX dtype, dims)} of `names` with `before` + `new` nodes as
+    the graph, a dimension set at run time by its name; the copy's
+    iteration number is a constant, so what it decides folds."""
+    tmp = type(model)()
+    tmp.CopyFrom(model)
+    tmp.graph.ClearField("node")
+    tmp.graph.node.extend(before + new)
+    tmp.graph.initializer.extend(inits)
+    tmp.graph.ClearField("output")
+    fixed = {t.name for t in tmp.graph.initializer} | {i.name for i in tmp.graph.input}
+    tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
+                            for n in dict.fromkeys(names) if n not in fixed)
+    known = {}
+    for folded in (False, True):
+        if folded:
+            fold.apply(tmp)
+        g2 = onnx.shape_inference.infer_shapes(tmp, strict_mode=False, data_prop=True).graph
+        known.update((t.name, (t.data_type, list(t.dims))) for t in g2.initializer)
+        for v in list(g2.input) + list(g2.value_info) + list(g2.output):
+            tt = v.type.tensor_type
+            if tt.HasField("shape") and all(d.HasField("dim_value") or d.dim_param for d in tt.shape.dim):
+                known[v.name] = (tt.elem_type, [d.dim_value if d.HasField("dim_value") else d.dim_param
+                                                for d in tt.shape.dim])
+    return {n: known[n] for n in names if n in known}
 
 
 def _unroll_scans(model):

@@ -76,12 +76,7 @@ def describe(path):
     if branch:
         lines.append(f"branches   {len(branch)} branch steps (Ifs decided at run time: the branch not taken is "
                      "skipped)")
-    for loop in b.plan.loops or []:
-        most = f"at most {loop.most} iterations (its scan outputs' rows)" if loop.most >= 0 else "no limit but M"
-        lines.append(f"loop       steps {loop.start}..{loop.end} ('{text(loop.name)}'): the body, steps {loop.start + 1}.."
-                     f"{loop.end - 1}, runs while {text(b.tensors[loop.cond].name)} holds and the iteration number is "
-                     f"below {text(b.tensors[loop.trip].name)}, {most}; {len(loop.carriedFrom or []) - 1} carried "
-                     f"values, {len(loop.scanFrom or [])} scan outputs")
+    lines += loop_lines(b)
     alternates = [c for c in cpus if c.warm]
     if alternates:
         lines.append(f"continuous {len(alternates)} warm alternates (coldbrew.load(..., mode='continuous')); "
@@ -104,6 +99,22 @@ def describe(path):
         n[0], n[1] = n[0] + 1, n[1] + x.nbytes
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
+    return lines
+
+
+def _count(vector):
+    return 0 if vector is None else len(vector)
+
+
+def loop_lines(b):
+    """One line per Loop the data stops: its steps, condition and limits."""
+    lines = []
+    for loop in b.plan.loops or []:
+        most = f"at most {loop.most} iterations (its scan outputs' rows)" if loop.most >= 0 else "no limit but M"
+        lines.append(f"loop       steps {loop.start}..{loop.end} ('{text(loop.name)}'): the body, steps {loop.start + 1}.."
+                     f"{loop.end - 1}, runs while {text(b.tensors[loop.cond].name)} holds and the iteration number is "
+                     f"below {text(b.tensors[loop.trip].name)}, {most}; {_count(loop.carriedFrom) - 1} carried "
+                     f"values, {_count(loop.scanFrom)} scan outputs")
     return lines
 
 

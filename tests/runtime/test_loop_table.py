@@ -32,6 +32,15 @@ def test_the_bundle_has_one_loop_around_its_body(data):
     assert sess.run(None, loop_feeds(1.5))[1].shape == (2, 1, 4)
 
 
+def test_inspect_shows_the_loop(data, tmp_path):
+    from coldbrew.compiler.tools.inspect import describe
+
+    path = tmp_path / "loop.brew"
+    path.write_bytes(data)
+    (line,) = [x for x in describe(str(path)) if x.startswith("loop ")]
+    assert "('hs')" in line and "at most 8 iterations" in line and "2 carried values, 1 scan outputs" in line, line
+
+
 def edit(**fields):
     def mutate(b):
         for k, v in fields.items():
