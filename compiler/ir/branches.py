@@ -39,7 +39,17 @@ OPAQUE = 8  # TVM's op pattern kOpaque: FuseOps fuses nothing into it or after i
 
 
 def emit_select(bb, cond, then_value, else_value):
-    """The select kernel's call, its PrimFunc marked opaque."""
+    """The select kernel's call, its PrimFunc marked opaque; a scalar side
+    beside a one-value vector is read as that vector (legalize_onnx pairs
+    them)."""
+    from tvm import relax
+
+    from .relax import extents_of
+
+    a, b = extents_of(then_value), extents_of(else_value)
+    if a != b and sorted((tuple(a or ()), tuple(b or ()))) == [(), (1,)]:
+        then_value, else_value = (bb.normalize(relax.op.reshape(v, [1])) if not extents_of(v) else v
+                                  for v in (then_value, else_value))
     var = bb.emit_te(select_te, cond, then_value, else_value, primfunc_name_hint=SELECT)
     gv = bb.lookup_binding(var).args[0]
     bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE))

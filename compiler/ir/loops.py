@@ -77,6 +77,95 @@ def end_te(it, carried, scans, most):
     return [*finals, *stacks, count]
 
 
+def slice_at_te(x, starts, ends, axes, steps, shape):
+    """(`x` sliced, check [1]): ONNX Slice with starts and ends the data
+    sets (an iteration's row), of `shape`, the length its first iteration
+    had; `check` fails the kernel where an iteration's slice has another
+    length. Indices clamp as ONNX's do (negative ones count from the end)."""
+    from tvm import te, tirx
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    rank = len(x.shape)
+    axes = [a % rank for a in (axes if axes is not None else range(len(shape)))][:int(starts.shape[0])]
+    steps = steps if steps is not None else [1] * len(axes)
+
+    def bound(v, dim):
+        v = tirx.Cast("int64", v)
+        v = tirx.Select(v < 0, v + dim, v)
+        return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
+
+    def dim(k):
+        return tirx.Cast("int64", x.shape[axes[k]])
+
+    def at(*i):
+        idx = list(i)
+        for k, a in enumerate(axes):
+            pos = bound(starts[k], dim(k)) + tirx.Cast("int64", i[a]) * steps[k]
+            idx[a] = tirx.min(pos, dim(k) - 1)  # in bounds whatever the check finds
+        return x(*idx)
+
+    out = te.compute(shape, at, name="cb_slice_at")
+
+    def ir(s, e, c):
+        with IRBuilder() as ib:
+            s, e, c = (T.buffer_proxy(b) for b in (s, e, c))
+            with T.serial(0, 1):
+                for k, a in enumerate(axes):
+                    span = bound(e[k], dim(k)) - bound(s[k], dim(k))
+                    length = tirx.max((span + steps[k] - 1) // steps[k], tirx.const(0, "int64"))
+                    with T.Assert(length == shape[a], f"a slice the loop's iteration places is not {shape[a]} "
+                                  f"long on axis {a}, as its first iteration's was"):
+                        T.evaluate(0)
+                c[0] = 1
+            return ib.get()
+
+    check = te.extern([(1,)], [starts, ends], lambda i, o: ir(*i, *o), dtype=["int32"], name="cb_slice_check")
+    return [out, check]
+
+
+def range_at_te(start, limit, delta, length):
+    """(values [length], check [1]): ONNX Range of one-value tensors the data
+    sets, of the `length` its first iteration had (checked as slice_at_te's)."""
+    from tvm import te, tirx
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    out = te.compute((length,), lambda i: start[0] + tirx.Cast(str(start.dtype), i) * delta[0], name="cb_range_at")
+
+    def ir(a, z, d, c):
+        with IRBuilder() as ib:
+            a, z, d, c = (T.buffer_proxy(b) for b in (a, z, d, c))
+            with T.serial(0, 1):
+                span = T.Cast("float64", z[0] - a[0]) / T.Cast("float64", d[0])
+                n = T.max(T.Cast("int64", T.ceil(span)), tirx.const(0, "int64"))
+                with T.Assert(n == length, f"a Range the loop's iteration sets does not hold {length} values, as its "
+                              "first iteration's did"):
+                    T.evaluate(0)
+                c[0] = 1
+            return ib.get()
+
+    check = te.extern([(1,)], [start, limit, delta], lambda i, o: ir(*i, *o), dtype=["int32"], name="cb_range_check")
+    return [out, check]
+
+
+def emit_slice_at(bb, inputs, attrs):
+    """SLICE_AT's kernel called on the importer's values: the slice (or the Range)."""
+    from tvm import relax
+
+    if int(attrs.get("range", 0)):
+        args = [bb.normalize(relax.op.reshape(v, [1])) for v in inputs[:3]]
+        ph = [_placeholder(v, n) for v, n in zip(args, ("start", "limit", "delta"))]
+        call = _call(bb, "cb_range_at", ph, range_at_te(*ph, int(attrs["shape"][0])), args, {})
+        return bb.emit(relax.TupleGetItem(call, 0))
+    x, starts, ends = inputs[:3]
+    ph = [_placeholder(v, n) for v, n in ((x, "x"), (starts, "starts"), (ends, "ends"))]
+    shape = [int(d) for d in attrs["shape"]]
+    outs = slice_at_te(*ph, attrs.get("axes"), attrs.get("steps"), shape)
+    call = _call(bb, "cb_slice_at", ph, outs, [x, starts, ends], {})
+    return bb.emit(relax.TupleGetItem(call, 0))
+
+
 def _call(bb, name, placeholders, outputs, args, marks):
     """The kernel of `outputs` over `placeholders` called on `args`, opaque
     and marked."""
@@ -117,7 +206,8 @@ def emit_start(bb, inputs, attrs, name):
     ph = {n: _placeholder(x, n) for n, x in args}
     outputs = start_te(ph.get("dep"), ph.get("limit"), ph.get("first"),
                        [ph[f"init{k}"] for k in range(len(carried))], most)
-    marks = {LOOP: json.dumps({"role": "start", "loop": name, "carried": len(carried), "most": most})}
+    marks = {LOOP: json.dumps({"role": "start", "loop": name, "carried": len(carried), "most": most,
+                               "at_least_once": bool(int(attrs.get("at_least_once", 0)))})}
     return _call(bb, "cb_loop_start", list(ph.values()), outputs, [x for _, x in args], marks)
 
 
@@ -247,7 +337,8 @@ def records(graph):
         out.append(dict(start=s, first=s + 1, end=e, iteration=a[0], trip=a[1], cond=a[2],
                         carried_from=[a[3 + n]] + a[4 + n:4 + 2 * n], carried_to=[a[2]] + a[3:3 + n],
                         scan_from=a[4 + 2 * n:4 + 2 * n + k], scan_to=a[len(a) - 1 - k:len(a) - 1],
-                        most=end.loop["most"], name=end.loop["key"]))
+                        most=end.loop["most"], name=end.loop["key"],
+                        at_least_once=graph.layers[s].loop.get("at_least_once", False)))
     return out
 
 

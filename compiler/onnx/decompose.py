@@ -13,7 +13,8 @@ ops.check_static to name):
   fails to lower when every axis is normalized).
 - OneHot's depth (any numeric type, a scalar or one element): an int64
   scalar; its indices of other types cast to int64 (as ONNX says); its
-  negative axis counted from the front.
+  negative axis counted from the front; its result cast to its values'
+  type (the importer computes it in float64).
 - TopK with sorted=0 (any order allowed): sorted.
 - Upsample (opset 7 to 9): per scaled axis a Gather of the source rows
   (nearest: floor(out / scale)), and for linear mode the weighted sum of the
@@ -174,6 +175,10 @@ def small_forms(model):
             if types.get(node.input[0]) not in _INTEGERS:  # ONNX casts other indices to int64
                 nodes.append(helper.make_node("Cast", [node.input[0]], [f"{name}/indices"], to=TensorProto.INT64))
                 node.input[0] = f"{name}/indices"
+            if types.get(node.input[2]) not in (None, TensorProto.DOUBLE):  # the importer's values are float64
+                out, node.output[0] = node.output[0], f"{name}/wide"
+                nodes += [node, helper.make_node("Cast", [node.output[0]], [out], to=types[node.input[2]])]
+                continue
         elif node.op_type == "TopK":
             for a in node.attribute:
                 if a.name == "sorted":

@@ -235,40 +235,34 @@ def at_run_time(node, label, most, consts, typed):
     then needs one). `typed(nodes, inits, names)` as unroll_while's."""
     from .recurrent import DOMAIN
 
-    from .ops import STATIC_INPUTS
-
     body = body_of(node)
-    if any(n.op_type in ("Loop", "Scan") for n in body.node):
+    slices = _varying_slices(body)
+    if slices is None:
         return None
     n_carried = len(node.input) - 2
     n_scan = len(body.output) - 1 - n_carried
     limit, first = (list(node.input) + ["", ""])[:2]
     name = node.name or node.output[0]
     ins = [i.name for i in body.input]
-    varying = set(ins)  # what changes from one iteration to the next: a shape it decides needs the copies
-    for n in body.node:  # (a carried value's shape does not change: what Shape or Size reads of it is fixed)
-        if n.op_type not in ("Shape", "Size") and any(i in varying for i in n.input):
-            if any(p < len(n.input) and n.input[p] in varying for p in STATIC_INPUTS.get(n.op_type, ())):
-                return None
-            varying.update(n.output)
     c_in, c_out = ins[2:], [o.name for o in body.output[1:1 + n_carried]]
     init = list(node.input[2:])
     passing = {j for j in range(n_carried) if c_out[j] == c_in[j]}
     kept = [j for j in range(n_carried) if j not in passing]
     if any(c_out[j] in ins for j in kept):
         return None
-    probe_nodes, probe_inits = [], []
-    outs = _inline_copy(body, f"{name}/probe/", dict(zip(c_in, init)),
-                        {ins[0]: np.array(0, np.int64), ins[1]: np.array(True)}, probe_nodes, probe_inits)
-    found = typed(probe_nodes, probe_inits, init + outs)
-    if any(found.get(init[j]) is None or found.get(init[j]) != found.get(outs[1 + j]) for j in kept):
+    settled = _settled(body, name, init, kept, typed, [n.output[0] for n in slices])
+    if settled is None:
+        return None
+    init, nodes, inits, found, outs, once = settled
+    body = _sliced_at(body, slices, {n.output[0]: found.get(f"{name}/probe/{n.output[0]}") for n in slices})
+    if body is None:
         return None
     scans = [found.get(o) for o in outs[1 + n_carried:]]
     if any(s is None for s in scans):
         return None
     defined = {o for n in body.node for o in n.output} | set(ins) | {t.name for t in body.initializer}
     outer = [i for n in body.node for i in n.input if i and i not in defined]
-    dep = next((v for v in [*init, limit, first, *outer] if v and v not in consts), None)
+    dep = next((v for v in [*node.input[2:], limit, first, *outer] if v and v not in consts), None)
     if dep is None:
         return None
     if n_scan and most is None:
@@ -278,11 +272,12 @@ def at_run_time(node, label, most, consts, typed):
     most = UNBOUNDED if most is None else most
     it, trip, cond = f"{name}/iteration", f"{name}/trip", f"{name}/cond"
     v_in = {j: f"{name}/carried{j}" for j in kept}
-    nodes, inits = [helper.make_node(START, [dep, limit, first] + [init[j] for j in kept],
-                                     [it, trip, cond] + [v_in[j] for j in kept], name=f"{name}/start",
-                                     domain=DOMAIN, most=most)], []
+    nodes.append(helper.make_node(START, [dep, limit, first] + [init[j] for j in kept],
+                                  [it, trip, cond] + [v_in[j] for j in kept], name=f"{name}/start", domain=DOMAIN,
+                                  most=most, at_least_once=int(once)))
     bound = {ins[0]: it, ins[1]: cond, **{c_in[j]: v_in.get(j, init[j]) for j in range(n_carried)}}
     outs = _inline_copy(body, f"{name}/body/", bound, {}, nodes, inits)
+    _constants_held(nodes, inits)
     finals = [node.output[j] if j < len(node.output) and node.output[j] else f"{name}/final{j}" for j in kept]
     scan_names = [o or f"{name}/scan{k}" for k, o in enumerate((list(node.output) + [""] * n_scan)[n_carried:]
                                                                 [:n_scan])]
@@ -294,7 +289,136 @@ def at_run_time(node, label, most, consts, typed):
     state = [(it, TensorProto.INT64, []), (trip, TensorProto.INT64, []), (cond, TensorProto.BOOL, [])]
     state += [(v_in[j], *found[init[j]]) for j in kept] + [(f, *found[init[j]]) for f, j in zip(finals, kept)]
     state += [(o, dtype, [f"count_{o}", *shape]) for o, (dtype, shape) in zip(scan_names, scans)]
+    state += [(f"{name}/body/{n.output[0]}", *found[f"{name}/probe/{n.output[0]}"]) for n in slices]
     return nodes, inits, [helper.make_tensor_value_info(*v) for v in state]
+
+
+# ai.coldbrew: a Slice at a place the iteration sets (or a Range, `range` 1), of the length it has first
+SLICE_AT = "CbSliceAt"
+
+
+def _varying_slices(body):
+    """The body's Slices whose starts or ends and Ranges whose limits change
+    from one iteration to the next (a decoder reading or writing its
+    step's row), or None where something else the iteration changes
+    decides a shape (the copies are needed). An If's condition may change:
+    it becomes a select."""
+    from .ops import STATIC_INPUTS
+
+    if any(n.op_type in ("Loop", "Scan") for n in body.node):
+        return None
+    varying, slices = {i.name for i in body.input}, []
+    for n in body.node:  # (a carried value's shape does not change: what Shape or Size reads of it is fixed)
+        if n.op_type in ("Shape", "Size") or not any(i in varying for i in n.input):
+            continue
+        static = [p for p in STATIC_INPUTS.get(n.op_type, ()) if p < len(n.input) and n.input[p] in varying]
+        if (n.op_type == "Slice" and static and set(static) <= {1, 2}) or n.op_type == "Range":
+            slices.append(n)
+        elif static and n.op_type != "If":
+            return None
+        varying.update(n.output)
+    return slices
+
+
+def _sliced_at(body, slices, shapes):
+    """A copy of `body` whose varying Slices are SLICE_AT nodes of the
+    shape their first iteration gives (`shapes`; the kernel checks it at
+    every iteration: ir/loops.py slice_at_te), or None where one is unknown
+    or steps backwards."""
+    from .recurrent import DOMAIN
+
+    if not slices:
+        return body
+    consts = {t.name: numpy_helper.to_array(t) for t in body.initializer}
+    consts.update((n.output[0], numpy_helper.to_array(n.attribute[0].t)) for n in body.node
+                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value")
+    copy = onnx.GraphProto()
+    copy.CopyFrom(body)
+    del copy.node[:]
+    for n in body.node:
+        if n not in slices:
+            copy.node.append(n)
+            continue
+        got, extra = shapes.get(n.output[0]), list(n.input[3:5])
+        if n.op_type == "Range":
+            if got is None or len(got[1]) != 1 or not isinstance(got[1][0], int):
+                return None
+            copy.node.append(helper.make_node(SLICE_AT, list(n.input), [n.output[0]], name=n.name, domain=DOMAIN,
+                                              shape=got[1], range=1))
+            continue
+        if got is None or any(not isinstance(d, int) for d in got[1]) or any(e and e not in consts for e in extra):
+            return None
+        axes = [int(a) for a in consts[extra[0]].reshape(-1)] if extra and extra[0] else None
+        steps = [int(v) for v in consts[extra[1]].reshape(-1)] if len(extra) > 1 and extra[1] else None
+        if steps is not None and min(steps) <= 0:
+            return None
+        attrs = dict(shape=got[1], **({"axes": axes} if axes is not None else {}),
+                     **({"steps": steps} if steps is not None else {}))
+        copy.node.append(helper.make_node(SLICE_AT, list(n.input[:3]), [n.output[0]], name=n.name, domain=DOMAIN,
+                                          **attrs))
+    return copy
+
+
+def _settled(body, name, init, kept, typed, more=()):
+    """(first values, nodes and initializers making them, {value: (dtype,
+    dims)}, a probe copy's outputs, whether the loop must run once) where
+    every carried value in `kept` keeps one shape and type from the
+    START on, or None. A carried value whose first iteration changes its
+    shape but not its size (a scalar that becomes a [1]) starts reshaped;
+    one the body never reads (a buffer an exporter starts as a scalar)
+    starts as zeros of its later shape, and a run must then take at least
+    one iteration (the runtime fails one that takes none)."""
+    ins = [i.name for i in body.input]
+    read = {i for n in _all_nodes(body) for i in n.input}
+    nodes, inits, once = [], [], False
+    for _ in range(3):
+        probe_nodes, probe_inits = [], []
+        outs = _inline_copy(body, f"{name}/probe/", dict(zip(ins[2:], init)),
+                            {ins[0]: np.array(0, np.int64), ins[1]: np.array(True)}, probe_nodes, probe_inits)
+        found = typed(nodes + probe_nodes, inits + probe_inits, init + outs + [f"{name}/probe/{m}" for m in more])
+        changed = [j for j in kept if found.get(init[j]) != found.get(outs[1 + j])]
+        if not changed:
+            return init, nodes, inits, found, outs, once
+        for j in changed:
+            (dtype, was), (_, now) = found.get(init[j], (None, None)), found.get(outs[1 + j], (None, None))
+            if now is None or any(not isinstance(d, int) for d in now) or dtype != found[outs[1 + j]][0]:
+                return None
+            new = f"{name}/first{j}"
+            if was is not None and all(isinstance(d, int) for d in was) and np.prod(was) == np.prod(now):
+                inits.append(numpy_helper.from_array(np.array(now, np.int64), f"{new}/shape"))
+                nodes.append(helper.make_node("Reshape", [init[j], f"{new}/shape"], [new], name=new))
+            elif ins[2 + j] not in read:
+                inits.append(numpy_helper.from_array(np.zeros(now, helper.tensor_dtype_to_np_dtype(dtype)), new))
+                once = True
+            else:
+                return None
+            init[j] = new
+    return None
+
+
+def _constants_held(nodes, inits):
+    """The Constant nodes among `nodes` made initializers (the importer and
+    the rewrites after read a node's constant inputs from those)."""
+    keep = []
+    for n in nodes:
+        value = next((a.t for a in n.attribute if a.name == "value"), None) if n.op_type == "Constant" else None
+        if value is None:
+            keep.append(n)
+            continue
+        t = onnx.TensorProto()
+        t.CopyFrom(value)
+        t.name = n.output[0]
+        inits.append(t)
+    nodes[:] = keep
+
+
+def _all_nodes(graph):
+    """The graph's nodes and those of its subgraphs, all the way down."""
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                yield from _all_nodes(g)
 
 
 def _taken_scans(slots, zeros, flags, outs, most, opset, nodes, inits):

@@ -92,6 +92,24 @@ def _attr(node, name, default=None):
     return default
 
 
+def data_slice(node, consts):
+    """Whether `node` is a Slice along one axis whose start or end the data
+    sets, its axes and steps constants: its output is sized by the data
+    (import_relax counts it: compiler/kernels/counted.py slice_te)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if node.op_type != "Slice" or len(node.input) < 3 or all(i in consts for i in node.input[1:3]):
+        return False
+    extra = [i for i in node.input[3:5] if i]
+    if any(i not in consts for i in extra):
+        return False
+    values = [np.asarray(numpy_helper.to_array(consts[i]) if hasattr(consts[i], "dims") else consts[i]).reshape(-1)
+              for i in extra]
+    steps = values[1] if len(values) > 1 else np.ones(1)
+    return all(v.size == 1 for v in values) and float(steps[0]) > 0
+
+
 def check_static(model, sized=False):
     """Raise CompileError for every node whose shape/mode inputs are not
     constants, and for operator modes coldbrew does not implement. `sized`:
@@ -123,7 +141,8 @@ def check_static(model, sized=False):
 
     for i, node in enumerate(g.node):
         label = f"{node.op_type} node '{node.name or '#%d' % i}'"
-        for pos in sorted(STATIC_INPUTS.get(node.op_type, ())):
+        counted = {1, 2} if data_slice(node, consts) else set()
+        for pos in sorted(STATIC_INPUTS.get(node.op_type, set()) - counted):
             if pos < len(node.input) and node.input[pos] and node.input[pos] not in consts:
                 src = ", ".join(sorted(roots(node.input[pos])))
                 if not src:  # computed from input shapes sized at run time only

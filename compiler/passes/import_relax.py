@@ -80,8 +80,11 @@ def _node_watch(failed, counts):
 
     def convert(self, op_name, inputs, attrs, opset):
         import tvm
+        from tvm import relax
 
         try:
+            if op_name == loops.SLICE_AT:
+                return ir_loops.emit_slice_at(self.bb, inputs, attrs)
             if op_name in (loops.START, loops.END):  # a Loop the runtime runs (ir/loops.py)
                 node = getattr(self, "cb_node", None)
                 name = node.name.rsplit("/", 1)[0]
@@ -92,6 +95,9 @@ def _node_watch(failed, counts):
             if op_name in RANDOM:
                 return _random(self.bb, op_name, inputs, attrs)
             if op_name == "TopK" and len(inputs) > 1 and not is_const(inputs[1]):  # k from the data
+                return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
+            if op_name == "Slice" and not all(is_const(v) for v in inputs[1:3]) and all(
+                    isinstance(getattr(v, "ty", None), relax.TensorType) for v in inputs[1:3]):  # the data's place
                 return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name in COUNTED_OPS and op_name != "Range":  # a Range only where the data sets its limits
                 return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
@@ -123,7 +129,7 @@ def _node_watch(failed, counts):
     ONNXGraphImporter._convert_operator, ONNXGraphImporter._parse_value_proto = convert, node_of
     real_map = onnx_frontend._get_convert_map
     onnx_frontend._get_convert_map = lambda: {**real_map(), recurrent.CELL: _Cell,
-                                              **{op: _Cell for op in (*RANDOM, loops.START, loops.END)}}  # those `convert` takes first
+                                              **{op: _Cell for op in (*RANDOM, loops.START, loops.END, loops.SLICE_AT)}}  # those `convert` takes first
     try:
         yield
     finally:
@@ -243,6 +249,14 @@ class _Counts:
             return self.take(bb, call, 0, [*shape[:axis], n, *shape[axis + 1:]])
         if op == "NonMaxSuppression":
             return self.nms(bb, inputs, attrs, outs[0])
+        if op == "Slice":  # along one axis, from and to where the data says (ops.data_slice)
+            axes = inputs[3].value.numpy().reshape(-1) if len(inputs) > 3 and inputs[3] is not None else [0]
+            step = int(inputs[4].value.numpy().reshape(-1)[0]) if len(inputs) > 4 and inputs[4] is not None else 1
+            axis = int(axes[0]) % len(shape)
+            d, n = self.dim(outs[0], self.most((shape[axis] + step - 1) // step))
+            ends = [bb.normalize(relax.op.reshape(v, [1])) for v in inputs[1:3]]
+            call = self.kernel(bb, counted.slice_te, [x, *ends, axis, step, d.max], n, "cb_slice")
+            return self.take(bb, call, 0, [*shape[:axis], n, *shape[axis + 1:]])
         if op == "TopK":  # k known at run time only: the best `bound` sorted, the first k of them taken
             from .lower_sequential import topk_te
 

@@ -37,7 +37,8 @@ from onnx import TensorProto, helper
 
 from ..errors import CompileError
 from ..onnx import shapes
-from ..onnx.ops import types_and_shapes, branches, check_static, check_supported, inline_branch, opset_of
+from ..onnx.ops import (types_and_shapes, branches, check_static, check_supported, data_slice, inline_branch,
+                        opset_of)
 from ..onnx import decompose, fold
 from ..ir.branches import SELECT
 from ..onnx.loops import BOUND_KEY, MAX_ITERATIONS, at_run_time, unroll_scan, unroll_while
@@ -46,15 +47,31 @@ from ..onnx.recurrent import GATES
 
 NAME = "legalize_onnx"
 
-def _same_outputs(a, b):
-    """Whether two branches' outputs pair up with one known type and shape each."""
+def _same_outputs(a, b, inferred=None):
+    """Whether two branches' outputs pair up with one known type and shape
+    each (as declared, else as `inferred`: the (dtype, dims) of each
+    branch's outputs, in order); a one-value vector pairs with a scalar
+    (the select gives the vector: an exporter's branch returning a
+    constant scalar where the other computes a [1])."""
     def sig(v):
         t = v.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
         return t.elem_type, dims
-    pairs = [(sig(x), sig(y)) for x, y in zip(a.output, b.output)]
-    return len(a.output) == len(b.output) and all(
-        x == y and x[1] is not None and None not in x[1] for x, y in pairs)
+
+    def pair(x, y):
+        return x is not None and y is not None and x[0] == y[0] and x[1] is not None and y[1] is not None and \
+            None not in x[1] + y[1] and (x[1] == y[1] or sorted((x[1], y[1])) == [[], [1]])
+
+    sigs = inferred or ([sig(x) for x in a.output], [sig(y) for y in b.output])
+    return len(a.output) == len(b.output) and all(pair(x, y) for x, y in zip(*sigs))
+
+
+def _branch_types(model, before, then_b, else_b):
+    """The (dtype, dims) of each branch's outputs, inferred with the graph's
+    nodes `before` them (an exporter's declared shapes may be wrong)."""
+    t, e = inline_branch(then_b, "then/"), inline_branch(else_b, "else/")
+    got = _named_types(model, before, t[0] + e[0], t[1] + e[1], t[2] + e[2], selects=False)
+    return [got.get(n) for n in t[2]], [got.get(n) for n in e[2]]
 
 
 def _if_to_where(model):
@@ -68,7 +85,9 @@ def _if_to_where(model):
     nodes, inits = [], []
     for node in g.node:
         then_b, else_b = branches(node) if node.op_type == "If" else (None, None)
-        if node.op_type != "If" or node.input[0] in consts or not _same_outputs(then_b, else_b):
+        if node.op_type != "If" or node.input[0] in consts or not (
+                _same_outputs(then_b, else_b) or _same_outputs(then_b, else_b, _branch_types(model, nodes, then_b,
+                                                                                              else_b))):
             nodes.append(node)
             continue
         name = node.name or node.output[0]
@@ -129,11 +148,11 @@ def _while_loops(model, bounds):
     import_relax."""
     g = model.graph
     if not any(n.op_type == "Loop" for n in g.node):
-        return
+        return False
     from onnx import numpy_helper
 
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    opset, nodes = opset_of(model), []
+    opset, nodes, ran = opset_of(model), [], False
 
     def typed(before, new, inits, names):
         tmp = type(model)()
@@ -165,6 +184,7 @@ def _while_loops(model, bounds):
             g.value_info.extend(looped[2])
             if not any(o.domain == recurrent.DOMAIN for o in model.opset_import):
                 model.opset_import.append(helper.make_opsetid(recurrent.DOMAIN, 1))
+            ran = True
             continue
         if most is None or most > MAX_ITERATIONS:
             raise CompileError(f"{label}: its condition depends on the data and it may run "
@@ -180,12 +200,14 @@ def _while_loops(model, bounds):
             model.metadata_props.add(key=f"{BOUND_KEY}{tensor}", value=str(n))
     g.ClearField("node")
     g.node.extend(nodes)
+    return ran
 
 
-def _named_types(model, before, new, inits, names):
+def _named_types(model, before, new, inits, names, selects=True):
     """{name: (ONNX dtype, dims)} of `names` with `before` + `new` nodes as
     the graph, a dimension set at run time by its name; the copy's
-    iteration number is a constant, so what it decides folds."""
+    iteration number is a constant, so what it decides folds; with
+    `selects`, Ifs are made selects as the model's own will be."""
     tmp = type(model)()
     tmp.CopyFrom(model)
     tmp.graph.ClearField("node")
@@ -199,6 +221,8 @@ def _named_types(model, before, new, inits, names):
     for folded in (False, True):
         if folded:
             fold.apply(tmp)
+            if selects:
+                _if_to_where(tmp)
         g2 = onnx.shape_inference.infer_shapes(tmp, strict_mode=False, data_prop=True).graph
         known.update((t.name, (t.data_type, list(t.dims))) for t in g2.initializer)
         for v in list(g2.input) + list(g2.value_info) + list(g2.output):
@@ -268,7 +292,10 @@ def apply(model, cells=True, sized=False, bounds=None):
         _name_counts(model)
         shapes.apply(model)
         _sizes_as_data(model)
-    _while_loops(model, bounds or {})
+    if _while_loops(model, bounds or {}):  # a loop the runtime runs: its body's shapes fold as the rest did
+        fold.apply(model)
+        if sized:
+            _name_counts(model)  # what follows it (a slice to its step count)
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)
@@ -286,19 +313,32 @@ def _name_counts(model):
     name on, and the shape arithmetic after them folds (onnx/shapes.py)."""
     types, known = types_and_shapes(model, symbolic=True)
     g = model.graph
+    consts = {t.name: t for t in g.initializer}
     for node in g.node:
         out = node.output[0] if node.output else ""
         count = f"count_{out}"
         if node.op_type == "NonZero" and node.input[0] in known:
             shape = [max(len(known[node.input[0]]), 1), count]
+        elif data_slice(node, consts) and node.input[0] in known:  # along its one axis
+            axis = _slice_axis(node, consts, len(known[node.input[0]]))
+            shape = [count if k == axis else d for k, d in enumerate(known[node.input[0]])]
         elif node.op_type == "NonMaxSuppression" or (node.op_type == "Unique" and not any(
                 a.name == "axis" for a in node.attribute)):  # a Range: onnx/shapes.py names its length
             shape = [count, 3] if node.op_type == "NonMaxSuppression" else [count]
         else:
             continue
+        named = {v.name for v in g.value_info}
         for k, o in enumerate(node.output):
-            if o and k != 2:  # Unique's inverse has its input's size
+            if o and k != 2 and o not in named:  # Unique's inverse has its input's size
                 g.value_info.append(helper.make_tensor_value_info(o, types.get(o, TensorProto.INT64), shape))
+
+
+def _slice_axis(node, consts, rank):
+    """The one axis of a data_slice."""
+    from onnx import numpy_helper
+
+    axes = node.input[3] if len(node.input) > 3 and node.input[3] else None
+    return int(numpy_helper.to_array(consts[axes]).reshape(-1)[0]) % rank if axes else 0
 
 
 _SIZE_READERS = {"ReduceMin": 0, "ReduceMax": 0, "ReduceSum": 0, "ReduceProd": 0, "TopK": 1}
@@ -330,7 +370,8 @@ def _sized_by_data(model):
     it is left to the importer."""
     from ..onnx.ops import COUNTED_OPS
 
-    return any(n.op_type in COUNTED_OPS or n.op_type == "Loop" for n in model.graph.node)
+    consts = {t.name: t for t in model.graph.initializer}
+    return any(n.op_type in COUNTED_OPS or n.op_type == "Loop" or data_slice(n, consts) for n in model.graph.node)
 
 
 def run(c):

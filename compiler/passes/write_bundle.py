@@ -161,7 +161,8 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
                       loops=[fb.LoopT(name=r["name"], start=r["start"], end=r["end"], iteration=r["iteration"],
                                       trip=r["trip"], cond=r["cond"], carriedFrom=r["carried_from"],
                                       carriedTo=r["carried_to"], scanFrom=r["scan_from"], scanTo=r["scan_to"],
-                                      most=r["most"]) for r in loops.records(graph)] or None)
+                                      most=r["most"], atLeastOnce=r["at_least_once"])
+                             for r in loops.records(graph)] or None)
     if graph.accuracy:
         acc = graph.accuracy
         b.accuracy = fb.AccuracyT(outputError=acc["output_error"], samples=acc["samples"], inputs=acc["inputs"],

@@ -1598,7 +1598,8 @@ struct Loop FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_CARRIED_TO = 18,
     VT_SCAN_FROM = 20,
     VT_SCAN_TO = 22,
-    VT_MOST = 24
+    VT_MOST = 24,
+    VT_AT_LEAST_ONCE = 26
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -1633,6 +1634,9 @@ struct Loop FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   int64_t most() const {
     return GetField<int64_t>(VT_MOST, -1LL);
   }
+  bool at_least_once() const {
+    return GetField<uint8_t>(VT_AT_LEAST_ONCE, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1652,6 +1656,7 @@ struct Loop FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_SCAN_TO) &&
            verifier.VerifyVector(scan_to()) &&
            VerifyField<int64_t>(verifier, VT_MOST, 8) &&
+           VerifyField<uint8_t>(verifier, VT_AT_LEAST_ONCE, 1) &&
            verifier.EndTable();
   }
 };
@@ -1693,6 +1698,9 @@ struct LoopBuilder {
   void add_most(int64_t most) {
     fbb_.AddElement<int64_t>(Loop::VT_MOST, most, -1LL);
   }
+  void add_at_least_once(bool at_least_once) {
+    fbb_.AddElement<uint8_t>(Loop::VT_AT_LEAST_ONCE, static_cast<uint8_t>(at_least_once), 0);
+  }
   explicit LoopBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1716,7 +1724,8 @@ inline ::flatbuffers::Offset<Loop> CreateLoop(
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> carried_to = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_from = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> scan_to = 0,
-    int64_t most = -1LL) {
+    int64_t most = -1LL,
+    bool at_least_once = false) {
   LoopBuilder builder_(_fbb);
   builder_.add_most(most);
   builder_.add_scan_to(scan_to);
@@ -1729,6 +1738,7 @@ inline ::flatbuffers::Offset<Loop> CreateLoop(
   builder_.add_end(end);
   builder_.add_start(start);
   builder_.add_name(name);
+  builder_.add_at_least_once(at_least_once);
   return builder_.Finish();
 }
 
@@ -1744,7 +1754,8 @@ inline ::flatbuffers::Offset<Loop> CreateLoopDirect(
     const std::vector<uint32_t> *carried_to = nullptr,
     const std::vector<uint32_t> *scan_from = nullptr,
     const std::vector<uint32_t> *scan_to = nullptr,
-    int64_t most = -1LL) {
+    int64_t most = -1LL,
+    bool at_least_once = false) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto carried_from__ = carried_from ? _fbb.CreateVector<uint32_t>(*carried_from) : 0;
   auto carried_to__ = carried_to ? _fbb.CreateVector<uint32_t>(*carried_to) : 0;
@@ -1762,7 +1773,8 @@ inline ::flatbuffers::Offset<Loop> CreateLoopDirect(
       carried_to__,
       scan_from__,
       scan_to__,
-      most);
+      most,
+      at_least_once);
 }
 
 struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -2528,8 +2528,15 @@ class Loop(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return -1
 
+    # Loop
+    def AtLeastOnce(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def LoopStart(builder):
-    builder.StartObject(11)
+    builder.StartObject(12)
 
 def LoopAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -2576,6 +2583,9 @@ def LoopStartScanToVector(builder, numElems):
 def LoopAddMost(builder, most):
     builder.PrependInt64Slot(10, most, -1)
 
+def LoopAddAtLeastOnce(builder, atLeastOnce):
+    builder.PrependBoolSlot(11, atLeastOnce, 0)
+
 def LoopEnd(builder):
     return builder.EndObject()
 
@@ -2601,6 +2611,7 @@ class LoopT(object):
         scanFrom = None,
         scanTo = None,
         most = -1,
+        atLeastOnce = False,
     ):
         self.name = name  # type: Optional[str]
         self.start = start  # type: int
@@ -2613,6 +2624,7 @@ class LoopT(object):
         self.scanFrom = scanFrom  # type: Optional[List[int]]
         self.scanTo = scanTo  # type: Optional[List[int]]
         self.most = most  # type: int
+        self.atLeastOnce = atLeastOnce  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2670,6 +2682,7 @@ class LoopT(object):
             else:
                 self.scanTo = loop.ScanToAsNumpy()
         self.most = loop.Most()
+        self.atLeastOnce = loop.AtLeastOnce()
 
     # LoopT
     def Pack(self, builder):
@@ -2724,6 +2737,7 @@ class LoopT(object):
         if self.scanTo is not None:
             LoopAddScanTo(builder, scanTo)
         LoopAddMost(builder, self.most)
+        LoopAddAtLeastOnce(builder, self.atLeastOnce)
         loop = LoopEnd(builder)
         return loop
 

@@ -535,7 +535,7 @@ cb_status parse_loops(const fbs::Bundle* b, cb_model* m, uint32_t version) {
               (sf && sf->size() ? l->most() >= 1 : l->most() >= -1);
     if (!ok) return cb_fail(CB_ERR_CORRUPT, "loop %u ('%s'): its steps or tensors are out of place", k, d->name);
     d->start = l->start(), d->end = l->end(), d->iteration = l->iteration(), d->trip = l->trip();
-    d->cond = l->cond(), d->most = l->most();
+    d->cond = l->cond(), d->most = l->most(), d->at_least_once = l->at_least_once();
     d->ncarried = cf->size(), d->carried_from = cf->data(), d->carried_to = ct->data();
     d->nscans = sf ? sf->size() : 0, d->scan_from = sf ? sf->data() : nullptr, d->scan_to = st ? st->data() : nullptr;
     ok = scalar(m, d->iteration, CB_I64) && scalar(m, d->trip, CB_I64) && scalar(m, d->cond, CB_BOOL) &&

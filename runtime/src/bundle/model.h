@@ -124,6 +124,7 @@ typedef struct cb_loop_desc {
   const uint32_t* scan_from;
   const uint32_t* scan_to;
   int64_t most; /* rows of each scan output; -1: no limit */
+  uint8_t at_least_once; /* a run that takes no iteration fails */
 } cb_loop_desc;
 
 typedef struct cb_segment_desc {

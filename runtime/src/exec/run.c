@@ -239,6 +239,9 @@ static cb_status run_steps(cb_session* s, int first, uint32_t queues) {
       const cb_loop_desc* l = &m->loops[m->steps[i].loop_start];
       if (loop_holds(s, l, &st))
         active = m->steps[i].loop_start;
+      else if (l->at_least_once)
+        return cb_fail(CB_ERR_INVALID_ARGUMENT, "loop '%s' took no iteration: a value it carries has another shape "
+                       "before its first one than after, so coldbrew runs it at least once", l->name);
       else
         i = l->end - 1;
       if (st) return st;
