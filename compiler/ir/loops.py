@@ -77,23 +77,26 @@ def end_te(it, carried, scans, most):
     return [*finals, *stacks, count]
 
 
+def _clamped(v, dim):
+    """An ONNX Slice index: negative ones count from the end; clamped to the axis."""
+    from tvm import tirx
+
+    v = tirx.Cast("int64", v)
+    v = tirx.Select(v < 0, v + dim, v)
+    return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
+
+
 def slice_at_te(x, starts, ends, axes, steps, shape):
-    """(`x` sliced, check [1]): ONNX Slice with starts and ends the data
+    """(`x` sliced, length [1]): ONNX Slice with starts and ends the data
     sets (an iteration's row), of `shape`, the length its first iteration
-    had; `check` fails the kernel where an iteration's slice has another
-    length. Indices clamp as ONNX's do (negative ones count from the end)."""
+    had. `length` is that length on every sliced axis (else the first other
+    one found): a counted size of exactly it, which the runtime checks
+    after the step (a slice of another length fails the run)."""
     from tvm import te, tirx
-    from tvm.script.ir_builder import IRBuilder
-    from tvm.script.ir_builder import tirx as T
 
     rank = len(x.shape)
     axes = [a % rank for a in (axes if axes is not None else range(len(shape)))][:int(starts.shape[0])]
     steps = steps if steps is not None else [1] * len(axes)
-
-    def bound(v, dim):
-        v = tirx.Cast("int64", v)
-        v = tirx.Select(v < 0, v + dim, v)
-        return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
 
     def dim(k):
         return tirx.Cast("int64", x.shape[axes[k]])
@@ -101,68 +104,57 @@ def slice_at_te(x, starts, ends, axes, steps, shape):
     def at(*i):
         idx = list(i)
         for k, a in enumerate(axes):
-            pos = bound(starts[k], dim(k)) + tirx.Cast("int64", i[a]) * steps[k]
+            pos = _clamped(starts[k], dim(k)) + tirx.Cast("int64", i[a]) * steps[k]
             idx[a] = tirx.min(pos, dim(k) - 1)  # in bounds whatever the check finds
         return x(*idx)
 
-    out = te.compute(shape, at, name="cb_slice_at")
+    def length(_):
+        found = tirx.const(shape[axes[0]], "int64")
+        for k in reversed(range(len(axes))):
+            n = tirx.max((_clamped(ends[k], dim(k)) - _clamped(starts[k], dim(k)) + steps[k] - 1) // steps[k],
+                         tirx.const(0, "int64"))
+            found = tirx.Select(n != shape[axes[k]], n, found)
+        return found
 
-    def ir(s, e, c):
-        with IRBuilder() as ib:
-            s, e, c = (T.buffer_proxy(b) for b in (s, e, c))
-            with T.serial(0, 1):
-                for k, a in enumerate(axes):
-                    span = bound(e[k], dim(k)) - bound(s[k], dim(k))
-                    length = tirx.max((span + steps[k] - 1) // steps[k], tirx.const(0, "int64"))
-                    with T.Assert(length == shape[a], f"a slice the loop's iteration places is not {shape[a]} "
-                                  f"long on axis {a}, as its first iteration's was"):
-                        T.evaluate(0)
-                c[0] = 1
-            return ib.get()
-
-    check = te.extern([(1,)], [starts, ends], lambda i, o: ir(*i, *o), dtype=["int32"], name="cb_slice_check")
-    return [out, check]
+    return [te.compute(shape, at, name="cb_slice_at"), te.compute((1,), length, name="cb_slice_length")]
 
 
 def range_at_te(start, limit, delta, length):
-    """(values [length], check [1]): ONNX Range of one-value tensors the data
-    sets, of the `length` its first iteration had (checked as slice_at_te's)."""
+    """(values [length], count [1]): ONNX Range of one-value tensors the data
+    sets, of the `length` its first iteration had; `count` its length at
+    this iteration (checked as slice_at_te's)."""
     from tvm import te, tirx
-    from tvm.script.ir_builder import IRBuilder
-    from tvm.script.ir_builder import tirx as T
 
     out = te.compute((length,), lambda i: start[0] + tirx.Cast(str(start.dtype), i) * delta[0], name="cb_range_at")
-
-    def ir(a, z, d, c):
-        with IRBuilder() as ib:
-            a, z, d, c = (T.buffer_proxy(b) for b in (a, z, d, c))
-            with T.serial(0, 1):
-                span = T.Cast("float64", z[0] - a[0]) / T.Cast("float64", d[0])
-                n = T.max(T.Cast("int64", T.ceil(span)), tirx.const(0, "int64"))
-                with T.Assert(n == length, f"a Range the loop's iteration sets does not hold {length} values, as its "
-                              "first iteration's did"):
-                    T.evaluate(0)
-                c[0] = 1
-            return ib.get()
-
-    check = te.extern([(1,)], [start, limit, delta], lambda i, o: ir(*i, *o), dtype=["int32"], name="cb_range_check")
-    return [out, check]
+    span = tirx.Cast("float64", limit[0] - start[0]) / tirx.Cast("float64", delta[0])
+    count = te.compute((1,), lambda _: tirx.max(tirx.Cast("int64", tirx.ceil(span)), tirx.const(0, "int64")),
+                       name="cb_range_length")
+    return [out, count]
 
 
-def emit_slice_at(bb, inputs, attrs):
-    """SLICE_AT's kernel called on the importer's values: the slice (or the Range)."""
+def emit_slice_at(bb, inputs, attrs, counts, name):
+    """SLICE_AT's kernel called on the importer's values: the slice (or the
+    Range), its length a counted size of exactly the first iteration's
+    (`counts`: import_relax._Counts)."""
     from tvm import relax
 
+    from ..kernels.counted import COUNTS
+
+    shape = [int(d) for d in attrs["shape"]]
     if int(attrs.get("range", 0)):
         args = [bb.normalize(relax.op.reshape(v, [1])) for v in inputs[:3]]
         ph = [_placeholder(v, n) for v, n in zip(args, ("start", "limit", "delta"))]
-        call = _call(bb, "cb_range_at", ph, range_at_te(*ph, int(attrs["shape"][0])), args, {})
-        return bb.emit(relax.TupleGetItem(call, 0))
-    x, starts, ends = inputs[:3]
-    ph = [_placeholder(v, n) for v, n in ((x, "x"), (starts, "starts"), (ends, "ends"))]
-    shape = [int(d) for d in attrs["shape"]]
-    outs = slice_at_te(*ph, attrs.get("axes"), attrs.get("steps"), shape)
-    call = _call(bb, "cb_slice_at", ph, outs, [x, starts, ends], {})
+        outs, fixed = range_at_te(*ph, shape[0]), shape[0]
+    else:
+        args = list(inputs[:3])
+        ph = [_placeholder(v, n) for v, n in zip(args, ("x", "starts", "ends"))]
+        axes = attrs.get("axes")
+        outs = slice_at_te(*ph, axes, attrs.get("steps"), shape)
+        fixed = shape[(axes[0] if axes else 0) % len(shape)]
+    _, var = counts.dim(name, fixed, least=fixed)
+    call = _call(bb, "cb_range_at" if int(attrs.get("range", 0)) else "cb_slice_at", ph, outs, args,
+                 {COUNTS: var.name})
+    counts.count_of[var.name] = bb.emit(relax.TupleGetItem(call, 1))
     return bb.emit(relax.TupleGetItem(call, 0))
 
 

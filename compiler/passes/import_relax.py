@@ -83,8 +83,8 @@ def _node_watch(failed, counts):
         from tvm import relax
 
         try:
-            if op_name == loops.SLICE_AT:
-                return ir_loops.emit_slice_at(self.bb, inputs, attrs)
+            if op_name == loops.SLICE_AT:  # a step's row (ir/loops.py)
+                return ir_loops.emit_slice_at(self.bb, inputs, attrs, counts, self.cb_node.output[0])
             if op_name in (loops.START, loops.END):  # a Loop the runtime runs (ir/loops.py)
                 node = getattr(self, "cb_node", None)
                 name = node.name.rsplit("/", 1)[0]
@@ -165,8 +165,8 @@ class _Counts:
     def __init__(self, variables, bounds):
         self.variables, self.bounds, self.node, self.count_of = variables, bounds, None, {}
 
-    def dim(self, name, most):
-        """A new counted Dim for output `name`, from 0 to its bound (the
+    def dim(self, name, most, least=0):
+        """A new counted Dim for output `name`, from `least` to its bound (the
         user's, else `most`: the most the input allows), and its variable."""
         import re
 
@@ -182,7 +182,7 @@ class _Counts:
         var = re.sub(r"\W", "_", f"count_{name}")
         while var in used:
             var += "_"
-        d = Dim(name, 0, max(int(bound), 0), counted=True)
+        d = Dim(name, least, max(int(bound), least), counted=True)
         self.variables[d] = tirx.Var(var, "int64")
         return d, self.variables[d]
 

@@ -91,7 +91,10 @@ cb_status cb_shapes_count(cb_session* s, uint32_t step) {
     if (!writes) continue;
     int64_t v;
     memcpy(&v, s->tensors[c].data, sizeof v);
-    if (v < d->range.min || v > d->range.max)
+    if (v < d->range.min) /* a loop's step row of another length than its first (compiler/ir/loops.py) */
+      return cb_fail(CB_ERR_INVALID_ARGUMENT, "layer '%s' found %lld entries for '%s', fewer than the %lld the bundle "
+                     "was compiled for", sd->layer_name, (long long)v, d->name, (long long)d->range.min);
+    if (v > d->range.max)
       return cb_fail(CB_ERR_INVALID_ARGUMENT, "layer '%s' found %lld entries for '%s', more than the %lld the bundle "
                      "holds (compile with --bound %s=N for more)", sd->layer_name, (long long)v, d->name,
                      (long long)d->range.max, d->name);

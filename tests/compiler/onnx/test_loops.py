@@ -206,3 +206,113 @@ def test_onnx_loop_case_with_its_first_condition_from_the_data():
         got = sess.run(None, {"cond": np.array(cond), "y": y})
         assert_close(got, ort_run(case.model, feeds))
         assert got[1].shape[0] == (int(trip) if cond else 0)
+
+
+def decoder_model(rows=6, span=1):
+    """An exporter's greedy decoder, as a table-structure model writes it:
+    the state h adds |its step's row of the input| (a Slice from the step to
+    step + `span`), each step's output written into row `step` of a buffer
+    (ScatterElements) that starts as a scalar the body never reads, a
+    counter carried; the loop stops where the row's sum passes `thr` or at
+    `rows`; the output is the buffer's first `count` rows (a Slice whose end
+    the data sets)."""
+    i64, B = TensorProto.INT64, TensorProto.BOOL
+
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name))
+
+    body_nodes = [
+        const("one", np.array([1], np.int64)), const("ax1", np.array([1], np.int64)),
+        const("span", np.array([span], np.int64)), const("rows", np.array(rows, np.int64)),
+        helper.make_node("Reshape", ["step_in", "one"], ["s1"]),
+        helper.make_node("Add", ["s1", "span"], ["s2"]),
+        helper.make_node("Slice", ["x", "s1", "s2", "ax1"], ["row"]),          # [1, span, 4]
+        helper.make_node("ReduceSum", ["row", "ax1"], ["rsum"], keepdims=0),    # [1, 4]
+        helper.make_node("Abs", ["rsum"], ["h_pre"]),
+        helper.make_node("Add", ["h_in", "h_pre"], ["h_out"]),  # growing: a threshold stops it anywhere
+        helper.make_node("Unsqueeze", ["h_out", "ax1"], ["h_row"]),            # [1, 1, 4]
+        helper.make_node("Reshape", ["s1", "one"], ["s_idx"]),
+        helper.make_node("Reshape", ["s_idx", "idx_shape"], ["s_b"]),
+        helper.make_node("Expand", ["s_b", "row_shape"], ["where"]),
+        helper.make_node("ScatterElements", ["buf_zero", "where", "h_row"], ["buf_out"], axis=1),
+        helper.make_node("Add", ["step_in", "one_s"], ["step_out"]),
+        helper.make_node("ReduceSum", ["h_out"], ["tot"], keepdims=0),
+        helper.make_node("Less", ["tot", "thr"], ["go"]),
+        helper.make_node("Less", ["step_out", "rows"], ["room"]),
+        helper.make_node("And", ["go", "room"], ["cond_out"]),
+    ]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("it", i64, []), helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("step_in", i64, []), helper.make_tensor_value_info("h_in", F, [1, 4]),
+         helper.make_tensor_value_info("buf_in", F, None)],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("step_out", i64, []),
+         helper.make_tensor_value_info("h_out", F, [1, 4]), helper.make_tensor_value_info("buf_out", F, None)],
+        [numpy_helper.from_array(np.array(1, np.int64), "one_s"),
+         numpy_helper.from_array(np.array([1, 1, 1], np.int64), "idx_shape"),
+         numpy_helper.from_array(np.array([1, 1, 4], np.int64), "row_shape")])
+    inits = [numpy_helper.from_array(np.array(100, np.int64), "M"), numpy_helper.from_array(np.array(True), "c0"),
+             numpy_helper.from_array(np.array(0, np.int64), "step0"), numpy_helper.from_array(np.array(0, np.float32),
+                                                                                              "buf0"),
+             numpy_helper.from_array(np.zeros((1, rows, 4), np.float32), "buf_zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"), numpy_helper.from_array(np.array([1], np.int64),
+                                                                                               "axis1"),
+             numpy_helper.from_array(np.array([1], np.int64), "one1")]
+    nodes = [helper.make_node("Loop", ["M", "c0", "step0", "h0", "buf0"], ["steps", "h_end", "buf"], name="dec",
+                              body=body),
+             helper.make_node("Reshape", ["steps", "one1"], ["end"]),
+             helper.make_node("Slice", ["buf", "zero", "end", "axis1"], ["out"])]
+    g = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", F, [1, rows + span, 4]),
+                                             helper.make_tensor_value_info("h0", F, [1, 4]),
+                                             helper.make_tensor_value_info("thr", F, [])],
+                          [helper.make_tensor_value_info("out", F, [1, None, 4]),
+                           helper.make_tensor_value_info("h_end", F, [1, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def decoder_feeds(thr, rows=6, span=1):
+    rng = np.random.default_rng(3)
+    return {"x": rng.standard_normal((1, rows + span, 4)).astype(np.float32),
+            "h0": np.zeros((1, 4), np.float32), "thr": np.array(thr, np.float32)}
+
+
+def test_a_decoder_runs_as_one_body_and_matches_onnxruntime_at_every_length():
+    """Its buffer starts as a scalar and becomes [1, rows, 4] (the START
+    gives it that shape, zeros), its step's row is a Slice at the step (one
+    row long, checked), its output a Slice to the step count (counted)."""
+    model = decoder_model()
+    bundle = compile_model(model)
+    assert len(read_bytes(bundle)[0].plan.loops) == 1 and read_bytes(bundle)[0].plan.loops[0].atLeastOnce
+    sess = coldbrew.load(bundle)
+    lengths = []
+    for thr in (0.0, 6.0, 14.0, 100.0):
+        feeds = decoder_feeds(thr)
+        got, ref = sess.run(None, feeds), ort_run(model, feeds)
+        assert_close(got, ref)
+        lengths.append(got[0].shape[1])
+    assert lengths == [1, 2, 4, 6], lengths
+
+
+def test_a_step_slice_of_another_length_fails_the_run():
+    """A Slice at the step keeps the length its first iteration has: one
+    that the axis's end cuts short fails the run rather than reading past it."""
+    model = decoder_model(rows=6, span=2)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 6  # the last step's 2 rows cut to 1
+    sess = coldbrew.load(compile_model(model))
+    feeds = {**decoder_feeds(0.0), "x": decoder_feeds(0.0)["x"][:, :6]}
+    assert_close(sess.run(None, feeds), ort_run(model, feeds))  # one step: its 2 rows are there
+    with pytest.raises(coldbrew.BundleError, match="found 1 entries for .*, fewer than the 2 the bundle was compiled"):
+        sess.run(None, {**feeds, "thr": np.array(100.0, np.float32)})
+
+
+def test_a_loop_whose_first_shapes_change_must_run_once():
+    model = decoder_model()
+    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "c0"))
+    model.graph.input.append(helper.make_tensor_value_info("c0", TensorProto.BOOL, []))
+    sess = coldbrew.load(compile_model(model))
+    feeds = decoder_feeds(100.0)
+    assert_close(sess.run(None, {**feeds, "c0": np.array(True)}), ort_run(model, {**feeds, "c0": np.array(True)}))
+    with pytest.raises(coldbrew.BundleError, match="took no iteration: a value it carries has another shape"):
+        sess.run(None, {**feeds, "c0": np.array(False)})
