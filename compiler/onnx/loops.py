@@ -227,18 +227,19 @@ def at_run_time(node, label, most, consts, typed):
     iteration count). After the body the runtime copies each carried value
     onto its input and each scan value into its slot, and runs the body
     again while the condition holds and the count is below M. Carried
-    values passed through unchanged are read where they are. None where a
-    carried value changes its shape or type from one iteration to the next,
-    one is another's input, a scan value's shape is unknown, or every value
-    the loop reads is a constant (`unroll_while` then). `most`: M or the
-    user's bound, None where neither is known (a loop with scan outputs
-    then needs one). `typed(nodes, inits, names)` as unroll_while's."""
+    values passed through unchanged are read where they are. A sentence
+    saying why not (`unroll_while` then) where a carried value changes its
+    shape or type from one iteration to the next (beyond what _settled
+    settles), one is another's input, a scan value's shape is unknown, or
+    every value the loop reads is a constant. `most`: M or the user's
+    bound, None where neither is known (a loop with scan outputs then
+    needs one). `typed(nodes, inits, names)` as unroll_while's."""
     from .recurrent import DOMAIN
 
     body = body_of(node)
     slices = _varying_slices(body)
-    if slices is None:
-        return None
+    if isinstance(slices, str):
+        return slices
     n_carried = len(node.input) - 2
     n_scan = len(body.output) - 1 - n_carried
     limit, first = (list(node.input) + ["", ""])[:2]
@@ -249,22 +250,22 @@ def at_run_time(node, label, most, consts, typed):
     passing = {j for j in range(n_carried) if c_out[j] == c_in[j]}
     kept = [j for j in range(n_carried) if j not in passing]
     if any(c_out[j] in ins for j in kept):
-        return None
+        return "one carried value is another's input"
     settled = _settled(body, name, init, kept, typed, [n.output[0] for n in slices])
-    if settled is None:
-        return None
+    if isinstance(settled, str):
+        return settled
     init, nodes, inits, found, outs, once = settled
     body = _sliced_at(body, slices, {n.output[0]: found.get(f"{name}/probe/{n.output[0]}") for n in slices})
-    if body is None:
-        return None
+    if isinstance(body, str):
+        return body
     scans = [found.get(o) for o in outs[1 + n_carried:]]
     if any(s is None for s in scans):
-        return None
+        return "a scan output's shape is not known"
     defined = {o for n in body.node for o in n.output} | set(ins) | {t.name for t in body.initializer}
     outer = [i for n in body.node for i in n.input if i and i not in defined]
     dep = next((v for v in [*node.input[2:], limit, first, *outer] if v and v not in consts), None)
     if dep is None:
-        return None
+        return "it reads nothing but constants"
     if n_scan and most is None:
         key = next(o for o in node.output[n_carried:] if o) if any(node.output[n_carried:]) else name
         raise CompileError(f"{label}: its condition depends on the data and it may run any number of "
@@ -300,13 +301,13 @@ SLICE_AT = "CbSliceAt"
 def _varying_slices(body):
     """The body's Slices whose starts or ends and Ranges whose limits change
     from one iteration to the next (a decoder reading or writing its
-    step's row), or None where something else the iteration changes
+    step's row), or why not where something else the iteration changes
     decides a shape (the copies are needed). An If's condition may change:
     it becomes a select."""
     from .ops import STATIC_INPUTS
 
     if any(n.op_type in ("Loop", "Scan") for n in body.node):
-        return None
+        return "its body holds a Loop or a Scan"
     varying, slices = {i.name for i in body.input}, []
     for n in body.node:  # (a carried value's shape does not change: what Shape or Size reads of it is fixed)
         if n.op_type in ("Shape", "Size") or not any(i in varying for i in n.input):
@@ -315,7 +316,7 @@ def _varying_slices(body):
         if (n.op_type == "Slice" and static and set(static) <= {1, 2}) or n.op_type == "Range":
             slices.append(n)
         elif static and n.op_type != "If":
-            return None
+            return f"the iteration changes what {n.op_type} node '{n.name or n.output[0]}' takes as a shape"
         varying.update(n.output)
     return slices
 
@@ -323,7 +324,7 @@ def _varying_slices(body):
 def _sliced_at(body, slices, shapes):
     """A copy of `body` whose varying Slices are SLICE_AT nodes of the
     shape their first iteration gives (`shapes`; the kernel checks it at
-    every iteration: ir/loops.py slice_at_te), or None where one is unknown
+    every iteration: ir/loops.py slice_at_te), or why not where one is unknown
     or steps backwards."""
     from .recurrent import DOMAIN
 
@@ -342,16 +343,16 @@ def _sliced_at(body, slices, shapes):
         got, extra = shapes.get(n.output[0]), list(n.input[3:5])
         if n.op_type == "Range":
             if got is None or len(got[1]) != 1 or not isinstance(got[1][0], int):
-                return None
+                return f"Range node '{n.name or n.output[0]}' has no length known from the first iteration"
             copy.node.append(helper.make_node(SLICE_AT, list(n.input), [n.output[0]], name=n.name, domain=DOMAIN,
                                               shape=got[1], range=1))
             continue
         if got is None or any(not isinstance(d, int) for d in got[1]) or any(e and e not in consts for e in extra):
-            return None
+            return f"Slice node '{n.name or n.output[0]}' has no shape known from the first iteration"
         axes = [int(a) for a in consts[extra[0]].reshape(-1)] if extra and extra[0] else None
         steps = [int(v) for v in consts[extra[1]].reshape(-1)] if len(extra) > 1 and extra[1] else None
         if steps is not None and min(steps) <= 0:
-            return None
+            return f"Slice node '{n.name or n.output[0]}' steps backwards at a place the iteration sets"
         attrs = dict(shape=got[1], **({"axes": axes} if axes is not None else {}),
                      **({"steps": steps} if steps is not None else {}))
         copy.node.append(helper.make_node(SLICE_AT, list(n.input[:3]), [n.output[0]], name=n.name, domain=DOMAIN,
@@ -381,8 +382,11 @@ def _settled(body, name, init, kept, typed, more=()):
             return init, nodes, inits, found, outs, once
         for j in changed:
             (dtype, was), (_, now) = found.get(init[j], (None, None)), found.get(outs[1 + j], (None, None))
-            if now is None or any(not isinstance(d, int) for d in now) or dtype != found[outs[1 + j]][0]:
-                return None
+            label = f"carried value '{ins[2 + j]}'"
+            if now is None or dtype != found[outs[1 + j]][0]:
+                return f"{label}: its shape or type after an iteration is not known or not its first one's"
+            if any(not isinstance(d, int) for d in now):
+                return f"{label} starts as {was} and becomes {now}, a shape set at run time"
             new = f"{name}/first{j}"
             if was is not None and all(isinstance(d, int) for d in was) and np.prod(was) == np.prod(now):
                 inits.append(numpy_helper.from_array(np.array(now, np.int64), f"{new}/shape"))
@@ -391,9 +395,9 @@ def _settled(body, name, init, kept, typed, more=()):
                 inits.append(numpy_helper.from_array(np.zeros(now, helper.tensor_dtype_to_np_dtype(dtype)), new))
                 once = True
             else:
-                return None
+                return f"{label} starts as {was}, becomes {now}, and the body reads it"
             init[j] = new
-    return None
+    return "its carried values' shapes do not settle"
 
 
 def _constants_held(nodes, inits):

@@ -178,7 +178,7 @@ def _while_loops(model, bounds):
         key = next((o for o in node.output[len(node.input) - 2:] if o), name)
         before = list(nodes)
         looped = at_run_time(node, label, most, consts, lambda n, i, ns: _named_types(model, before, n, i, ns))
-        if looped is not None:  # the runtime runs it (ir/loops.py)
+        if not isinstance(looped, str):  # the runtime runs it (ir/loops.py)
             nodes += looped[0]
             g.initializer.extend(looped[1])
             g.value_info.extend(looped[2])
@@ -186,13 +186,16 @@ def _while_loops(model, bounds):
                 model.opset_import.append(helper.make_opsetid(recurrent.DOMAIN, 1))
             ran = True
             continue
+        why = f" (the runtime cannot run it as one body: {looped})"
         if most is None or most > MAX_ITERATIONS:
             raise CompileError(f"{label}: its condition depends on the data and it may run "
                                f"{'any number of' if most is None else most} iterations; coldbrew unrolls it to the "
-                               f"most it runs (at most {MAX_ITERATIONS}): give that with --bound {key}=N")
-        before = list(nodes)
-        new, inits, found = unroll_while(node, max(most, 1), label, opset, consts,
-                                         lambda n, i, names: typed(before, n, i, names), SELECT)
+                               f"most it runs (at most {MAX_ITERATIONS}): give that with --bound {key}=N{why}")
+        try:
+            new, inits, found = unroll_while(node, max(most, 1), label, opset, consts,
+                                             lambda n, i, names: typed(before, n, i, names), SELECT)
+        except CompileError as e:
+            raise CompileError(f"{e}{why}") from None
         nodes += new
         g.initializer.extend(inits)
         consts.update((t.name, numpy_helper.to_array(t)) for t in inits)
