@@ -117,7 +117,9 @@ def _node_watch(failed, counts):
                 if not all(is_const(x) or tvm.ir.is_prim_expr(x) for x in inputs):  # a length the data sets
                     return counts.convert(self.bb, op_name, inputs, attrs, getattr(self, "cb_node", None))
             if op_name in ("MaxPool", "AveragePool", "Conv") and attrs.get("auto_pad", b"NOTSET") in _SAME:
-                attrs = _same_pads(inputs[0], attrs, inputs[1] if op_name == "Conv" else None)
+                attrs = _same_pads(inputs[0], attrs, inputs[1] if op_name == "Conv" else None, op_name)
+                if attrs is None:  # pads that change with the size: a max pooling of its own
+                    return _same_max_pool(self.bb, inputs[0], getattr(self, "cb_node", None))
             return _named(self.bb, real(self, op_name, inputs, attrs, opset), getattr(self, "cb_node", None))
         except Exception:
             if not failed:
@@ -395,16 +397,18 @@ def _arange(bb, inputs):
 _SAME = (b"SAME_UPPER", b"SAME_LOWER", "SAME_UPPER", "SAME_LOWER")
 
 
-def _same_pads(x, attrs, w=None):
-    """A pooling's or convolution's SAME padding over sizes set at run time,
-    as explicit pads where they come out the same at every size (a page of
-    32 * h rows: a stride-2 window pads as at any even size); a
-    CompileError saying which step makes them so where they do not."""
+def _same_pads(x, attrs, w=None, op="Conv"):
+    """A pooling's or convolution's SAME padding as explicit pads where they
+    come out the same at every size (a fixed size, or a page of 32 * h
+    rows: a stride-2 window pads as at any even size); None for a
+    MaxPool whose pads change with the size (import_relax's own kernel
+    pads it at run time); for others a CompileError saying which step
+    makes them so."""
     from tvm.sym import Analyzer
     from tvm import tirx
 
     shape = getattr(getattr(x, "ty", None), "shape", None)
-    if shape is None or all(hasattr(d, "value") for d in shape.values[2:]):
+    if shape is None:
         return attrs
     spatial = list(shape.values[2:])
     kernel = attrs.get("kernel_shape") or ([int(d) for d in w.ty.shape.values[2:]] if w is not None else None)
@@ -417,6 +421,9 @@ def _same_pads(x, attrs, w=None):
     for n, k, s, d in zip(spatial, kernel, strides, dilations):
         total = simplify(tirx.max(((n + s - 1) // s - 1) * s + (k - 1) * d + 1 - n, 0))
         if not isinstance(total, tirx.IntImm):
+            if op == "MaxPool" and all(v == 1 for v in dilations) and not attrs.get("ceil_mode") and \
+                    len(attrs.get("kernel_shape", [])) == 2 and "storage_order" not in attrs:
+                return None
             raise CompileError(f"its SAME padding over a size set at run time differs from size to size (stride {s}); "
                                f"declare that input dimension with a step that is a multiple of {s}, e.g. "
                                f"[MIN:MAX:{s}]")
@@ -424,6 +431,39 @@ def _same_pads(x, attrs, w=None):
         begin.append(t // 2 if upper else t - t // 2)
         end.append(t - begin[-1])
     return {**attrs, "auto_pad": b"NOTSET", "pads": begin + end}
+
+
+def _same_max_pool(bb, x, node):
+    """A 2-D MaxPool with SAME padding over sizes set at run time: each
+    window's maximum over the entries inside the input (the padding never
+    wins), its first row and column where the size puts them."""
+    from tvm import te, tirx
+
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    upper = attrs["auto_pad"] in (b"SAME_UPPER", "SAME_UPPER")
+
+    def pool(x):
+        n, c, h, w = x.shape
+        oh, ow = (h + sh - 1) // sh, (w + sw - 1) // sw
+
+        def first(o, size, k, s):
+            total = tirx.max((o - 1) * s + k - size, 0)
+            return total // 2 if upper else total - total // 2
+
+        top, left = first(oh, h, kh, sh), first(ow, w, kw, sw)
+        r, t = te.reduce_axis((0, kh), "r"), te.reduce_axis((0, kw), "t")
+        low = tirx.min_value(x.dtype)
+
+        def at(b, ch, i, j):
+            y, z = i * sh + r - top, j * sw + t - left
+            inside = tirx.all(y >= 0, y < h, z >= 0, z < w)
+            return te.max(tirx.Select(inside, x[b, ch, tirx.max(tirx.min(y, h - 1), 0),
+                                                tirx.max(tirx.min(z, w - 1), 0)], low), axis=[r, t])
+
+        return te.compute((n, c, oh, ow), at, name="cb_same_max_pool")
+
+    return _named(bb, bb.emit_te(pool, x, primfunc_name_hint="cb_same_max_pool"), node)
 
 
 def _whole_scales(inputs):

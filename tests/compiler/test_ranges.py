@@ -342,9 +342,32 @@ def test_same_padding_over_sizes_set_at_run_time_is_explicit_where_it_holds_for_
         for h, w in ((6, 8), (12, 38)):
             f = {"x": np.random.default_rng(h).standard_normal((1, 16, h, w)).astype(np.float32)}
             assert_close(sess.run(None, f), ort_run(model, f))
+    model = _pool_model({"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"})
+    model.graph.node[1].op_type = "AveragePool"
     with pytest.raises(CompileError, match=r"SAME padding over a size set at run time differs.*\[MIN:MAX:2\]"):
-        compile_model(_pool_model({"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}), path,
-                      input_shapes={"x": "1x16x[h=5:40]x[w=5:40]"})
+        compile_model(model, path, input_shapes={"x": "1x16x[h=5:40]x[w=5:40]"})
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_a_max_pool_whose_same_pads_change_with_the_size_pads_at_run_time(tmp_path, mode):
+    """MTCNN's pyramid feeds any size: a stride-2 SAME max pooling pads odd
+    sizes and not even ones (import_relax._same_max_pool); with fixed
+    planes and a batch set at run time, the pads are explicit."""
+    path = str(tmp_path / "same.brew")
+    model = _pool_model({"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": mode})
+    compile_model(model, path, input_shapes={"x": "1x16x[h=5:40]x[w=5:40]"})
+    sess = coldbrew.load(path)
+    for h, w in ((5, 5), (6, 9), (17, 40), (40, 23)):
+        f = {"x": np.random.default_rng(h * w).standard_normal((1, 16, h, w)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    for d, v in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], (9, 13)):
+        d.dim_value = v
+    for o in model.graph.output:
+        o.type.tensor_type.shape.dim[0].dim_param = "n"
+    compile_model(model, path, input_shapes={"x": "[n=1:8]x16x9x13"})
+    f = {"x": np.random.default_rng(1).standard_normal((3, 16, 9, 13)).astype(np.float32)}
+    assert_close(coldbrew.load(path).run(None, f), ort_run(model, f))
 
 
 def test_a_global_mean_over_a_plane_sized_at_run_time_sums_row_by_row(tmp_path):
