@@ -58,9 +58,10 @@ def _same_outputs(a, b, inferred=None):
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
         return t.elem_type, dims
 
-    def pair(x, y):
-        return x is not None and y is not None and x[0] == y[0] and x[1] is not None and y[1] is not None and \
-            None not in x[1] + y[1] and (x[1] == y[1] or sorted((x[1], y[1])) == [[], [1]])
+    def pair(x, y):  # a size set at run time by its name (inferred): the same name, the same size
+        if x is None or y is None or x[0] != y[0] or x[1] is None or y[1] is None or None in x[1] + y[1]:
+            return False
+        return x[1] == y[1] or ({len(x[1]), len(y[1])} == {0, 1} and (x[1] + y[1]) == [1])
 
     sigs = inferred or ([sig(x) for x in a.output], [sig(y) for y in b.output])
     return len(a.output) == len(b.output) and all(pair(x, y) for x, y in zip(*sigs))

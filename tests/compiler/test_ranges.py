@@ -466,3 +466,25 @@ def test_a_recurrent_cell_over_a_sequence_sized_at_run_time_matches_onnxruntime(
         ours, ref = sess.run(None, f), ort_run(model, f)
         assert ours[0].shape == ref[0].shape and ref[0].shape[0] == n
         assert_close(ours, ref)
+
+
+def test_an_if_whose_branches_declare_no_shapes_over_a_size_set_at_run_time(tmp_path):
+    """The branches' shapes are inferred (with the size's name), compared as
+    such: the If becomes a select, never an internal error."""
+    def branch(op, out):
+        return helper.make_graph([helper.make_node(op, ["x"], [out])], op,
+                                 [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)])
+
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "t"), else_branch=branch("Neg", "e"))]
+    model = helper.make_model(helper.make_graph(
+        nodes, "if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")]), opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "if.brew")
+    compile_model(model, path, input_shapes={"x": "1x[n=2:64]"})
+    sess = coldbrew.load(path)
+    for n, sign in ((5, 1), (40, -1)):
+        f = {"x": (sign * np.abs(np.random.default_rng(n).standard_normal((1, n)))).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
