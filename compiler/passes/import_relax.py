@@ -106,7 +106,7 @@ def _node_watch(failed, counts):
             if op_name == "Resize":
                 inputs = _whole_scales(inputs)
             if op_name in _BINARY:
-                inputs = _scalars_typed(inputs)
+                inputs = _sizes_typed(self.bb, _scalars_typed(inputs), counts)
             sized = _on_sizes(self.bb, op_name, inputs, attrs, counts)
             if sized is not None:
                 return sized
@@ -358,6 +358,27 @@ def _scalars_typed(inputs):
         return inputs
     dtype = str(typed[0].ty.dtype)
     return [relax.const(x.value, dtype) if isinstance(x, (tirx.FloatImm, tirx.IntImm)) else x for x in inputs]
+
+
+def _sizes_typed(bb, inputs, counts):
+    """A size set at run time (a PrimExpr the importer made of Shape
+    arithmetic) beside a tensor in an element-wise operator (a Clip's bound
+    from a width): a scalar tensor of the tensor's dtype holding it."""
+    import tvm
+    from tvm import relax
+
+    typed = [x for x in inputs if isinstance(getattr(x, "ty", None), relax.TensorType)]
+    if not typed or not any(tvm.ir.is_prim_expr(x) and not isinstance(x, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
+                            for x in inputs):
+        return inputs
+    dtype = str(typed[0].ty.dtype)
+
+    def scalar(x):
+        value = _shape_values(bb, [x], dtype, counts.written([x]))
+        return bb.normalize(relax.op.reshape(value, []))
+
+    return [scalar(x) if tvm.ir.is_prim_expr(x) and not isinstance(x, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) else x
+            for x in inputs]
 
 
 def _arange(bb, inputs):

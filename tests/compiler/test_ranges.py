@@ -488,3 +488,26 @@ def test_an_if_whose_branches_declare_no_shapes_over_a_size_set_at_run_time(tmp_
     for n, sign in ((5, 1), (40, -1)):
         f = {"x": (sign * np.abs(np.random.default_rng(n).standard_normal((1, n)))).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_a_clip_bound_from_a_size_set_at_run_time(tmp_path):
+    """A Clip whose upper bound is the input's width (a recognizer's lengths
+    clipped to its time steps): the size, written into a tensor, bounds it."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["w"], axis=0),
+             helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+             helper.make_node("Clip", ["x", "zero", "wf"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "clip", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(0, np.float32),
+                                                                                         "zero")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "clip.brew")
+    compile_model(model, path, input_shapes={"x": "1x[n=2:64]"})
+    sess = coldbrew.load(path)
+    for n in (3, 20, 64):
+        f = {"x": (np.random.default_rng(n).standard_normal((1, n)) * 40).astype(np.float32)}
+        got = sess.run(None, f)
+        assert_close(got, ort_run(model, f))
+        assert got[0].max() <= n and (got[0] == n).any(), n
