@@ -86,8 +86,10 @@ def _fold_once(model, names):
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names)
     if inserts:
-        before = dict(inserts)
-        nodes = [m for n in model.graph.node for m in ([before[n.output[0]]] if n.output[0] in before else []) + [n]]
+        before = {}
+        for out, n in inserts:
+            before.setdefault(out, []).append(n)
+        nodes = [m for n in model.graph.node for m in before.get(n.output[0], []) + [n]]
         del model.graph.node[:]
         model.graph.node.extend(nodes)
     return changed
@@ -221,7 +223,8 @@ def _rewrite(model, node, values, shapes, inserts):
         return _broadcast(model, node, values, x)
     target = values.get(node.input[1])
     if target is not None and x is None and op == "Expand" and node.input[1] not in _initializers(model):
-        return _shape_of_earlier(model, node, target.reshape(-1), shapes, inserts)
+        return _shape_of_earlier(model, node, target.reshape(-1), shapes, inserts) or \
+            _shape_from_dims(model, node, target.reshape(-1), shapes, inserts)
     if target is None or x is None:
         return False
     if node.input[1] in _initializers(model):  # a constant target: the sizes a -1 leaves, named once
@@ -246,7 +249,8 @@ def _rewrite(model, node, values, shapes, inserts):
         else:
             out.append(None)
     if op == "Expand" and None in out:
-        return _shape_of_earlier(model, node, target, shapes, inserts)
+        return _shape_of_earlier(model, node, target, shapes, inserts) or \
+            _shape_from_dims(model, node, target, shapes, inserts)
     if out.count(None) + out.count(-1) > 1:
         return False
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
@@ -357,7 +361,7 @@ def _shape_of_earlier(model, node, target, shapes, inserts):
     tensor's shape): its shape read from a tensor computed before it that
     has exactly that shape (a Shape node the importer takes); True if one was found."""
     g = model.graph
-    if node.input[1] == f"{node.name or node.output[0]}/shape_of":  # read so already
+    if _read_already(node):
         return False
     for n in g.node:
         if list(n.output) == list(node.output):
@@ -370,6 +374,46 @@ def _shape_of_earlier(model, node, target, shapes, inserts):
                 node.input[1] = name
                 return True
     return False
+
+
+def _read_already(node):
+    """Whether an Expand's shape is read from shapes already (_shape_of_earlier, _shape_from_dims)."""
+    return node.input[1] in (f"{node.name or node.output[0]}/shape_of", f"{node.name or node.output[0]}/dims")
+
+
+def _shape_from_dims(model, node, target, shapes, inserts):
+    """An Expand to sizes each of which is an axis of a tensor computed
+    before it (the exporters' [1, T, 1] of Where(Equal(shape, -1), ...)):
+    its shape a Concat of those axes (Shape and Gather, which the importer
+    takes as a shape) and the fixed sizes; True if every size was found."""
+    g = model.graph
+    name = f"{node.name or node.output[0]}/dims"
+    if _read_already(node):
+        return False
+    earlier = [i.name for i in g.input]
+    for n in g.node:
+        if list(n.output) == list(node.output):
+            break
+        earlier += [o for o in n.output if o]
+    new, parts, inits = [], [], []
+    for k, e in enumerate(target):
+        part = f"{name}/{k}"
+        if _fixed(e):
+            inits.append(numpy_helper.from_array(np.array([int(e)], np.int64), part))
+        else:
+            found = next(((t, a) for t in earlier for a, d in enumerate(shapes.get(t) or [])
+                          if d is not None and _same(d, e)), None)
+            if found is None:
+                return False
+            inits.append(numpy_helper.from_array(np.array([found[1]], np.int64), f"{part}/axis"))
+            new += [helper.make_node("Shape", [found[0]], [f"{part}/shape"]),
+                    helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [part], axis=0)]
+        parts.append(part)
+    new.append(helper.make_node("Concat", parts, [name], axis=0))
+    g.initializer.extend(inits)
+    inserts += [(node.output[0], n) for n in new]
+    node.input[1] = name
+    return True
 
 
 def _replace_input(model, node, k, value):

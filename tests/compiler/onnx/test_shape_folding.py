@@ -90,8 +90,8 @@ def test_a_range_over_a_size_and_the_exporters_test_for_minus_one_fold():
     """The exporters' broadcast of a constant to a computed shape:
     Expand(c, Where(Equal(Shape(r), -1), ones, Shape(r))), r a Range over
     x's length reshaped to [n, 1]: the Range's length named, the test for
-    -1 decided (a size is never negative), the Expand's shape read from r
-    itself; the result onnxruntime's at every length."""
+    -1 decided (a size is never negative), the Expand's shape read from
+    shapes (r's, or x's axis); the result onnxruntime's at every length."""
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
              helper.make_node("Range", ["zero", "n", "one"], ["r"]),
              helper.make_node("Reshape", ["r", "col"], ["rc"]), helper.make_node("Shape", ["rc"], ["rs"]),
@@ -107,7 +107,32 @@ def test_a_range_over_a_size_and_the_exporters_test_for_minus_one_fold():
     ops = [n.op_type for n in m.graph.node]
     assert "Equal" not in ops and "Where" not in ops, ops
     expand = next(n for n in m.graph.node if n.op_type == "Expand")
-    assert next(n for n in m.graph.node if expand.input[1] in n.output).op_type == "Shape"
+    assert next(n for n in m.graph.node if expand.input[1] in n.output).op_type in ("Shape", "Concat")  # of Shapes
     for n in (1, 5, 9):
         x = np.arange(n, dtype=np.float32).reshape(1, n)
         np.testing.assert_array_equal(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0])
+
+
+def test_an_expand_to_sizes_of_several_tensors_reads_each_from_its_own():
+    """A voice model's broadcast of x's mean row to [1, n, 1] by
+    Where(Equal(Reshape(Concat(-1, n, -1)), -1), ones, ...): the test for -1
+    decided, the shape made of the constants and x's axis 1 (a Shape and a
+    Gather, which the importer takes); onnxruntime's result at every n."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Concat", ["minus", "n1", "minus"], ["cat"], axis=0),
+             helper.make_node("Reshape", ["cat", "minus"], ["t"]),
+             helper.make_node("Equal", ["t", "minus3"], ["eq"]), helper.make_node("Where", ["eq", "ones", "t"], ["w"]),
+             helper.make_node("ReduceMean", ["x"], ["mean"], axes=[1, 2], keepdims=1),
+             helper.make_node("Expand", ["mean", "w"], ["e"]), helper.make_node("Sub", ["x", "e"], ["y"])]
+    m = _model(nodes, {"i1": 1, "zero1": [0], "minus": [-1], "minus3": [-1, -1, -1], "ones": [1, 1, 1]},
+               [1, "n", 4], [1, "n", 4])
+    m.opset_import[0].version = 13
+    before = onnx.ModelProto()
+    before.CopyFrom(m)
+    shapes.apply(m)
+    ops = [n.op_type for n in m.graph.node]
+    assert "Equal" not in ops and "Where" not in ops, ops
+    for n in (1, 6, 11):
+        x = np.random.default_rng(n).standard_normal((1, n, 4)).astype(np.float32)
+        np.testing.assert_allclose(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0], rtol=1e-6)
