@@ -64,8 +64,8 @@ def _fold_once(model, names):
 
     shapes = {v.name: [dim(d) for d in v.type.tensor_type.shape.dim]
               for v in list(g.input) + list(g.value_info) + list(g.output) if v.type.tensor_type.HasField("shape")}
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
-              if t.data_type == 7 and np.prod(t.dims, dtype=np.int64) <= 64}  # small int64 constants
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer  # small integer constants
+              if t.data_type in (6, 7) and np.prod(t.dims, dtype=np.int64) <= 64}  # (int32: a jax2tf shape)
     changed, inserts = False, []  # inserts: (a node's first output, a node to put before it)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] not in values:

@@ -355,11 +355,21 @@ def _sizes_as_data(model):
     (import_relax writes sizes set at run time into it)."""
     g = model.graph
     producer = {o: n for n in g.node for o in n.output}
+    consts = {t.name for t in g.initializer}
+
+    def of_shapes(name, depth=0):  # a Shape's values, through what the importer keeps as a shape
+        src = producer.get(name)
+        if src is None or depth > 16:
+            return False
+        if src.op_type == "Shape":
+            return True
+        data = [i for i in (src.input if src.op_type == "Concat" else src.input[:1]) if i and i not in consts]
+        return src.op_type in _SHAPE_OPS and bool(data) and all(of_shapes(i, depth + 1) for i in data)
+
     nodes = []
     for node in g.node:
         k = _SIZE_READERS.get(node.op_type)
-        src = producer.get(node.input[k]) if k is not None and k < len(node.input) and node.input[k] else None
-        if src is not None and src.op_type in _SHAPE_OPS:
+        if k is not None and k < len(node.input) and node.input[k] and of_shapes(node.input[k]):
             name = f"{node.input[k]}/as_data"
             nodes.append(helper.make_node("Cast", [node.input[k]], [name], to=TensorProto.INT64))
             node.input[k] = name

@@ -511,3 +511,23 @@ def test_a_clip_bound_from_a_size_set_at_run_time(tmp_path):
         got = sess.run(None, f)
         assert_close(got, ort_run(model, f))
         assert got[0].max() <= n and (got[0] == n).any(), n
+
+
+def test_a_reduction_of_data_after_a_squeeze_is_not_taken_for_a_shape(tmp_path):
+    """A ReduceSum reads a shape's values as data only where they come from a
+    Shape; a Squeeze of data before it (a classifier's pooled features)
+    stays float (it was cast to int64 once)."""
+    nodes = [helper.make_node("GlobalMaxPool", ["x"], ["p"]),
+             helper.make_node("Squeeze", ["p", "axes23"], ["q"]),
+             helper.make_node("ReduceSum", ["q", "axes1"], ["y"], keepdims=0)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "sum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+        [numpy_helper.from_array(np.array([2, 3], np.int64), "axes23"),
+         numpy_helper.from_array(np.array([1], np.int64), "axes1")]), opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "sum.brew")
+    compile_model(model, path, input_shapes={"x": "[n=1:8]x4x3x3"})
+    f = {"x": np.random.default_rng(0).standard_normal((3, 4, 3, 3)).astype(np.float32) * 3.3}
+    got = coldbrew.load(path).run(None, f)
+    assert got[0].dtype == np.float32
+    assert_close(got, ort_run(model, f))
