@@ -60,7 +60,7 @@ def is_select(layer):
     return layer.op.startswith(SELECT) and len(layer.args) == 4 and layer.num_outputs == 1
 
 
-def _flow(graph):
+def flow(graph):
     """(writers, readers): tensor root -> indices of the layers writing
     any part of it / [(layer index, argument position)] reading it."""
     writers, readers = {}, {}
@@ -79,7 +79,7 @@ def guards(graph):
     """{layer index: (condition tensor, value)}: the layers that only feed
     the then side (value True) or the else side (False) of a select. Of
     nested Ifs, the innermost select's guard."""
-    writers, readers = _flow(graph)
+    writers, readers = flow(graph)
     outputs = {resolve(graph, i)[0] for i in graph.outputs}
     layers = graph.layers
     out = {}
@@ -113,7 +113,7 @@ def in_guard_order(graph, guarded):
     """graph.layers reordered (stable: the given order wherever it can stay)
     so that every guarded layer comes after the writers of its condition;
     `guarded` re-keyed to the new indices."""
-    writers, readers = _flow(graph)
+    writers, readers = flow(graph)
     n = len(graph.layers)
     after = [set() for _ in range(n)]  # layer -> layers that must come before it
     for r, ks in readers.items():

@@ -324,7 +324,7 @@ def _varying_slices(body):
 def _sliced_at(body, slices, shapes):
     """A copy of `body` whose varying Slices are SLICE_AT nodes of the
     shape their first iteration gives (`shapes`; the kernel checks it at
-    every iteration: ir/loops.py slice_at_te), or why not where one is unknown
+    every iteration: kernels/loops.py slice_at_te), or why not where one is unknown
     or steps backwards."""
     from .recurrent import DOMAIN
 

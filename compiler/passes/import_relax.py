@@ -10,7 +10,7 @@ import onnx
 
 from ..errors import CompileError, quiet
 from ..ir import branches, dims
-from ..ir import loops as ir_loops
+from ..kernels import loops as loop_kernels
 from ..onnx import loops, recurrent
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
@@ -84,14 +84,14 @@ def _node_watch(failed, counts):
 
         try:
             if op_name == loops.SLICE_AT:  # a step's row (ir/loops.py)
-                return ir_loops.emit_slice_at(self.bb, inputs, attrs, counts, self.cb_node.output[0])
+                return loop_kernels.emit_slice_at(self.bb, inputs, attrs, counts, self.cb_node.output[0])
             if op_name in (loops.START, loops.END):  # a Loop the runtime runs (ir/loops.py)
                 node = getattr(self, "cb_node", None)
                 name = node.name.rsplit("/", 1)[0]
                 if op_name == loops.START:
-                    return ir_loops.emit_start(self.bb, inputs, attrs, name)
+                    return loop_kernels.emit_start(self.bb, inputs, attrs, name)
                 scans = list(node.output[int(attrs["carried"]):])
-                return ir_loops.emit_end(self.bb, inputs, attrs, name, counts, scans[0] if scans else name)
+                return loop_kernels.emit_end(self.bb, inputs, attrs, name, counts, scans[0] if scans else name)
             if op_name in RANDOM:
                 return _random(self.bb, op_name, inputs, attrs)
             if op_name == "TopK" and len(inputs) > 1 and not is_const(inputs[1]):  # k from the data

@@ -147,17 +147,9 @@ def test_an_exporters_placeholder_shape_gives_way_to_the_input_shape(small_model
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
 
 
-def test_an_inference_error_inside_a_subgraph_names_the_chain_of_nodes():
-    """A branch whose declared output contradicts its node: the message
-    names the If and the node inside it, and says what differs."""
-    import onnx
+def _if_model(branch):
     from onnx import TensorProto, helper
 
-    from coldbrew.compiler import CompileError, compile_model
-
-    def branch(name):
-        return helper.make_graph([helper.make_node("Identity", ["x"], [f"{name}_y"], name=f"{name}_id")], name, [],
-                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [])])  # x is [3]
     g = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=branch("t"),
                                             else_branch=branch("e"))], "g",
                           [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
@@ -165,8 +157,44 @@ def test_an_inference_error_inside_a_subgraph_names_the_chain_of_nodes():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    with pytest.raises(CompileError, match=r"do not check: in If node 'the_if' > Identity node '[te]_id': "):
-        compile_model(m)
+    return m
+
+
+def test_an_inference_error_inside_a_subgraph_names_the_chain_of_nodes():
+    """A branch whose node takes types it cannot: the message names the If
+    and the node inside it, and says what is wrong."""
+    from onnx import TensorProto, helper
+
+    from coldbrew.compiler import CompileError, compile_model
+
+    def branch(name):
+        nodes = [helper.make_node("Constant", [], [f"{name}_k"], value_int=2, name=f"{name}_k"),
+                 helper.make_node("Add", ["x", f"{name}_k"], [f"{name}_y"], name=f"{name}_add")]  # float + int64
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [3])])
+    with pytest.raises(CompileError, match=r"do not check: in If node 'the_if' > Add node '[te]_add': "):
+        compile_model(_if_model(branch))
+
+
+def test_a_branch_output_declared_with_a_wrong_shape_is_inferred_anew():
+    """An exporter's branch output declared a scalar where its node makes a
+    [3] (onnxruntime ignores the record): the declarations dropped, the
+    shapes inferred, the If computed as onnxruntime computes it."""
+    import numpy as np
+    from conftest import ort_run
+    from onnx import TensorProto, helper
+
+    import coldbrew
+    from coldbrew.compiler import compile_model
+
+    def branch(name):
+        op = "Relu" if name == "t" else "Neg"
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_y"], name=f"{name}_op")], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [])])  # x is [3]
+    m = _if_model(branch)
+    sess = coldbrew.load(compile_model(m))
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": np.array([-1.0, 2.0, -3.0], np.float32)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(m, feeds)[0])
 
 
 def test_nodes_out_of_order_and_a_wrong_saved_shape_are_taken_as_engines_take_them():
