@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# the test files spread over one worker per core (pytest-xdist), each file on one worker
+.venv/bin/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile "$@"

@@ -337,20 +337,21 @@ def test_preparation_runs_on_the_workers_thread_while_layers_execute():
     model, x = _conv_chain()
     data = compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw", queues={"*": 1, "c0": 0})
     ref = coldbrew.load(compile_model(model, variants={"conv2d": "winograd_f2"}, weights="raw")).run(None, {"x": x})[0]
-    overlapped = False
-    for _ in range(10):
+    overlapped, worked = False, False
+    for _ in range(20):  # a busy machine (tests in parallel) may leave the worker no core for a run
         sess = coldbrew.load(data, threads=1, trace=True)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-5)
         events = sess.trace()
         prep = [e for e in events if e["phase"] in ("read", "transform") and e["step"] >= 0]
         by_worker = [e for e in prep if e["worker"] == 1]
-        assert by_worker and all(e["step"] != 0 for e in by_worker)  # c0 is inline
+        assert all(e["step"] != 0 for e in by_worker)  # c0 is inline
         assert all(e["worker"] == 0 for e in events if e["phase"] == "execute")
+        worked |= bool(by_worker)
         execs = [e for e in events if e["phase"] == "execute"]
         if any(_overlaps(p, e) for p in by_worker for e in execs if e["step"] < p["step"]):
             overlapped = True
             break
-    assert overlapped
+    assert worked and overlapped
 
 
 def test_an_idle_worker_takes_steps_from_a_loaded_ones_queue():
