@@ -376,6 +376,20 @@ def _shape_of_earlier(model, node, target, shapes, inserts):
     return False
 
 
+def _of_shapes(g, name, depth=0):
+    """Whether `name` is made of Shape values and constants only, through
+    what the importer keeps as a shape."""
+    producer = next((n for n in g.node if name in n.output), None)
+    if producer is None:
+        return any(t.name == name for t in g.initializer)
+    if producer.op_type == "Shape":
+        return True
+    if producer.op_type not in ("Concat", "Gather", "Slice", "Squeeze", "Unsqueeze", "Cast", "Identity") or depth > 16:
+        return False
+    data = producer.input if producer.op_type == "Concat" else producer.input[:1]
+    return all(_of_shapes(g, i, depth + 1) for i in data if i)
+
+
 def _read_already(node):
     """Whether an Expand's shape is read from shapes already (_shape_of_earlier, _shape_from_dims)."""
     return node.input[1] in (f"{node.name or node.output[0]}/shape_of", f"{node.name or node.output[0]}/dims")
@@ -388,7 +402,7 @@ def _shape_from_dims(model, node, target, shapes, inserts):
     takes as a shape) and the fixed sizes; True if every size was found."""
     g = model.graph
     name = f"{node.name or node.output[0]}/dims"
-    if _read_already(node):
+    if _read_already(node) or _of_shapes(g, node.input[1]):  # the importer takes a shape made of Shapes
         return False
     earlier = [i.name for i in g.input]
     for n in g.node:

@@ -363,8 +363,10 @@ def _sizes_as_data(model):
             return False
         if src.op_type == "Shape":
             return True
-        data = [i for i in (src.input if src.op_type == "Concat" else src.input[:1]) if i and i not in consts]
-        return src.op_type in _SHAPE_OPS and bool(data) and all(of_shapes(i, depth + 1) for i in data)
+        whole = src.op_type in ("Concat", "Add", "Sub", "Mul", "Div")  # every input a value, else the first
+        data = [i for i in (src.input if whole else src.input[:1]) if i and i not in consts]
+        return src.op_type in _SHAPE_OPS + ("Cast", "Identity", "Add", "Sub", "Mul", "Div") and bool(data) and \
+            all(of_shapes(i, depth + 1) for i in data)
 
     nodes = []
     for node in g.node:

@@ -136,3 +136,27 @@ def test_an_expand_to_sizes_of_several_tensors_reads_each_from_its_own():
     for n in (1, 6, 11):
         x = np.random.default_rng(n).standard_normal((1, n, 4)).astype(np.float32)
         np.testing.assert_allclose(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0], rtol=1e-6)
+
+
+def test_an_expand_to_a_shape_made_of_shapes_is_left_as_the_importer_takes_it():
+    """A YOLO head's grid: Expand(row, Concat(Shape(a), Shape(b))) over sizes
+    set at run time stays a shape made of Shape values (the importer takes
+    it; read from other tensors' axes it was not, at run time)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Cast", ["n"], ["nf"], to=1),
+             helper.make_node("Range", ["zf", "nf", "onef"], ["r"]),
+             helper.make_node("Reshape", ["r", "row"], ["rr"]), helper.make_node("Reshape", ["r", "col"], ["rc"]),
+             helper.make_node("Shape", ["rc"], ["s1"]), helper.make_node("Shape", ["rr"], ["s2"]),
+             helper.make_node("Concat", ["s1", "s2"], ["t"], axis=0),
+             helper.make_node("Expand", ["rr", "t"], ["y"])]
+    m = _model(nodes, {"i1": 1, "row": [1, -1], "col": [-1, 1]}, [1, "n"], ["n", "n"])
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(v, np.float32), k)
+                                for k, v in (("zf", 0.0), ("onef", 1.0))])
+    before = onnx.ModelProto()
+    before.CopyFrom(m)
+    shapes.apply(m)
+    expand = next(n for n in m.graph.node if n.op_type == "Expand")
+    assert expand.input[1] == "t" and not any(n.output[0].endswith("/dims") for n in m.graph.node)
+    for n in (2, 7):
+        x = np.zeros((1, n), np.float32)
+        np.testing.assert_array_equal(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0])
