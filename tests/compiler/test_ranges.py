@@ -531,26 +531,3 @@ def test_a_reduction_of_data_after_a_squeeze_is_not_taken_for_a_shape(tmp_path):
     got = coldbrew.load(path).run(None, f)
     assert got[0].dtype == np.float32
     assert_close(got, ort_run(model, f))
-
-
-def test_an_empty_piece_of_a_shape_is_no_zero_size_tensor(tmp_path):
-    """An exporter's shape[2:] of a rank-2 shape (empty) joined back into a
-    Reshape's target over a size set at run time: shape arithmetic, not a
-    zero-size tensor; the result onnxruntime's."""
-    big = np.iinfo(np.int64).max
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Slice", ["s", "two", "big", "zero"], ["rest"]),
-             helper.make_node("Slice", ["s", "zero", "two", "zero"], ["head"]),
-             helper.make_node("Concat", ["head", "rest"], ["t"], axis=0),
-             helper.make_node("Reshape", ["x", "t"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
-    model = helper.make_model(helper.make_graph(
-        nodes, "piece", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])],
-        [numpy_helper.from_array(np.array([v], np.int64), k) for k, v in (("two", 2), ("big", big), ("zero", 0))]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    path = str(tmp_path / "piece.brew")
-    compile_model(model, path, input_shapes={"x": "1x[n=2:64]"})
-    sess = coldbrew.load(path)
-    for n in (3, 40):
-        f = {"x": np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)}
-        assert_close(sess.run(None, f), ort_run(model, f))
