@@ -110,9 +110,6 @@ def data_slice(node, consts):
     return all(v.size == 1 for v in values) and float(steps[0]) > 0
 
 
-_SIZE_PIECES = ("Slice", "Gather", "Concat", "Squeeze", "Unsqueeze", "Cast")  # what cuts and joins shapes' values
-
-
 def check_static(model, sized=False):
     """Raise CompileError for every node whose shape/mode inputs are not
     constants, and for operator modes coldbrew does not implement. `sized`:
@@ -178,8 +175,8 @@ def check_static(model, sized=False):
             problems.append(f"{label}: RoiAlign mode=max is not supported (mode=avg is)")
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and _attr(node, "block_size", 0):
             problems.append(f"{label}: blocked quantization (block_size) is not supported yet")
-        for o in node.output:  # (an empty piece of a shape's values is no tensor: shape[4:] of a rank-4 shape)
-            if o in shapes and 0 in shapes[o] and not (sized and node.op_type in _SIZE_PIECES and not roots(o)):
+        for o in node.output:
+            if o in shapes and 0 in shapes[o]:
                 problems.append(f"{label}: zero-size tensors are not supported ('{o}' has shape {shapes[o]})")
     if problems:
         raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))
