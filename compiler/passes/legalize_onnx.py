@@ -318,16 +318,12 @@ def _name_counts(model):
     types, known = types_and_shapes(model, symbolic=True)
     g = model.graph
     consts = {t.name: t for t in g.initializer}
-    data = {i.name for i in g.input}  # values of the data (what a Shape or Size reads is a size, folded later)
-    for node in g.node:
-        if node.op_type not in ("Shape", "Size") and any(i in data for i in node.input):
-            data.update(node.output)
     for node in g.node:
         out = node.output[0] if node.output else ""
         count = f"count_{out}"
         if node.op_type == "NonZero" and node.input[0] in known:
             shape = [max(len(known[node.input[0]]), 1), count]
-        elif data_slice(node, consts) and node.input[0] in known and any(i in data for i in node.input[1:3]):
+        elif data_slice(node, consts) and node.input[0] in known:  # along its one axis
             axis = _slice_axis(node, consts, len(known[node.input[0]]))
             shape = [count if k == axis else d for k, d in enumerate(known[node.input[0]])]
         elif node.op_type == "NonMaxSuppression" or (node.op_type == "Unique" and not any(
