@@ -156,13 +156,7 @@ def _while_loops(model, bounds):
     opset, nodes, ran = opset_of(model), [], False
 
     def typed(before, new, inits, names):
-        tmp = type(model)()
-        tmp.CopyFrom(model)
-        tmp.graph.ClearField("node")
-        tmp.graph.node.extend(before + new)
-        tmp.graph.initializer.extend(inits)
-        tmp.graph.ClearField("output")
-        tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in names)
+        tmp = _probe(model, before, new, inits, names)
         fold.apply(tmp)  # the copy's iteration number is a constant: what it decides (a Slice's start) folds
         types, shapes = types_and_shapes(tmp, values=True)
         return {n: (types[n], shapes[n]) for n in names if n in types and n in shapes}
@@ -207,11 +201,9 @@ def _while_loops(model, bounds):
     return ran
 
 
-def _named_types(model, before, new, inits, names, selects=True):
-    """{name: (ONNX dtype, dims)} of `names` with `before` + `new` nodes as
-    the graph, a dimension set at run time by its name; the copy's
-    iteration number is a constant, so what it decides folds; with
-    `selects`, Ifs are made selects as the model's own will be."""
+def _probe(model, before, new, inits, names):
+    """A copy of `model` whose graph is the nodes `before` + `new` and whose
+    outputs are `names` (those not already inputs or initializers)."""
     tmp = type(model)()
     tmp.CopyFrom(model)
     tmp.graph.ClearField("node")
@@ -221,6 +213,15 @@ def _named_types(model, before, new, inits, names, selects=True):
     fixed = {t.name for t in tmp.graph.initializer} | {i.name for i in tmp.graph.input}
     tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
                             for n in dict.fromkeys(names) if n not in fixed)
+    return tmp
+
+
+def _named_types(model, before, new, inits, names, selects=True):
+    """{name: (ONNX dtype, dims)} of `names` with `before` + `new` nodes as
+    the graph, a dimension set at run time by its name; the copy's
+    iteration number is a constant, so what it decides folds; with
+    `selects`, Ifs are made selects as the model's own will be."""
+    tmp = _probe(model, before, new, inits, names)
     known = {}
     for folded in (False, True):
         if folded:
