@@ -74,25 +74,31 @@ def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run
     compile_model(model, path, target="vulkan")
     b = read_bytes(open(path, "rb").read())[0]
     x = np.random.default_rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    sess = coldbrew.load(path, trace=True)
-    first = sess.run(None, {"input": x})[0]  # right after the open, while its workers make pipelines
     ref = ort_run(model, {"input": x})
-    assert_close(first, ref[0])
-    ev = sess.trace()
-    gpu = sorted((e for e in ev if e["phase"] == "gpu_execute"), key=lambda e: e["start_ns"])
-    made = {int(e["layer"].split()[-1]): e["end_ns"] for e in ev if e["phase"] == "pipeline"}
-    assert sorted(made) == list(range(len(b.shaders)))
-    if first_run == "whole":
-        assert len(gpu) == 1 and gpu[0]["start_ns"] >= max(made.values())
-    else:
-        assert len(gpu) >= 2, gpu
-        assert gpu[0]["start_ns"] < max(made.values())  # layers on the GPU before the last pipeline exists
-        assert [e["end_ns"] for e in gpu] == sorted(e["end_ns"] for e in gpu)
-        for e in gpu:
-            shaders = [d.shader for d in b.plan.steps[e["step"]].kind.dispatches]
-            assert e["start_ns"] >= max(made[k] for k in shaders), e
-    assert_close(sess.run(None, {"input": x})[0], ref[0])  # the recorded command buffer
-    assert len([e for e in sess.trace() if e["phase"] == "gpu_execute"]) == 1
+    early = False
+    for attempt in range(5):  # a busy machine (tests in parallel) may make every pipeline before the first chunk
+        monkeypatch.setenv("COLDBREW_CACHE_DIR", str(tmp_path / f"cache{attempt}"))  # a first-ever launch each
+        sess = coldbrew.load(path, trace=True)
+        first = sess.run(None, {"input": x})[0]  # right after the open, while its workers make pipelines
+        assert_close(first, ref[0])
+        ev = sess.trace()
+        gpu = sorted((e for e in ev if e["phase"] == "gpu_execute"), key=lambda e: e["start_ns"])
+        made = {int(e["layer"].split()[-1]): e["end_ns"] for e in ev if e["phase"] == "pipeline"}
+        assert sorted(made) == list(range(len(b.shaders)))
+        if first_run == "whole":
+            assert len(gpu) == 1 and gpu[0]["start_ns"] >= max(made.values())
+            early = True
+        else:
+            assert [e["end_ns"] for e in gpu] == sorted(e["end_ns"] for e in gpu)
+            for e in gpu:
+                shaders = [d.shader for d in b.plan.steps[e["step"]].kind.dispatches]
+                assert e["start_ns"] >= max(made[k] for k in shaders), e
+            early = len(gpu) >= 2 and gpu[0]["start_ns"] < max(made.values())  # on the GPU before the last pipeline
+        assert_close(sess.run(None, {"input": x})[0], ref[0])  # the recorded command buffer
+        assert len([e for e in sess.trace() if e["phase"] == "gpu_execute"]) == 1
+        if early:
+            break
+    assert early
 
 
 def test_small_model_runs_repeatedly_and_in_two_sessions(small_gpu_bundle, small_model):
