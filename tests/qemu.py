@@ -9,6 +9,7 @@ the same code object runs. Bionic itself is not tested.
 """
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,7 +93,12 @@ def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode:
         raise QemuError(f"run_bundle under qemu-aarch64 exited {r.returncode}: {r.stderr.strip()}")
-    return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(shape) for k, (_, dtype, shape) in enumerate(outs)]
+    ran = {}  # each output's shape in the run (an output sized by the data is shorter than the bundle's)
+    for line in r.stdout.splitlines():
+        m = re.match(r"output (\d+) .*, shape ([\dx]*)$", line)
+        if m:
+            ran[int(m.group(1))] = [int(d) for d in m.group(2).split("x") if d]
+    return [np.fromfile(f"{prefix}{k}.bin", dtype).reshape(ran.get(k, shape)) for k, (_, dtype, shape) in enumerate(outs)]
 
 
 def compile_and_run(runner, model, target, work_dir, seed=11, precision="fp32", cpu=None):

@@ -1,6 +1,7 @@
 /* A plain C program using coldbrew's public header: open a bundle, fill
  * every input from a raw file (or with a fixed pattern), run once, write
- * every output to OUT_PREFIX<k>.bin and print a summary.
+ * every output to OUT_PREFIX<k>.bin and print a summary (each output's
+ * bytes and its shape in that run).
  *
  *   cc -std=c11 run_bundle.c -I runtime/include -L DIR -lcoldbrew -o run_bundle
  *   ./run_bundle [--dump-layers DIR] model.brew [out_prefix] [input0.bin ...]
@@ -85,7 +86,9 @@ int main(int argc, char** argv) {
     size_t nbytes;
     cb_session_output_info(session, i, &info);
     if ((s = cb_session_get_output(session, i, &data, &nbytes))) return fail("get_output", s);
-    printf("output %zu %s: %zu bytes\n", i, info.name, nbytes);
+    printf("output %zu %s: %zu bytes, shape ", i, info.name, nbytes); /* the run's (the data may size it) */
+    for (int32_t k = 0; k < info.ndim; k++) printf("%s%lld", k ? "x" : "", (long long)info.shape[k]);
+    printf("\n");
     if (argc > 2) {
       char path[4096];
       snprintf(path, sizeof path, "%s%zu.bin", argv[2], i);
