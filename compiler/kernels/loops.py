@@ -22,6 +22,7 @@ import numpy as np
 
 from ..ir.branches import OPAQUE
 from ..ir.loops import LOOP
+from ..ir.relax import extents_of
 
 
 def _scalar(x):
@@ -162,8 +163,6 @@ def _call(bb, name, placeholders, outputs, args, marks):
 def _placeholder(x, name):
     from tvm import te
 
-    from ..ir.relax import extents_of
-
     return te.placeholder(extents_of(x), str(x.ty.dtype), name=name)
 
 
@@ -219,14 +218,8 @@ def emit_end(bb, inputs, attrs, name, counts, scan_name):
     if k:
         counts.count_of[var.name] = bb.emit(relax.TupleGetItem(call, n + k))
     got = [bb.emit(relax.TupleGetItem(call, j)) for j in range(n)]
-    got += [counts.take(bb, call, n + j, [var, *(extents_of_stack(s))]) for j, s in enumerate(scans)]
+    got += [counts.take(bb, call, n + j, [var, *extents_of(s)]) for j, s in enumerate(scans)]
     return relax.Tuple(got) if len(got) != 1 else got[0]
-
-
-def extents_of_stack(scan):
-    from ..ir.relax import extents_of
-
-    return list(extents_of(scan))
 
 
 def slice_at_reference(x, starts, ends, axes, steps):

@@ -83,6 +83,7 @@ void cb_shapes_keep_outputs(cb_session* s) {
 cb_status cb_shapes_count(cb_session* s, uint32_t step) {
   const cb_model* m = &s->bundle->model;
   const cb_step_desc* sd = &m->steps[step];
+  int changed = 0;
   for (uint32_t t = 0; t < m->ntensors; t++) {
     const cb_tensor_desc* d = &m->tensors[t];
     uint32_t c = (uint32_t)d->range.count, writes = 0;
@@ -98,8 +99,10 @@ cb_status cb_shapes_count(cb_session* s, uint32_t step) {
       return cb_fail(CB_ERR_INVALID_ARGUMENT, "layer '%s' found %lld entries for '%s', more than the %lld the bundle "
                      "holds (compile with --bound %s=N for more)", sd->layer_name, (long long)v, d->name,
                      (long long)d->range.max, d->name);
+    changed |= s->dims[t] != v;
     s->dims[t] = v;
   }
+  if (!changed) return CB_OK; /* the shapes are the last evaluation's (a loop's next iteration, mostly) */
   cb_status st = eval_all(s, s->dims, 0);
   if (st) return st;
   eval_all(s, s->dims, 1);
