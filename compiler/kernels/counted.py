@@ -103,37 +103,35 @@ def range_te(start, limit, delta, bound):
                      name="cb_range")
 
 
+def clamped(v, dim):
+    """An ONNX Slice index: negative ones count from the end; clamped to the axis."""
+    from tvm import tirx
+
+    v = tirx.Cast("int64", v)
+    v = tirx.Select(v < 0, v + dim, v)
+    return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
+
+
 def slice_te(x, start, end, axis, step, bound):
     """(sliced [.. bound on `axis` ..], count [1]): ONNX Slice of `x` along
     `axis` from `start` to `end` (one-value tensors the data sets; negative
-    ones count from the end, both clamped to the axis) by `step` > 0."""
+    ones count from the end, both clamped to the axis) by `step` > 0; its
+    first `count` entries are kernels/loops.py slice_at_reference's."""
     from tvm import te, tirx
 
     dim = tirx.Cast("int64", x.shape[axis])
 
-    def clamp(t):
-        v = tirx.Cast("int64", t[0])
-        v = tirx.Select(v < 0, v + dim, v)
-        return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
-
     def at(*i):
         idx = list(i)
-        idx[axis] = tirx.min(clamp(start) + tirx.Cast("int64", i[axis]) * step, dim - 1)
+        idx[axis] = tirx.min(clamped(start[0], dim) + tirx.Cast("int64", i[axis]) * step, dim - 1)
         return x(*idx)
 
     shape = list(x.shape)
     shape[axis] = bound
     out = te.compute(shape, at, name="cb_slice")
-    count = te.compute((1,), lambda _: tirx.max((clamp(end) - clamp(start) + step - 1) // step,
+    count = te.compute((1,), lambda _: tirx.max((clamped(end[0], dim) - clamped(start[0], dim) + step - 1) // step,
                                                  tirx.const(0, "int64")), name="cb_slice_count")
     return [out, count]
-
-
-def slice_reference(x, start, end, axis, step):
-    """numpy's own slice: what slice_te's first `count` entries hold."""
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(int(start), int(end), int(step))
-    return x[tuple(index)]
 
 
 def compress_te(x, cond, axis, bound):

@@ -23,6 +23,7 @@ import numpy as np
 from ..ir.branches import OPAQUE
 from ..ir.loops import LOOP
 from ..ir.relax import extents_of
+from .counted import COUNTS, clamped
 
 
 def _scalar(x):
@@ -66,15 +67,6 @@ def end_te(it, carried, scans, most):
     return [*finals, *stacks, count]
 
 
-def _clamped(v, dim):
-    """An ONNX Slice index: negative ones count from the end; clamped to the axis."""
-    from tvm import tirx
-
-    v = tirx.Cast("int64", v)
-    v = tirx.Select(v < 0, v + dim, v)
-    return tirx.max(tirx.min(v, dim), tirx.const(0, "int64"))
-
-
 def slice_at_te(x, starts, ends, axes, steps, shape):
     """(`x` sliced, length [1]): ONNX Slice with starts and ends the data
     sets (an iteration's row), of `shape`, the length its first iteration
@@ -93,14 +85,14 @@ def slice_at_te(x, starts, ends, axes, steps, shape):
     def at(*i):
         idx = list(i)
         for k, a in enumerate(axes):
-            pos = _clamped(starts[k], dim(k)) + tirx.Cast("int64", i[a]) * steps[k]
+            pos = clamped(starts[k], dim(k)) + tirx.Cast("int64", i[a]) * steps[k]
             idx[a] = tirx.min(pos, dim(k) - 1)  # in bounds whatever the check finds
         return x(*idx)
 
     def length(_):
         found = tirx.const(shape[axes[0]], "int64")
         for k in reversed(range(len(axes))):
-            n = tirx.max((_clamped(ends[k], dim(k)) - _clamped(starts[k], dim(k)) + steps[k] - 1) // steps[k],
+            n = tirx.max((clamped(ends[k], dim(k)) - clamped(starts[k], dim(k)) + steps[k] - 1) // steps[k],
                          tirx.const(0, "int64"))
             found = tirx.Select(n != shape[axes[k]], n, found)
         return found
@@ -127,7 +119,6 @@ def emit_slice_at(bb, inputs, attrs, counts, name):
     (`counts`: import_relax._Counts)."""
     from tvm import relax
 
-    from .counted import COUNTS
 
     shape = [int(d) for d in attrs["shape"]]
     if int(attrs.get("range", 0)):
@@ -197,7 +188,6 @@ def emit_end(bb, inputs, attrs, name, counts, scan_name):
     from tvm import relax
 
     from ..errors import CompileError
-    from .counted import COUNTS
 
     n, k, most = int(attrs["carried"]), int(attrs["scans"]), int(attrs["most"])
     values = list(inputs)
