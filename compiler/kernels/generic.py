@@ -72,6 +72,8 @@ def _fusable(sch, loops):
     if all(_static(sch.get(lp).extent) for lp in loops):
         return loops
     lead = next((k for k, lp in enumerate(loops) if not _static(sch.get(lp).extent)), len(loops))
+    if lead and all(int(sch.get(lp).extent) == 1 for lp in loops[:lead]):
+        return [loops[lead]]  # unit leading axes (a batch of one): the first sized at run time is the parallel one
     return loops[:max(lead, 1)]
 
 
@@ -533,5 +535,6 @@ def generic_block(sch, block, lanes):
             outer = outer or [io]
     if not outer:
         outer = [inner]
-    par = sch.fuse(*_fusable(sch, outer)) if len(outer) > 1 else outer[0]
+    fused = _fusable(sch, outer) if len(outer) > 1 else outer
+    par = sch.fuse(*fused) if len(fused) > 1 else fused[0]
     _parallel(sch, block, par, _product(extents))

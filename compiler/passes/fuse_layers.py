@@ -193,6 +193,61 @@ def _unfuse_wide(mod, most):
     return out
 
 
+OPAQUE = 8  # TVM's OpPatternKind kOpaque
+
+
+def _pattern_at_constants(f):
+    """The op pattern TVM gives PrimFunc `f` with each size it reads at run
+    time (a scalar parameter, a buffer's dimension) made a constant: a
+    resize or reshape whose indices read a size is as injective at every
+    size as at one, but TVM's analysis takes a load index reading a
+    variable the store's do not as opaque, which kept every such operator
+    a layer of its own (a pass over memory each)."""
+    import tvm
+    from tvm import relax, tirx
+
+    consts = {}
+
+    def const(v):
+        return consts.setdefault(v, tirx.IntImm(str(v.ty.dtype), 7 + 2 * len(consts)))
+
+    given = {}
+    for p in f.params:
+        if not isinstance(p.ty, tirx.buffer.BufferType):
+            if str(p.ty.dtype).startswith("int"):
+                given[p] = const(p)
+        elif all(isinstance(d, (tirx.IntImm, tirx.Var)) for d in p.shape) and not p.strides:
+            given[p] = tirx.decl_buffer([const(d) if isinstance(d, tirx.Var) else d for d in p.shape], p.dtype,
+                                        p.name, elem_offset=p.elem_offset)
+    if not consts:
+        return OPAQUE
+    try:
+        one = relax.transform.AnnotateTIROpPattern()(tvm.IRModule({"f": f.specialize(given).without_attr("op_pattern")}))
+    except Exception:  # noqa: BLE001 - a size that is no parameter's: left opaque, as TVM has it
+        return OPAQUE
+    return int(one["f"].attrs["op_pattern"])
+
+
+def _patterns_at_run_time_sizes(mod, _ctx=None):
+    """`mod` with each opaque PrimFunc that reads sizes set at run time
+    given the pattern it has at constant sizes (_pattern_at_constants).
+    Reshapes stay apart: fused, their indices over sizes set at run time
+    (divisions by a symbolic row length) do not simplify as constant ones
+    do, and a fused transpose-and-reshape ran 10x slower than the three
+    apart."""
+    import tvm
+    from tvm import relax, s_tir, tirx
+
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gv, f in mod.functions.items():
+        if (isinstance(f, tirx.PrimFunc) and int((f.attrs or {}).get("op_pattern", -1)) == OPAQUE
+                and isinstance(f.body, s_tir.SBlockRealize) and not relax.analysis.has_reshape_pattern(f)):
+            kind = _pattern_at_constants(f)
+            if kind != OPAQUE:
+                out[gv] = f.with_attr("op_pattern", kind)
+    return out
+
+
 def apply(mod, cpu=True):
     """`cpu`: lower for the CPU code generator (the GPU's GLSL emitter has no
     bit reinterpretation, which the vectorizable sigmoid, exp, softmax, erf
@@ -215,6 +270,7 @@ def apply(mod, cpu=True):
         # on CPUs, sigmoid, exp, softmax, erf and tanh vectorizable ones.
         relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),
+        tvm.transform.module_pass(_patterns_at_run_time_sizes, 0, "PatternsAtRunTimeSizes"),
         relax.transform.FoldConstant(),
     ])
     if not cpu:  # a GPU kernel binds each tensor to a storage buffer of its own

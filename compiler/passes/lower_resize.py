@@ -11,9 +11,27 @@ from tvm import relax, te, tirx
 from tvm.ir import Op
 
 
+def _ratio(n_in, n_out):
+    """(a, b) with a / b = n_in / n_out: the sizes themselves, or where one
+    set at run time is a whole multiple of the other at every size (a page's
+    features upsampled by 4) that multiple and 1, so the source index
+    divides by a constant, not by a size (a division per pixel)."""
+    from tvm.sym import Analyzer
+
+    if isinstance(n_in, int) and isinstance(n_out, int):
+        return n_in, n_out
+    ana = Analyzer()
+    for big, small, flip in ((n_out, n_in, False), (n_in, n_out, True)):
+        k = ana.simplify(tirx.floordiv(big, small))
+        if isinstance(k, tirx.IntImm) and k.value >= 1 and ana.can_prove(tirx.EQ(big, k * small)):
+            return (k.value, 1) if flip else (1, k.value)
+    return n_in, n_out
+
+
 def _src_index(y, n_in, n_out, coord_mode, rounding):
     """ONNX nearest source index for output index `y` along one axis, clamped to [0, n_in)."""
     y = y.astype("int64")
+    clamp, (n_in, n_out) = n_in, _ratio(n_in, n_out)  # the fractions below depend on the ratio alone
     # Source coordinate as the exact fraction num / den, den > 0.
     if coord_mode in ("half_pixel", "pytorch_half_pixel"):
         if coord_mode == "pytorch_half_pixel" and n_out == 1:
@@ -37,7 +55,7 @@ def _src_index(y, n_in, n_out, coord_mode, rounding):
         idx = fdiv(2 * num + den - 1, 2 * den)
     else:  # round_prefer_ceil, round (same after clamping): floor(x + 1/2)
         idx = fdiv(2 * num + den, 2 * den)
-    return tirx.max(tirx.min(idx, n_in - 1), 0)
+    return tirx.max(tirx.min(idx, clamp - 1), 0)
 
 
 _COORD_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",

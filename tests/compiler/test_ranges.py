@@ -241,6 +241,12 @@ def test_parallel_loops_fuse_with_the_size_set_at_run_time_outermost():
     par = fuse_parallel(sch, n, c, y)
     assert (sch.get(par).loop_var.name, sch.get(par).kind) == ("y_n_c_fused", tirx.ForKind.PARALLEL)
     assert not re.search(r"(//|%) \(?h", sch.mod.script()), sch.mod.script()
+    # leading axes of one (a batch of one image, one channel): the symbolic row loop is the parallel one,
+    # not a parallel loop of one iteration
+    a1 = te.placeholder((1, 1, h, 8), "float32", name="a")
+    sch = s_tir.Schedule(te.create_prim_func([a1, te.compute(a1.shape, lambda *i: a1[i] * 2, name="b")]))
+    n, c, y, x = sch.get_loops(sch.get_sblock("b"))
+    assert _fusable(sch, [n, c, y]) == [y]
 
 
 # --- how the bundle is shown and run ---
@@ -253,8 +259,8 @@ def test_inspect_shows_ranges_typical_sizes_dims_and_shape_programs(ranged):
                  "dim        x.2 9..33 typical 17: input x axis 2",
                  "dim        W 8..40/4 typical 24: input x axis 3"]:
         assert want in lines, "\n".join(lines)
-    sized = [x for x in lines if x.startswith("  %") and " p float32" in x]
-    assert sized == [f"  %{sized[0].split()[0][1:]} p float32[1, 16, x.2 // 2, W/2] largest [1, 16, 16, 20]"], lines
+    sized = [x for x in lines if x.startswith("  %") and " p@NCHW16c float32" in x]
+    assert sized == [f"  %{sized[0].split()[0][1:]} p@NCHW16c float32[1, 1, x.2 // 2, W/2, 16] largest [1, 1, 16, 20, 16]"], lines
 
 
 def test_inspect_writes_every_program_word():
@@ -276,8 +282,8 @@ def test_graph_dump_shows_extents_beside_the_largest_shape(ranged):
     assert any(x.endswith(" g float32[1, 16, 1, 1]") for x in dump), dump
     assert [x.split(None, 2)[-1] for x in dump if x.startswith("  dim ")] == [
         "W [8:40:4] typical 24 (W = size / 4)", "x.2 [9:33] typical 17"], dump
-    assert any(x.startswith("  sized  %") and " p float32[1, 16, 16, 20] = [1, 16, x_2 // 2, W * 2]" in x
-               for x in dump), dump
+    assert any(x.startswith("  sized  %") and " p@NCHW16c float32[1, 1, 16, 20, 16] = [1, 1, x_2 // 2, W * 2, 16]"
+               in x for x in dump), dump
 
 
 def test_run_bundle_runs_a_ranged_bundle_at_its_largest_shape(ranged, tmp_path):

@@ -69,3 +69,35 @@ def test_a_softmax_over_rows_of_whole_vectors_and_a_few_values_more_reduces_them
     x = {"x": (np.random.default_rng(0).standard_normal(shape) * 3).astype(np.float32)}
     np.testing.assert_allclose(coldbrew.load(compile_model(m)).run(None, x)[0], ort_run(m, x)[0], rtol=1e-5,
                                atol=1e-5)
+
+
+def _resize_model():
+    """x [1, 8, h, w] -> nearest Resize x2 -> Relu."""
+    sc = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Relu", ["u"], ["r"])]
+    g = helper.make_graph(nodes, "ra", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])],
+                          [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 8, "h2", "w2"])], [sc])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def test_a_resize_over_sizes_set_at_run_time_fuses_with_what_follows():
+    """TVM takes a load index that reads a size (not a loop) as opaque: the
+    resize was a layer of its own at sizes set at run time, fused at fixed
+    ones. Read at constant sizes, its pattern lets it fuse: one layer."""
+    from coldbrew.compiler.options import Options
+
+    for shape in ("1x8x[H=2:20]x[W=2:20]", [1, 8, 5, 6]):
+        names = _prim_funcs(fuse_layers.apply(front_end(_resize_model(), Options(input_shapes={"x": shape})).mod))
+        assert names == ["fused_resize2d_relu"], (shape, names)
+
+
+def test_the_pattern_read_at_constant_sizes():
+    from tvm import te, tirx
+
+    h = tirx.Var("h", "int64")
+    a = te.placeholder((1, 8, h), "float32", name="a")
+    up = te.create_prim_func([a, te.compute((1, 8, h * 4), lambda n, c, y: a[n, c, y * h // (h * 4)], name="b")])
+    assert fuse_layers._pattern_at_constants(up) == 2  # injective (TVM: opaque, 8)
