@@ -10,8 +10,8 @@ import numpy as np
 import tvm
 from tvm import s_tir, te, tirx
 
-from .contract import ANCHOR, Variant, register
-from .generic import blocks_in_order, generic_block
+from .contract import ANCHOR, Variant, register, simplified
+from .generic import blocks_in_order, generic_block, multiple
 from .schedule import attach_epilogue, block_name, intensity, padding_efficiency, ranked, register_blocks
 
 
@@ -20,7 +20,7 @@ class PackedGemm(Variant):
 
     name = "dense.packed_gemm"
     op = "dense"
-    symbolic = True  # rows sized at run time: the last row block predicated where mb does not divide them
+    symbolic = True  # rows sized at run time: the last row block padded where mb does not divide them
 
     def transformed_shape(self, spec, params):
         nb = params["nb"]
@@ -35,11 +35,17 @@ class PackedGemm(Variant):
             name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        nb = params["nb"]
+        nb, rows, row = params["nb"], spec.m, spec.x_row
         k = te.reduce_axis((0, spec.k), "k")
         np_ = (spec.n + nb - 1) // nb * nb
-        anchor = te.compute((spec.m, np_), lambda i, j: te.sum(x[spec.x_row(i) + (k,)] * wt[j // nb, k, j % nb],
-                                                                 axis=k), name=ANCHOR)
+        if not spec.batch and not multiple(spec.m, params["mb"]):
+            # rows sized at run time, mb not dividing them at every size: whole blocks of rows, the last
+            # reading the last row again and cropped, so no row's test sits inside the reduction (its
+            # accumulators would leave the registers)
+            rows = simplified(tirx.floordiv(spec.m + params["mb"] - 1, params["mb"]) * params["mb"])
+            row = lambda i: spec.x_row(tirx.min(i, spec.m - 1))  # noqa: E731
+        anchor = te.compute((rows, np_), lambda i, j: te.sum(x[row(i) + (k,)] * wt[j // nb, k, j % nb], axis=k),
+                            name=ANCHOR)
         return te.compute(spec.output_shape, lambda *ix: anchor[spec.out_row(ix[:-1]), ix[-1]], name="cb_out")
 
     def space(self, spec):

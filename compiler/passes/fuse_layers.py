@@ -60,10 +60,9 @@ def _ragged_rows(x, axis):
     """A float32 softmax over a last axis of several vectors and a few
     values more (6,625 classes): _row_softmax_te's."""
     shape = [d for d in x.ty.shape.values]
-    if not all(hasattr(d, "value") for d in shape):  # sized at run time: topi's softmax takes any row
+    if not hasattr(shape[-1], "value"):  # a row sized at run time: topi's softmax takes any row
         return False
-    shape = [int(d) for d in shape]
-    n = shape[-1]
+    n = int(shape[-1])  # (the rows before it may be sized at run time: a line's characters)
     return str(x.ty.dtype) == "float32" and axis in (-1, len(shape) - 1) and n >= 2 * VECTOR_ROW and n % VECTOR_ROW
 
 

@@ -47,28 +47,33 @@ def test_a_lowering_failure_is_a_compile_error(small_model, monkeypatch):
         fuse_layers.apply(mod)
 
 
-@pytest.mark.parametrize("op,shape", [("Softmax", (1, 40, 6625)), ("LogSoftmax", (3, 100)), ("Softmax", (2, 5, 37)),
-                                      ("Softmax", (8, 96))])
-def test_a_softmax_over_rows_of_whole_vectors_and_a_few_values_more_reduces_them_apart(op, shape):
+@pytest.mark.parametrize("op,shape,ranged", [("Softmax", (1, 40, 6625), None), ("LogSoftmax", (3, 100), None),
+                                             ("Softmax", (2, 5, 37), None), ("Softmax", (8, 96), None),
+                                             ("Softmax", (1, 40, 6625), "1x[4:80:4]x6625")])
+def test_a_softmax_over_rows_of_whole_vectors_and_a_few_values_more_reduces_them_apart(op, shape, ranged):
     """6,625 classes: the row's whole vectors reduced per lane, the few
-    values more apart (a row of whole vectors keeps topi's form); what
-    onnxruntime computes."""
+    values more apart (a row of whole vectors keeps topi's form), also
+    where the number of rows is set at run time (a text line's
+    characters); what onnxruntime computes."""
     import numpy as np
     from conftest import ort_run
 
     import coldbrew
     from coldbrew.compiler import compile_model
+    from coldbrew.compiler.options import Options
 
+    dims = [d if ranged is None or k != 1 else "n" for k, d in enumerate(shape)]
     g = helper.make_graph([helper.make_node(op, ["x"], ["y"], axis=-1)], "sm",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
+    shapes = {"x": ranged} if ranged else None
     ragged = shape[-1] % fuse_layers.VECTOR_ROW != 0
-    assert ("cb_max_vectors" in fuse_layers.apply(front_end(m).mod, cpu=True).script()) == ragged
+    assert ("cb_max_vectors" in fuse_layers.apply(front_end(m, Options(input_shapes=shapes)).mod).script()) == ragged
     x = {"x": (np.random.default_rng(0).standard_normal(shape) * 3).astype(np.float32)}
-    np.testing.assert_allclose(coldbrew.load(compile_model(m)).run(None, x)[0], ort_run(m, x)[0], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(coldbrew.load(compile_model(m, input_shapes=shapes)).run(None, x)[0], ort_run(m, x)[0],
+                               rtol=1e-5, atol=1e-5)
 
 
 def _resize_model():
