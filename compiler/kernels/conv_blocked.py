@@ -27,7 +27,7 @@ from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, simplified, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
-from .generic import proved, vectorize_inner
+from .generic import multiple, proved, vectorize_inner
 from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
 
@@ -53,10 +53,22 @@ def _padded(x, spec, owp):
 
 
 def _row(spec, zt):
-    """The anchor's row: out_w padded to whole tiles of zt; sized at run
-    time, out_w itself (its last tile predicated: a padded row's crop would
-    keep the epilogue off the tiles, as the schedule cannot prove the cover)."""
-    return spec.out_w if spec.symbolic else round_up(spec.out_w, zt)
+    """The anchor's row: out_w padded to whole tiles of zt (sized at run
+    time, where zt does not divide out_w at every size: whole tiles at
+    each size, the columns past out_w reading its last: _column)."""
+    if not spec.symbolic:
+        return round_up(spec.out_w, zt)
+    return spec.out_w if multiple(spec.out_w, zt) else simplified(tirx.floordiv(spec.out_w + zt - 1, zt) * zt)
+
+
+def _column(spec, owp):
+    """The output column a column of the anchor's row reads the input at:
+    itself, or for the columns of a row sized at run time padded to whole
+    tiles, at most the last (no input padded for them, no test of the
+    column inside the reduction, which kept the tile out of registers)."""
+    if not spec.symbolic or proved(owp == spec.out_w):
+        return lambda z: z
+    return lambda z: tirx.min(z, spec.out_w - 1)
 
 
 def _crop(anchor, spec):
@@ -102,7 +114,8 @@ class Blocked(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, cb, zt = self.isa.lanes, spec.in_block or 1, params["zt"]
         owp = _row(spec, zt)
-        p = _padded(x, spec, owp)
+        column = _column(spec, owp)
+        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
         co = te.reduce_axis((0, spec.c // cb), "co")
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
@@ -110,7 +123,7 @@ class Blocked(_OnBlocks):
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
 
         def tap(n, y, z):
-            iy, iz = y * sh + rr * dh, z * sw + rs * dw
+            iy, iz = y * sh + rr * dh, column(z) * sw + rs * dw
             return p[n, co, iy, iz, ci] if spec.in_block else p[n, co + ci, iy, iz]
 
         anchor = te.compute((spec.n, spec.k // b, spec.out_h, owp, b),
@@ -156,12 +169,13 @@ class DepthwiseBlocked(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, zt = self.isa.lanes, params["zt"]
         owp = _row(spec, zt)
-        p = _padded(x, spec, owp)
+        column = _column(spec, owp)
+        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
         anchor = te.compute((spec.n, spec.k // b, spec.out_h, owp, b),
-                            lambda n, ko, y, z, ki: te.sum(p[n, ko, y * sh + rr * dh, z * sw + rs * dw, ki]
+                            lambda n, ko, y, z, ki: te.sum(p[n, ko, y * sh + rr * dh, column(z) * sw + rs * dw, ki]
                                                            * wt[ko, rr, rs, ki], axis=[rr, rs]), name=ANCHOR)
         return _crop(anchor, spec)
 
@@ -218,11 +232,12 @@ class _PanelGemm(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, cb, kvb, zt = self.isa.lanes, spec.in_block or 1, params["kvb"], params["zt"]
         owp = _row(spec, zt)
-        p = _padded(x, spec, owp)
+        column = _column(spec, owp)
+        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
 
         def tap(n, co, r, s, y, z, ci):
-            iy, iz = y * sh + r * dh, z * sw + s * dw
+            iy, iz = y * sh + r * dh, column(z) * sw + s * dw
             return p[n, co, iy, iz, ci] if spec.in_block else p[n, co + ci, iy, iz]
 
         if self.copies_column:  # the tile's column values, contiguous per tap

@@ -546,3 +546,33 @@ def test_a_reduction_of_data_after_a_squeeze_is_not_taken_for_a_shape(tmp_path):
     got = coldbrew.load(path).run(None, f)
     assert got[0].dtype == np.float32
     assert_close(got, ort_run(model, f))
+
+
+def test_a_row_of_any_width_runs_whole_register_tiles(tmp_path):
+    """A convolution whose row is a size set at run time: its anchor's row
+    is padded to whole tiles of the chosen width at each size (the columns
+    past the row read its last one and are cropped), where the only tile
+    dividing every row (one column) did a third of the work per load; it
+    matches onnxruntime at widths the tile divides and at ones it does not."""
+    import re
+
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal((64, 64, 1, 1)) * 0.2).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "row", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 6, "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, "w"])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "row.brew")
+    compile_model(model, path, input_shapes={"x": "1x64x6x[W=1:40]"}, typical_shapes={"x": [1, 64, 6, 15]},
+                  dump_ir=str(tmp_path / "ir"))
+    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
+        kernel = f.read()
+    # the tile in registers (its epilogue under the tile loop), the row padded to whole tiles
+    tile = r'cb_anchor_local = T.sblock_alloc_buffer\(\(.*\(W \+ T.int64\(\d+\)\) // T.int64\((\d+)\) \* T.int64\(\1\).*"local"'
+    assert re.search(tile, kernel), kernel
+    sess = coldbrew.load(path)
+    for width in (1, 4, 15, 16, 37, 40):
+        f = {"x": rng.standard_normal((1, 64, 6, width)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
