@@ -21,7 +21,8 @@ ops.check_static to name):
   two neighbouring rows (asymmetric coordinates, as ONNX's Upsample means).
 - ReverseSequence (constant lengths): per batch entry its first len steps
   reversed by a Slice with step -1, the rest kept, concatenated back; one
-  Slice when every length is the whole sequence.
+  Slice when every length is the whole sequence (also over a batch sized
+  at run time, the lengths one constant expanded to it).
 - Slice before opset 10 (bounds as attributes) and Resize at opset 10 (the
   old Upsample): Gathers of the kept or repeated rows, as above.
 - Conv, ConvTranspose, MatMul and Gemm on float16 values: computed in
@@ -204,14 +205,36 @@ def celu(model):
 
 def reverse_sequence(model):
     consts = {t.name: t for t in model.graph.initializer}
-    _, shapes = types_and_shapes(model)
+    _, shapes = types_and_shapes(model, symbolic=True)  # an axis sized at run time: None
+
+    producers = {o: n for n in model.graph.node for o in n.output}
+
+    def lengths(name):
+        """The lengths' values: a constant's, or one constant expanded to
+        the batch (an exporter's whole-sequence lengths over a batch sized
+        at run time), None where neither."""
+        if name in consts:
+            return numpy_helper.to_array(consts[name]).astype(np.int64)
+        p = producers.get(name)
+        if p is None or p.op_type != "Expand":
+            return None
+        if p.input[0] in consts:
+            return numpy_helper.to_array(consts[p.input[0]]).astype(np.int64).reshape(-1)
+        g = producers.get(p.input[0])  # Gather(Shape(y), k): y's length along a fixed axis k
+        s = producers.get(g.input[0]) if g is not None and g.op_type == "Gather" and g.input[1] in consts else None
+        if s is None or s.op_type != "Shape" or len(s.attribute) or s.input[0] not in shapes:
+            return None
+        k = numpy_helper.to_array(consts[g.input[1]]).reshape(-1)
+        dims = shapes[s.input[0]]
+        return np.array([dims[i] for i in k.tolist()], np.int64) if all(isinstance(dims[i], int) for i in k) else None
 
     def expand(node, name, a, add_init):
-        x, lens_name = node.input[0], node.input[1]
-        if lens_name not in consts or x not in shapes:
-            return [node]  # check_static names what is not constant
+        x, lens = node.input[0], lengths(node.input[1])
         t_axis, b_axis = a.get("time_axis", 0), a.get("batch_axis", 1)
-        lens, steps = numpy_helper.to_array(consts[lens_name]).astype(np.int64), shapes[x][t_axis]
+        steps = shapes.get(x, [None] * 2)[t_axis]
+        whole = lens is not None and isinstance(steps, int) and len(lens) > 0 and np.all(lens == steps)
+        if not whole and (node.input[1] not in consts or None in shapes.get(x, [None])):
+            return [node]  # check_static names what is not constant
         k = [0]
 
         def piece(src, start, end, step, axis):
@@ -221,7 +244,8 @@ def reverse_sequence(model):
                    for w, v in (("start", start), ("end", end), ("axis", axis), ("step", step))]
             return helper.make_node("Slice", [src] + ins, [out]), out
 
-        if np.all(lens == steps):
+        if whole:  # every sequence whole (whatever the batch): one reversing Slice
+            unread.append(node.input[1])
             node_, out = piece(x, -1, -steps - 1, -1, t_axis)
             return [node_, helper.make_node("Identity", [out], [node.output[0]], name=name)]
         nodes, rows = [], []
@@ -243,7 +267,32 @@ def reverse_sequence(model):
                 nodes.append(helper.make_node("Concat", parts, [f"{row}/joined"], axis=t_axis))
                 rows.append(f"{row}/joined")
         return nodes + [helper.make_node("Concat", rows, [node.output[0]], axis=b_axis, name=name)]
+    unread = []
     rewrite(model, "ReverseSequence", expand)
+    _drop_unread(model, unread)
+
+
+def _drop_unread(model, names):
+    """The nodes that computed `names` (and what only they read), where
+    nothing reads them any more: lengths from a shape sized at run time,
+    which the importer cannot take."""
+    names = list(names)
+    while names:
+        used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+        used |= {i for n in model.graph.node for a in n.attribute if a.type == a.GRAPH for i in _graph_reads(a.g)}
+        dead = [n for n in model.graph.node if n.output and set(n.output) & set(names)
+                and not set(n.output) & used]
+        if not dead:
+            return
+        for n in dead:
+            model.graph.node.remove(n)
+        names = [i for n in dead for i in n.input if i]
+
+
+def _graph_reads(graph):
+    """Every name a subgraph's nodes read (an outer value among them)."""
+    return {i for n in graph.node for i in n.input} | {
+        i for n in graph.node for a in n.attribute if a.type == a.GRAPH for i in _graph_reads(a.g)}
 
 
 _ACCUMULATING = ("Conv", "ConvTranspose", "MatMul", "Gemm")

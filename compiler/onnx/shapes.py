@@ -21,7 +21,9 @@ Repeated (ONNX infers anew what a rewrite lets it know) until nothing
 changes. What cannot be written so stays for the importer (or for
 check_static to name)."""
 import numpy as np
-from onnx import helper, numpy_helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+
+from .ops import opset_of
 
 BIG = np.iinfo(np.int64).max
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
@@ -386,6 +388,8 @@ def _of_shapes(g, name, depth=0):
         return True
     if producer.op_type not in ("Concat", "Gather", "Slice", "Squeeze", "Unsqueeze", "Cast", "Identity") or depth > 16:
         return False
+    if producer.op_type == "Cast" and next((a.i for a in producer.attribute if a.name == "to"), 0) != TensorProto.INT64:
+        return False  # a shape through int32 (a TensorFlow exporter's): the importer reads its values as data
     data = producer.input if producer.op_type == "Concat" else producer.input[:1]
     return all(_of_shapes(g, i, depth + 1) for i in data if i)
 
@@ -419,9 +423,16 @@ def _shape_from_dims(model, node, target, shapes, inserts):
                           if d is not None and _same(d, e)), None)
             if found is None:
                 return False
-            inits.append(numpy_helper.from_array(np.array([found[1]], np.int64), f"{part}/axis"))
+            # Gather of a scalar axis, then Unsqueeze: the importer keeps that a shape (a one-element
+            # index reads the shape as data, its sizes then unknown ones)
+            inits.append(numpy_helper.from_array(np.array(found[1], np.int64), f"{part}/axis"))
             new += [helper.make_node("Shape", [found[0]], [f"{part}/shape"]),
-                    helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [part], axis=0)]
+                    helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [f"{part}/size"], axis=0)]
+            if opset_of(model) >= 13:
+                inits.append(numpy_helper.from_array(np.array([0], np.int64), f"{part}/at"))
+                new.append(helper.make_node("Unsqueeze", [f"{part}/size", f"{part}/at"], [part]))
+            else:
+                new.append(helper.make_node("Unsqueeze", [f"{part}/size"], [part], axes=[0]))
         parts.append(part)
     new.append(helper.make_node("Concat", parts, [name], axis=0))
     g.initializer.extend(inits)

@@ -576,3 +576,39 @@ def test_a_row_of_any_width_runs_whole_register_tiles(tmp_path):
     for width in (1, 4, 15, 16, 37, 40):
         f = {"x": rng.standard_normal((1, 64, 6, width)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_a_tensorflow_exporters_reverse_and_zero_state_over_a_batch_sized_at_run_time(tmp_path):
+    """What a TensorFlow exporter writes around a bidirectional LSTM, over a
+    batch set at run time: ReverseSequence whose lengths are the whole
+    sequence expanded to the batch (Expand(Gather(Shape(x), time),
+    Gather(Shape(x), batch))), one reversing Slice at every batch; and a
+    zero state Expand(0, [batch, 4]) whose shape goes through int32
+    (Cast, Slice, Concat, Cast back), read from x's own axis so the
+    importer keeps it a shape. Matches onnxruntime at three batches."""
+    i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    inits = [i64("t_axis", [0]), i64("b_axis", [1]), i64("one", [1]), i64("two", [2]),
+             numpy_helper.from_array(np.array([4], np.int32), "four"),
+             numpy_helper.from_array(np.zeros([1], np.float32), "zero")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "t_axis"], ["steps"], axis=0),
+             helper.make_node("Gather", ["s", "b_axis"], ["batch"], axis=0),
+             helper.make_node("Expand", ["steps", "batch"], ["lens"]),
+             helper.make_node("ReverseSequence", ["x", "lens"], ["r"], batch_axis=1, time_axis=0),
+             helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32),
+             helper.make_node("Slice", ["s32", "one", "two"], ["b32"]),
+             helper.make_node("Concat", ["b32", "four"], ["shape32"], axis=0),
+             helper.make_node("Cast", ["shape32"], ["shape"], to=TensorProto.INT64),
+             helper.make_node("Expand", ["zero", "shape"], ["state"]),
+             helper.make_node("Add", ["r", "state"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "tf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, "b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, "b", 4])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "tf.brew")
+    compile_model(model, path, input_shapes={"x": "5x[b=1:12]x4"}, typical_shapes={"x": [5, 3, 4]})
+    sess = coldbrew.load(path)
+    for b in (1, 3, 12):
+        f = {"x": np.random.default_rng(b).standard_normal((5, b, 4)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
