@@ -7,7 +7,7 @@ import tvm
 from tvm import s_tir, te
 
 from ..ir.forms import PRECISIONS
-from .contract import ANCHOR
+from .contract import ANCHOR, simplified
 
 
 WIDEN = "cb_widen"  # the widening block of a narrow transform
@@ -98,7 +98,7 @@ def execute_te(variant, spec, params):
     def run(x, wt, *scale):
         s = spec
         if getattr(spec, "symbolic", False):
-            s = (dataclasses.replace(spec, m=x.shape[-2]) if spec.__class__.__name__ == "DenseSpec"
+            s = (_rows_of(spec, x) if spec.__class__.__name__ == "DenseSpec"
                  else dataclasses.replace(spec, h=x.shape[2], w=x.shape[3]))
         if variant.integer:
             return variant.compute(s, x, wt, params, scale[0])
@@ -106,6 +106,18 @@ def execute_te(variant, spec, params):
         return scaled(s, out, scale[0]) if scale else out
 
     return run
+
+
+def _rows_of(spec, x):
+    """A dense spec sized at run time with x's own extents: its rows, or a
+    batch of fixed rows taken flat (the batch outermost)."""
+    if not spec.batch:
+        return dataclasses.replace(spec, m=x.shape[-2])
+    batch = tuple(x.shape[:-1])
+    m = batch[0]
+    for d in batch[1:]:
+        m = m * d
+    return dataclasses.replace(spec, m=simplified(m), batch=(batch[0],) + tuple(int(d) for d in batch[1:]))
 
 
 def schedule(func, variant, spec, params=None):

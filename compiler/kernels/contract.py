@@ -118,7 +118,10 @@ class DenseSpec:
         if not self.batch:
             return (0,) * self.lead + (i,)
         index = []
-        for d in reversed(self.batch):
+        for j, d in enumerate(reversed(self.batch)):
+            if not isinstance(d, int) and j == len(self.batch) - 1:  # a batch sized at run time, outermost:
+                index.append(i)  # the rows' quotient by the axes inside it, whole
+                break
             index.append(i % d if d > 1 else 0)
             i = i // d
         return tuple(reversed(index))

@@ -35,14 +35,10 @@ class PackedGemm(Variant):
             name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        nb, rows, row = params["nb"], spec.m, spec.x_row
+        nb, rows, row = params["nb"], _whole_blocks(spec, params["mb"]), spec.x_row
         k = te.reduce_axis((0, spec.k), "k")
         np_ = (spec.n + nb - 1) // nb * nb
-        if not spec.batch and not multiple(spec.m, params["mb"]):
-            # rows sized at run time, mb not dividing them at every size: whole blocks of rows, the last
-            # reading the last row again and cropped, so no row's test sits inside the reduction (its
-            # accumulators would leave the registers)
-            rows = simplified(tirx.floordiv(spec.m + params["mb"] - 1, params["mb"]) * params["mb"])
+        if rows is not spec.m:  # the last block reads the last row again
             row = lambda i: spec.x_row(tirx.min(i, spec.m - 1))  # noqa: E731
         anchor = te.compute((rows, np_), lambda i, j: te.sum(x[row(i) + (k,)] * wt[j // nb, k, j % nb], axis=k),
                             name=ANCHOR)
@@ -75,6 +71,16 @@ class PackedGemm(Variant):
 register(PackedGemm.name, PackedGemm)
 
 
+def _whole_blocks(spec, mb):
+    """The rows a dense variant computes: spec.m, or where rows sized at run
+    time are not a multiple of mb at every size, whole blocks of mb at each
+    size (cropped after), so no row's test sits inside the reduction (its
+    accumulators would leave the registers: 2.5x slower)."""
+    if spec.batch or multiple(spec.m, mb):
+        return spec.m
+    return simplified(tirx.floordiv(spec.m + mb - 1, mb) * mb)
+
+
 INT8_DOT = "cb_int8_dot"  # annotation of the blocks finish() turns into vpdpbusd
 
 
@@ -91,6 +97,7 @@ class Int8Dot(Variant):
     name = "dense.int8_dot"
     op = "dense"
     integer = True
+    symbolic = True  # rows sized at run time: whole row blocks at each size (_whole_blocks)
 
     def applies(self, spec):  # fewer outputs than one instruction's 16 lanes: not worth packing
         return self.isa.int8_dot and spec.in_scale > 0 and spec.n >= 16
@@ -112,11 +119,11 @@ class Int8Dot(Variant):
         return pack
 
     def compute(self, spec, x, wt, params, scale):
-        nb, kp = params["nb"], (spec.k + 3) // 4 * 4
-        xq = _integer_rows(spec, x, kp)
+        nb, kp, rows = params["nb"], (spec.k + 3) // 4 * 4, _whole_blocks(spec, params["mb"])
+        xq = _integer_rows(spec, x, kp, None if rows is spec.m else rows)
         k = te.reduce_axis((0, kp), "k")
         np_ = (spec.n + nb - 1) // nb * nb
-        acc = te.compute((spec.m, np_), lambda i, j: te.sum(
+        acc = te.compute((rows, np_), lambda i, j: te.sum(
             xq[i, k].astype("int32") * wt[j // nb, k // 4, j % nb, k % 4].astype("int32"), axis=k), name=ANCHOR)
         return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
                           * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
@@ -283,8 +290,7 @@ def _integer_rows(spec, x, kp, mp=None):
     with zeros to kp (and the rows to mp): the model's uint8 themselves where no padding is
     needed (the products then read them in place), its int8 plus 128, or
     floats on the grid turned back into q + in_shift."""
-    mp = mp or spec.m
-    if x.dtype == "uint8" and kp == spec.k and mp == spec.m:
+    if x.dtype == "uint8" and kp == spec.k and mp is None:
         return te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
     inv = 1.0 / spec.in_scale
 
@@ -298,7 +304,7 @@ def _integer_rows(spec, x, kp, mp=None):
             q = tirx.round(v * inv) + float(spec.in_shift)
             q = tirx.Cast("uint8", tirx.max(tirx.min(q, 255.0), 0.0))
         return tirx.if_then_else(k < spec.k, q, tirx.const(0, "uint8"))
-    if mp == spec.m:
+    if mp is None:
         return te.compute((spec.m, kp), integer, name="cb_quant")
     return te.compute((mp, kp), lambda m, k: tirx.if_then_else(
         m < spec.m, integer(tirx.min(m, spec.m - 1), k), tirx.const(0, "uint8")), name="cb_quant")
@@ -412,7 +418,7 @@ class Int8Tiles(Variant):
 
     def compute(self, spec, x, wt, params, scale):
         mp, np_, kp = self._padded(spec)
-        xq = _integer_rows(spec, x, kp, mp)
+        xq = _integer_rows(spec, x, kp, None if mp == spec.m else mp)
         k = te.reduce_axis((0, kp), "k")
         acc = te.compute((mp, np_), lambda i, j: te.sum(
             xq[i, k].astype("int32") * wt[j // TILE, k // 4, j % TILE, k % 4].astype("int32"), axis=k), name=ANCHOR)

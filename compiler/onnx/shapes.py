@@ -255,6 +255,10 @@ def _rewrite(model, node, values, shapes, inserts):
             _shape_from_dims(model, node, target, shapes, inserts)
     if out.count(None) + out.count(-1) > 1:
         return False
+    if op == "Reshape" and 0 in out:
+        if any(_fixed(e) and int(e) == 0 for e in target):
+            return False  # a size of zero asked for (allowzero): refused later, as every zero-size tensor is
+        _keep_zeros(node)
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
         sizes = [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
@@ -439,6 +443,15 @@ def _shape_from_dims(model, node, target, shapes, inserts):
     inserts += [(node.output[0], n) for n in new]
     node.input[1] = name
     return True
+
+
+def _keep_zeros(node):
+    """A Reshape whose target now says 0 for "the size it has": allowzero
+    off (a PyTorch exporter's allowzero=1 would read the 0 as a size of
+    zero; its own target had none, so nothing else changes)."""
+    for a in node.attribute:
+        if a.name == "allowzero":
+            a.i = 0
 
 
 def _replace_input(model, node, k, value):

@@ -24,6 +24,7 @@ from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
 from ..ir import dims
+from ..kernels.contract import simplified
 from ..kernels.generic import multiple
 from ..kernels.schedule import intensity, register_blocks
 from ..ir.relax import LayerIds, const_value, extents_of
@@ -197,6 +198,12 @@ def _spec_of(call, op_name, w, variables=None):
     # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
     if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None, None
+    if not static and len(xs) > 2 and dims.is_static(extents[1:]):  # a batch sized at run time of fixed rows
+        # (a batch of sequences): the rows flat, the batch the outermost of them
+        spec = DenseSpec(int(np.prod(xs[:-1])), xs[-1], int(w.shape[1]), dtype, batch=tuple(xs[:-1]))
+        rows = [int(d) for d in extents[1:-1]]
+        return spec, dataclasses.replace(spec, m=simplified(extents[0] * int(np.prod(rows))),
+                                         batch=(extents[0], *rows))
     if any(d != 1 for d in xs[:-2]):
         if not static:
             return None, None
@@ -317,6 +324,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 return call
             if self.phase == "collect":
                 spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
+                if exact is not None and isinstance(spec, DenseSpec):  # the kernel's spec: the same input grid
+                    exact = dataclasses.replace(exact, in_scale=spec.in_scale, in_shift=spec.in_shift)
                 a = _anchor(anchor_id, len(self.anchors), op_name, spec, exact, w, (choice, isa, tuning))
                 self.anchors += [a] if a is not None else []
                 return call
@@ -326,7 +335,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
             x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
-            return self.builder_.call_te(kbuild.execute_te(a.variant, exact or a.spec, a.params), x, a.const,
+            return self.builder_.call_te(kbuild.execute_te(a.variant, a.exact or a.spec, a.params), x, a.const,
                                          *([a.scale] if a.scale is not None else []),
                                          primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
 

@@ -612,3 +612,42 @@ def test_a_tensorflow_exporters_reverse_and_zero_state_over_a_batch_sized_at_run
     for b in (1, 3, 12):
         f = {"x": np.random.default_rng(b).standard_normal((5, b, 4)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_a_batch_of_fixed_sequences_sized_at_run_time_runs_the_dense_variants(tmp_path, quantized):
+    """x [b, 40, 64] with b set at run time through a MatMul: the rows taken
+    flat (b outermost) on dense.packed_gemm, or on dense.int8_dot where x
+    and the weights are 8-bit (a QDQ model's projections, an audio
+    transformer's); every batch matches onnxruntime (a kernel that took
+    the rows of one batch entry only left the others unwritten)."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    inits, nodes = [], [helper.make_node("MatMul", ["xq", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    if quantized:
+        inits = [numpy_helper.from_array(np.round(w * 20).clip(-127, 127).astype(np.int8), "w8"),
+                 numpy_helper.from_array(np.array(0.05, np.float32), "ws"),
+                 numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+                 numpy_helper.from_array(np.array(128, np.uint8), "xz")]
+        nodes = [helper.make_node("DequantizeLinear", ["w8", "ws"], ["w"]),
+                 helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["x8"]),
+                 helper.make_node("DequantizeLinear", ["x8", "xs", "xz"], ["xq"])] + nodes
+    else:
+        inits = [numpy_helper.from_array(w, "w")]
+        nodes = [helper.make_node("Identity", ["x"], ["xq"])] + nodes
+    model = helper.make_model(helper.make_graph(
+        nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 40, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 40, 48])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "rows.brew")
+    compile_model(model, path, input_shapes={"x": "[1:6]x40x64"}, typical_shapes={"x": [1, 40, 64]})
+    from coldbrew.targets import resolve
+
+    want = "dense.int8_dot" if quantized and resolve("host").vector.int8_dot else "dense.packed_gemm"
+    assert want in [text(s.variant) for s in read(path)[0].plan.steps]
+    sess = coldbrew.load(path)
+    for b in (1, 2, 5):
+        f = {"x": rng.standard_normal((b, 40, 64)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
+
