@@ -160,3 +160,24 @@ def test_an_expand_to_a_shape_made_of_shapes_is_left_as_the_importer_takes_it():
     for n in (2, 7):
         x = np.zeros((1, n), np.float32)
         np.testing.assert_array_equal(ort_run(m, {"x": x})[0], ort_run(before, {"x": x})[0])
+
+
+def test_a_reshape_with_allowzero_keeps_its_sizes_when_its_target_folds():
+    """A PyTorch exporter's Reshape(allowzero=1) to [batch, n, 3, 4] from
+    Shape: the target folds to [0, 0, 3, 4] (0: the size it keeps), which
+    allowzero=1 would read as sizes of zero; allowzero is cleared and the
+    rewritten model gives onnxruntime's result at every size."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "zero", "two"], ["bn"]),
+             helper.make_node("Concat", ["bn", "three", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], allowzero=1)]
+    m = _model(nodes, {"zero": [0], "two": [2], "three": [3], "four": [4]}, ["b", "n", 12])
+    before = onnx.ModelProto()
+    before.CopyFrom(m)
+    shapes.apply(m)
+    reshape = next(n for n in m.graph.node if n.op_type == "Reshape")
+    assert _consts(m)[reshape.input[1]] == [0, 0, 3, 4]
+    assert [a.i for a in reshape.attribute if a.name == "allowzero"] == [0]
+    for b, n in ((1, 1), (2, 5)):
+        f = {"x": np.random.default_rng(n).standard_normal((b, n, 12)).astype(np.float32)}
+        np.testing.assert_array_equal(ort_run(m, f)[0], ort_run(before, f)[0])
