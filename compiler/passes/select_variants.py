@@ -226,6 +226,14 @@ def _for_integers(spec, x, w, binding, own_scales):
     return spec
 
 
+def _on_the_same_grid(exact, spec):
+    """A dense layer's spec sized at run time (the kernel's) with the input
+    grid _on_grid found for its typical spec."""
+    if exact is None or not isinstance(spec, DenseSpec):
+        return exact
+    return dataclasses.replace(exact, in_scale=spec.in_scale, in_shift=spec.in_shift)
+
+
 def _on_grid(spec, x, w, binding, own_scales):
     """`spec` with its input's quantized grid (DenseSpec.in_scale) where x
     holds 8-bit integers, times a scale: a DequantizeLinear's output (a
@@ -324,8 +332,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 return call
             if self.phase == "collect":
                 spec = _for_integers(spec, args[0], w, self.lookup_binding, own_scales)
-                if exact is not None and isinstance(spec, DenseSpec):  # the kernel's spec: the same input grid
-                    exact = dataclasses.replace(exact, in_scale=spec.in_scale, in_shift=spec.in_shift)
+                exact = _on_the_same_grid(exact, spec)
                 a = _anchor(anchor_id, len(self.anchors), op_name, spec, exact, w, (choice, isa, tuning))
                 self.anchors += [a] if a is not None else []
                 return call
