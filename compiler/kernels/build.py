@@ -99,7 +99,7 @@ def execute_te(variant, spec, params):
         s = spec
         if getattr(spec, "symbolic", False):
             s = (_rows_of(spec, x) if spec.__class__.__name__ == "DenseSpec"
-                 else dataclasses.replace(spec, h=x.shape[2], w=x.shape[3]))
+                 else dataclasses.replace(spec, n=x.shape[0], h=x.shape[2], w=x.shape[3]))
         if variant.integer:
             return variant.compute(s, x, wt, params, scale[0])
         out = variant.compute(s, x, wt if wt.dtype == s.dtype else Widened(wt), params)

@@ -69,8 +69,8 @@ class ConvSpec:
 
     @property
     def symbolic(self):
-        """Whether its rows or columns are sized at run time (TVM expressions)."""
-        return not isinstance(self.h, int) or not isinstance(self.w, int)
+        """Whether its batch, rows or columns are sized at run time (TVM expressions)."""
+        return not isinstance(self.n, int) or not isinstance(self.h, int) or not isinstance(self.w, int)
 
     @property
     def depthwise(self):

@@ -303,7 +303,7 @@ def conv1d_as_2d(model):
     convolution variants are 2-D): the input and constant weights get a
     unit axis 2, the attributes a unit first entry, the output loses it."""
     consts = {t.name: t for t in model.graph.initializer}
-    _, shapes = types_and_shapes(model)
+    _, shapes = types_and_shapes(model, symbolic=True)  # the rank is what matters: sizes set at run time too
     opset = opset_of(model)
 
     def expand(node, name, a, add_init):

@@ -251,8 +251,6 @@ class _Rewrite:
                 or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
             return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
         shape = extents_of(x)
-        if not isinstance(shape[0], int):  # a batch sized at run time: no variant computes it (NCHW, generic)
-            return None
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
         sized = not all(isinstance(d, int) for d in shape)  # at run time: only the blocked variants compute it
         if not ob and int(a.groups) == 1 and sized:

@@ -192,9 +192,9 @@ def _spec_of(call, op_name, w, variables=None):
         spec = ConvSpec.of_conv2d(a, xs, w.shape, dtype, ib, ob)
         if static:
             return spec, None
-        if not dims.is_static(extents[:2]):  # batch or channels sized at run time: the generic schedule
+        if not dims.is_static(extents[1:2]):  # channels sized at run time: the generic schedule
             return None, None
-        return spec, dataclasses.replace(spec, h=extents[2], w=extents[3])
+        return spec, dataclasses.replace(spec, n=extents[0], h=extents[2], w=extents[3])
     # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
     if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None, None
