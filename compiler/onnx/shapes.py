@@ -255,9 +255,9 @@ def _rewrite(model, node, values, shapes, inserts):
             _shape_from_dims(model, node, target, shapes, inserts)
     if out.count(None) + out.count(-1) > 1:
         return False
-    if op == "Reshape" and 0 in out:
+    if op == "Reshape" and 0 in out and any(a.name == "allowzero" and a.i for a in node.attribute):
         if any(_fixed(e) and int(e) == 0 for e in target):
-            return False  # a size of zero asked for (allowzero): refused later, as every zero-size tensor is
+            return False  # a size of zero asked for: refused later, as every zero-size tensor is
         _keep_zeros(node)
     _replace_input(model, node, 1, np.array([-1 if e is None else e for e in out], np.int64))
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew

@@ -250,7 +250,11 @@ class _Rewrite:
         if (c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"
                 or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
             return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
+        from tvm import tirx
+
         shape = extents_of(x)
+        if not isinstance(shape[0], (int, tirx.Var)):  # a batch that is an expression (an exporter's
+            return None  # min(1000000000, batch)): the fused functions' buffers disagree on it (NCHW, generic)
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
         sized = not all(isinstance(d, int) for d in shape)  # at run time: only the blocked variants compute it
         if not ob and int(a.groups) == 1 and sized:

@@ -678,3 +678,27 @@ def test_a_convolution_over_a_batch_sized_at_run_time_runs_blocked(tmp_path, one
     for b in (1, 2, 5):
         f = {"x": rng.standard_normal([b] + x_dims[1:]).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_a_convolution_over_an_exporters_bounded_batch_stays_correct(tmp_path):
+    """A batch sliced [0:1000000000] (a JAX exporter's full slice): its
+    extent is min(1000000000, b), on which the fused functions' buffers
+    disagree when blocked; the convolution stays NCHW on the generic
+    schedule and matches at every batch."""
+    rng = np.random.default_rng(10)
+    i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    inits = [i64("zero", [0]), i64("big", [1000000000]),
+             numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32), "w")]
+    nodes = [helper.make_node("Slice", ["x", "zero", "big", "zero"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "bounded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 32, 8, 8])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "bounded.brew")
+    compile_model(model, path, input_shapes={"x": "[1:6]x16x8x8"}, typical_shapes={"x": [1, 16, 8, 8]})
+    sess = coldbrew.load(path)
+    for b in (1, 4):
+        f = {"x": rng.standard_normal((b, 16, 8, 8)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))

@@ -181,3 +181,17 @@ def test_a_reshape_with_allowzero_keeps_its_sizes_when_its_target_folds():
     for b, n in ((1, 1), (2, 5)):
         f = {"x": np.random.default_rng(n).standard_normal((b, n, 12)).astype(np.float32)}
         np.testing.assert_array_equal(ort_run(m, f)[0], ort_run(before, f)[0])
+
+
+def test_an_exporters_own_zero_in_a_reshape_target_still_folds():
+    """Paddle's targets say 0 for a kept size themselves (allowzero off):
+    [0, n, 3, 4] from Shape folds to [0, 0, 3, 4] (an allowzero=1 Reshape
+    asking a size of zero is the only one left to the importer)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Concat", ["zero", "n", "three", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    m = _model(nodes, {"i1": [1], "zero": [0], "three": [3], "four": [4]}, [1, "n", 12])
+    shapes.apply(m)
+    reshape = next(n for n in m.graph.node if n.op_type == "Reshape")
+    assert _consts(m)[reshape.input[1]] == [0, 0, 3, 4]
