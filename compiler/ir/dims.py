@@ -45,6 +45,15 @@ def is_static(extents):
     return all(hasattr(e, "value") or isinstance(e, int) for e in extents)
 
 
+def is_plain(extent):
+    """Whether an extent is a constant or one size variable, not an
+    expression (an exporter's min(1000000000, batch), on which fused
+    functions' buffers disagree once a variant computes it)."""
+    from tvm import tirx
+
+    return isinstance(extent, (int, tirx.IntImm, tirx.Var))
+
+
 def _read(extents, dims):
     """{var: Dim} of the variables the extents read, matched to the Dims by
     name (passes may rebuild a variable: the same name, another object)."""

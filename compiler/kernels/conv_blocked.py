@@ -55,20 +55,22 @@ def _padded(x, spec, owp):
 def _row(spec, zt):
     """The anchor's row: out_w padded to whole tiles of zt (sized at run
     time, where zt does not divide out_w at every size: whole tiles at
-    each size, the columns past out_w reading its last: _column)."""
+    each size, the columns past out_w reading its last: _input)."""
     if not spec.symbolic:
         return round_up(spec.out_w, zt)
     return spec.out_w if multiple(spec.out_w, zt) else simplified(tirx.floordiv(spec.out_w + zt - 1, zt) * zt)
 
 
-def _column(spec, owp):
-    """The output column a column of the anchor's row reads the input at:
-    itself, or for the columns of a row sized at run time padded to whole
-    tiles, at most the last (no input padded for them, no test of the
-    column inside the reduction, which kept the tile out of registers)."""
-    if not spec.symbolic or proved(owp == spec.out_w):
-        return lambda z: z
-    return lambda z: tirx.min(z, spec.out_w - 1)
+def _input(x, spec, owp):
+    """(the input the anchor reads, padded; the output column a column of
+    the anchor's row reads it at): itself, or for the columns of a row
+    sized at run time padded to whole tiles, at most the last (no input
+    padded for them, no test of the column inside the reduction, which
+    kept the tile out of registers)."""
+    if not spec.symbolic:
+        return _padded(x, spec, owp), lambda z: z
+    p = _padded(x, spec, spec.out_w)
+    return (p, lambda z: z) if proved(owp == spec.out_w) else (p, lambda z: tirx.min(z, spec.out_w - 1))
 
 
 def _crop(anchor, spec):
@@ -114,8 +116,7 @@ class Blocked(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, cb, zt = self.isa.lanes, spec.in_block or 1, params["zt"]
         owp = _row(spec, zt)
-        column = _column(spec, owp)
-        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
+        p, column = _input(x, spec, owp)
         co = te.reduce_axis((0, spec.c // cb), "co")
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
@@ -169,8 +170,7 @@ class DepthwiseBlocked(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, zt = self.isa.lanes, params["zt"]
         owp = _row(spec, zt)
-        column = _column(spec, owp)
-        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
+        p, column = _input(x, spec, owp)
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
@@ -232,8 +232,7 @@ class _PanelGemm(_OnBlocks):
     def compute(self, spec, x, wt, params):
         b, cb, kvb, zt = self.isa.lanes, spec.in_block or 1, params["kvb"], params["zt"]
         owp = _row(spec, zt)
-        column = _column(spec, owp)
-        p = _padded(x, spec, spec.out_w if spec.symbolic else owp)
+        p, column = _input(x, spec, owp)
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
 
         def tap(n, co, r, s, y, z, ci):

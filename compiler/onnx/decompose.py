@@ -72,7 +72,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from . import attention, subpixel
-from .ops import opset_of, rewrite, types_and_shapes
+from .ops import drop_unread, opset_of, rewrite, types_and_shapes
 
 _INTEGERS = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
              TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -269,30 +269,7 @@ def reverse_sequence(model):
         return nodes + [helper.make_node("Concat", rows, [node.output[0]], axis=b_axis, name=name)]
     unread = []
     rewrite(model, "ReverseSequence", expand)
-    _drop_unread(model, unread)
-
-
-def _drop_unread(model, names):
-    """The nodes that computed `names` (and what only they read), where
-    nothing reads them any more: lengths from a shape sized at run time,
-    which the importer cannot take."""
-    names = list(names)
-    while names:
-        used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
-        used |= {i for n in model.graph.node for a in n.attribute if a.type == a.GRAPH for i in _graph_reads(a.g)}
-        dead = [n for n in model.graph.node if n.output and set(n.output) & set(names)
-                and not set(n.output) & used]
-        if not dead:
-            return
-        for n in dead:
-            model.graph.node.remove(n)
-        names = [i for n in dead for i in n.input if i]
-
-
-def _graph_reads(graph):
-    """Every name a subgraph's nodes read (an outer value among them)."""
-    return {i for n in graph.node for i in n.input} | {
-        i for n in graph.node for a in n.attribute if a.type == a.GRAPH for i in _graph_reads(a.g)}
+    drop_unread(model, unread)  # the lengths' chain, which the importer cannot take
 
 
 _ACCUMULATING = ("Conv", "ConvTranspose", "MatMul", "Gemm")

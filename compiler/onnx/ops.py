@@ -67,6 +67,31 @@ def opset_of(model, default=1):
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
 
 
+def drop_unread(model, names=None):
+    """Nodes none of whose outputs anything reads any more (a graph output,
+    a node, a subgraph's node at any depth): all of them, or with `names`,
+    those that computed these names and, in turn, what only they read."""
+    g = model.graph
+    names = None if names is None else set(names)
+    while names is None or names:
+        used = {o.name for o in g.output} | _reads(g)
+        dead = {k for k, n in enumerate(g.node) if not any(o in used for o in n.output if o)
+                and (names is None or set(n.output) & names)}
+        if not dead:
+            return
+        if names is not None:
+            names = {i for k in dead for i in g.node[k].input if i}
+        live = [n for k, n in enumerate(g.node) if k not in dead]
+        del g.node[:]
+        g.node.extend(live)
+
+
+def _reads(graph):
+    """Every name a graph's nodes read, its subgraphs' at any depth too."""
+    return {i for n in graph.node for i in n.input} | {
+        i for n in graph.node for a in n.attribute if a.type == a.GRAPH for i in _reads(a.g)}
+
+
 def check_supported(model):
     """UnsupportedOperatorError naming every node (of the graph itself, not
     of its subgraphs) whose operator coldbrew does not support."""

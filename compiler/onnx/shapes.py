@@ -23,7 +23,7 @@ check_static to name)."""
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
-from .ops import opset_of
+from .ops import drop_unread, opset_of
 
 BIG = np.iinfo(np.int64).max
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
@@ -35,21 +35,8 @@ def apply(model):
     for _ in range(8):
         if not _fold_once(model, table):
             break
-    _drop_dead(model)
+    drop_unread(model)  # the chains folded
     return model
-
-
-def _drop_dead(model):
-    """Nodes none of whose outputs is read any more (the chains folded)."""
-    g = model.graph
-    while True:
-        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-        used |= {i for n in g.node for a in n.attribute if a.type == 5 for m in [a.g] for k in m.node for i in k.input}
-        live = [n for n in g.node if any(o in used for o in n.output if o)]
-        if len(live) == len(g.node):
-            return
-        del g.node[:]
-        g.node.extend(live)
 
 
 def _fold_once(model, names):

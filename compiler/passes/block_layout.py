@@ -28,6 +28,7 @@ runs in the layout it has in the model. Model inputs and outputs stay NCHW.
 """
 import numpy as np
 
+from ..ir import dims
 from ..ir.anchors import forced
 from ..ir.graph import BLOCKED_MARK
 from ..ir.relax import FOLDED, LayerIds, bindings_of, clip_half, const_value, extents_of, per_channel, same_extents
@@ -250,11 +251,9 @@ class _Rewrite:
         if (c is None or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"
                 or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
             return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
-        from tvm import tirx
-
         shape = extents_of(x)
-        if not isinstance(shape[0], (int, tirx.Var)):  # a batch that is an expression (an exporter's
-            return None  # min(1000000000, batch)): the fused functions' buffers disagree on it (NCHW, generic)
+        if not dims.is_plain(shape[0]):  # a batch that is an expression: NCHW, the generic schedule
+            return None
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
         sized = not all(isinstance(d, int) for d in shape)  # at run time: only the blocked variants compute it
         if not ob and int(a.groups) == 1 and sized:

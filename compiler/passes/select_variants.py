@@ -198,7 +198,7 @@ def _spec_of(call, op_name, w, variables=None):
     # rows: x [M, K], a batch-1 sequence [1, ..., 1, M, K], or a batch of them (the rows taken flat)
     if w.ndim != 2 or len(xs) < 2 or dtype != "float32" or str(w.dtype) != dtype:
         return None, None
-    if not static and len(xs) > 2 and dims.is_static(extents[1:]) and _plain_size(extents[0]):
+    if not static and len(xs) > 2 and dims.is_static(extents[1:]) and dims.is_plain(extents[0]):
         # a batch sized at run time of fixed rows (a batch of sequences): the rows flat, the batch outermost
         spec = DenseSpec(int(np.prod(xs[:-1])), xs[-1], int(w.shape[1]), dtype, batch=tuple(xs[:-1]))
         rows = [int(d) for d in extents[1:-1]]
@@ -214,14 +214,6 @@ def _spec_of(call, op_name, w, variables=None):
     if not dims.is_static(extents[:-2] + extents[-1:]):
         return None, None
     return spec, dataclasses.replace(spec, m=extents[-2])
-
-
-def _plain_size(extent):
-    """Whether a size set at run time is one variable (not an exporter's
-    min(1000000000, batch), on which fused functions' buffers disagree)."""
-    from tvm import tirx
-
-    return isinstance(extent, tirx.Var)
 
 
 def _for_integers(spec, x, w, binding, own_scales):
