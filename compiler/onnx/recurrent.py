@@ -92,8 +92,11 @@ def _checked(node, label, consts, x_shape, sized_seq=False):
             problems.append(f"{what} ('{inputs[pos]}') must be constant")
     if GATES[kind] == 4 and inputs[7] and inputs[7] not in consts:
         problems.append(f"P ('{inputs[7]}') must be constant")
-    if x_shape is None or None in x_shape[1:]:
+    if x_shape is None or x_shape[2] is None:
         problems.append(f"its input '{node.input[0]}' has no static shape")
+    elif x_shape[1] is None and (x_shape[0] is None or sized_seq or kind == "DynamicQuantizeLSTM"):
+        problems.append(f"its input '{node.input[0]}' of a batch sized at run time (unrolled: float weights, "
+                        f"a fixed sequence)")
     elif x_shape[0] is None and not sized_seq:
         problems.append(f"its input '{node.input[0]}' sized at run time (a cell layer computes it: CPU targets, "
                         f"no peepholes)")
@@ -133,6 +136,14 @@ class _Builder:
         outs = [f"{self.prefix}/{op_type.lower()}{self.k}_{j}" for j in range(count)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=outs[0]))
         return outs
+
+    def lead(self, x, n):
+        """x with n leading axes of 1 (an Unsqueeze: the batch may be sized
+        at run time)."""
+        axes = list(range(n))
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.const(np.array(axes, np.int64), f"lead{n}")])
+        return self.op("Unsqueeze", [x], axes=axes)
 
     def take(self, x, index, axis):
         """x's slice `index` along `axis`, that axis dropped."""
@@ -240,9 +251,11 @@ def unroll(node, label, consts, shapes, opset):
 
 
 def _initial(b, name, d, batch, hidden, tag):
-    """Direction d's initial state [batch, hidden] (zeros when not given)."""
+    """Direction d's initial state [batch, hidden] (zeros when not given;
+    [1, hidden] where the batch is sized at run time: the first step's sums
+    broadcast it)."""
     if not name:
-        return b.const(np.zeros((batch, hidden), np.float32), f"{tag}0_{d}")
+        return b.const(np.zeros((batch or 1, hidden), np.float32), f"{tag}0_{d}")
     return b.take(name, d, 0)
 
 
@@ -292,17 +305,15 @@ def _outputs(b, node, ys, hs, cs, dims, batch_first):
     hidden] and [batch, dirs, hidden])."""
     seq, batch, hidden, dirs = dims
     outs = list(node.output) + ["", "", ""]
-    shape4 = b.const(np.array([1, 1, batch, hidden], np.int64), "step4")
-    shape3 = b.const(np.array([1, batch, hidden], np.int64), "state3")
     if outs[0]:
-        per_t = [b.op("Concat", [b.op("Reshape", [ys[d][t], shape4]) for d in range(dirs)], axis=1) if dirs > 1
-                 else b.op("Reshape", [ys[0][t], shape4]) for t in range(seq)]
+        per_t = [b.op("Concat", [b.lead(ys[d][t], 2) for d in range(dirs)], axis=1) if dirs > 1
+                 else b.lead(ys[0][t], 2) for t in range(seq)]
         y = b.op("Concat", per_t, axis=0) if seq > 1 else per_t[0]
         y = b.op("Transpose", [y], perm=[2, 0, 1, 3]) if batch_first else y
         b.nodes.append(helper.make_node("Identity", [y], [outs[0]], name=f"{b.prefix}/Y"))
     for k, states in ((1, hs), (2, cs)):
         if outs[k] and states[0] is not None:
-            parts = [b.op("Reshape", [s, shape3]) for s in states]
+            parts = [b.lead(s, 1) for s in states]
             state = b.op("Concat", parts, axis=0) if dirs > 1 else parts[0]
             state = b.op("Transpose", [state], perm=[1, 0, 2]) if batch_first else state
             b.nodes.append(helper.make_node("Identity", [state], [outs[k]], name=f"{b.prefix}/Y{'hc'[k - 1]}"))
@@ -319,6 +330,8 @@ def as_cell(node, label, consts, shapes):
     if not quantized and (node.op_type not in ("LSTM", "GRU", "RNN") or node.domain not in ("", "ai.onnx")):
         return None
     x_shape = _x_shape(node, shapes)
+    if x_shape and x_shape[0] is not None and x_shape[1] is None and not quantized:
+        return None  # a batch sized at run time over a fixed sequence: unrolled
     batch_first = any(t.name == "layout" and t.i for t in node.attribute)
     a, dirs, inputs = _checked(node, label, consts, x_shape, sized_seq=True)
     acts = a.get("activations", DEFAULT_ACTIVATIONS[node.op_type] * dirs)

@@ -29,17 +29,20 @@ BIG = np.iinfo(np.int64).max
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
-def apply(model):
-    """Fold the model's shape arithmetic on sizes set at run time (in place)."""
+def apply(model, ranges=None):
+    """Fold the model's shape arithmetic on sizes set at run time (in place).
+    `ranges`: {dimension name: (min, max)} of the sizes declared as ranges
+    (a Slice ending past an axis's largest size keeps the whole axis: the
+    importer would carry min(end, size) as the axis's extent)."""
     table = {}  # dim name -> its size (a TVM expression), across rounds
     for _ in range(8):
-        if not _fold_once(model, table):
+        if not _fold_once(model, table, ranges or {}):
             break
     drop_unread(model)  # the chains folded
     return model
 
 
-def _fold_once(model, names):
+def _fold_once(model, names, ranges):
     from tvm import tirx
 
     g = shape_inference.infer_shapes(model, strict_mode=False).graph
@@ -70,7 +73,8 @@ def _fold_once(model, names):
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
                 f"count_{node.output[0]}", "int64")) if length is None else length], names)
             changed = True
-        done = _rewrite(model, node, values, shapes, inserts)
+        done = _rewrite(model, node, values, shapes, inserts) or \
+            (node.op_type == "Slice" and _whole_axes(model, node, values, shapes.get(node.input[0]), names, ranges))
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names)
@@ -160,6 +164,8 @@ def _evaluate(node, values, shapes):
         return None if any(v is None for v in out.reshape(-1)) else out
     if op == "Where":
         return np.where(known[0].astype(bool), known[1].astype(object), known[2].astype(object))
+    if op == "Cast" and attrs.get("to") == TensorProto.BOOL:  # a size tested for zero
+        return np.vectorize(lambda a: int(a != 0), otypes=[object])(x) if all(map(_fixed, x.reshape(-1))) else None
     if op in ("Cast", "Identity"):
         return x
     if op == "Gather":
@@ -202,6 +208,8 @@ def _rewrite(model, node, values, shapes, inserts):
     """Give a Reshape, Expand or Slice whose shape input is known its
     constant form (module docstring); True if one was given."""
     op = node.op_type
+    if op == "If":  # a test of a size that holds at every size (a rank, a fixed axis): the branch folds
+        return _fixed_condition(model, node, values)
     fixed = _fixed_inputs(model, node, values)
     if op not in ("Reshape", "Expand", "Slice") or len(node.input) < 2:
         return fixed
@@ -250,6 +258,16 @@ def _rewrite(model, node, values, shapes, inserts):
     if op == "Reshape" and -1 not in out:  # its sizes, where all are known: ONNX names what a -1 leaves anew
         sizes = [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
         return True if any(e is None for e in sizes) else sizes
+    return True
+
+
+def _fixed_condition(model, node, values):
+    """An If whose condition is a number at every size: written as a
+    constant (fold.apply then inlines the branch taken); True if so."""
+    v = values.get(node.input[0])
+    if v is None or node.input[0] in _initializers(model) or v.size != 1 or not _fixed(v.reshape(-1)[0]):
+        return False
+    _replace_input(model, node, 0, np.array(bool(v.reshape(-1)[0])))
     return True
 
 
@@ -333,6 +351,44 @@ def _slice(model, node, values, x):
         else:
             return False
     _replace_input(model, node, 2, np.array(out, np.int64))
+    return True
+
+
+def _whole_axes(model, node, values, x, names, ranges):
+    """A Slice's axes that it keeps whole (from 0, by 1, to an end past
+    the axis's largest size) dropped from it; the Slice an Identity where
+    it keeps every axis whole. True if any was dropped."""
+    from tvm import ir
+    from tvm.sym import Analyzer
+
+    args = [values.get(i) if i else None for i in list(node.input[1:5]) + [""] * (4 - len(node.input[1:5]))]
+    starts, ends, axes, steps = args
+    if x is None or starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
+            or (len(node.input) > 4 and node.input[4] and steps is None):
+        return False
+    axes = np.arange(len(ends)) if axes is None else axes.reshape(-1)
+    steps = np.ones(len(ends), np.int64) if steps is None else steps.reshape(-1)
+    a = Analyzer()
+    for name, (lo, hi) in ranges.items():
+        if name in names and hasattr(names[name], "name"):
+            a.bind(names[name], ir.Range.from_min_extent(lo, hi - lo + 1))
+    keep = []
+    for k, (st, e, ax, sp) in enumerate(zip(starts.reshape(-1), ends.reshape(-1), axes, steps)):
+        size = x[int(ax)] if _fixed(ax) and -len(x) <= int(ax) < len(x) else None
+        whole = all(map(_fixed, (st, e, sp))) and int(st) == 0 and int(sp) == 1 and size is not None and (
+            int(e) >= BIG // 2 or (int(e) >= size if _fixed(size) else a.can_prove(size <= int(e))))
+        if not whole:
+            keep.append(k)
+    if len(keep) == len(axes):
+        return False
+    if not keep:
+        node.op_type = "Identity"
+        del node.input[1:]
+        return True
+    while len(node.input) < 4:  # the axes kept named
+        node.input.append("")
+    for pos, v in enumerate((starts, ends, axes, steps)[:len(node.input) - 1]):
+        _replace_input(model, node, pos + 1, np.array([v.reshape(-1)[k] for k in keep], np.int64))
     return True
 
 
@@ -443,5 +499,9 @@ def _keep_zeros(node):
 
 def _replace_input(model, node, k, value):
     name = f"{node.name or node.output[0]}/folded_{k}"
+    kept = [t for t in model.graph.initializer if t.name != name]  # folded before: replaced
+    if len(kept) < len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
     model.graph.initializer.append(numpy_helper.from_array(value, name))
     node.input[k] = name

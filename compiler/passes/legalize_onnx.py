@@ -287,15 +287,16 @@ def _recurrent(model, cells):
             return
 
 
-def apply(model, cells=True, sized=False, bounds=None):
+def apply(model, cells=True, sized=False, bounds=None, ranges=None):
     """`cells`: recurrent cells the kernel covers become cell layers
     (compiler/kernels/recurrent.py; CPU targets), the rest are unrolled;
     `sized`: some input dimensions are sized at run time (shape arithmetic
     on them is left to the importer); `bounds`: the user's, of outputs
-    sized by the data (a Loop's iterations among them)."""
+    sized by the data (a Loop's iterations among them); `ranges`: {name:
+    (min, max)} of the input dimensions declared as ranges."""
     if sized:
         _name_counts(model)
-        shapes.apply(model)
+        _fold_sizes(model, ranges)
         _sizes_as_data(model)
     if _while_loops(model, bounds or {}):  # a loop the runtime runs: its body's shapes fold as the rest did
         fold.apply(model)
@@ -310,6 +311,18 @@ def apply(model, cells=True, sized=False, bounds=None):
     check_supported(model)  # again: fold_constants may have inlined an If's branch
     check_static(model, sized)
     return model
+
+
+def _fold_sizes(model, ranges):
+    """The shape arithmetic on sizes set at run time folded (onnx/shapes.py),
+    and the If branches that a size decides at every size inlined, until
+    none is left (an inlined branch's shapes may decide the next If)."""
+    for _ in range(8):
+        shapes.apply(model, ranges)
+        consts = {t.name for t in model.graph.initializer}
+        if not any(n.op_type == "If" and n.input[0] in consts for n in model.graph.node):
+            return
+        fold.apply(model)
 
 
 def _name_counts(model):
@@ -392,7 +405,8 @@ def _sized_by_data(model):
 
 
 def run(c):
-    c.proto = apply(c.proto, c.cells, bool(c.options.dims) or _sized_by_data(c.proto), c.options.bounds)
+    ranges = {d.name: (d.min, d.max) for d in c.options.dims.values()}
+    c.proto = apply(c.proto, c.cells, bool(ranges) or _sized_by_data(c.proto), c.options.bounds, ranges)
     if decompose.has_exact_sums(c.proto):  # a ConvInteger's or MatMulInteger's centred weights: int8 times 1
         c.qdq_scales.append(np.ones(1, np.float32))
     return c

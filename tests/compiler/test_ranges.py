@@ -680,14 +680,16 @@ def test_a_convolution_over_a_batch_sized_at_run_time_runs_blocked(tmp_path, one
         assert_close(sess.run(None, f), ort_run(model, f))
 
 
-def test_a_convolution_over_an_exporters_bounded_batch_stays_correct(tmp_path):
-    """A batch sliced [0:1000000000] (a JAX exporter's full slice): its
-    extent is min(1000000000, b), on which the fused functions' buffers
-    disagree when blocked; the convolution stays NCHW on the generic
-    schedule and matches at every batch."""
+@pytest.mark.parametrize("end", [1000000000, 2 ** 63 - 1])
+def test_a_convolution_over_an_exporters_bounded_batch_runs_blocked(tmp_path, end):
+    """A batch sliced [0:1000000000] (a JAX exporter's full slice) or
+    [0:INT64_MAX] (PyTorch's): the slice keeps the whole batch at every
+    declared size, so it is dropped (onnx/shapes.py _whole_axes; imported,
+    the batch's extent was min(end, b), which kept the convolution off the
+    blocked variants); every batch matches onnxruntime."""
     rng = np.random.default_rng(10)
     i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
-    inits = [i64("zero", [0]), i64("big", [1000000000]),
+    inits = [i64("zero", [0]), i64("big", [end]),
              numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32), "w")]
     nodes = [helper.make_node("Slice", ["x", "zero", "big", "zero"], ["r"]),
              helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
@@ -698,7 +700,75 @@ def test_a_convolution_over_an_exporters_bounded_batch_stays_correct(tmp_path):
     model.ir_version = 9
     path = str(tmp_path / "bounded.brew")
     compile_model(model, path, input_shapes={"x": "[1:6]x16x8x8"}, typical_shapes={"x": [1, 16, 8, 8]})
+    assert "conv2d.blocked" in [text(s.variant) for s in read(path)[0].plan.steps]
     sess = coldbrew.load(path)
     for b in (1, 4):
         f = {"x": rng.standard_normal((b, 16, 8, 8)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_ifs_that_a_size_decides_at_every_size_fold_to_their_branch(tmp_path):
+    """A PyTorch RNN's tests of its input's rank (Size of a Shape) and of a
+    fixed axis (Shape[-1] == 1), over a batch set at run time: each holds at
+    every size, so its If is folded to the branch taken (legalize_onnx
+    _fold_sizes), though the branches differ in rank (no select can join
+    them); every batch matches onnxruntime."""
+    def branch(node, out, rank):
+        return helper.make_graph([node], out, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [None] * rank)])
+
+    i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    inits = [i64("last", [-1]), i64("one", [1]), i64("three", 3), i64("axis", [2])]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["s"], ["rank"]),
+             helper.make_node("Equal", ["rank", "three"], ["is3"]),
+             helper.make_node("If", ["is3"], ["r"], then_branch=branch(helper.make_node("Relu", ["x"], ["t"]), "t", 3),
+                              else_branch=branch(helper.make_node("Neg", ["x"], ["e"]), "e", 3)),
+             helper.make_node("Shape", ["r"], ["s2"]), helper.make_node("Gather", ["s2", "last"], ["w"], axis=0),
+             helper.make_node("Equal", ["w", "one"], ["unit"]),
+             helper.make_node("If", ["unit"], ["y"], then_branch=branch(
+                 helper.make_node("Squeeze", ["r", "axis"], ["q"]), "q", 2), else_branch=branch(
+                 helper.make_node("Identity", ["r"], ["i"]), "i", 3))]
+    model = helper.make_model(helper.make_graph(
+        nodes, "ifs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "ifs.brew")
+    compile_model(model, path, input_shapes={"x": "[b=1:16]x4x1"})
+    sess = coldbrew.load(path)
+    for b in (1, 3, 16):
+        f = {"x": np.random.default_rng(b).standard_normal((b, 4, 1)).astype(np.float32)}
+        got, want = sess.run(None, f), ort_run(model, f)
+        assert got[0].shape == (b, 4)
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("initial", [True, False])
+def test_an_lstm_over_a_batch_sized_at_run_time_is_unrolled_over_its_fixed_steps(tmp_path, initial):
+    """A VAD's LSTM: one step (or a few) over a batch set at run time. The
+    cell kernel takes a fixed batch, so the cell is unrolled (onnx/recurrent.py:
+    zero initial states broadcast, outputs given their leading axes by
+    Unsqueeze); every batch matches onnxruntime, Y, Y_h and Y_c."""
+    rng = np.random.default_rng(12)
+    seq, hidden, size = 2, 8, 6
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name) for name, shape in
+             (("W", (1, 4 * hidden, size)), ("R", (1, 4 * hidden, hidden)), ("B", (1, 8 * hidden)))]
+    states = ["h0", "c0"] if initial else ["", ""]
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", ""] + states, ["Y", "Y_h", "Y_c"], hidden_size=hidden)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, "b", size])] + \
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "b", hidden]) for n in states if n]
+    outs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 1, "b", hidden])] + \
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "b", hidden]) for n in ("Y_h", "Y_c")]
+    model = helper.make_model(helper.make_graph(nodes, "lstm", ins, outs, inits),
+                              opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    path = str(tmp_path / "lstm.brew")
+    ranges = {"x": f"{seq}x[b=1:16]x{size}", **{n: f"1xbx{hidden}" for n in states if n}}
+    compile_model(model, path, input_shapes=ranges)
+    assert not any(text(s.variant).startswith("recurrent.") for s in read(path)[0].plan.steps)
+    sess = coldbrew.load(path)
+    for b in (1, 5, 16):
+        f = {i.name: rng.standard_normal([b if d.dim_param else d.dim_value for d in i.type.tensor_type.shape.dim])
+             .astype(np.float32) for i in model.graph.input}
+        got, want = sess.run(None, f), ort_run(model, f)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        assert_close(got, want)

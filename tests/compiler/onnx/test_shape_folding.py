@@ -86,6 +86,34 @@ def test_a_slice_to_a_size_set_at_run_time_slices_to_the_largest_int64():
     assert _consts(m)[sl.input[2]] == [shapes.BIG]
 
 
+def test_slice_axes_kept_whole_at_every_declared_size_are_dropped():
+    """Axis 0 sliced [0:1000000000] with n at most 64 is kept whole (dropped
+    from the Slice), axis 1's [1:3] stays; without an axes input the kept
+    axis is named. With n up to 2e9 the end may cut: the Slice stays."""
+    for axes in (["axes"], []):
+        nodes = [helper.make_node("Slice", ["x", "starts", "ends"] + axes, ["y"])]
+        m = _model(nodes, {"starts": [0, 1], "ends": [1000000000, 3], "axes": [0, 1]}, ["n", 6])
+        before = onnx.ModelProto()
+        before.CopyFrom(m)
+        shapes.apply(m, {"n": (1, 64)})
+        sl = m.graph.node[0]
+        assert [_consts(m)[i] for i in sl.input[1:4]] == [[1], [3], [1]]
+        for n in (1, 9):
+            f = {"x": np.random.default_rng(n).standard_normal((n, 6)).astype(np.float32)}
+            np.testing.assert_array_equal(ort_run(m, f)[0], ort_run(before, f)[0])
+        m.CopyFrom(before)
+        shapes.apply(m, {"n": (1, 2000000000)})
+        assert len(m.graph.node[0].input) == len(before.graph.node[0].input)
+        assert _consts(m)[m.graph.node[0].input[2]] == [1000000000, 3]
+
+
+def test_a_slice_keeping_every_axis_whole_is_an_identity():
+    nodes = [helper.make_node("Slice", ["x", "zero", "big", "zero"], ["y"])]
+    m = _model(nodes, {"zero": [0], "big": [shapes.BIG]}, ["n", 6])
+    shapes.apply(m)  # past any size: no range needed
+    assert [n.op_type for n in m.graph.node] == ["Identity"]
+
+
 def test_a_range_over_a_size_and_the_exporters_test_for_minus_one_fold():
     """The exporters' broadcast of a constant to a computed shape:
     Expand(c, Where(Equal(Shape(r), -1), ones, Shape(r))), r a Range over
