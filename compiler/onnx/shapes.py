@@ -54,8 +54,9 @@ def _fold_once(model, names, ranges):
             return None
         return names.setdefault(d.dim_param, tirx.Var(d.dim_param, "int64"))
 
-    shapes = {v.name: [dim(d) for d in v.type.tensor_type.shape.dim]
-              for v in list(g.input) + list(g.value_info) + list(g.output) if v.type.tensor_type.HasField("shape")}
+    infos = list(g.input) + list(g.value_info) + list(g.output)
+    shapes = {v.name: [dim(d) for d in v.type.tensor_type.shape.dim] for v in infos if v.type.tensor_type.HasField("shape")}
+    elems = {v.name: v.type.tensor_type.elem_type for v in infos}  # (a rewrite keeps every element type)
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer  # small integer constants
               if t.data_type in (6, 7) and np.prod(t.dims, dtype=np.int64) <= 64}  # (int32: a jax2tf shape)
     changed, inserts = False, []  # inserts: (a node's first output, a node to put before it)
@@ -71,13 +72,13 @@ def _fold_once(model, names, ranges):
         if node.op_type == "Range" and _unknown(shapes.get(node.output[0], [None])):  # its length named
             length = _range_length(node, values)  # a Range over sizes, or one the data sizes (a fresh name)
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
-                f"count_{node.output[0]}", "int64")) if length is None else length], names)
+                f"count_{node.output[0]}", "int64")) if length is None else length], names, elems)
             changed = True
-        done = _rewrite(model, node, values, shapes, inserts) or \
+        done = _rewrite(model, node, values, shapes, inserts, elems) or \
             (node.op_type == "Slice" and _whole_axes(model, node, values, shapes.get(node.input[0]), names, ranges))
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
-            _name_dims(model, node.output[0], done, names)
+            _name_dims(model, node.output[0], done, names, elems)
     if inserts:
         before = {}
         for out, n in inserts:
@@ -88,7 +89,7 @@ def _fold_once(model, names, ranges):
     return changed
 
 
-def _name_dims(model, value, sizes, names):
+def _name_dims(model, value, sizes, names, elems):
     """Record `value`'s shape in the graph (value_info), each size sized at
     run time by a name `names` maps to it."""
     from tvm.sym import Analyzer
@@ -105,7 +106,7 @@ def _name_dims(model, value, sizes, names):
             names[name] = e
         dims.append(name)
     g = model.graph
-    elem = _elem_types(model).get(value, 1)
+    elem = elems.get(value, 1)
     kept = [v for v in g.value_info if v.name != value]
     del g.value_info[:]
     g.value_info.extend(kept + [helper.make_tensor_value_info(value, elem, dims)])
@@ -204,7 +205,7 @@ def _fixed(e):
     return isinstance(e, (int, np.integer))
 
 
-def _rewrite(model, node, values, shapes, inserts):
+def _rewrite(model, node, values, shapes, inserts, elems):
     """Give a Reshape, Expand or Slice whose shape input is known its
     constant form (module docstring); True if one was given."""
     op = node.op_type
@@ -217,7 +218,7 @@ def _rewrite(model, node, values, shapes, inserts):
     if op == "Slice":
         return _slice(model, node, values, x)
     if op == "Expand" and node.input[1] in _initializers(model):
-        return _broadcast(model, node, values, x)
+        return _broadcast(model, node, values, x, elems)
     target = values.get(node.input[1])
     if target is not None and x is None and op == "Expand" and node.input[1] not in _initializers(model):
         return _shape_of_earlier(model, node, target.reshape(-1), shapes, inserts) or \
@@ -305,7 +306,7 @@ def _inferred(target, x):
     return out
 
 
-def _broadcast(model, node, values, x):
+def _broadcast(model, node, values, x, elems):
     """An Expand to a constant shape of a value sized at run time (the
     importer's Expand reads its input's sizes as numbers): the product with
     ones of the shape (x * 1 is x exactly, -0, inf and NaN too; a bool's
@@ -316,7 +317,7 @@ def _broadcast(model, node, values, x):
     aligned = [None] * (len(target) - len(x)) + list(x)
     if any(not _fixed(d) and int(t) != 1 for d, t in zip(aligned, target)):
         return False
-    elem = _elem_types(model).get(node.input[0])
+    elem = elems.get(node.input[0])
     if elem is None:
         return False
     ones = np.ones([int(t) for t in target], helper.tensor_dtype_to_np_dtype(elem))
@@ -325,11 +326,6 @@ def _broadcast(model, node, values, x):
     node.op_type = "Or" if elem == 9 else "Mul"
     node.input[1] = name
     return True
-
-
-def _elem_types(model):
-    g = shape_inference.infer_shapes(model, strict_mode=False).graph
-    return {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
 
 
 def _slice(model, node, values, x):
