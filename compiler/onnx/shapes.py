@@ -75,7 +75,8 @@ def _fold_once(model, names, ranges):
                 f"count_{node.output[0]}", "int64")) if length is None else length], names, elems)
             changed = True
         done = _rewrite(model, node, values, shapes, inserts, elems) or \
-            (node.op_type == "Slice" and _whole_axes(model, node, values, shapes.get(node.input[0]), names, ranges))
+            (node.op_type == "Slice" and node.input[0] not in values  # (a shape's slices: evaluated)
+             and _whole_axes(model, node, values, shapes.get(node.input[0]), names, ranges))
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names, elems)
