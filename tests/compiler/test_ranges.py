@@ -422,6 +422,30 @@ def test_a_global_mean_over_a_plane_sized_at_run_time_sums_row_by_row(tmp_path):
     assert np.abs(g - want).max() / 1000 < 1e-5
 
 
+def test_a_mean_over_rows_sized_at_run_time_off_the_vector_sums_in_narrower_vectors(tmp_path):
+    """A global mean over 6 x 2w (a recognizer's squeeze-and-excite over a
+    line of any even width): 12w values a row, a multiple of 4 at every
+    size but not of the 16-lane vector, are summed in 4 lanes
+    (generic.row_reduction_block), not one scalar sum (7x slower); each
+    width matches onnxruntime."""
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "mean", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 6, "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "mean.brew")
+    compile_model(model, path, input_shapes={"x": "1x32x6x[w=2:240:2]"}, typical_shapes={"x": [1, 32, 6, 80]},
+                  dump_ir=str(tmp_path / "ir"))
+    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
+        kernel = f.read()
+    assert "T.int64(4)), scope=\"local\")" in kernel and "T.vectorized(T.int64(4))" in kernel, kernel
+    sess = coldbrew.load(path)
+    for w in (2, 34, 240):
+        f = {"x": np.random.default_rng(w).standard_normal((1, 32, 6, w)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
+
+
 def test_dense_layers_over_rows_sized_at_run_time_take_the_packed_gemm(tmp_path):
     """A MatMul with constant weights over a sequence sized at run time runs
     dense.packed_gemm and matches at every length, one row included. The
