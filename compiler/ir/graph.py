@@ -79,7 +79,6 @@ class Graph:
     aliases: dict = field(default_factory=dict)  # tensor -> (tensor, byte offset) its bytes lie in (elide_copies)
     variables: dict = field(default_factory=dict)  # {Dim: tir var}: the sizes set at run time (ir/dims.py)
     loops: list = field(default_factory=list)  # [(START layer, END layer)] of the run-time loops (ir/loops.py)
-    size_classes: list = field(default_factory=list)  # arena plans for smaller sizes (passes/plan_memory.py)
 
     def add_tensor(self, tensor):
         self.tensors.append(tensor)

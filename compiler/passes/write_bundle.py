@@ -162,10 +162,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
                                       trip=r["trip"], cond=r["cond"], carriedFrom=r["carried_from"],
                                       carriedTo=r["carried_to"], scanFrom=r["scan_from"], scanTo=r["scan_to"],
                                       most=r["most"], atLeastOnce=r["at_least_once"])
-                             for r in loops.records(graph)] or None,
-                      sizeClasses=[fb.SizeClassT(dims=list(c["dims"]), dimMax=list(c["dims"].values()),
-                                                 offsets=c["offsets"], nbytes=c["nbytes"], arenaSize=c["arena"])
-                                   for c in graph.size_classes] or None)
+                             for r in loops.records(graph)] or None)
     if graph.accuracy:
         acc = graph.accuracy
         b.accuracy = fb.AccuracyT(outputError=acc["output_error"], samples=acc["samples"], inputs=acc["inputs"],

@@ -131,12 +131,7 @@ def shape_lines(b):
     if sized:
         lines.append(f"sized      {len(sized)} intermediate tensors sized at run time (the arena holds each at its "
                      "largest)")
-    lines += [f"  %{i} {text(x.name)} {_shape(x, dims)}" for i, x in sized]
-    for k, c in enumerate(b.plan.sizeClasses or []):
-        bounds = ", ".join(f"{text(b.tensors[i].name)} <= {m}" for i, m in zip(c.dims, c.dimMax))
-        lines.append(f"size class {k}: arena {c.arenaSize:,} bytes where {bounds} (a plan of its own; "
-                     f"larger sizes: the plan's {b.plan.arenaSize:,})")
-    return lines
+    return lines + [f"  %{i} {text(x.name)} {_shape(x, dims)}" for i, x in sized]
 
 
 def _writer(b, t):

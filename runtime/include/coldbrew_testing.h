@@ -42,11 +42,6 @@ void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);
  * [outer][n][inner] (the transform cb.widen_i8). */
 void cb_widen_i8(const int8_t* in, const float* scale, float* out, uint64_t outer, uint64_t n, uint64_t inner);
 
-/* The arena plan a session's tensors lie in for its current sizes: the
- * index of its plan's size class (a plan made for sizes at or below those
- * a run has), or -1: the plan's own offsets (every size in the ranges). */
-int32_t cb_debug_size_class(const cb_session* s);
-
 /* Threads the current run's parallel loops use (a continuous-mode run
  * switches to the warm plan's count). */
 int cb_backend_active_threads(void);

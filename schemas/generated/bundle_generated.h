@@ -58,9 +58,6 @@ struct LoopBuilder;
 struct Plan;
 struct PlanBuilder;
 
-struct SizeClass;
-struct SizeClassBuilder;
-
 struct Accuracy;
 struct AccuracyBuilder;
 
@@ -1792,8 +1789,7 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_WARM_EXEC_SHARES = 16,
     VT_EXEC_CLASSES = 18,
     VT_QUEUE_CLASSES = 20,
-    VT_LOOPS = 22,
-    VT_SIZE_CLASSES = 24
+    VT_LOOPS = 22
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *steps() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Step>> *>(VT_STEPS);
@@ -1825,9 +1821,6 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *loops() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *>(VT_LOOPS);
   }
-  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::SizeClass>> *size_classes() const {
-    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::SizeClass>> *>(VT_SIZE_CLASSES);
-  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1851,9 +1844,6 @@ struct Plan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_LOOPS) &&
            verifier.VerifyVector(loops()) &&
            verifier.VerifyVectorOfTables(loops()) &&
-           VerifyOffset(verifier, VT_SIZE_CLASSES) &&
-           verifier.VerifyVector(size_classes()) &&
-           verifier.VerifyVectorOfTables(size_classes()) &&
            verifier.EndTable();
   }
 };
@@ -1892,9 +1882,6 @@ struct PlanBuilder {
   void add_loops(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>>> loops) {
     fbb_.AddOffset(Plan::VT_LOOPS, loops);
   }
-  void add_size_classes(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::SizeClass>>> size_classes) {
-    fbb_.AddOffset(Plan::VT_SIZE_CLASSES, size_classes);
-  }
   explicit PlanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1917,12 +1904,10 @@ inline ::flatbuffers::Offset<Plan> CreatePlan(
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> warm_exec_shares = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> exec_classes = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<::flatbuffers::String>>> queue_classes = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>>> loops = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::SizeClass>>> size_classes = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Loop>>> loops = 0) {
   PlanBuilder builder_(_fbb);
   builder_.add_prepared_size(prepared_size);
   builder_.add_arena_size(arena_size);
-  builder_.add_size_classes(size_classes);
   builder_.add_loops(loops);
   builder_.add_queue_classes(queue_classes);
   builder_.add_exec_classes(exec_classes);
@@ -1945,15 +1930,13 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
     const std::vector<uint8_t> *warm_exec_shares = nullptr,
     const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *exec_classes = nullptr,
     const std::vector<::flatbuffers::Offset<::flatbuffers::String>> *queue_classes = nullptr,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *loops = nullptr,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::SizeClass>> *size_classes = nullptr) {
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Loop>> *loops = nullptr) {
   auto steps__ = steps ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Step>>(*steps) : 0;
   auto exec_shares__ = exec_shares ? _fbb.CreateVector<uint8_t>(*exec_shares) : 0;
   auto warm_exec_shares__ = warm_exec_shares ? _fbb.CreateVector<uint8_t>(*warm_exec_shares) : 0;
   auto exec_classes__ = exec_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*exec_classes) : 0;
   auto queue_classes__ = queue_classes ? _fbb.CreateVector<::flatbuffers::Offset<::flatbuffers::String>>(*queue_classes) : 0;
   auto loops__ = loops ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Loop>>(*loops) : 0;
-  auto size_classes__ = size_classes ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::SizeClass>>(*size_classes) : 0;
   return coldbrew::schema::CreatePlan(
       _fbb,
       steps__,
@@ -1965,114 +1948,7 @@ inline ::flatbuffers::Offset<Plan> CreatePlanDirect(
       warm_exec_shares__,
       exec_classes__,
       queue_classes__,
-      loops__,
-      size_classes__);
-}
-
-struct SizeClass FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
-  typedef SizeClassBuilder Builder;
-  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_DIMS = 4,
-    VT_DIM_MAX = 6,
-    VT_OFFSETS = 8,
-    VT_NBYTES = 10,
-    VT_ARENA_SIZE = 12
-  };
-  const ::flatbuffers::Vector<uint32_t> *dims() const {
-    return GetPointer<const ::flatbuffers::Vector<uint32_t> *>(VT_DIMS);
-  }
-  const ::flatbuffers::Vector<int64_t> *dim_max() const {
-    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_DIM_MAX);
-  }
-  const ::flatbuffers::Vector<uint64_t> *offsets() const {
-    return GetPointer<const ::flatbuffers::Vector<uint64_t> *>(VT_OFFSETS);
-  }
-  const ::flatbuffers::Vector<uint64_t> *nbytes() const {
-    return GetPointer<const ::flatbuffers::Vector<uint64_t> *>(VT_NBYTES);
-  }
-  uint64_t arena_size() const {
-    return GetField<uint64_t>(VT_ARENA_SIZE, 0);
-  }
-  template <bool B = false>
-  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
-    return VerifyTableStart(verifier) &&
-           VerifyOffset(verifier, VT_DIMS) &&
-           verifier.VerifyVector(dims()) &&
-           VerifyOffset(verifier, VT_DIM_MAX) &&
-           verifier.VerifyVector(dim_max()) &&
-           VerifyOffset(verifier, VT_OFFSETS) &&
-           verifier.VerifyVector(offsets()) &&
-           VerifyOffset(verifier, VT_NBYTES) &&
-           verifier.VerifyVector(nbytes()) &&
-           VerifyField<uint64_t>(verifier, VT_ARENA_SIZE, 8) &&
-           verifier.EndTable();
-  }
-};
-
-struct SizeClassBuilder {
-  typedef SizeClass Table;
-  ::flatbuffers::FlatBufferBuilder &fbb_;
-  ::flatbuffers::uoffset_t start_;
-  void add_dims(::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> dims) {
-    fbb_.AddOffset(SizeClass::VT_DIMS, dims);
-  }
-  void add_dim_max(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> dim_max) {
-    fbb_.AddOffset(SizeClass::VT_DIM_MAX, dim_max);
-  }
-  void add_offsets(::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> offsets) {
-    fbb_.AddOffset(SizeClass::VT_OFFSETS, offsets);
-  }
-  void add_nbytes(::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> nbytes) {
-    fbb_.AddOffset(SizeClass::VT_NBYTES, nbytes);
-  }
-  void add_arena_size(uint64_t arena_size) {
-    fbb_.AddElement<uint64_t>(SizeClass::VT_ARENA_SIZE, arena_size, 0);
-  }
-  explicit SizeClassBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
-        : fbb_(_fbb) {
-    start_ = fbb_.StartTable();
-  }
-  ::flatbuffers::Offset<SizeClass> Finish() {
-    const auto end = fbb_.EndTable(start_);
-    auto o = ::flatbuffers::Offset<SizeClass>(end);
-    return o;
-  }
-};
-
-inline ::flatbuffers::Offset<SizeClass> CreateSizeClass(
-    ::flatbuffers::FlatBufferBuilder &_fbb,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint32_t>> dims = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> dim_max = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> offsets = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint64_t>> nbytes = 0,
-    uint64_t arena_size = 0) {
-  SizeClassBuilder builder_(_fbb);
-  builder_.add_arena_size(arena_size);
-  builder_.add_nbytes(nbytes);
-  builder_.add_offsets(offsets);
-  builder_.add_dim_max(dim_max);
-  builder_.add_dims(dims);
-  return builder_.Finish();
-}
-
-inline ::flatbuffers::Offset<SizeClass> CreateSizeClassDirect(
-    ::flatbuffers::FlatBufferBuilder &_fbb,
-    const std::vector<uint32_t> *dims = nullptr,
-    const std::vector<int64_t> *dim_max = nullptr,
-    const std::vector<uint64_t> *offsets = nullptr,
-    const std::vector<uint64_t> *nbytes = nullptr,
-    uint64_t arena_size = 0) {
-  auto dims__ = dims ? _fbb.CreateVector<uint32_t>(*dims) : 0;
-  auto dim_max__ = dim_max ? _fbb.CreateVector<int64_t>(*dim_max) : 0;
-  auto offsets__ = offsets ? _fbb.CreateVector<uint64_t>(*offsets) : 0;
-  auto nbytes__ = nbytes ? _fbb.CreateVector<uint64_t>(*nbytes) : 0;
-  return coldbrew::schema::CreateSizeClass(
-      _fbb,
-      dims__,
-      dim_max__,
-      offsets__,
-      nbytes__,
-      arena_size);
+      loops__);
 }
 
 struct Accuracy FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

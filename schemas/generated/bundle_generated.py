@@ -2934,32 +2934,8 @@ class Plan(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         return o == 0
 
-    # Plan
-    def SizeClasses(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
-        if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            obj = SizeClass()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
-
-    # Plan
-    def SizeClassesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Plan
-    def SizeClassesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
-        return o == 0
-
 def PlanStart(builder):
-    builder.StartObject(11)
+    builder.StartObject(10)
 
 def PlanAddSteps(builder, steps):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(steps), 0)
@@ -3009,12 +2985,6 @@ def PlanAddLoops(builder, loops):
 def PlanStartLoopsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def PlanAddSizeClasses(builder, sizeClasses):
-    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(sizeClasses), 0)
-
-def PlanStartSizeClassesVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
 def PlanEnd(builder):
     return builder.EndObject()
 
@@ -3039,7 +3009,6 @@ class PlanT(object):
         execClasses = None,
         queueClasses = None,
         loops = None,
-        sizeClasses = None,
     ):
         self.steps = steps  # type: Optional[List[StepT]]
         self.arenaSize = arenaSize  # type: int
@@ -3051,7 +3020,6 @@ class PlanT(object):
         self.execClasses = execClasses  # type: Optional[List[Optional[str]]]
         self.queueClasses = queueClasses  # type: Optional[List[Optional[str]]]
         self.loops = loops  # type: Optional[List[LoopT]]
-        self.sizeClasses = sizeClasses  # type: Optional[List[SizeClassT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -3116,14 +3084,6 @@ class PlanT(object):
                 else:
                     loop_ = LoopT.InitFromObj(plan.Loops(i))
                     self.loops.append(loop_)
-        if not plan.SizeClassesIsNone():
-            self.sizeClasses = []
-            for i in range(plan.SizeClassesLength()):
-                if plan.SizeClasses(i) is None:
-                    self.sizeClasses.append(None)
-                else:
-                    sizeClass_ = SizeClassT.InitFromObj(plan.SizeClasses(i))
-                    self.sizeClasses.append(sizeClass_)
 
     # PlanT
     def Pack(self, builder):
@@ -3175,14 +3135,6 @@ class PlanT(object):
             for i in reversed(range(len(self.loops))):
                 builder.PrependUOffsetTRelative(loopslist[i])
             loops = builder.EndVector()
-        if self.sizeClasses is not None:
-            sizeClasseslist = []
-            for i in range(len(self.sizeClasses)):
-                sizeClasseslist.append(self.sizeClasses[i].Pack(builder))
-            PlanStartSizeClassesVector(builder, len(self.sizeClasses))
-            for i in reversed(range(len(self.sizeClasses))):
-                builder.PrependUOffsetTRelative(sizeClasseslist[i])
-            sizeClasses = builder.EndVector()
         PlanStart(builder)
         if self.steps is not None:
             PlanAddSteps(builder, steps)
@@ -3200,302 +3152,8 @@ class PlanT(object):
             PlanAddQueueClasses(builder, queueClasses)
         if self.loops is not None:
             PlanAddLoops(builder, loops)
-        if self.sizeClasses is not None:
-            PlanAddSizeClasses(builder, sizeClasses)
         plan = PlanEnd(builder)
         return plan
-
-
-class SizeClass(object):
-    __slots__ = ['_tab']
-
-    @classmethod
-    def GetRootAs(cls, buf, offset=0):
-        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
-        x = SizeClass()
-        x.Init(buf, n + offset)
-        return x
-
-    @classmethod
-    def GetRootAsSizeClass(cls, buf, offset=0):
-        """This method is deprecated. Please switch to GetRootAs."""
-        return cls.GetRootAs(buf, offset)
-    @classmethod
-    def SizeClassBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
-        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
-
-    # SizeClass
-    def Init(self, buf, pos):
-        self._tab = flatbuffers.table.Table(buf, pos)
-
-    # SizeClass
-    def Dims(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
-        return 0
-
-    # SizeClass
-    def DimsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
-        return 0
-
-    # SizeClass
-    def DimsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SizeClass
-    def DimsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        return o == 0
-
-    # SizeClass
-    def DimMax(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
-        return 0
-
-    # SizeClass
-    def DimMaxAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
-        return 0
-
-    # SizeClass
-    def DimMaxLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SizeClass
-    def DimMaxIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
-        return o == 0
-
-    # SizeClass
-    def Offsets(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
-        return 0
-
-    # SizeClass
-    def OffsetsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
-        return 0
-
-    # SizeClass
-    def OffsetsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SizeClass
-    def OffsetsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
-        return o == 0
-
-    # SizeClass
-    def Nbytes(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
-        return 0
-
-    # SizeClass
-    def NbytesAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
-        return 0
-
-    # SizeClass
-    def NbytesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SizeClass
-    def NbytesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        return o == 0
-
-    # SizeClass
-    def ArenaSize(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
-        return 0
-
-def SizeClassStart(builder):
-    builder.StartObject(5)
-
-def SizeClassAddDims(builder, dims):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(dims), 0)
-
-def SizeClassStartDimsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def SizeClassAddDimMax(builder, dimMax):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(dimMax), 0)
-
-def SizeClassStartDimMaxVector(builder, numElems):
-    return builder.StartVector(8, numElems, 8)
-
-def SizeClassAddOffsets(builder, offsets):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(offsets), 0)
-
-def SizeClassStartOffsetsVector(builder, numElems):
-    return builder.StartVector(8, numElems, 8)
-
-def SizeClassAddNbytes(builder, nbytes):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(nbytes), 0)
-
-def SizeClassStartNbytesVector(builder, numElems):
-    return builder.StartVector(8, numElems, 8)
-
-def SizeClassAddArenaSize(builder, arenaSize):
-    builder.PrependUint64Slot(4, arenaSize, 0)
-
-def SizeClassEnd(builder):
-    return builder.EndObject()
-
-
-try:
-    from typing import List
-except:
-    pass
-
-class SizeClassT(object):
-
-    # SizeClassT
-    def __init__(
-        self,
-        dims = None,
-        dimMax = None,
-        offsets = None,
-        nbytes = None,
-        arenaSize = 0,
-    ):
-        self.dims = dims  # type: Optional[List[int]]
-        self.dimMax = dimMax  # type: Optional[List[int]]
-        self.offsets = offsets  # type: Optional[List[int]]
-        self.nbytes = nbytes  # type: Optional[List[int]]
-        self.arenaSize = arenaSize  # type: int
-
-    @classmethod
-    def InitFromBuf(cls, buf, pos):
-        sizeClass = SizeClass()
-        sizeClass.Init(buf, pos)
-        return cls.InitFromObj(sizeClass)
-
-    @classmethod
-    def InitFromPackedBuf(cls, buf, pos=0):
-        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
-        return cls.InitFromBuf(buf, pos+n)
-
-    @classmethod
-    def InitFromObj(cls, sizeClass):
-        x = SizeClassT()
-        x._UnPack(sizeClass)
-        return x
-
-    # SizeClassT
-    def _UnPack(self, sizeClass):
-        if sizeClass is None:
-            return
-        if not sizeClass.DimsIsNone():
-            if np is None:
-                self.dims = []
-                for i in range(sizeClass.DimsLength()):
-                    self.dims.append(sizeClass.Dims(i))
-            else:
-                self.dims = sizeClass.DimsAsNumpy()
-        if not sizeClass.DimMaxIsNone():
-            if np is None:
-                self.dimMax = []
-                for i in range(sizeClass.DimMaxLength()):
-                    self.dimMax.append(sizeClass.DimMax(i))
-            else:
-                self.dimMax = sizeClass.DimMaxAsNumpy()
-        if not sizeClass.OffsetsIsNone():
-            if np is None:
-                self.offsets = []
-                for i in range(sizeClass.OffsetsLength()):
-                    self.offsets.append(sizeClass.Offsets(i))
-            else:
-                self.offsets = sizeClass.OffsetsAsNumpy()
-        if not sizeClass.NbytesIsNone():
-            if np is None:
-                self.nbytes = []
-                for i in range(sizeClass.NbytesLength()):
-                    self.nbytes.append(sizeClass.Nbytes(i))
-            else:
-                self.nbytes = sizeClass.NbytesAsNumpy()
-        self.arenaSize = sizeClass.ArenaSize()
-
-    # SizeClassT
-    def Pack(self, builder):
-        if self.dims is not None:
-            if np is not None and type(self.dims) is np.ndarray:
-                dims = builder.CreateNumpyVector(self.dims)
-            else:
-                SizeClassStartDimsVector(builder, len(self.dims))
-                for i in reversed(range(len(self.dims))):
-                    builder.PrependUint32(self.dims[i])
-                dims = builder.EndVector()
-        if self.dimMax is not None:
-            if np is not None and type(self.dimMax) is np.ndarray:
-                dimMax = builder.CreateNumpyVector(self.dimMax)
-            else:
-                SizeClassStartDimMaxVector(builder, len(self.dimMax))
-                for i in reversed(range(len(self.dimMax))):
-                    builder.PrependInt64(self.dimMax[i])
-                dimMax = builder.EndVector()
-        if self.offsets is not None:
-            if np is not None and type(self.offsets) is np.ndarray:
-                offsets = builder.CreateNumpyVector(self.offsets)
-            else:
-                SizeClassStartOffsetsVector(builder, len(self.offsets))
-                for i in reversed(range(len(self.offsets))):
-                    builder.PrependUint64(self.offsets[i])
-                offsets = builder.EndVector()
-        if self.nbytes is not None:
-            if np is not None and type(self.nbytes) is np.ndarray:
-                nbytes = builder.CreateNumpyVector(self.nbytes)
-            else:
-                SizeClassStartNbytesVector(builder, len(self.nbytes))
-                for i in reversed(range(len(self.nbytes))):
-                    builder.PrependUint64(self.nbytes[i])
-                nbytes = builder.EndVector()
-        SizeClassStart(builder)
-        if self.dims is not None:
-            SizeClassAddDims(builder, dims)
-        if self.dimMax is not None:
-            SizeClassAddDimMax(builder, dimMax)
-        if self.offsets is not None:
-            SizeClassAddOffsets(builder, offsets)
-        if self.nbytes is not None:
-            SizeClassAddNbytes(builder, nbytes)
-        SizeClassAddArenaSize(builder, self.arenaSize)
-        sizeClass = SizeClassEnd(builder)
-        return sizeClass
 
 
 class Accuracy(object):

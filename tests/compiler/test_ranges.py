@@ -186,39 +186,6 @@ def test_ranged_convs_take_blocked_variants_whose_row_tile_divides_every_row(ran
     assert max(tiles) > 1
 
 
-def test_sizes_at_or_below_the_typical_take_the_arena_plan_made_for_them(ranged, monkeypatch):
-    """A second arena plan at the typical sizes (plan_memory._typical_class):
-    smaller, every tensor inside it at its largest there, the input and
-    outputs where the plan puts them. The runtime takes it for a run whose
-    sizes are all at or below the typical ones, the plan's own offsets
-    otherwise, switching both ways within one session; every run matches
-    onnxruntime on an arena poisoned with NaN (what a layer read unwritten
-    would show)."""
-    import ctypes
-
-    from coldbrew.runtime import _lib
-
-    plan, tensors = ranged.header[0].plan, ranged.header[0].tensors
-    (c,) = plan.sizeClasses
-    named = {text(tensors[i].name): int(m) for i, m in zip(c.dims, c.dimMax)}
-    assert named == {"x.2": 17, "W": 24} and c.arenaSize < plan.arenaSize  # H is input x's axis 2
-    for i, t in enumerate(tensors):
-        if t.kind in (0, 1):  # input, output
-            assert c.offsets[i] == t.arenaOffset
-        if t.kind in (0, 1, 2):
-            assert c.offsets[i] + c.nbytes[i] <= c.arenaSize
-    assert f"size class 0: arena {c.arenaSize:,} bytes where W <= 24, x.2 <= 17 (a plan of its own; larger sizes: " \
-        f"the plan's {plan.arenaSize:,})" in describe(ranged.path)
-    monkeypatch.setenv("COLDBREW_POISON_ARENA", "1")
-    sess = coldbrew.load(ranged.path)
-    which = _lib.cb_debug_size_class
-    which.restype, which.argtypes = ctypes.c_int32, [ctypes.c_void_p]
-    for (h, w), want in (((9, 8), 0), ((17, 24), 0), ((33, 40), -1), ((12, 16), 0), ((17, 28), -1), ((10, 24), 0)):
-        f = feed(h, w)
-        assert_close(sess.run(None, f), ort_run(ranged.model, f))
-        assert which(sess._session) == want, (h, w)
-
-
 def test_shapes_and_dims_in_the_bundle(ranged):
     b = ranged.header[0]
     dim = {text(t.name): t.bounds for t in b.tensors if t.kind == fb.TensorKind.dim}

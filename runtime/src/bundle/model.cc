@@ -7,7 +7,6 @@
 
 #include "bundle_generated.h"
 #include "bundle/model.h"
-#include "bundle/plan.h"
 
 namespace fbs = coldbrew::schema;
 
@@ -406,6 +405,13 @@ cb_status parse_io(const fbs::Bundle* b, cb_model* m) {
   return CB_OK;
 }
 
+// Every index of `v` names one of `n` tensors.
+static bool in_range(const flatbuffers::Vector<uint32_t>* v, uint32_t n) {
+  for (uint32_t a = 0; a < v->size(); a++)
+    if (v->Get(a) >= n) return false;
+  return true;
+}
+
 // A CPU step's own fields: its execute kernel; a warm alternate's kernel and
 // arguments; a branch step's guard (compiler/ir/branches.py): one bool value
 // that a step or the caller writes, never a weight, and the earlier step
@@ -416,7 +422,7 @@ static cb_status parse_cpu(const fbs::CpuStep* c, uint32_t i, cb_model* m) {
   d->kernel = c->kernel()->c_str();
   if (const fbs::WarmAlternate* w = c->warm()) {
     if (!w->kernel() || w->kernel()->size() == 0 || !w->args() || w->args()->size() == 0 ||
-        !cb_in_range(w->args(), m->ntensors))
+        !in_range(w->args(), m->ntensors))
       return cb_fail(CB_ERR_CORRUPT, "plan step %u has a warm alternate without a kernel or valid arguments", i);
     d->warm_variant = w->variant() ? w->variant()->c_str() : "";
     d->warm_kernel = w->kernel()->c_str();
@@ -448,7 +454,7 @@ cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_mo
     return cb_fail(CB_ERR_CORRUPT, "plan step %u names layer %u of %u", i, s->layer(), b->layers()->size());
   const fbs::Layer* l = b->layers()->Get(s->layer());
   if (!l->args()) return cb_fail(CB_ERR_CORRUPT, "plan step %u has no arguments", i);
-  if (!cb_in_range(l->args(), m->ntensors))
+  if (!in_range(l->args(), m->ntensors))
     return cb_fail(CB_ERR_CORRUPT, "layer %u: an argument names tensor %u or more", s->layer(), m->ntensors);
   cb_step_desc* d = &m->steps[i];
   d->layer_name = l->name() ? l->name()->c_str() : "";
@@ -466,7 +472,7 @@ cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_mo
   if (has_transform != (targs && targs->size() > 0))
     return cb_fail(CB_ERR_CORRUPT, "plan step %u has a transform kernel without arguments or the reverse", i);
   if (has_transform) {
-    if (!cb_in_range(targs, m->ntensors))
+    if (!in_range(targs, m->ntensors))
       return cb_fail(CB_ERR_CORRUPT, "plan step %u: a transform argument names tensor %u or more", i, m->ntensors);
     d->transform = s->transform()->c_str();
     d->ntransform_args = targs->size();
@@ -488,13 +494,76 @@ cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {
   return CB_OK;
 }
 
+// Whether step `k` writes tensor `t`.
+static bool writes(const cb_model* m, uint32_t k, uint32_t t) {
+  const cb_step_desc* s = &m->steps[k];
+  for (uint32_t a = s->nargs - s->nouts; a < s->nargs; a++)
+    if (s->args[a] == t) return true;
+  return false;
+}
+
+// Whether tensor `t` is one value of `dtype` that a run computes (not a weight, not sized at run time).
+static bool scalar(const cb_model* m, uint32_t t, uint8_t dtype) {
+  const cb_tensor_desc* d = &m->tensors[t];
+  return d->dtype == dtype && d->nbytes == cb_dtype_size(dtype) && !d->nprogram &&
+         (d->kind == CB_KIND_INTERMEDIATE || d->kind == CB_KIND_OUTPUT);
+}
+
+// Plan.loops (schema 6, CPU bundles): each loop's steps in order and inside
+// the plan, none inside another; its state written by its start step (the
+// iteration number, the trip count, the condition, the carried values the
+// body reads), its scan outputs by its end step; each carried pair and each
+// scan pair of one dtype and fitting (a scan output `most` rows of its value).
+cb_status parse_loops(const fbs::Bundle* b, cb_model* m, uint32_t version) {
+  auto loops = b->plan()->loops();
+  if (!loops || loops->size() == 0) return CB_OK;
+  if (version < 6 || m->gpu_api[0])
+    return cb_fail(CB_ERR_CORRUPT, "the plan has loops, which a %s bundle cannot hold",
+                   m->gpu_api[0] ? "GPU" : "version-5");
+  m->nloops = loops->size();
+  m->loops = alloc_array<cb_loop_desc>(m->nloops);
+  if (!m->loops) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t k = 0; k < m->nloops; k++) {
+    const fbs::Loop* l = loops->Get(k);
+    cb_loop_desc* d = &m->loops[k];
+    d->name = l->name() ? l->name()->c_str() : "";
+    auto cf = l->carried_from(), ct = l->carried_to(), sf = l->scan_from(), st = l->scan_to();
+    bool ok = l->start() < l->end() && l->end() < m->nsteps && (k == 0 || l->start() > m->loops[k - 1].end) &&
+              l->iteration() < m->ntensors && l->trip() < m->ntensors && l->cond() < m->ntensors && cf && ct &&
+              cf->size() == ct->size() && cf->size() >= 1 && in_range(cf, m->ntensors) && in_range(ct, m->ntensors) &&
+              (!sf || (st && sf->size() == st->size() && in_range(sf, m->ntensors) && in_range(st, m->ntensors))) &&
+              (sf && sf->size() ? l->most() >= 1 : l->most() >= -1);
+    if (!ok) return cb_fail(CB_ERR_CORRUPT, "loop %u ('%s'): its steps or tensors are out of place", k, d->name);
+    d->start = l->start(), d->end = l->end(), d->iteration = l->iteration(), d->trip = l->trip();
+    d->cond = l->cond(), d->most = l->most(), d->at_least_once = l->at_least_once();
+    d->ncarried = cf->size(), d->carried_from = cf->data(), d->carried_to = ct->data();
+    d->nscans = sf ? sf->size() : 0, d->scan_from = sf ? sf->data() : nullptr, d->scan_to = st ? st->data() : nullptr;
+    ok = scalar(m, d->iteration, CB_I64) && scalar(m, d->trip, CB_I64) && scalar(m, d->cond, CB_BOOL) &&
+         writes(m, d->start, d->iteration) && writes(m, d->start, d->trip) && ct->Get(0) == d->cond;
+    for (uint32_t j = 0; ok && j < d->ncarried; j++) {
+      const cb_tensor_desc *f = &m->tensors[d->carried_from[j]], *t = &m->tensors[d->carried_to[j]];
+      ok = f->dtype == t->dtype && f->nbytes == t->nbytes && f->nprogram == t->nprogram && writes(m, d->start, d->carried_to[j]) &&
+           f->kind != CB_KIND_WEIGHT && f->kind != CB_KIND_PREPARED && f->kind != CB_KIND_DIM;
+    }
+    for (uint32_t j = 0; ok && j < d->nscans; j++) {
+      const cb_tensor_desc *f = &m->tensors[d->scan_from[j]], *t = &m->tensors[d->scan_to[j]];
+      ok = f->dtype == t->dtype && f->kind != CB_KIND_WEIGHT && f->kind != CB_KIND_PREPARED && f->kind != CB_KIND_DIM &&
+           t->kind == CB_KIND_INTERMEDIATE && writes(m, d->end, d->scan_to[j]) && f->nbytes <= t->nbytes / (uint64_t)d->most &&
+           (uint64_t)d->most <= t->nbytes;
+    }
+    if (!ok) return cb_fail(CB_ERR_CORRUPT, "loop %u ('%s'): its state or a carried or scan value does not match", k, d->name);
+    m->steps[d->start].loop_start = (int32_t)k;
+    m->steps[d->end].loop_end = (int32_t)k;
+  }
+  return CB_OK;
+}
+
 cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, uint32_t version, cb_model* m) {
   const fbs::Bundle* b = nullptr;
   cb_status st = verify_header(header, header_size, version, &b);
   if (st) return st;
   if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
-      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = cb_counts_check(m)) || (st = parse_gpu(b, m)) || (st = cb_parse_loops(b, m, version)) ||
-      (st = cb_parse_size_classes(b, m, version)) ||
+      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = cb_counts_check(m)) || (st = parse_gpu(b, m)) || (st = parse_loops(b, m, version)) ||
       (st = check_calls(b, m)))
     return st;
   m->warm_threads = b->plan()->warm_threads();
@@ -522,6 +591,5 @@ extern "C" void cb_model_free(cb_model* m) {
   cb_free(m->shaders);
   cb_free(m->dispatches);
   cb_free(m->loops);
-  cb_free(m->size_classes);
   memset(m, 0, sizeof(*m));
 }

@@ -127,16 +127,6 @@ typedef struct cb_loop_desc {
   uint8_t at_least_once; /* a run that takes no iteration fails */
 } cb_loop_desc;
 
-/* An arena plan for runs whose dims are each at most its bound (Plan.size_classes):
- * per tensor its offset and its largest bytes there (pointing into the header). */
-typedef struct cb_size_class {
-  uint32_t ndims;
-  const uint32_t* dims;   /* dim tensors */
-  const int64_t* dim_max; /* each one's largest size (not / step) */
-  const uint64_t* offsets;
-  const uint64_t* nbytes;
-} cb_size_class;
-
 typedef struct cb_segment_desc {
   uint8_t kind;
   uint64_t offset;
@@ -175,8 +165,6 @@ typedef struct cb_model {
   uint32_t program_axes; /* the axes of every tensor with a shape program */
   uint32_t nloops;
   cb_loop_desc* loops;   /* in step order, none inside another */
-  uint32_t nsize_classes;
-  cb_size_class* size_classes; /* the first that holds a run's dims is its arena plan */
 } cb_model;
 
 /* Where weight tensor `t` lies in the mapped bundle at `base`. */

@@ -130,7 +130,6 @@ static cb_status bind_session(cb_session* s) {
     t->shape = (int64_t*)d->shape;
     dl_dtype(d->dtype, t);
   }
-  s->size_class = -1;
   return cb_shapes_start(s);
 }
 
@@ -201,7 +200,7 @@ cb_status cb_session_set_input(cb_session* s, size_t index, const void* data, si
   if (nbytes != s->nbytes[m->inputs[index]])
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' takes %llu bytes at its shape, got %zu", d->name,
                    (unsigned long long)s->nbytes[m->inputs[index]], nbytes);
-  memcpy(s->tensors[m->inputs[index]].data, data, nbytes);
+  memcpy(s->arena + d->arena_offset, data, nbytes);
   return CB_OK;
 }
 
@@ -213,7 +212,8 @@ static cb_status io_place(const cb_session* s, size_t index, int input, void** o
   if (index >= count)
     return cb_fail(CB_ERR_INVALID_ARGUMENT, "%s index %zu out of range (%u %ss)", input ? "input" : "output", index,
                    count, input ? "input" : "output");
-  *out_data = s->tensors[input ? m->inputs[index] : m->outputs[index]].data; /* where the run's arena plan puts it */
+  const cb_tensor_desc* d = &m->tensors[input ? m->inputs[index] : m->outputs[index]];
+  *out_data = s->arena + d->arena_offset;
   *out_nbytes = (size_t)(input ? s->nbytes[m->inputs[index]] : s->out_nbytes[index]);
   return CB_OK;
 }

@@ -61,7 +61,6 @@ struct cb_session {
   int64_t* shapes;      /* the current shapes of the tensors with a shape program (their DLTensors'), back to back */
   int64_t* out_shapes;  /* the outputs' shapes in the last run (before one: the current), back to back */
   uint64_t* out_nbytes; /* ... and their bytes */
-  int32_t size_class;   /* the arena plan the tensors lie in: a size class of the plan, or -1 */
 };
 
 /* step.c: a step's weights read and checked; its phases traced (`queue`:

@@ -32,48 +32,23 @@ static void bind_steps(cb_session* s, int dims_only) {
   s->arg_start[m->nsteps] = k, s->targ_start[m->nsteps] = kt, s->aarg_start[m->nsteps] = ka;
 }
 
-/* The size class whose bounds hold `dims` (the first), or -1: the plan's own offsets. */
-static int32_t class_of(const cb_model* m, const int64_t* dims) {
-  for (uint32_t k = 0; k < m->nsize_classes; k++) {
-    const cb_size_class* c = &m->size_classes[k];
-    uint32_t j = 0;
-    while (j < c->ndims && dims[c->dims[j]] * m->tensors[c->dims[j]].range.step <= c->dim_max[j]) j++;
-    if (j == c->ndims) return (int32_t)k;
-  }
-  return -1;
-}
-
-/* Every arena tensor where the arena plan `k` (a size class, or -1) puts it. */
-static void place(cb_session* s, int32_t k) {
-  const cb_model* m = &s->bundle->model;
-  for (uint32_t t = 0; t < m->ntensors && k != s->size_class; t++) {
-    const cb_tensor_desc* d = &m->tensors[t];
-    if (d->kind == CB_KIND_INPUT || d->kind == CB_KIND_OUTPUT || d->kind == CB_KIND_INTERMEDIATE)
-      s->tensors[t].data = s->arena + (k < 0 ? d->arena_offset : m->size_classes[k].offsets[t]);
-  }
-  s->size_class = k;
-}
-
 /* Every shape program evaluated at `dims`: each must fit the bytes the
- * bundle planned for its tensor (its largest, in the arena plan those dims
- * take); with `commit`, each tensor takes its shape, bytes and place (after
- * a check of the same dims: it cannot fail). */
+ * bundle planned for its tensor (its largest); with `commit`, each tensor
+ * takes its shape and bytes (after a check of the same dims: it cannot fail). */
 static cb_status eval_all(cb_session* s, const int64_t* dims, int commit) {
   const cb_model* m = &s->bundle->model;
-  int32_t k = class_of(m, dims);
   int64_t shape[CB_MAX_NDIM];
   for (uint32_t t = 0; t < m->ntensors; t++) {
     const cb_tensor_desc* d = &m->tensors[t];
-    uint64_t n = 0, most = k < 0 ? d->nbytes : m->size_classes[k].nbytes[t];
+    uint64_t n = 0;
     if (!d->nprogram) continue;
     cb_status st = cb_shape_eval(m, t, dims, shape);
     if (st) return st;
-    if (!cb_shape_bytes(d, shape, &n) || n > most)
+    if (!cb_shape_bytes(d, shape, &n) || n > d->nbytes)
       return cb_fail(CB_ERR_CORRUPT, "tensor '%s' would need more than the %llu bytes the bundle planned for it",
-                     d->name, (unsigned long long)most);
+                     d->name, (unsigned long long)d->nbytes);
     if (commit) memcpy(s->tensors[t].shape, shape, sizeof(int64_t) * (size_t)d->ndim), s->nbytes[t] = n;
   }
-  if (commit) place(s, k);
   return CB_OK;
 }
 
@@ -203,5 +178,3 @@ cb_status cb_session_input_info(const cb_session* s, size_t index, cb_tensor_inf
 cb_status cb_session_output_info(const cb_session* s, size_t index, cb_tensor_info* out) {
   return session_info(s, index, 0, out);
 }
-
-int32_t cb_debug_size_class(const cb_session* s) { return s ? s->size_class : -1; }
