@@ -368,11 +368,10 @@ def row_reduction_block(sch, block, lanes):
     lanes, 4.5x faster than the scalar sum it had). False (nothing done)
     for other blocks."""
     spatial, ext = _reduction_shape(sch, block)
-    if spatial is not None and spatial and not _reduced_multiple(sch, block, spatial, lanes) and not \
-            _fixed_reduction(sch, block, spatial):
-        lanes = next((w for w in (lanes // 2, lanes // 4) if w >= 4 and _reduced_multiple(sch, block, spatial, w)),
-                     lanes)
-    if spatial is None or spatial == 0 or not _reduced_multiple(sch, block, spatial, lanes) or ext[-1] < 2 * lanes:
+    if spatial is None or spatial == 0:
+        return False
+    lanes = _row_lanes(sch, block, spatial, lanes)
+    if not _reduced_multiple(sch, block, spatial, lanes) or ext[-1] < 2 * lanes:
         return False
     loops = _fused_reduction(sch, block, spatial)
     _, ki = sch.split(loops[-1], [None, lanes])
@@ -427,9 +426,14 @@ def _reduced_multiple(sch, block, spatial, m):
     return multiple(_product([sch.get(lp).extent for lp in sch.get_loops(block)[spatial:]]), m)
 
 
-def _fixed_reduction(sch, block, spatial):
-    """Whether the block's reduced loops have constant extents."""
-    return all(isinstance(sch.get(lp).extent, tirx.IntImm) for lp in sch.get_loops(block)[spatial:])
+def _row_lanes(sch, block, spatial, lanes):
+    """The vector a row reduction sums in: the target's, or for a row sized
+    at run time that is not a multiple of it, the widest half or quarter (4
+    lanes at least) it is a multiple of at every size."""
+    fixed = all(isinstance(sch.get(lp).extent, tirx.IntImm) for lp in sch.get_loops(block)[spatial:])
+    if fixed or _reduced_multiple(sch, block, spatial, lanes):
+        return lanes
+    return next((w for w in (lanes // 2, lanes // 4) if w >= 4 and _reduced_multiple(sch, block, spatial, w)), lanes)
 
 
 def _product(values):

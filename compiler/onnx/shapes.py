@@ -60,6 +60,7 @@ def _fold_once(model, names, ranges):
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer  # small integer constants
               if t.data_type in (6, 7) and np.prod(t.dims, dtype=np.int64) <= 64}  # (int32: a jax2tf shape)
     changed, inserts = False, []  # inserts: (a node's first output, a node to put before it)
+    bounded = _bounded(names, ranges)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] not in values:
             v = _constant(node)
@@ -76,7 +77,7 @@ def _fold_once(model, names, ranges):
             changed = True
         done = _rewrite(model, node, values, shapes, inserts, elems) or \
             (node.op_type == "Slice" and node.input[0] not in values  # (a shape's slices: evaluated)
-             and _whole_axes(model, node, values, shapes.get(node.input[0]), names, ranges))
+             and _whole_axes(model, node, values, shapes.get(node.input[0]), bounded))
         changed |= bool(done)
         if isinstance(done, list):  # what ONNX infers from a -1 is a new name: say which size it is
             _name_dims(model, node.output[0], done, names, elems)
@@ -351,24 +352,28 @@ def _slice(model, node, values, x):
     return True
 
 
-def _whole_axes(model, node, values, x, names, ranges):
-    """A Slice's axes that it keeps whole (from 0, by 1, to an end past
-    the axis's largest size) dropped from it; the Slice an Identity where
-    it keeps every axis whole. True if any was dropped."""
+def _bounded(names, ranges):
+    """An analyzer knowing each named size's declared range."""
     from tvm import ir
     from tvm.sym import Analyzer
 
-    args = [values.get(i) if i else None for i in list(node.input[1:5]) + [""] * (4 - len(node.input[1:5]))]
-    starts, ends, axes, steps = args
+    a = Analyzer()
+    for name, (lo, hi) in ranges.items():
+        if name in names and hasattr(names[name], "name"):
+            a.bind(names[name], ir.Range.from_min_extent(lo, hi - lo + 1))
+    return a
+
+
+def _whole_axes(model, node, values, x, a):
+    """A Slice's axes that it keeps whole (from 0, by 1, to an end past
+    the axis's largest size under analyzer `a`) dropped from it; the Slice
+    an Identity where it keeps every axis whole. True if any was dropped."""
+    starts, ends, axes, steps = [values.get(i) if i else None for i in list(node.input[1:5]) + [""] * 4][:4]
     if x is None or starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
             or (len(node.input) > 4 and node.input[4] and steps is None):
         return False
     axes = np.arange(len(ends)) if axes is None else axes.reshape(-1)
     steps = np.ones(len(ends), np.int64) if steps is None else steps.reshape(-1)
-    a = Analyzer()
-    for name, (lo, hi) in ranges.items():
-        if name in names and hasattr(names[name], "name"):
-            a.bind(names[name], ir.Range.from_min_extent(lo, hi - lo + 1))
     keep = []
     for k, (st, e, ax, sp) in enumerate(zip(starts.reshape(-1), ends.reshape(-1), axes, steps)):
         size = x[int(ax)] if _fixed(ax) and -len(x) <= int(ax) < len(x) else None
@@ -376,12 +381,11 @@ def _whole_axes(model, node, values, x, names, ranges):
             int(e) >= BIG // 2 or (int(e) >= size if _fixed(size) else a.can_prove(size <= int(e))))
         if not whole:
             keep.append(k)
-    if len(keep) == len(axes):
-        return False
-    if not keep:
+    if not keep:  # every axis whole
         node.op_type = "Identity"
         del node.input[1:]
-        return True
+    if len(keep) in (0, len(axes)):
+        return not keep
     while len(node.input) < 4:  # the axes kept named
         node.input.append("")
     for pos, v in enumerate((starts, ends, axes, steps)[:len(node.input) - 1]):
@@ -496,9 +500,7 @@ def _keep_zeros(node):
 
 def _replace_input(model, node, k, value):
     name = f"{node.name or node.output[0]}/folded_{k}"
-    kept = [t for t in model.graph.initializer if t.name != name]  # folded before: replaced
-    if len(kept) < len(model.graph.initializer):
-        del model.graph.initializer[:]
-        model.graph.initializer.extend(kept)
+    for t in [t for t in model.graph.initializer if t.name == name]:  # folded before: replaced
+        model.graph.initializer.remove(t)
     model.graph.initializer.append(numpy_helper.from_array(value, name))
     node.input[k] = name

@@ -318,8 +318,7 @@ def _fold_sizes(model, ranges):
     and the If branches that a size decides at every size inlined, until
     none is left (an inlined branch's shapes may decide the next If)."""
     for _ in range(8):
-        shapes.apply(model, ranges)
-        consts = {t.name for t in model.graph.initializer}
+        consts = {t.name for t in shapes.apply(model, ranges).graph.initializer}
         if not any(n.op_type == "If" and n.input[0] in consts for n in model.graph.node):
             return
         fold.apply(model)
