@@ -30,6 +30,7 @@ from coldbrew.compiler.kernels.generic import multiple, proved, size, typical_si
 from coldbrew.compiler.options import Dim, Options
 from coldbrew.compiler.tools.cli import main
 from coldbrew.compiler.tools.inspect import describe, infix
+from coldbrew.targets import resolve
 from coldbrew.schemas.generated import bundle_generated as fb
 
 SHAPES = {"x": "1x3x[9:33]x[W=8:40:4]"}  # H any size from 9 to 33, W a multiple of 4 from 8 to 40
@@ -259,8 +260,10 @@ def test_inspect_shows_ranges_typical_sizes_dims_and_shape_programs(ranged):
                  "dim        x.2 9..33 typical 17: input x axis 2",
                  "dim        W 8..40/4 typical 24: input x axis 3"]:
         assert want in lines, "\n".join(lines)
-    sized = [x for x in lines if x.startswith("  %") and " p@NCHW16c float32" in x]
-    assert sized == [f"  %{sized[0].split()[0][1:]} p@NCHW16c float32[1, 1, x.2 // 2, W/2, 16] largest [1, 1, 16, 20, 16]"], lines
+    lanes = resolve("host").vector.lanes  # p's 16 channels in blocks of the host's vector
+    sized = [x for x in lines if x.startswith("  %") and f" p@NCHW{lanes}c float32" in x]
+    assert sized == [f"  %{sized[0].split()[0][1:]} p@NCHW{lanes}c float32[1, {16 // lanes}, x.2 // 2, W/2, {lanes}] "
+                     f"largest [1, {16 // lanes}, 16, 20, {lanes}]"], lines
 
 
 def test_inspect_writes_every_program_word():
@@ -282,8 +285,9 @@ def test_graph_dump_shows_extents_beside_the_largest_shape(ranged):
     assert any(x.endswith(" g float32[1, 16, 1, 1]") for x in dump), dump
     assert [x.split(None, 2)[-1] for x in dump if x.startswith("  dim ")] == [
         "W [8:40:4] typical 24 (W = size / 4)", "x.2 [9:33] typical 17"], dump
-    assert any(x.startswith("  sized  %") and " p@NCHW16c float32[1, 1, 16, 20, 16] = [1, 1, x_2 // 2, W * 2, 16]"
-               in x for x in dump), dump
+    lanes, blocks = resolve("host").vector.lanes, 16 // resolve("host").vector.lanes
+    assert any(x.startswith("  sized  %") and f" p@NCHW{lanes}c float32[1, {blocks}, 16, 20, {lanes}] = "
+               f"[1, {blocks}, x_2 // 2, W * 2, {lanes}]" in x for x in dump), dump
 
 
 def test_run_bundle_runs_a_ranged_bundle_at_its_largest_shape(ranged, tmp_path):
@@ -701,6 +705,36 @@ def test_a_convolution_over_a_batch_sized_at_run_time_runs_blocked(tmp_path, one
     sess = coldbrew.load(path)
     for b in (1, 2, 5):
         f = {"x": rng.standard_normal([b] + x_dims[1:]).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def test_a_clip_between_convolutions_over_a_width_set_at_run_time_stays_blocked(tmp_path):
+    """A hard swish (x * Clip(x + 3, 0, 6)) between two convolutions over a
+    width set at run time: TVM legalizes each Clip half to a call of its
+    maximum / minimum with the size's variable as an extra operand; it is
+    still a Clip half (ir.relax.clip_half), so it runs on the blocked values,
+    fused into the first convolution's layer as at a fixed width (it was a
+    layer of its own that unblocked and re-blocked them); every width
+    matches onnxruntime."""
+    rng = np.random.default_rng(12)
+    f32 = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [f32("w0", rng.standard_normal((16, 8, 3, 3)) * 0.2), f32("w1", rng.standard_normal((16, 16, 1, 1)) * 0.2),
+             f32("three", 3.0), f32("zero", 0.0), f32("six", 6.0)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["k"]),
+             helper.make_node("Mul", ["c", "k"], ["h"]), helper.make_node("Conv", ["h", "w1"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "hardswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, "w"])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = str(tmp_path / "hardswish.brew")
+    compile_model(model, path, input_shapes={"x": "1x8x6x[8:64:8]"}, typical_shapes={"x": [1, 8, 6, 16]})
+    names = [text(layer.op) for layer in read(path)[0].layers]
+    assert [n for n in names if "maximum" in n] == [n for n in names if n.startswith("cb0_blocked")], names
+    sess = coldbrew.load(path)
+    for w in (8, 24, 64):
+        f = {"x": rng.standard_normal((1, 8, 6, w)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
 
 

@@ -6,7 +6,7 @@ import pytest
 from coldbrew.compiler.ir.relax import LayerIds, bindings_of, clip_half, const_value, is_const, layer_id, shape_of
 
 tvm = pytest.importorskip("tvm")
-from tvm import relax  # noqa: E402
+from tvm import relax, tirx  # noqa: E402
 
 
 def build(body):
@@ -65,6 +65,19 @@ def test_clip_halves_are_found_with_their_bounds():
     high = clip_half(tir_call("minimum3", x, relax.const(np.full((1, 1), 6.0, np.float32))))
     assert (low[0], low[1].same_as(x), float(low[2])) == ("maximum", True, -1.5)
     assert (high[0], float(high[2]), high[2].shape) == ("minimum", 6.0, ())
+
+
+def test_a_clip_half_over_a_size_set_at_run_time_takes_the_sizes_variable():
+    """Over a size set at run time, the legalized call passes the size's
+    variable after the bound; a tensor there is not a Clip half."""
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((1, n * 4), "float32"))
+    six = relax.const(np.float32(6.0))
+    call = lambda *f: relax.call_tir(relax.GlobalVar("minimum"), relax.Tuple(list(f)),  # noqa: E731
+                                     relax.TensorType((1, n * 4), "float32"))
+    high = clip_half(call(x, six, relax.prim_value(n)))
+    assert (high[0], high[1].same_as(x), float(high[2])) == ("minimum", True, 6.0)
+    assert clip_half(call(x, six, x)) is None
 
 
 def test_what_is_not_a_clip_half():
