@@ -66,14 +66,19 @@ def test_what_unrolling_does_not_cover_is_named(attrs, words):
 def quantized_cell(direction, h0_zero=False, per_column=False, chained=False):
     """onnxruntime's com.microsoft.DynamicQuantizeLSTM with int8 weights
     (and, chained, a second one reading the first's output through a
-    Shape-computed Reshape, as exporters write it)."""
+    Shape-computed Reshape, as exporters write it). The weights use 7 bits
+    (onnxruntime's quantizer's reduce_range): onnxruntime's AVX2 kernel
+    without VNNI sums pairs of uint8 x int8 products in int16, which
+    saturates on full-range weights (on a Zen 3, full-range weights put
+    onnxruntime's results 0.56 away from coldbrew's; on AVX-512 machines
+    with VNNI they agreed)."""
     rng = np.random.default_rng(5)
     dirs = 2 if direction == "bidirectional" else 1
     inits, nodes = [], []
 
     def cell(k, x, inp):
-        w = rng.integers(-127, 127, (dirs, inp, 4 * HID)).astype(np.int8)
-        r = rng.integers(-127, 127, (dirs, HID, 4 * HID)).astype(np.int8)
+        w = rng.integers(-64, 64, (dirs, inp, 4 * HID)).astype(np.int8)
+        r = rng.integers(-64, 64, (dirs, HID, 4 * HID)).astype(np.int8)
         scale = (dirs, 4 * HID) if per_column else (dirs,)
         inits.extend([numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"),
                       numpy_helper.from_array((rng.standard_normal((dirs, 8 * HID)) * 0.1).astype(np.float32), f"B{k}"),
