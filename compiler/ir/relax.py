@@ -83,20 +83,14 @@ def bindings_of(block):
 
 
 def clip_half(call, binding=None):
-    """A half of an ONNX Clip as TVM legalizes it (a call_tir of its
-    `maximum` or `minimum` PrimFunc, by a scalar constant bound; over a
-    size set at run time the size's variables follow as PrimValues):
-    ("maximum" | "minimum", x, bound as a 0-d numpy array), else None."""
-    import tvm
-
+    """A half of an ONNX Clip as TVM legalizes it (a call_tir of its `maximum` or `minimum` PrimFunc, by a
+    scalar constant bound, then any size variables): ("maximum" | "minimum", x, 0-d bound array), else None."""
     if not call.op.same_as(_op("call_tir")) or len(call.args[1].fields) < 2:
         return None
     x, b, *sizes = call.args[1].fields
-    if not all(isinstance(s.ty, tvm.ir.PrimType) for s in sizes):
-        return None
     kind = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
     bound = const_value(b, binding)
-    if kind is None or bound is None or bound.size != 1:
+    if kind is None or bound is None or bound.size != 1 or any(type(s.ty).__name__ != "PrimType" for s in sizes):
         return None
     return kind.group(1), x, bound.reshape(())
 

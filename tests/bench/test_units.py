@@ -17,12 +17,13 @@ from harness import units as U  # noqa: E402  (bench/harness/units.py)
 
 
 def _model():
-    """x -> written-out layer norm (scale, shift) -> QDQ MatMul -> Softmax -> MatMul with itself."""
+    """x -> written-out layer norm (scale, shift) -> QDQ MatMul -> Softmax -> MatMul with itself. The int8
+    weights use 7 bits: onnxruntime's AVX2 kernel without VNNI saturates on full-range ones (int16 pair sums)."""
     rng = np.random.default_rng(0)
     c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
     inits = [c("two", 2.0), c("eps", 1e-5), c("gamma", rng.random(16) + 0.5), c("beta", rng.random(16)),
              c("xs", 0.05), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
-             numpy_helper.from_array(rng.integers(-127, 128, (16, 8)).astype(np.int8), "wq"), c("ws", 0.02)]
+             numpy_helper.from_array(rng.integers(-64, 64, (16, 8)).astype(np.int8), "wq"), c("ws", 0.02)]
     nodes = [
         helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1]),
         helper.make_node("Sub", ["x", "mean"], ["d"]),

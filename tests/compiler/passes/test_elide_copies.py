@@ -27,10 +27,12 @@ def _conv(rng, name, src, c_in, c_out, k=1):
 
 def _fire_model():
     """A squeeze/expand block whose two branches are concatenated, that
-    concatenation a part of a second one, then flattened."""
+    concatenation a part of a second one, then flattened. Every channel
+    count is one no vector's blocks take (5 pads to 8, more than a third):
+    every convolution writes NCHW, on 4, 8 or 16 lanes."""
     rng = np.random.default_rng(3)
-    made = [_conv(rng, "s", "x", 3, 4), _conv(rng, "e1", "sr", 4, 5), _conv(rng, "e3", "sr", 4, 6, 3),
-            _conv(rng, "t", "cat", 11, 3)]
+    made = [_conv(rng, "s", "x", 3, 5), _conv(rng, "e1", "sr", 5, 5), _conv(rng, "e3", "sr", 5, 5, 3),
+            _conv(rng, "t", "cat", 10, 3)]
     nodes = [made[0][0], helper.make_node("Relu", ["s"], ["sr"]), made[1][0], made[2][0],
              helper.make_node("Concat", ["e1", "e3"], ["cat"], axis=1), made[3][0],
              helper.make_node("Concat", ["t", "cat"], ["cat2"], axis=1),

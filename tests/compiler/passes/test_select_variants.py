@@ -103,13 +103,15 @@ def test_a_quantized_layer_multiplies_the_models_integers(kind, zero):
     (a QDQ model) gets the integer variant where the CPU has VNNI: its
     input is on the quantizer's grid (in_scale, in_shift), the weights
     stored int8 with the two factors per output; outputs as onnxruntime's.
-    Without VNNI the layer stays on dense.packed_gemm, same outputs."""
+    Without VNNI the layer stays on dense.packed_gemm, same outputs. The
+    weights use 7 bits: onnxruntime's own int8 kernel on AVX2 without VNNI
+    saturates on full-range ones (int16 pair sums)."""
     import coldbrew
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(3)
-    w = rng.integers(-127, 128, (96, 40), dtype=np.int8)
+    w = rng.integers(-64, 64, (96, 40), dtype=np.int8)
     ty = TensorProto.UINT8 if kind == "uint8" else TensorProto.INT8
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xd"]),
