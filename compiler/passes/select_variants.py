@@ -146,8 +146,7 @@ def _whole_tiles(variant, spec, exact, params):
     # the register block of most FMAs per operand among those whose tile divides every row, the register
     # file used to the last (AVX2's 4 x 3 block: PP-OCRv4 det's 96 -> 24 conv 9.2 -> 7.9 ms, Zen 3)
     kblocks = spec.k // variant.isa.lanes
-    blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4, spare=0)
-              if kblocks % v == 0]
+    blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4, 0) if kblocks % v == 0]
     best, zt, kvb = max(blocks)
     if best < WHOLE_TILE_SHARE * intensity(params["zt"], params["kvb"]) and _padded_row_attaches(exact.out_w):
         return params
