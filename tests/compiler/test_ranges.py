@@ -40,6 +40,13 @@ SIZES = [(9, 8), (33, 40), (17, 20), (24, 12), (13, 36)]  # (H, W): the extremes
 
 # --- the options' text ---
 
+def _scheduled(model, path, tmp_path, shape, typical):
+    """Compile `model` with input x ranged as `shape` to `path`; the kernels' TIR after schedule_kernels."""
+    compile_model(model, path, input_shapes={"x": shape}, typical_shapes={"x": typical}, dump_ir=str(tmp_path / "ir"))
+    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
+        return f.read()
+
+
 def test_ranges_steps_shared_names_and_typical_sizes():
     o = Options(input_shapes={"x": "1x3x[32:256]x[W=32:256:4]", "z": "1xWx[8:16]"},
                 typical_shapes={"x": [1, 3, 128, 64]})
@@ -406,10 +413,7 @@ def test_a_mean_over_rows_sized_at_run_time_off_the_vector_sums_in_narrower_vect
         opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     path = str(tmp_path / "mean.brew")
-    compile_model(model, path, input_shapes={"x": "1x32x6x[w=2:240:2]"}, typical_shapes={"x": [1, 32, 6, 80]},
-                  dump_ir=str(tmp_path / "ir"))
-    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
-        kernel = f.read()
+    kernel = _scheduled(model, path, tmp_path, "1x32x6x[w=2:240:2]", [1, 32, 6, 80])
     assert "T.int64(4)), scope=\"local\")" in kernel and "T.vectorized(T.int64(4))" in kernel, kernel
     sess = coldbrew.load(path)
     for w in (2, 34, 240):
@@ -433,12 +437,9 @@ def test_dense_layers_over_rows_sized_at_run_time_take_the_packed_gemm(tmp_path)
         opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     path = str(tmp_path / "dense.brew")
-    compile_model(model, path, input_shapes={"x": "1x[n=1:50]x24"}, typical_shapes={"x": [1, 32, 24]},
-                  dump_ir=str(tmp_path / "ir"))
+    kernel = _scheduled(model, path, tmp_path, "1x[n=1:50]x24", [1, 32, 24])
     b = read(path)[0]
     assert [text(s.variant) for s in b.plan.steps] == ["dense.packed_gemm"]
-    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
-        kernel = f.read()
     padded = r"cb_anchor_local = T.sblock_alloc_buffer\(\(\(n \+ T.int64\(\d+\)\) // T.int64\(\d+\) \* T.int64"
     assert re.search(padded, kernel), kernel
     sess = coldbrew.load(path)
@@ -593,10 +594,7 @@ def test_a_row_of_any_width_runs_whole_register_tiles(tmp_path):
         opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     path = str(tmp_path / "row.brew")
-    compile_model(model, path, input_shapes={"x": "1x64x6x[W=1:40]"}, typical_shapes={"x": [1, 64, 6, 15]},
-                  dump_ir=str(tmp_path / "ir"))
-    with open(glob.glob(str(tmp_path / "ir" / "*_schedule_kernels.txt"))[0]) as f:
-        kernel = f.read()
+    kernel = _scheduled(model, path, tmp_path, "1x64x6x[W=1:40]", [1, 64, 6, 15])
     # the tile in registers (its epilogue under the tile loop), the row padded to whole tiles
     tile = r'cb_anchor_local = T.sblock_alloc_buffer\(\(.*\(W \+ T.int64\(\d+\)\) // T.int64\((\d+)\) \* T.int64\(\1\).*"local"'
     assert re.search(tile, kernel), kernel
