@@ -162,3 +162,21 @@ def test_a_batch_of_sequences_times_weights_is_a_dense_layer_over_its_rows(shape
     assert any(v.startswith("dense.") for v in variants), variants
     x = rng.standard_normal(shape).astype(np.float32)
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_row_dividing_tile_over_sizes_set_at_run_time_fills_avx2s_registers():
+    """A blocked convolution over rows of 8 * W columns (W set at run time)
+    whose chosen block, 3 columns x 3 vectors, divides no such row: on
+    AVX2's 16 registers the 4 x 3 block fits when no register is kept
+    spare (12 accumulators, 3 loaded vectors, 1 broadcast), and it does
+    nearly the work per load of 3 x 3; with one kept spare only 2 x 3 fit."""
+    import types
+
+    from tvm import tirx
+
+    from coldbrew.compiler.passes.select_variants import _whole_tiles
+
+    variant = types.SimpleNamespace(isa=resolve("x86_64-avx2").vector)
+    exact = types.SimpleNamespace(out_w=tirx.Var("W", "int64") * 8)
+    spec = types.SimpleNamespace(k=24)  # 3 vectors of output channels
+    assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 3}) == {"zt": 4, "kvb": 3}
