@@ -52,13 +52,34 @@ def _padded(x, spec, owp):
     return te.compute(shape, value, name="cb_pad")
 
 
-def _row(spec, zt):
-    """The anchor's row: out_w padded to whole tiles of zt (sized at run
-    time, where zt does not divide out_w at every size: whole tiles at
-    each size, the columns past out_w reading its last: _input)."""
-    if not spec.symbolic:
-        return round_up(spec.out_w, zt)
-    return spec.out_w if multiple(spec.out_w, zt) else simplified(tirx.floordiv(spec.out_w + zt - 1, zt) * zt)
+class _AnchorRow:
+    """The anchor's row: out_w padded to whole tiles of zt, one axis; sized
+    at run time where zt does not divide out_w at every size, two (tiles,
+    zt), the columns past out_w reading its last (_input): TVM proves that
+    these cover the row (it did not for one axis of a multiple of a size,
+    W * 4, which put the epilogue in a pass of its own)."""
+
+    def __init__(self, spec, zt):
+        self.zt, self.split = zt, spec.symbolic and not multiple(spec.out_w, zt)
+        tiles = simplified(tirx.floordiv(spec.out_w - 1, zt) + 1)  # ceil(out_w / zt) in the form TVM proves covers it
+        self.padded = tiles * zt if self.split else spec.out_w if spec.symbolic else round_up(spec.out_w, zt)
+        self.axes = (tiles, zt) if self.split else (self.padded,)
+
+    def compute(self, spec, value):
+        """The anchor, value(n, ko, y, z, ki) at every column z of the axes, cropped to out_w."""
+        zt, split = self.zt, self.split
+        anchor = te.compute((spec.n, spec.k // spec.out_block, spec.out_h, *self.axes, spec.out_block),
+                            lambda n, ko, y, *zz: value(n, ko, y, zz[0] * zt + zz[1] if split else zz[0], zz[-1]),
+                            name=ANCHOR)
+        if not split and proved(self.padded == spec.out_w):
+            return anchor
+        return te.compute(spec.output_shape, lambda n, k, y, z, *lane: anchor[
+            (n, k, y, *((tirx.floordiv(z, zt), tirx.floormod(z, zt)) if split else (z,)), *lane)], name="cb_out")
+
+
+def _row_loops(sch, loops, zt):
+    """(tile, column in tile) loops of the anchor's row axes (_AnchorRow)."""
+    return tuple(loops) if len(loops) == 2 else sch.split(loops[0], [None, zt])
 
 
 def _input(x, spec, owp):
@@ -71,13 +92,6 @@ def _input(x, spec, owp):
         return _padded(x, spec, owp), lambda z: z
     p = _padded(x, spec, spec.out_w)
     return (p, lambda z: z) if proved(owp == spec.out_w) else (p, lambda z: tirx.min(z, spec.out_w - 1))
-
-
-def _crop(anchor, spec):
-    if proved(anchor.shape[3] == spec.out_w):
-        return anchor
-    return te.compute(spec.output_shape, lambda *i: anchor[i], name="cb_out")
-
 
 
 def register_space(isa, spec, fit=lambda zt: 1.0):
@@ -114,9 +128,9 @@ class Blocked(_OnBlocks):
                                     lambda ko, co, r, s, ci, ki: w[ko * b + ki, co * cb + ci, r, s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        b, cb, zt = self.isa.lanes, spec.in_block or 1, params["zt"]
-        owp = _row(spec, zt)
-        p, column = _input(x, spec, owp)
+        cb, zt = spec.in_block or 1, params["zt"]
+        row = _AnchorRow(spec, zt)
+        p, column = _input(x, spec, row.padded)
         co = te.reduce_axis((0, spec.c // cb), "co")
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
@@ -127,19 +141,18 @@ class Blocked(_OnBlocks):
             iy, iz = y * sh + rr * dh, column(z) * sw + rs * dw
             return p[n, co, iy, iz, ci] if spec.in_block else p[n, co + ci, iy, iz]
 
-        anchor = te.compute((spec.n, spec.k // b, spec.out_h, owp, b),
-                            lambda n, ko, y, z, ki: te.sum(tap(n, y, z) * wt[ko, co, rr, rs, ci, ki],
-                                                           axis=[co, rr, rs, ci]), name=ANCHOR)
-        return _crop(anchor, spec)
+        return row.compute(spec, lambda n, ko, y, z, ki: te.sum(tap(n, y, z) * wt[ko, co, rr, rs, ci, ki],
+                                                                axis=[co, rr, rs, ci]))
 
     def space(self, spec):
         return register_space(self.isa, spec)
 
     def schedule(self, sch, block, spec, params):
         b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
-        n, ko, y, z, ki, co, rr, rs, ci = sch.get_loops(block)
+        loops = sch.get_loops(block)
+        (n, ko, y), (ki, co, rr, rs, ci) = loops[:3], loops[-5:]
         koo, koi = sch.split(ko, [None, kvb])
-        zo, zi = sch.split(z, [None, zt])
+        zo, zi = _row_loops(sch, loops[3:-5], zt)
         # per input value: one broadcast, then the kvb weight vectors it meets
         sch.reorder(n, koo, y, zo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, koo, y)
@@ -168,16 +181,13 @@ class DepthwiseBlocked(_OnBlocks):
                                     lambda ko, r, s, ki: w[ko * b + ki, 0, r, s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        b, zt = self.isa.lanes, params["zt"]
-        owp = _row(spec, zt)
-        p, column = _input(x, spec, owp)
+        row = _AnchorRow(spec, params["zt"])
+        p, column = _input(x, spec, row.padded)
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
-        anchor = te.compute((spec.n, spec.k // b, spec.out_h, owp, b),
-                            lambda n, ko, y, z, ki: te.sum(p[n, ko, y * sh + rr * dh, column(z) * sw + rs * dw, ki]
-                                                           * wt[ko, rr, rs, ki], axis=[rr, rs]), name=ANCHOR)
-        return _crop(anchor, spec)
+        return row.compute(spec, lambda n, ko, y, z, ki: te.sum(
+            p[n, ko, y * sh + rr * dh, column(z) * sw + rs * dw, ki] * wt[ko, rr, rs, ki], axis=[rr, rs]))
 
     def space(self, spec):
         # zt accumulator vectors and the taps' loads; widths that pad the row least
@@ -187,8 +197,9 @@ class DepthwiseBlocked(_OnBlocks):
 
     def schedule(self, sch, block, spec, params):
         b, zt = self.isa.lanes, params["zt"]
-        n, ko, y, z, ki, rr, rs = sch.get_loops(block)
-        zo, zi = sch.split(z, [None, zt])
+        loops = sch.get_loops(block)
+        (n, ko, y), (ki, rr, rs) = loops[:3], loops[-3:]
+        zo, zi = _row_loops(sch, loops[3:-3], zt)
         sch.reorder(n, ko, y, zo, rr, rs, zi, ki)
         par = fuse_parallel(sch, n, ko, y)
         pad = pad_stage(sch)
@@ -230,8 +241,8 @@ class _PanelGemm(_OnBlocks):
             lambda kp, co, r, s, ci, kv, ki: w[(kp * kvb + kv) * b + ki, co * cb + ci, r, s], name="cb_pack")
 
     def compute(self, spec, x, wt, params):
-        b, cb, kvb, zt = self.isa.lanes, spec.in_block or 1, params["kvb"], params["zt"]
-        owp = _row(spec, zt)
+        cb, kvb = spec.in_block or 1, params["kvb"]
+        owp = (row := _AnchorRow(spec, params["zt"])).padded
         p, column = _input(x, spec, owp)
         (sh, sw), (dh, dw) = spec.stride, spec.dilation
 
@@ -246,12 +257,8 @@ class _PanelGemm(_OnBlocks):
         rr = te.reduce_axis((0, spec.r), "rr")
         rs = te.reduce_axis((0, spec.s), "rs")
         ci = te.reduce_axis((0, cb), "ci")
-        anchor = te.compute(
-            (spec.n, spec.k // b, spec.out_h, owp, b),
-            lambda n, ko, y, z, ki: te.sum(tap(n, co, rr, rs, y, z, ci) * wt[ko // kvb, co, rr, rs, ci, ko % kvb, ki],
-                                           axis=[co, rr, rs, ci]),
-            name=ANCHOR)
-        return _crop(anchor, spec)
+        return row.compute(spec, lambda n, ko, y, z, ki: te.sum(
+            tap(n, co, rr, rs, y, z, ci) * wt[ko // kvb, co, rr, rs, ci, ko % kvb, ki], axis=[co, rr, rs, ci]))
 
     def space(self, spec):
         # the row tile's column values (every q for zt columns) should stay in L1 across the panels
@@ -260,9 +267,10 @@ class _PanelGemm(_OnBlocks):
 
     def schedule(self, sch, block, spec, params):
         b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
-        n, ko, y, z, ki, co, rr, rs, ci = sch.get_loops(block)
+        loops = sch.get_loops(block)
+        (n, ko, y), (ki, co, rr, rs, ci) = loops[:3], loops[-5:]
         koo, koi = sch.split(ko, [None, kvb])
-        zo, zi = sch.split(z, [None, zt])
+        zo, zi = _row_loops(sch, loops[3:-5], zt)
         sch.reorder(n, y, zo, koo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, y, zo)
         pad_pass(sch, b)

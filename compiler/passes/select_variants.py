@@ -135,33 +135,17 @@ def _whole_tiles(variant, spec, exact, params):
     parameters whose row tile (zt) divides the output row at every size
     where it is nearly as good (WHOLE_TILE_SHARE): a padded row computes a
     few columns twice and crops them."""
-    if exact is None or "zt" not in params:
-        return params
-    if multiple(exact.out_w, params["zt"]):
+    if exact is None or "kvb" not in params or multiple(exact.out_w, params["zt"]):
         return params
     widths = [z for z in range(1, 15) if multiple(exact.out_w, z)]
-    if "kvb" not in params:  # the widest tile that divides every row, no wider than the one chosen (a
-        # depthwise layer's padded row kept its epilogue off the tiles: 8x slower)
-        return {**params, "zt": max(z for z in widths if z <= params["zt"])}
     # the register block of most FMAs per operand among those whose tile divides every row, the register
     # file used to the last (AVX2's 4 x 3 block: PP-OCRv4 det's 96 -> 24 conv 9.2 -> 7.9 ms, Zen 3)
     kblocks = spec.k // variant.isa.lanes
     blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4, 0) if kblocks % v == 0]
     best, zt, kvb = max(blocks)
-    if best < WHOLE_TILE_SHARE * intensity(params["zt"], params["kvb"]) and _padded_row_attaches(exact.out_w):
+    if best < WHOLE_TILE_SHARE * intensity(params["zt"], params["kvb"]):
         return params
     return {**params, "zt": zt, "kvb": kvb}
-
-
-def _padded_row_attaches(out_w):
-    """Whether the schedule can put the crop of a row padded to whole tiles
-    under the tile loop (TVM's region cover check proves the tiles cover
-    the row): seen for a row that is one size variable (a page's 1/32-scale
-    row), not for a multiple of one (W * 2: every such layer fell back to
-    the generic schedule, 3x slower)."""
-    from tvm import tirx
-
-    return isinstance(out_w, tirx.Var)
 
 
 def _block(layout):
