@@ -534,9 +534,12 @@ def main(argv=None):
                     "compare (no compiler needed: the GPU machine)")
     ap.add_argument("--sizes", action="store_true", help="the models with ranges: one ranged compile each, "
                     "checked at each of the manifest's sizes")
+    ap.add_argument("--jobs", type=int, help="models checked at once, each in its own process (default: one per "
+                    "core; one with --warm)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--qemu-runner", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.jobs = args.jobs or (1 if args.warm else os.cpu_count() or 1)
     if args.sizes and (args.warm or args.save or args.replay or Runner(args.target).emulated):
         ap.error("--sizes runs bundles in this process (a host, x86-64 or vulkan target), without --warm, --save "
                  "or --replay")
@@ -567,11 +570,21 @@ def main(argv=None):
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         qemu_runner = Runner.prepare(args.target, tmp)
-        for e in entries:
-            results[e["name"]] = r = check(e["name"], args.timeout, args.warm, args.threads, args.target, qemu_runner,
-                                           args.save and os.path.abspath(args.save))
+        one = lambda e: check(e["name"], args.timeout, args.warm, args.threads, args.target,  # noqa: E731
+                              qemu_runner, args.save and os.path.abspath(args.save))
+        for e, r in zip(entries, in_parallel(one, entries, args.jobs)):
+            results[e["name"]] = r
             print(line(e, r), flush=True)
     return summary(results, args)
+
+
+def in_parallel(check_entry, entries, jobs):
+    """check_entry(e) for each entry, `jobs` at once (each a process of its
+    own), the results in the entries' order as they are ready."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        yield from pool.map(check_entry, entries)
 
 
 def sizes(entries, args, isa):
@@ -582,8 +595,9 @@ def sizes(entries, args, isa):
           f"target {args.target}, {where(args.target, isa)}; outputs against onnxruntime at each size "
           f"(tolerance {TOLERANCE}, compiler/tools/check.py; two seeded inputs)")
     results = {}
-    for e in entries:
-        for size, r in check_sized(e, args.timeout, args.threads, args.target).items():
+    one = lambda e: check_sized(e, args.timeout, args.threads, args.target)  # noqa: E731
+    for e, by_size in zip(entries, in_parallel(one, entries, args.jobs)):
+        for size, r in by_size.items():
             results[f"{e['name']} {size}"] = r
             print(line(e, r, size), flush=True)
     return summary(results, args)

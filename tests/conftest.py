@@ -103,6 +103,18 @@ def qemu_runner(tmp_path_factory):
     pytest.fail(missing, pytrace=False)
 
 
+def cpu_targets():
+    """The CPU targets a kernel or model test compiles for: the host, and on
+    an x86-64 host whose vector unit is wider than AVX2's, x86_64-avx2 too
+    (on an AVX2 host the host's kernels are AVX2's: the same ISA, lanes and
+    registers, so the second run would repeat the first)."""
+    from coldbrew.targets import resolve
+
+    host, avx2 = resolve("host"), resolve("x86_64-avx2")
+    unit = lambda t: (t.vector.isa, t.vector.lanes, t.vector.registers)  # noqa: E731
+    return ["host"] + (["x86_64-avx2"] if host.arch == "x86_64" and unit(host) != unit(avx2) else [])
+
+
 def vnni_target():
     """The AVX-512 build target with VNNI (Ice Lake and later): the code the
     integer variants make where a CPU has it, buildable on any x86 host."""

@@ -7,7 +7,7 @@ import pytest
 
 import coldbrew
 from coldbrew.compiler.measure.protocol import evict
-from conftest import ROOT, assert_close, ort_run
+from conftest import ROOT, assert_close, cpu_targets, ort_run
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import zoo  # noqa: E402
@@ -27,7 +27,7 @@ def test_zoo_is_deterministic():
 
 # host code, and on x86 also AVX2 code (x86-64-v3 runs on every AVX2 and
 # AVX-512 machine), whichever CPU runs the tests
-TARGETS = ["host"] + (["x86_64-avx2"] if os.uname().machine == "x86_64" else [])
+TARGETS = cpu_targets()
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tvm
 from cell_models import cell_model
-from conftest import ort_run
+from conftest import cpu_targets, ort_run
 from onnx import numpy_helper
 
 import coldbrew
@@ -23,7 +23,7 @@ from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.kernels.recurrent import reference
 from coldbrew.targets import resolve
 
-TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
+TARGETS = [resolve(t) for t in cpu_targets()]
 VARIANTS = ("recurrent.packed", "recurrent.rows")
 KINDS = [("lstm", 0, "Tanh"), ("gru", 1, "Tanh"), ("gru", 0, "Tanh"), ("rnn", 0, "Relu"), ("rnn", 0, "Sigmoid")]
 

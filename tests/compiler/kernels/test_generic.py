@@ -13,8 +13,9 @@ from tvm import s_tir, te, topi
 from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.kernels.generic import MIN_PARALLEL_WORK, generic
 from coldbrew.targets import resolve
+from conftest import cpu_targets
 
-TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
+TARGETS = [resolve(t) for t in cpu_targets()]
 
 
 def scheduled(func, target):

@@ -17,10 +17,11 @@ from coldbrew.compiler.kernels import build as kb
 from coldbrew.compiler.ir.narrow import narrow_weights
 from coldbrew.compiler.passes.plan_weights import scheduled_transform
 from coldbrew.targets import resolve
+from conftest import cpu_targets
 
 # every kernel is built and run for the host's vector unit and, on x86, for
 # AVX2 as well (AVX2 code runs on every AVX-512 CPU), wherever the tests run
-TARGETS = [resolve("host")] + ([resolve("x86_64-avx2")] if resolve("host").arch == "x86_64" else [])
+TARGETS = [resolve(t) for t in cpu_targets()]
 
 
 def te_variants(isa):

@@ -7,11 +7,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_close, ort_run
+from conftest import assert_close, cpu_targets, ort_run
 from coldbrew.compiler.passes.block_layout import conv_blocks
 from coldbrew.targets import resolve
 
-TARGETS = ["host"] + (["x86_64-avx2"] if resolve("host").arch == "x86_64" else [])
+TARGETS = cpu_targets()
 
 
 def test_conv_blocks_follow_the_channel_counts_only():
