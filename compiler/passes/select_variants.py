@@ -26,7 +26,7 @@ from ..ir.narrow import direct_layers
 from ..ir import dims
 from ..kernels.contract import simplified
 from ..kernels.generic import multiple
-from ..kernels.schedule import intensity, register_blocks
+from ..kernels.schedule import intensity, padding_efficiency, register_blocks
 from ..ir.relax import LayerIds, const_value, extents_of
 from ..ir.branches import OPAQUE
 from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
@@ -123,18 +123,12 @@ def _anchor(anchor_id, index, op_name, spec, exact, w, chooser):
                   tuned=tuned, exact=exact)
 
 
-# A tile that divides every row at every size is taken where it does at
-# least this share of the chosen tile's work per load; else the chosen one
-# over the row padded to whole tiles at each size (kernels/conv_blocked.py
-# _row; PP-OCRv4's det at 1/32 scale: 5 columns x 4 vectors against 1 x 4).
-WHOLE_TILE_SHARE = 0.85
-
-
 def _whole_tiles(variant, spec, exact, params):
     """A layer sized at run time: `params`, or the best of the variant's
     parameters whose row tile (zt) divides the output row at every size
-    where it is nearly as good (WHOLE_TILE_SHARE): a padded row computes a
-    few columns twice and crops them."""
+    where it does more work per load than the chosen tile does over the
+    row padded to whole tiles (its FMAs per load times the row's useful
+    share at the typical size; conv_blocked._AnchorRow)."""
     if exact is None or "kvb" not in params or multiple(exact.out_w, params["zt"]):
         return params
     widths = [z for z in range(1, 15) if multiple(exact.out_w, z)]
@@ -143,7 +137,7 @@ def _whole_tiles(variant, spec, exact, params):
     kblocks = spec.k // variant.isa.lanes
     blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4, 0) if kblocks % v == 0]
     best, zt, kvb = max(blocks)
-    if best < WHOLE_TILE_SHARE * intensity(params["zt"], params["kvb"]):
+    if best < intensity(params["zt"], params["kvb"]) * padding_efficiency((spec.out_w, params["zt"])):
         return params
     return {**params, "zt": zt, "kvb": kvb}
 
