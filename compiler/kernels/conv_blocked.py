@@ -59,14 +59,12 @@ def _padded(x, spec, owp):
 class _AnchorRow:
     """The anchor's row: out_w padded to whole tiles of zt, one axis; sized
     at run time where zt does not divide out_w at every size, two (tiles,
-    zt), the columns past out_w reading its last (_input): TVM proves that
-    these cover the row (it did not for one axis of a multiple of a size,
-    W * 4, which put the epilogue in a pass of its own)."""
+    zt), which TVM proves cover the row (one axis of W * 4 it did not: the
+    epilogue was a pass of its own). `padded`: ceil(out_w / zt) * zt in
+    the form it proves >= out_w (a pad stage made wide enough: _input)."""
 
     def __init__(self, spec, zt):
         self.zt, self.split = zt, spec.symbolic and not multiple(spec.out_w, zt)
-        # ceil(out_w / zt): as the tile count in the form TVM proves covers the row, in the padded width in the one
-        # it proves is at least out_w (so the pad stage is made wide enough: _input)
         tiles = simplified(tirx.floordiv(spec.out_w - 1, zt) + 1)
         self.padded = round_up(spec.out_w, zt) if self.split or not spec.symbolic else spec.out_w
         self.axes = (tiles, zt) if self.split else (self.padded,)
@@ -83,19 +81,22 @@ class _AnchorRow:
             (n, k, y, *((tirx.floordiv(z, zt), tirx.floormod(z, zt)) if split else (z,)), *lane)], name="cb_out")
 
 
-def _row_loops(sch, loops, zt):
-    """(tile, column in tile) loops of the anchor's row axes (_AnchorRow)."""
-    return tuple(loops) if len(loops) == 2 else sch.split(loops[0], [None, zt])
+def _anchor_loops(sch, block, zt, kvb, reductions):
+    """The anchor's loops: n, ko (split into kvb-vector blocks where kvb is
+    given), y, the row tile and the column in it (_AnchorRow's two axes, or
+    its one split into tiles of zt), the lanes, then the reductions."""
+    loops = sch.get_loops(block)
+    row, rest = loops[3:-1 - reductions], loops[-1 - reductions:]
+    ko = sch.split(loops[1], [None, kvb]) if kvb else [loops[1]]
+    return (loops[0], *ko, loops[2], *(row if len(row) == 2 else sch.split(row[0], [None, zt])), *rest)
 
 
 def _input(x, spec, owp):
-    """(the input the anchor reads, padded; the output column a column of
-    the anchor's row reads it at): itself, or for the columns of a row
-    sized at run time padded to whole tiles, at most the last where the
-    input has no pad stage (one for them would copy it; no test of the
-    column inside the reduction, which kept the tile out of registers).
-    A pad stage made wide enough spares every tap a min (PP-OCRv4 rec's
-    5x5 depthwise layers at 48x96: 1.7x the fixed bundle's time with it)."""
+    """(the input the anchor reads, padded; the column a column of the
+    anchor's row reads it at): itself, or sized at run time, where a pad
+    stage made wide enough for the padded row is none (it would copy the
+    input), at most the last (a min per tap: PP-OCRv4 rec's depthwise
+    layers 1.7x slower; a test of the column kept the tile out of registers)."""
     if not spec.symbolic or (any(spec.pad) and proved(_need(spec, owp) >= spec.w + spec.pad[1] + spec.pad[3])):
         return _padded(x, spec, owp), lambda z: z
     p = _padded(x, spec, spec.out_w)
@@ -156,11 +157,8 @@ class Blocked(_OnBlocks):
         return register_space(self.isa, spec)
 
     def schedule(self, sch, block, spec, params):
-        b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
-        loops = sch.get_loops(block)
-        (n, ko, y), (ki, co, rr, rs, ci) = loops[:3], loops[-5:]
-        koo, koi = sch.split(ko, [None, kvb])
-        zo, zi = _row_loops(sch, loops[3:-5], zt)
+        b = self.isa.lanes
+        n, koo, koi, y, zo, zi, ki, co, rr, rs, ci = _anchor_loops(sch, block, params["zt"], params["kvb"], 4)
         # per input value: one broadcast, then the kvb weight vectors it meets
         sch.reorder(n, koo, y, zo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, koo, y)
@@ -204,10 +202,8 @@ class DepthwiseBlocked(_OnBlocks):
         return [{"zt": zt} for zt in ranked([(padding_efficiency((spec.out_w, zt)) * min(zt, 8), zt) for zt in widths])]
 
     def schedule(self, sch, block, spec, params):
-        b, zt = self.isa.lanes, params["zt"]
-        loops = sch.get_loops(block)
-        (n, ko, y), (ki, rr, rs) = loops[:3], loops[-3:]
-        zo, zi = _row_loops(sch, loops[3:-3], zt)
+        b = self.isa.lanes
+        n, ko, y, zo, zi, ki, rr, rs = _anchor_loops(sch, block, params["zt"], None, 2)
         sch.reorder(n, ko, y, zo, rr, rs, zi, ki)
         par = fuse_parallel(sch, n, ko, y)
         pad = pad_stage(sch)
@@ -274,11 +270,8 @@ class _PanelGemm(_OnBlocks):
         return register_space(self.isa, spec, lambda zt: l1_fit(self.isa, 4 * q * zt))
 
     def schedule(self, sch, block, spec, params):
-        b, kvb, zt = self.isa.lanes, params["kvb"], params["zt"]
-        loops = sch.get_loops(block)
-        (n, ko, y), (ki, co, rr, rs, ci) = loops[:3], loops[-5:]
-        koo, koi = sch.split(ko, [None, kvb])
-        zo, zi = _row_loops(sch, loops[3:-5], zt)
+        b = self.isa.lanes
+        n, koo, koi, y, zo, zi, ki, co, rr, rs, ci = _anchor_loops(sch, block, params["zt"], params["kvb"], 4)
         sch.reorder(n, y, zo, koo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, y, zo)
         pad_pass(sch, b)

@@ -324,7 +324,24 @@ def _on_sizes(bb, op, inputs, attrs, counts):
             isinstance(v, tirx.IntImm) for v in inputs[0].values):  # a shape's values as data
         return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
                              counts.written(inputs[0].values))
+    shape = extents_of(inputs[0])
+    if op == "DepthToSpace" and shape is not None and len(shape) == 4 and not dims.is_static(shape):
+        return _depth_to_space(bb, inputs[0], shape, int(attrs["blocksize"]), attrs.get("mode", b"DCR") in (b"DCR", "DCR"))
     return None
+
+
+def _depth_to_space(bb, x, shape, s, dcr):
+    """DepthToSpace over sizes set at run time as one injective kernel (the
+    importer's reshape, transpose and reshape stay apart over such sizes,
+    three passes over memory: fuse_layers; PP-OCRv4 det's head 8 ms against 3)."""
+    from tvm import te, tirx
+
+    (n, c, h, w), (div, mod) = shape, (tirx.floordiv, tirx.floormod)
+    co = c // (s * s)
+    channel = lambda k, py, pz: (py * s + pz) * co + k if dcr else (k * s + py) * s + pz  # noqa: E731
+    return bb.emit_te(lambda xt: te.compute((n, co, h * s, w * s), lambda b, k, y, z: xt[
+        b, channel(k, mod(y, s), mod(z, s)), div(y, s), div(z, s)], name="cb_depth_to_space"), x,
+        primfunc_name_hint="cb_depth_to_space")
 
 
 def _shape_values(bb, values, dtype, after):

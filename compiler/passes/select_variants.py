@@ -124,19 +124,14 @@ def _anchor(anchor_id, index, op_name, spec, exact, w, chooser):
 
 
 def _whole_tiles(variant, spec, exact, params):
-    """A layer sized at run time: `params`, or the best of the variant's
-    parameters whose row tile (zt) divides the output row at every size
-    where it does more work per load than the chosen tile does over the
-    row padded to whole tiles (its FMAs per load times the row's useful
-    share at the typical size; conv_blocked._AnchorRow)."""
+    """A layer sized at run time: `params`, or the register block of most
+    FMAs per load whose row tile (zt) divides the output row at every size
+    where it does more than the chosen tile over the row padded to whole
+    tiles (times the row's useful share at the typical size)."""
     if exact is None or "kvb" not in params or multiple(exact.out_w, params["zt"]):
         return params
-    widths = [z for z in range(1, 15) if multiple(exact.out_w, z)]
-    # the register block of most FMAs per operand among those whose tile divides every row, the register
-    # file used to the last (AVX2's 4 x 3 block: PP-OCRv4 det's 96 -> 24 conv 9.2 -> 7.9 ms, Zen 3)
-    kblocks = spec.k // variant.isa.lanes
-    blocks = [(intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4, 0) if kblocks % v == 0]
-    best, zt, kvb = max(blocks)
+    widths, kblocks = [z for z in range(1, 15) if multiple(exact.out_w, z)], spec.k // variant.isa.lanes
+    best, zt, kvb = max((intensity(z, v), z, v) for z, v in register_blocks(variant.isa, widths, 4) if kblocks % v == 0)
     if best < intensity(params["zt"], params["kvb"]) * padding_efficiency((spec.out_w, params["zt"])):
         return params
     return {**params, "zt": zt, "kvb": kvb}

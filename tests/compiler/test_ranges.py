@@ -196,7 +196,7 @@ def test_ranged_convs_take_blocked_variants_whose_row_tile_divides_every_row_whe
         zt, kvb, kblocks = params["zt"], params["kvb"], shape_now(out, dim_values(b, [[1, 3, 9, 8]]))[1]
         if any(r % zt for r in rows):  # every block whose tile divides every row does much less per load
             whole = [z for z in range(1, 15) if all(r % z == 0 for r in rows)]
-            best = max(intensity(z, v) for z, v in register_blocks(isa, whole, 4, 0) if kblocks % v == 0)
+            best = max(intensity(z, v) for z, v in register_blocks(isa, whole, 4) if kblocks % v == 0)
             typical = shape_now(out, dim_values(b, [[1, 3, 17, 24]]))[3]
             assert best < intensity(zt, kvb) * padding_efficiency((typical, zt)), (text(layer.name), params, sorted(rows))
         tiles.append(zt)
@@ -778,6 +778,36 @@ def test_a_row_of_a_multiple_of_a_size_padded_to_whole_tiles_keeps_the_epilogue_
     sess = coldbrew.load(path)
     for w in (8, 28, 64):  # rows 8, 28, 64 wide (none a multiple of 6)
         f = {"x": rng.standard_normal((1, c, 5, w)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_a_depth_to_space_over_sizes_set_at_run_time_is_one_pass_fused_with_what_follows(tmp_path, mode):
+    """DepthToSpace (a transposed convolution's phases interleaved, a pixel
+    shuffle) over rows and columns set at run time: one injective kernel
+    (import_relax._depth_to_space) fused with the bias and ReLU after it,
+    not the reshape, transpose and reshape the importer writes, which stay
+    apart over such sizes (three passes over memory); every size matches
+    onnxruntime."""
+    rng = np.random.default_rng(14)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("DepthToSpace", ["c"], ["d"], blocksize=2, mode=mode),
+             helper.make_node("Add", ["d", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 8, 3, 3)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32), "b")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "d2s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, "h2", "w2"])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = str(tmp_path / "d2s.brew")
+    compile_model(model, path, input_shapes={"x": "1x8x[4:32]x[4:32]"}, typical_shapes={"x": [1, 8, 16, 16]})
+    names = [text(layer.op) for layer in read(path)[0].layers]
+    assert not [n for n in names if "reshape" in n or "transpose" in n], names
+    assert [n for n in names if "depth_to_space" in n and "relu" in n.replace("maximum", "relu")], names
+    sess = coldbrew.load(path)
+    for h, w in ((4, 4), (9, 17), (32, 30)):
+        f = {"x": rng.standard_normal((1, 8, h, w)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
 
 

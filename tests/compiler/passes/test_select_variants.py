@@ -164,13 +164,13 @@ def test_a_batch_of_sequences_times_weights_is_a_dense_layer_over_its_rows(shape
     np.testing.assert_allclose(coldbrew.load(data).run(None, {"x": x})[0], x @ w, rtol=1e-4, atol=1e-4)
 
 
-def test_a_row_dividing_tile_over_sizes_set_at_run_time_fills_avx2s_registers():
+def test_a_row_tile_over_sizes_set_at_run_time_divides_every_row_only_where_that_does_more_per_load():
     """A blocked convolution over rows of 8 * W columns (W set at run time)
-    whose chosen block, 3 columns x 3 vectors, divides no such row: on
-    AVX2's 16 registers the 4 x 3 block fits when no register is kept
-    spare (12 accumulators, 3 loaded vectors, 1 broadcast), and it does
-    more work per load than 3 x 3 over padded rows; with one kept spare
-    only 2 x 3 fit, which does less (3 x 3 over padded rows kept)."""
+    on AVX2: the chosen 3 columns x 3 vectors divides no such row; the
+    blocks that do and fit 16 registers (2 x 3, 8 x 1 ...) do less work
+    per load than 3 x 3 over the rows padded to whole tiles (128 columns
+    at the typical size), so it is kept; a chosen 3 x 1 does less than
+    2 x 3, which is taken."""
     import types
 
     from tvm import tirx
@@ -180,4 +180,5 @@ def test_a_row_dividing_tile_over_sizes_set_at_run_time_fills_avx2s_registers():
     variant = types.SimpleNamespace(isa=resolve("x86_64-avx2").vector)
     exact = types.SimpleNamespace(out_w=tirx.Var("W", "int64") * 8)
     spec = types.SimpleNamespace(k=24, out_w=128)  # 3 vectors of output channels, rows of 128 at the typical size
-    assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 3}) == {"zt": 4, "kvb": 3}
+    assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 3}) == {"zt": 3, "kvb": 3}
+    assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 1}) == {"zt": 2, "kvb": 3}
