@@ -32,18 +32,14 @@ from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pa
                        register_blocks, round_up)
 
 
-def _need(spec, owp):
-    """The input columns `owp` output columns read."""
-    return simplified((owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1)
-
-
 def _padded(x, spec, owp):
     """x (NCHW or blocked) zero-padded by the conv's pads, and at the right
-    wide enough for `owp` output columns; x itself when nothing is added."""
-    pt, pl, pb, _ = spec.pad
-    hp, need, wide = spec.h + pt + pb, _need(spec, owp), spec.w + pl + spec.pad[3]
-    # the wider of the two; sized at run time, the one proved wider (else both: a max the schedule cannot see through)
-    wp = need if proved(need >= wide) else wide if proved(wide >= need) else tirx.max(wide, need)
+    wide enough for `owp` output columns; x itself when nothing is added.
+    Sized at run time: the padded input and the columns owp reads past
+    out_w's (which read none past it), a width TVM proves wide enough."""
+    pt, pl, pb, pr = spec.pad
+    hp, need, wide = spec.h + pt + pb, (owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1, spec.w + pl + pr
+    wp = simplified(wide + (owp - spec.out_w) * spec.stride[1]) if spec.symbolic else max(need, wide)
     if not any(spec.pad) and proved(need <= spec.w):
         return x
     shape = list(spec.input_shape)
@@ -93,11 +89,11 @@ def _anchor_loops(sch, block, zt, kvb, reductions):
 
 def _input(x, spec, owp):
     """(the input the anchor reads, padded; the column a column of the
-    anchor's row reads it at): itself, or sized at run time, where a pad
-    stage made wide enough for the padded row is none (it would copy the
+    anchor's row reads it at): itself, or sized at run time, where there is
+    no pad stage to make wide enough for the padded row (one would copy the
     input), at most the last (a min per tap: PP-OCRv4 rec's depthwise
     layers 1.7x slower; a test of the column kept the tile out of registers)."""
-    if not spec.symbolic or (any(spec.pad) and proved(_need(spec, owp) >= spec.w + spec.pad[1] + spec.pad[3])):
+    if not spec.symbolic or any(spec.pad):
         return _padded(x, spec, owp), lambda z: z
     p = _padded(x, spec, spec.out_w)
     return (p, lambda z: z) if proved(owp == spec.out_w) else (p, lambda z: tirx.min(z, spec.out_w - 1))
