@@ -316,8 +316,8 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Gr
 
 
 def _on_sizes(bb, op, inputs, attrs, counts):
-    """What the importer does not do with sizes set at run time: a shape's
-    values cast to a tensor (sizes as data); None for anything else."""
+    """What the importer does not do (well) with sizes set at run time: a
+    shape's values cast to a tensor, a DepthToSpace; None for anything else."""
     from tvm import relax, tirx
 
     if op == "Cast" and isinstance(inputs[0], relax.ShapeExpr) and not all(

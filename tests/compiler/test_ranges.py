@@ -745,15 +745,17 @@ def test_a_clip_between_convolutions_over_a_width_set_at_run_time_stays_blocked(
         assert_close(sess.run(None, f), ort_run(model, f))
 
 
-@pytest.mark.parametrize("op", ["conv", "depthwise"])
+@pytest.mark.parametrize("op", ["conv", "depthwise", "strided"])
 def test_a_row_of_a_multiple_of_a_size_padded_to_whole_tiles_keeps_the_epilogue_on_the_tiles(tmp_path, monkeypatch, op):
-    """A blocked convolution (or depthwise) over rows of 4 * W columns (a
-    width declared in steps of 4) whose register tile, 6 columns, divides
-    no such row: the row is padded to whole tiles, as two axes, tiles x 6,
-    which TVM proves cover the row, so the bias and ReLU are computed per
-    tile from the tile in registers (as one axis of ceil(W * 4 / 6) * 6
-    columns, not proved to cover the row, they were a pass of their own
-    over the whole output); every width matches onnxruntime."""
+    """A blocked convolution (or depthwise, or one of stride 2) over rows
+    of 4 * W (2 * W) columns (a width declared in steps of 4) whose
+    register tile, 6 columns, divides no such row: the row is padded to
+    whole tiles, as two axes, tiles x 6, which TVM proves cover the row,
+    so the bias and ReLU are computed per tile from the tile in registers
+    (as one axis of ceil(W * 4 / 6) * 6 columns, not proved to cover the
+    row, they were a pass of their own over the whole output); the pad
+    stage is made wide enough for the padded row, so no tap reads through
+    a min (conv_blocked._padded); every width matches onnxruntime."""
     from coldbrew.compiler.passes import select_variants
 
     chosen = select_variants._whole_tiles
@@ -764,19 +766,21 @@ def test_a_row_of_a_multiple_of_a_size_padded_to_whole_tiles_keeps_the_epilogue_
     c, groups = 32, (32 if op == "depthwise" else 1)
     weights = [numpy_helper.from_array((rng.standard_normal((c, c // groups, 3, 3)) * 0.2).astype(np.float32), "w"),
                numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=groups),
-             helper.make_node("Relu", ["c"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=groups,
+                              strides=[1, 2 if op == "strided" else 1]), helper.make_node("Relu", ["c"], ["y"])]
     model = helper.make_model(helper.make_graph(
         nodes, "tiles", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 5, "w"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 5, "w"])], weights),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 5, None])], weights),
         opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     path = str(tmp_path / "tiles.brew")
     tir = _scheduled(model, path, tmp_path, "1x%dx5x[8:64:4]" % c, [1, c, 5, 24])
     relu = tir[tir.index('sblock("compute")'):]
     assert "T.reads(cb_anchor_local[" in relu[:relu.index("T.writes")], relu[:800]
+    taps = tir[tir.index('sblock("cb_anchor_update")'):]
+    assert "T.min(" not in taps[:taps.index("T.writes")], taps[:800]
     sess = coldbrew.load(path)
-    for w in (8, 28, 64):  # rows 8, 28, 64 wide (none a multiple of 6)
+    for w in (8, 28, 64):  # rows 8, 28, 64 wide (none a multiple of 6; 4, 14, 32 at stride 2)
         f = {"x": rng.standard_normal((1, c, 5, w)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
 
