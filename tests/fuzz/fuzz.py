@@ -141,11 +141,17 @@ def covered(output):
     return cov
 
 
-def fuzz(binary, runs=None, seconds=None, work=None, extra=()):
-    """Run one target over a fresh copy of the corpus; a dict of results."""
+def fuzz(binary, runs=None, seconds=None, work=None, extra=(), seeds=None):
+    """Run one target over a fresh copy of the corpus (or of the files
+    `seeds`); a dict of results."""
     work = work or tempfile.mkdtemp(prefix="cb-fuzz-")
     corpus = os.path.join(work, "corpus")
-    shutil.copytree(CORPUS, corpus, dirs_exist_ok=True)
+    if seeds is None:
+        shutil.copytree(CORPUS, corpus, dirs_exist_ok=True)
+    else:
+        os.makedirs(corpus, exist_ok=True)
+        for f in seeds:
+            shutil.copy(f, corpus)
     if os.path.basename(binary) == "fuzz_decode":
         code_seeds(corpus)
     artifacts = os.path.join(work, "artifacts") + "/"

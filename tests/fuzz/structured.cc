@@ -72,7 +72,8 @@ const fbs::Bundle* header(uint8_t* data, size_t size, uint64_t* hdr_off, uint64_
   uint64_t n;
   memcpy(&off, data + 12, 4);
   memcpy(&n, data + 16, 8);
-  if (off < CB_PREAMBLE_SIZE || off > size || n > size - off) return nullptr;
+  // the runtime refuses a header that is not 8-byte aligned; the verifier reads it in place
+  if (off < CB_PREAMBLE_SIZE || off % 8 || off > size || n > size - off) return nullptr;
   flatbuffers::Verifier v(data + off, n);
   if (!fbs::VerifyBundleBuffer(v)) return nullptr;
   *hdr_off = off, *hdr_size = n;

@@ -38,6 +38,22 @@ def test_fuzz_target_runs_clean_over_the_corpus(targets, name, tmp_path):
             assert cov[f][0] > 0, (f, cov.get(f))
 
 
+def test_the_structured_mutator_leaves_a_header_it_cannot_read_in_place_to_byte_mutations(targets, tmp_path):
+    """A mutation can move the header to an offset that is not 8-byte
+    aligned (the runtime refuses it); the mutator must not read it in place
+    (a misaligned FlatBuffer under UBSan), only mutate its bytes."""
+    with open(os.path.join(fuzz.CORPUS, "cached.brew"), "rb") as f:
+        data = bytearray(f.read())
+    off = int.from_bytes(data[12:16], "little")
+    data[off:off] = b"\0" * 3  # the header three bytes on, its offset updated
+    data[12:16] = (off + 3).to_bytes(4, "little")
+    seed = tmp_path / "misaligned_header.brew"
+    seed.write_bytes(bytes(data))
+    res = fuzz.fuzz(targets["run_structured"], runs=300, work=str(tmp_path / "work"), seeds=[str(seed)])
+    assert not res["crashes"] and res["exit"] == 0, fuzz.summary(res) + "\n" + fuzz.crash_report(res["log"])
+    assert res["executions"] >= 300, fuzz.summary(res)
+
+
 def test_regressions_replay_clean(targets):
     files = sorted(os.path.join(fuzz.REGRESSIONS, f) for f in os.listdir(fuzz.REGRESSIONS))
     assert files
