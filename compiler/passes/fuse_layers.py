@@ -31,6 +31,24 @@ def _legalize_sigmoid(bb, call):
     return bb.call_te(_sigmoid_te, call.args[0], primfunc_name_hint="sigmoid")
 
 
+def _legalize_strided_slice(bb, call):
+    """A slice that reverses an axis (a negative step: an exporter's flip)
+    is a layer of its own. Fused, its index `K - i` reaches the divisions
+    of the layers around it (a blocked tensor's channel `c // 8`, `c % 8`),
+    and TVM's buffer flattening rewrites `(K - i) // d` wrongly where d does
+    not divide K + 1 (its iterator maps drop the remainder; a Piper voice's
+    flows read the wrong channels)."""
+    import tvm
+    from tvm import relax
+
+    out = tvm.ir.Op.get("relax.strided_slice").get_attr("FLegalize")(bb, call)
+    strides = call.args[4] if len(call.args) > 4 else ()
+    if isinstance(out, relax.Call) and any(int(getattr(s, "value", 1)) < 0 for s in strides):
+        gv = out.args[0]
+        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE).with_attr(APART, True))
+    return out
+
+
 def _polynomial(name):
     """Legalization of exp, softmax, erf or tanh on float32 by TVM's
     polynomial forms (topi.fast_exp, fast_softmax, fast_erf, fast_tanh),
@@ -193,6 +211,7 @@ def _unfuse_wide(mod, most):
 
 
 OPAQUE = 8  # TVM's OpPatternKind kOpaque
+APART = "cb_apart"  # a PrimFunc kept a layer of its own at every size
 
 
 def _pattern_at_constants(f):
@@ -240,7 +259,8 @@ def _patterns_at_run_time_sizes(mod, _ctx=None):
     out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     for gv, f in mod.functions.items():
         if (isinstance(f, tirx.PrimFunc) and int((f.attrs or {}).get("op_pattern", -1)) == OPAQUE
-                and isinstance(f.body, s_tir.SBlockRealize) and not relax.analysis.has_reshape_pattern(f)):
+                and isinstance(f.body, s_tir.SBlockRealize) and not relax.analysis.has_reshape_pattern(f)
+                and APART not in (f.attrs or {})):
             kind = _pattern_at_constants(f)
             if kind != OPAQUE:
                 out[gv] = f.with_attr("op_pattern", kind)
@@ -261,7 +281,7 @@ def apply(mod, cpu=True):
             "relax.nn.log_softmax": _legalize_log_softmax,
             **{f"relax.{op}": _polynomial(op) for op in ("exp", "erf", "tanh")}}
     legalize = {"relax.image.resize2d": legalize_resize2d, "relax.cumsum": legalize_cumsum,
-                "relax.topk": legalize_topk, **(fast if cpu else {})}
+                "relax.topk": legalize_topk, "relax.strided_slice": _legalize_strided_slice, **(fast if cpu else {})}
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         # Nearest resize gets coldbrew's exact lowering (see lower_resize.py),
