@@ -280,14 +280,12 @@ def conv1d_as_2d(model):
     convolution variants are 2-D): the input and constant weights get a
     unit axis 2, the attributes a unit first entry, the output loses it."""
     consts = {t.name: t for t in model.graph.initializer}
-    _, shapes = types_and_shapes(model, symbolic=True)  # a batch sized at run time: None
+    _, shapes = types_and_shapes(model, symbolic=True)  # a size set at run time: None
     opset = opset_of(model)
 
     def expand(node, name, a, add_init):
         x, w = node.input[0], node.input[1]
-        # a length sized at run time stays 1-D (the generic schedule): as 2-D, the blocked variants'
-        # kernels read out of bounds on a voice's decoder (dilated and transposed, frames counted)
-        if len(shapes.get(x, [])) != 3 or None in shapes[x][1:] or w not in consts:
+        if len(shapes.get(x, [])) != 3 or shapes[x][1] is None or w not in consts:
             return [node]
         attrs = dict(a)
         for k, unit in (("strides", 1), ("dilations", 1), ("kernel_shape", 1), ("output_padding", 0),

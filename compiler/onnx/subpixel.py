@@ -13,9 +13,10 @@ becomes a group of output channels of one Conv (padded m - 1 on each side);
 a Reshape and Transpose interleave the s * s phases into the output rows
 and columns, and a Slice crops the transposed convolution's pads.
 
-Rewritten: 2-D ConvTranspose with constant weights, dilations 1, explicit
-pads (legalize_onnx's decompositions turn output_shape into pads before
-this runs), any stride, groups and output_padding, a bias or none.
+Rewritten: 2-D ConvTranspose of fixed sizes (the importer's
+_conv_transpose does the same over sizes set at run time) with constant
+weights, dilations 1, explicit pads (output_shape made pads before), any
+stride, groups and output_padding, a bias or none.
 """
 import numpy as np
 from onnx import helper, numpy_helper
@@ -62,9 +63,6 @@ def expand(node, name, consts, shapes, opset):
     oph, opw = a.get("output_padding", [0, 0])
     co = w.shape[1] * groups
     mh, mw = -(-kh // sh), -(-kw // sw)
-    if None in (n, h, wd):  # sized at run time
-        bias = numpy_helper.to_array(consts[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
-        return _sized_at_run_time(node, name, w, bias, (sh, sw), (pt, pl, pb, pr), (oph, opw), groups, opset)
     # rows of the full (uncropped) output to compute: through the last one kept
     end_h, end_w = (h - 1) * sh + kh + oph - pb, (wd - 1) * sw + kw + opw - pr
     qh, qw = max(h + mh - 1, -(-end_h // sh)), max(wd + mw - 1, -(-end_w // sw))
@@ -82,43 +80,6 @@ def expand(node, name, consts, shapes, opset):
               numpy_helper.from_array(np.array([2, 3], np.int64), f"{name}/crop_axes")]
     nodes.append(helper.make_node("Slice", [full, f"{name}/crop_start", f"{name}/crop_end", f"{name}/crop_axes"],
                                   [node.output[0]], name=f"{name}/crop"))
-    return nodes, inits
-
-
-def _sized_at_run_time(node, name, w, bias, strides, pads, output_padding, groups, opset):
-    """A ConvTranspose whose rows and columns are sized at run time (one
-    group, one stride both ways, opset 11 or later): the phases' Conv, then
-    DepthToSpace (DCR: channel (row phase * s + column phase) * co + c, the
-    phases' order) interleaves them, and a Slice crops the pads. The full
-    output's rows past the input's (d = qh - h) and the crop's distance
-    from its end depend only on the kernel, stride and pads."""
-    (s, sw), (pt, pl, pb, pr), (oph, opw) = strides, pads, output_padding
-    (kh, kw), co = w.shape[2:], w.shape[1]
-    if groups != 1 or s != sw or opset < 11:
-        return None
-    mh, mw = -(-kh // s), -(-kw // s)
-    dh, dw = max(mh - 1, -(-(kh + oph - pb) // s) - 1), max(mw - 1, -(-(kw + opw - pr) // s) - 1)
-    inits = [numpy_helper.from_array(phase_weights(w, (s, s), 1), f"{name}/phase_w")]
-    conv_in = [node.input[0], inits[0].name]
-    if bias is not None:  # per phase, each output channel's
-        inits.append(numpy_helper.from_array(np.tile(bias.reshape(-1), s * s), f"{name}/phase_b"))
-        conv_in.append(inits[-1].name)
-    nodes = [helper.make_node("Conv", conv_in, [f"{name}/phases"], name=f"{name}/phases",
-                              pads=[mh - 1, mw - 1, dh, dw], kernel_shape=[mh, mw])]
-    # the crop: pt, pl from the start; from the end, the full rows past the last one kept
-    cut_h, cut_w = (dh + 1) * s - (kh + oph - pb), (dw + 1) * s - (kw + opw - pr)
-    full = f"{name}/full" if (pt, pl, cut_h, cut_w) != (0, 0, 0, 0) else node.output[0]
-    nodes.append(helper.make_node("DepthToSpace", [f"{name}/phases"], [full], name=f"{name}/shuffle", blocksize=s,
-                                  mode="DCR"))
-    if full == node.output[0]:
-        return nodes, inits
-    big = np.iinfo(np.int64).max
-    starts = np.array([pt, pl], np.int64)
-    ends = np.array([-cut_h if cut_h else big, -cut_w if cut_w else big], np.int64)
-    inits += [numpy_helper.from_array(starts, f"{name}/crop_start"), numpy_helper.from_array(ends, f"{name}/crop_end"),
-              numpy_helper.from_array(np.array([2, 3], np.int64), f"{name}/crop_axes")]
-    nodes.append(helper.make_node("Slice", [f"{name}/full", f"{name}/crop_start", f"{name}/crop_end",
-                                            f"{name}/crop_axes"], [node.output[0]], name=f"{name}/crop"))
     return nodes, inits
 
 
@@ -182,8 +143,7 @@ def apply(model):
     if not any(n.op_type == "ConvTranspose" for n in g.node):
         return model
     consts = {t.name: t for t in g.initializer}
-    sized = any(d.dim_param for i in g.input for d in i.type.tensor_type.shape.dim)  # sizes set at run time
-    _, shapes = types_and_shapes(model, symbolic=sized)
+    _, shapes = types_and_shapes(model)  # fixed sizes only
     opset, nodes = opset_of(model), []
     for node in g.node:
         done = (expand(node, node.name or node.output[0], consts, shapes, opset) if node.op_type == "ConvTranspose"

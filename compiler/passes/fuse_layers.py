@@ -32,20 +32,15 @@ def _legalize_sigmoid(bb, call):
 
 
 def _legalize_strided_slice(bb, call):
-    """A slice that reverses an axis (a negative step: an exporter's flip)
-    is a layer of its own. Fused, its index `K - i` reaches the divisions
-    of the layers around it (a blocked tensor's channel `c // 8`, `c % 8`),
-    and TVM's buffer flattening rewrites `(K - i) // d` wrongly where d does
-    not divide K + 1 (its iterator maps drop the remainder; a Piper voice's
-    flows read the wrong channels)."""
+    """A slice that reverses an axis (a negative step: a flip) is a layer of
+    its own: fused, its index `K - c` meets a blocked tensor's `c // 8`,
+    which TVM's buffer flattening rewrites wrongly (its iterator maps drop
+    K's remainder: a VITS voice's flows read the wrong channels)."""
     import tvm
-    from tvm import relax
 
-    out = tvm.ir.Op.get("relax.strided_slice").get_attr("FLegalize")(bb, call)
-    strides = call.args[4] if len(call.args) > 4 else ()
-    if isinstance(out, relax.Call) and any(int(getattr(s, "value", 1)) < 0 for s in strides):
-        gv = out.args[0]
-        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE).with_attr(APART, True))
+    out = tvm.ir.Op.get("relax.strided_slice").get_attr("FLegalize")(bb, call)  # a call_tir
+    if any(int(getattr(s, "value", 1)) < 0 for s in (call.args[4] if len(call.args) > 4 else ())):
+        bb.update_func(out.args[0], bb.get()[out.args[0]].with_attr("op_pattern", OPAQUE).with_attr(APART, True))
     return out
 
 

@@ -11,7 +11,7 @@ import onnx
 from ..errors import CompileError, quiet
 from ..ir import branches, dims
 from ..kernels import loops as loop_kernels
-from ..onnx import loops, recurrent
+from ..onnx import loops, recurrent, subpixel
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
 from ..onnx.loops import BOUND_KEY
@@ -107,7 +107,7 @@ def _node_watch(failed, counts):
                 inputs = _whole_scales(inputs)
             if op_name in _BINARY:
                 inputs = _sizes_typed(self.bb, _scalars_typed(inputs), counts)
-            sized = _on_sizes(self.bb, op_name, inputs, attrs, counts)
+            sized = _on_sizes(self.bb, op_name, inputs, attrs, counts, getattr(self, "cb_node", None))
             if sized is not None:
                 return sized
             if op_name == "Range":
@@ -315,9 +315,9 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Gr
            "GreaterOrEqual")
 
 
-def _on_sizes(bb, op, inputs, attrs, counts):
-    """What the importer does not do (well) with sizes set at run time: a
-    shape's values cast to a tensor, a DepthToSpace; None for anything else."""
+def _on_sizes(bb, op, inputs, attrs, counts, node):
+    """What the importer does not do (well) with sizes set at run time: a shape's
+    values cast to a tensor, a DepthToSpace, a ConvTranspose; None for the rest."""
     from tvm import relax, tirx
 
     if op == "Cast" and isinstance(inputs[0], relax.ShapeExpr) and not all(
@@ -325,9 +325,40 @@ def _on_sizes(bb, op, inputs, attrs, counts):
         return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
                              counts.written(inputs[0].values))
     shape = extents_of(inputs[0])
-    if op == "DepthToSpace" and shape is not None and len(shape) == 4 and not dims.is_static(shape):
+    if shape is None or len(shape) != 4 or dims.is_static(shape):
+        return None
+    if op == "DepthToSpace":
         return _depth_to_space(bb, inputs[0], shape, int(attrs["blocksize"]), attrs.get("mode", b"DCR") in (b"DCR", "DCR"))
-    return None
+    return _conv_transpose(bb, inputs, shape, attrs, node.output[0] if node else op) if op == "ConvTranspose" else None
+
+
+def _conv_transpose(bb, inputs, shape, attrs, name):
+    """A ConvTranspose over sizes set at run time as its phases' convolution
+    (onnx/subpixel.py) and one injective kernel that interleaves the phases
+    and crops the pads: output row y is phase (y + top) % s's row (y + top)
+    // s. None for weights set at run time, groups or dilations."""
+    import numpy as np
+    from tvm import relax, te, tirx
+
+    bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+    if (not is_const(inputs[1]) or (bias is not None and not is_const(bias)) or int(attrs.get("group", 1)) != 1
+            or any(d != 1 for d in attrs.get("dilations", [1, 1])) or attrs.get("auto_pad", "NOTSET") not in (b"NOTSET", "NOTSET")):
+        return None
+    w, (pt, pl, pb, pr), (oph, opw) = inputs[1].value.numpy(), attrs.get("pads", [0] * 4), attrs.get("output_padding", [0] * 2)
+    (sh, sw), (kh, kw), co = attrs.get("strides", [1, 1]), w.shape[2:], w.shape[1]
+    mh, mw = -(-kh // sh), -(-kw // sw)
+    dh, dw = max(mh - 1, -(-(kh + oph - pb) // sh) - 1), max(mw - 1, -(-(kw + opw - pr) // sw) - 1)
+    phases = relax.op.nn.conv2d(inputs[0], relax.const(subpixel.phase_weights(w, (sh, sw), 1)),
+                                padding=[mh - 1, mw - 1, dh, dw])
+    if bias is not None:  # per phase, each output channel's
+        phases = relax.op.add(bb.emit(phases), relax.const(np.tile(bias.value.numpy().reshape(-1), sh * sw)
+                                                           .reshape(1, -1, 1, 1)))
+    phases = bb.emit(phases, name_hint=f"{name}/phases")
+    (n, _, h, wd), (div, mod) = shape, (tirx.floordiv, tirx.floormod)
+    out = (n, co, (h - 1) * sh + kh + oph - pt - pb, (wd - 1) * sw + kw + opw - pl - pr)
+    return bb.emit_te(lambda p: te.compute(out, lambda b, k, y, z: p[
+        b, (mod(y + pt, sh) * sw + mod(z + pl, sw)) * co + k, div(y + pt, sh), div(z + pl, sw)],
+        name="cb_phase_shuffle"), phases, primfunc_name_hint="cb_phase_shuffle")
 
 
 def _depth_to_space(bb, x, shape, s, dcr):
