@@ -32,10 +32,8 @@ def _legalize_sigmoid(bb, call):
 
 
 def _legalize_strided_slice(bb, call):
-    """A slice that reverses an axis (a negative step: a flip) is a layer of
-    its own: fused, its index `K - c` meets a blocked tensor's `c // 8`,
-    which TVM's buffer flattening rewrites wrongly (its iterator maps drop
-    K's remainder: a VITS voice's flows read the wrong channels)."""
+    """A slice that reverses an axis (a flip) is a layer of its own: fused, its index `K - c` meets a
+    blocked tensor's `c // 8`, which TVM's buffer flattening rewrites wrongly (it drops K's remainder)."""
     import tvm
 
     out = tvm.ir.Op.get("relax.strided_slice").get_attr("FLegalize")(bb, call)  # a call_tir

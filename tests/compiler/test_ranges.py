@@ -818,12 +818,12 @@ def test_a_depth_to_space_over_sizes_set_at_run_time_is_one_pass_fused_with_what
 @pytest.mark.parametrize("stride, kernel, pads", [(8, 16, [4, 4]), (2, 4, [1, 1]), (3, 7, [2, 1])])
 def test_a_vocoders_upsampling_over_a_length_set_at_run_time_runs_blocked(tmp_path, stride, kernel, pads):
     """A HiFi-GAN block over frames whose count is set at run time: a 1-D
-    ConvTranspose (1 x s as 2-D) and a dilated 1-D Conv. Both run blocked
-    (conv1d_as_2d at any length; the transposed one as its phases' conv
-    and one kernel that interleaves the phases and crops the pads:
-    import_relax._conv_transpose), none on the
-    generic schedule (a Piper voice's decoder ran 60x slower so); every
-    length matches onnxruntime."""
+    ConvTranspose (1 x s as 2-D) runs blocked, as its phases' conv and one
+    kernel that interleaves the phases and crops the pads
+    (import_relax._conv_transpose), not on the generic schedule (a Piper
+    voice's decoder: 7.0 -> 4.1 s); the dilated 1-D Conv after it stays
+    1-D over such a length (conv1d_as_2d); every length matches
+    onnxruntime."""
     rng = np.random.default_rng(15)
     nodes = [helper.make_node("ConvTranspose", ["x", "wt", "bt"], ["u"], strides=[stride], pads=pads,
                               kernel_shape=[kernel]),
@@ -843,7 +843,7 @@ def test_a_vocoders_upsampling_over_a_length_set_at_run_time_runs_blocked(tmp_pa
     compile_model(model, path, input_shapes={"x": "1x32x[1:400]"}, typical_shapes={"x": [1, 32, 89]})
     b = read(path)[0]
     ops, variants = [text(layer.op) for layer in b.layers], [text(s.variant) for s in b.plan.steps]
-    assert variants.count("conv2d.blocked") == 2 and not [op for op in ops if "conv" in op and "cb" not in op], ops
+    assert variants.count("conv2d.blocked") == 1 and not [op for op in ops if "transpose" in op], ops
     assert len([op for op in ops if "phase_shuffle" in op]) == 1, ops
     assert not [op for op in ops if op.startswith(("strided", "reshape", "transpose"))], ops  # no crop, no shuffle apart
     sess = coldbrew.load(path)
