@@ -333,12 +333,10 @@ def _on_sizes(bb, op, inputs, attrs, counts, node):
 
 
 def _conv_transpose(bb, inputs, shape, attrs, name):
-    """A ConvTranspose over sizes set at run time as its phases' convolution
-    (onnx/subpixel.py) and one injective kernel that interleaves the phases
-    and crops the pads: output row y is phase (y + top) % s's row (y + top)
-    // s. None for weights set at run time, groups or dilations."""
+    """A ConvTranspose over sizes set at run time as its phases' convolution (onnx/subpixel.py) and
+    one kernel that interleaves them and crops the pads; None for weights set at run time, groups, dilations."""
     import numpy as np
-    from tvm import relax, te, tirx
+    from tvm import relax
 
     bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
     if (not is_const(inputs[1]) or (bias is not None and not is_const(bias)) or int(attrs.get("group", 1)) != 1
@@ -353,26 +351,28 @@ def _conv_transpose(bb, inputs, shape, attrs, name):
     if bias is not None:  # per phase, each output channel's
         phases = relax.op.add(bb.emit(phases), relax.const(np.tile(bias.value.numpy().reshape(-1), sh * sw)
                                                            .reshape(1, -1, 1, 1)))
-    phases = bb.emit(phases, name_hint=f"{name}/phases")
-    (n, _, h, wd), (div, mod) = shape, (tirx.floordiv, tirx.floormod)
+    phases, (n, _, h, wd) = bb.emit(phases, name_hint=f"{name}/phases"), shape
     out = (n, co, (h - 1) * sh + kh + oph - pt - pb, (wd - 1) * sw + kw + opw - pl - pr)
-    return bb.emit_te(lambda p: te.compute(out, lambda b, k, y, z: p[
-        b, (mod(y + pt, sh) * sw + mod(z + pl, sw)) * co + k, div(y + pt, sh), div(z + pl, sw)],
-        name="cb_phase_shuffle"), phases, primfunc_name_hint="cb_phase_shuffle")
+    return _interleave(bb, phases, out, lambda k, py, pz: (py * sw + pz) * co + k, (sh, sw), "cb_phase_shuffle", (pt, pl))
+
+
+def _interleave(bb, x, out, channel, strides, name, at=(0, 0)):
+    """One injective kernel writing `out` from phases `x`: output (y, z), at (top, left) on, is phase
+    channel(k, y % sh, z % sw)'s value at (y // sh, z // sw)."""
+    from tvm import te, tirx
+
+    (sh, sw), (top, left), (div, mod) = strides, at, (tirx.floordiv, tirx.floormod)
+    return bb.emit_te(lambda xt: te.compute(out, lambda b, k, y, z: xt[
+        b, channel(k, mod(y + top, sh), mod(z + left, sw)), div(y + top, sh), div(z + left, sw)], name=name), x,
+        primfunc_name_hint=name)
 
 
 def _depth_to_space(bb, x, shape, s, dcr):
-    """DepthToSpace over sizes set at run time as one injective kernel (the
-    importer's reshape, transpose and reshape stay apart over such sizes,
-    three passes over memory: fuse_layers; PP-OCRv4 det's head 8 ms against 3)."""
-    from tvm import te, tirx
-
-    (n, c, h, w), (div, mod) = shape, (tirx.floordiv, tirx.floormod)
-    co = c // (s * s)
+    """DepthToSpace over sizes set at run time as one kernel (the importer's reshape, transpose and
+    reshape stay apart over such sizes: fuse_layers; PP-OCRv4 det's head 8 ms against 3)."""
+    (n, _, h, w), co = shape, shape[1] // (s * s)
     channel = lambda k, py, pz: (py * s + pz) * co + k if dcr else (k * s + py) * s + pz  # noqa: E731
-    return bb.emit_te(lambda xt: te.compute((n, co, h * s, w * s), lambda b, k, y, z: xt[
-        b, channel(k, mod(y, s), mod(z, s)), div(y, s), div(z, s)], name="cb_depth_to_space"), x,
-        primfunc_name_hint="cb_depth_to_space")
+    return _interleave(bb, x, (n, co, h * s, w * s), channel, (s, s), "cb_depth_to_space")
 
 
 def _shape_values(bb, values, dtype, after):
