@@ -6,8 +6,10 @@ and warm, in one run.
 
 A case is a model, the range its input is declared with and the sizes an
 app feeds it (CASES: the zoo's text detector, which ships with the
-project, and the corpus's OCR detector at three page sizes and recognizer at
-three line widths when the corpus is fetched, bench/corpus/fetch.py). Per case: the range bundle is compiled
+project, and, when the corpus is fetched (bench/corpus/fetch.py), its OCR
+detector at three page sizes and recognizer at three line widths, an audio
+front end (a mel spectrogram) and a VAD at three chunk lengths; a model's
+other inputs at their fixed shapes). Per case: the range bundle is compiled
 once (typical size: the first), a fixed-shape bundle per size. Cold: fresh-
 process samples (bench/harness/cold_sample.py, the protocol's cold start)
 of the range bundle, the size's fixed bundle and onnxruntime, interleaved
@@ -92,13 +94,14 @@ def run_case(name, args, work):
         compile_model(model, fixed, input_shapes={inp: _shape(size)}, threads=args.threads)
         flags = ["--threads", str(args.threads), "--shape", f"{inp}={size}"]
         cold = samples(args.samples, (ranged, flags), (fixed, flags), (model, flags + ["--ort"]))
-        x = np.random.default_rng(0).standard_normal(_shape(size)).astype(np.float32)
         a, b = coldbrew.load(ranged, threads=args.threads), coldbrew.load(fixed, threads=args.threads)
+        rng = np.random.default_rng(0)  # the ranged input at the size, the others (a VAD's caches) at theirs
+        f = {i.name: (rng.standard_normal(_shape(size) if i.name == inp else i.shape) * 0.5).astype(np.float32)
+             for i in b.get_inputs()}
         so = ort.SessionOptions()
         so.intra_op_num_threads = args.threads
         o = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        warm = interleaved_ms([lambda: a.run(None, {inp: x}), lambda: b.run(None, {inp: x}),
-                               lambda: o.run(None, {inp: x})], args.rounds, 4)
+        warm = interleaved_ms([lambda: a.run(None, f), lambda: b.run(None, f), lambda: o.run(None, f)], args.rounds, 4)
         c = [statistics.median(r["cold_ms"] for r in k) for k in cold]
         row = {"case": name, "size": size, "cold_ms": c, "warm_ms": warm, "cold_range_vs_fixed": c[0] / c[1],
                "warm_range_vs_fixed": warm[0] / warm[1], "cold_range_vs_ort": c[0] / c[2],
