@@ -264,9 +264,8 @@ def _apart_where_forms_differ(mod, _ctx=None):
                 for x, p in zip(call.args[1].fields, callee.params):
                     shape = getattr(getattr(x, "ty", None), "shape", None)
                     if (isinstance(p.ty, tirx.buffer.BufferType) and isinstance(shape, relax.ShapeExpr)
-                            and len(shape.values) == len(p.shape)
-                            and not all(structural_equal(a, c) for a, c in zip(shape.values, p.shape))):
-                        apart.add(call.args[0])
+                            and not structural_equal(list(shape.values), list(p.shape), map_free_vars=True)):
+                        apart.add(call.args[0])  # (the kernel's variables are its own: mapped, the forms compared)
     out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     for gv in apart:
         out[gv] = mod[gv].with_attr("op_pattern", OPAQUE)

@@ -326,7 +326,8 @@ def _on_sizes(bb, op, inputs, attrs, counts, node):
                              counts.written(inputs[0].values))
     shape = extents_of(inputs[0])
     if op == "Slice" and shape is not None and not dims.is_static(shape):
-        return _slice_within(bb, inputs, shape, counts.variables)
+        within = _slice_within(bb, inputs, shape, counts.variables)
+        return None if within is None else _named(bb, within, node)
     if shape is None or len(shape) != 4 or dims.is_static(shape):
         return None
     if op == "DepthToSpace":
