@@ -240,35 +240,24 @@ def _pattern_at_constants(f):
 
 
 def _apart_where_forms_differ(mod, _ctx=None):
-    """`mod` with each PrimFunc that reads a tensor sized at run time in
-    another form than the tensor's producer now writes it kept apart
-    (opaque). TVM legalizes some operators to simplified extents (its
-    concatenation: x + 3 where Relax said 3 + x) after coldbrew's kernels
-    took the unsimplified form (block_layout's cb_block over a
-    reflection-padded length), and FuseTIR refuses to fuse buffers whose
-    extents are equal but written differently."""
+    """`mod` with each PrimFunc whose buffer for an argument is written in
+    another form than the argument's extents kept apart (opaque): TVM
+    legalizes some operators to simplified extents (its concatenation: x +
+    3 where Relax said 3 + x, which block_layout's cb_block took), and
+    FuseTIR refuses buffers equal but written differently."""
     import tvm
-    from tvm import relax, tirx
+    from tvm import relax
     from tvm_ffi import structural_equal
 
-    call_tir, apart = tvm.ir.Op.get("relax.call_tir"), set()
-    for f in mod.functions.values():
-        if not isinstance(f, relax.Function):
-            continue
-        for block in f.body.blocks:
-            for b in block.bindings:
-                call = b.value
-                if not isinstance(call, relax.Call) or not call.op.same_as(call_tir):
-                    continue
-                callee = mod[call.args[0]]
-                for x, p in zip(call.args[1].fields, callee.params):
-                    shape = getattr(getattr(x, "ty", None), "shape", None)
-                    if (isinstance(p.ty, tirx.buffer.BufferType) and isinstance(shape, relax.ShapeExpr)
-                            and not structural_equal(list(shape.values), list(p.shape), map_free_vars=True)):
-                        apart.add(call.args[0])  # (the kernel's variables are its own: mapped, the forms compared)
-    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
-    for gv in apart:
-        out[gv] = mod[gv].with_attr("op_pattern", OPAQUE)
+    call_tir, out = tvm.ir.Op.get("relax.call_tir"), tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    calls = [b.value for f in mod.functions.values() if isinstance(f, relax.Function) for block in f.body.blocks
+             for b in block.bindings if isinstance(b.value, relax.Call) and b.value.op.same_as(call_tir)]
+    for call in calls:
+        for x, p in zip(call.args[1].fields, mod[call.args[0]].params):
+            shape = getattr(getattr(x, "ty", None), "shape", None)  # (the kernel's variables are its own: mapped)
+            if isinstance(shape, relax.ShapeExpr) and hasattr(p, "shape") and not structural_equal(
+                    list(shape.values), list(p.shape), map_free_vars=True):
+                out[call.args[0]] = mod[call.args[0]].with_attr("op_pattern", OPAQUE)
     return out
 
 

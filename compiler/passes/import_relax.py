@@ -336,44 +336,31 @@ def _on_sizes(bb, op, inputs, attrs, counts, node):
 
 
 def _slice_within(bb, inputs, shape, variables):
-    """A Slice by constants (positive steps) of axes sized at run time
-    whose bounds lie within each axis at every declared size: its
-    strided_slice says so (assume_inbound), so its extent is end - start.
-    TVM's importer clamps each bound to the axis, min(4, t) - min(1, t)
-    for an exporter's reflection pad, and TVM's buffer compaction
-    under-allocates the blocked rows of such extents (a heap overrun).
+    """A Slice by constants (positive steps) of axes sized at run time, each
+    bound within its axis at every declared size: its strided_slice says so
+    (assume_inbound), its extent end - start. TVM's importer clamps the
+    bounds, min(4, t) - min(1, t) for an exporter's reflection pad, and
+    TVM's buffer compaction under-allocates blocked rows of such extents.
     None where a bound is not proved within (the importer's own slice)."""
-    import numpy as np
     from tvm import relax
 
     if not all(is_const(v) for v in inputs[1:] if v is not None):
         return None
-    starts, ends = (inputs[k].value.numpy().reshape(-1).tolist() for k in (1, 2))
-    axes = inputs[3].value.numpy().reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
-        else list(range(len(starts)))
-    steps = inputs[4].value.numpy().reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
-        else [1] * len(starts)
+    given = [None if k >= len(inputs) or inputs[k] is None else inputs[k].value.numpy().reshape(-1).tolist()
+             for k in range(1, 5)]
+    starts, ends, axes, steps = given[:2] + [given[2] or list(range(len(given[0]))), given[3] or [1] * len(given[0])]
     axes = [int(a) % len(shape) for a in axes]
-    if not (len(starts) == len(ends) == len(axes) == len(steps)) or any(int(s) <= 0 for s in steps) or \
+    if len({len(starts), len(ends), len(axes), len(steps)}) > 1 or min(steps) <= 0 or \
             dims.is_static([shape[a] for a in axes]):
         return None
-    big = np.iinfo(np.int64).max // 2
-    begin, end, conditions = [], [], []
-    for b, e, a in zip(starts, ends, axes):
-        d = shape[a]
-        b = d + int(b) if b < 0 else int(b)
-        e = d if e >= big else d + int(e) if e < 0 else int(e)
-        conditions += [b >= 0, e >= b + 1, e <= d]  # (a slice of nothing: the importer's refusal)
-        begin.append(b)
-        end.append(e)
-    conditions = [c for c in conditions if not isinstance(c, bool) or not c]
-    if not dims.proved(conditions, list(shape), variables):
+    begin = [shape[a] + b if b < 0 else b for b, a in zip(starts, axes)]
+    end = [shape[a] if e >= 2 ** 62 else shape[a] + e if e < 0 else e for e, a in zip(ends, axes)]
+    conditions = [c for b, e, a in zip(begin, end, axes) for c in (b >= 0, e >= b + 1, e <= shape[a])]
+    if not dims.proved([c for c in conditions if not isinstance(c, bool) or not c], list(shape), variables):
         return None
-    def value(v):
-        return v if isinstance(v, int) else relax.prim_value(v)
-
+    value = lambda v: v if isinstance(v, int) else relax.prim_value(v)  # noqa: E731
     return bb.normalize(relax.op.strided_slice(inputs[0], axes, [value(b) for b in begin], [value(e) for e in end],
-                                               [int(s) for s in steps], assume_inbound=True))
+                                               steps, assume_inbound=True))
 
 
 def _conv_transpose(bb, inputs, shape, attrs, name):
