@@ -205,11 +205,16 @@ class InferenceSession:
         # numpy views of the inputs' and outputs' places in the session's arena
         # at their current shapes (fixed for its lifetime where the bundle's
         # shapes are): a run copies the feeds in and the outputs out
-        self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, self._inputs)
-        self._out_views = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
+        self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, self._inputs)[0]
+        self._outs_now = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
 
     def _views(self, place, info_fn, metas):
-        out = []
+        """Views of each tensor's place at its current shape, and the infos
+        whose `shape` points into the session (cb_session_output_info: its
+        values follow the runs), so a ranged bundle's outputs need no call
+        per run to see their shapes unchanged (the calls were most of a small
+        model's run: 64 of 187 us for a VAD's five outputs)."""
+        views, infos = [], []
         for k, meta in enumerate(metas):
             info, ptr, size = _TensorInfo(), ctypes.c_void_p(), ctypes.c_size_t()
             _check(info_fn(self._session, k, ctypes.byref(info)))
@@ -219,8 +224,9 @@ class InferenceSession:
                 raise BundleError(_STATUS.index("CORRUPT"), f"'{meta.name}' holds {size.value} bytes in the session, "
                                   f"its shape {list(shape)} needs {meta.dtype.itemsize * int(np.prod(shape))}")
             raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
-            out.append(np.frombuffer(raw, dtype=meta.dtype).reshape(shape))
-        return out
+            views.append(np.frombuffer(raw, dtype=meta.dtype).reshape(shape))
+            infos.append(info)
+        return views, infos
 
     def _ranges(self, fn, k, ndim):
         lo, hi, step = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
@@ -272,7 +278,7 @@ class InferenceSession:
                 if arr.shape != self._in_views[k].shape:
                     shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
                     _check(_lib.cb_session_set_input_shape(self._session, k, shape, arr.ndim))
-                    self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, inputs)
+                    self._in_views = self._views(_lib.cb_session_input_buffer, _lib.cb_session_input_info, inputs)[0]
             arrays.append(arr)
         for meta, view, arr in zip(inputs, self._in_views, arrays):  # then the data
             if arr.shape != view.shape:  # a later input's dims changed it
@@ -294,8 +300,10 @@ class InferenceSession:
     def _outs(self):
         """The outputs at their shapes in the last run."""
         if self._varies:
-            self._out_views = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
-        return self._out_views
+            views, infos = self._outs_now
+            if any(v.shape != tuple(i.shape[:v.ndim]) for v, i in zip(views, infos)):
+                self._outs_now = self._views(_lib.cb_session_get_output, _lib.cb_session_output_info, self._outputs)
+        return self._outs_now[0]
 
     def run(self, output_names, input_feed):
         """Run once; returns the requested outputs (all when None) as numpy arrays.
