@@ -70,6 +70,7 @@ class Graph:
     inputs: list = field(default_factory=list)   # tensor indices
     outputs: list = field(default_factory=list)  # tensor indices
     kernels: dict = field(default_factory=dict)  # symbol -> tvm PrimFunc
+    sizes_as: dict = field(default_factory=dict)  # symbol -> {its variable: the Dim variable its calls bind}
     arena_size: int = 0
     prepared_size: int = 0
     threads: int = 1
@@ -131,10 +132,11 @@ def signatures(graph):
     at run time is ("int64", 0))."""
     from . import dims
 
-    named = {v.name: d for d, v in graph.variables.items()}
     out = []
     for sym, func in sorted(graph.kernels.items()):
         args = []
+        named = {v.name: d for d, v in graph.variables.items()}
+        named.update({own: named[bound] for own, bound in graph.sizes_as.get(sym, {}).items() if bound in named})
         for p in func.params:
             if not hasattr(p, "shape"):
                 if p.name not in named:

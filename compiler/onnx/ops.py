@@ -117,6 +117,24 @@ def _attr(node, name, default=None):
     return default
 
 
+_SHAPE_OPS = ("Shape", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze")  # what TVM's importer keeps a shape
+_SIZE_ARITH = ("Cast", "Identity", "Add", "Sub", "Mul", "Div")  # and the sizes' arithmetic it keeps so
+
+
+def of_shapes(name, producer, consts, depth=0):
+    """Whether value `name` is computed from Shape values (and constants)
+    through what TVM's importer keeps as a shape or a size: sizes, not data."""
+    src = producer.get(name)
+    if src is None or depth > 16:
+        return False
+    if src.op_type == "Shape":
+        return True
+    whole = src.op_type in ("Concat", "Add", "Sub", "Mul", "Div")  # every input a value, else the first
+    data = [i for i in (src.input if whole else src.input[:1]) if i and i not in consts]
+    return src.op_type in _SHAPE_OPS + _SIZE_ARITH and bool(data) and \
+        all(of_shapes(i, producer, consts, depth + 1) for i in data)
+
+
 def data_slice(node, consts):
     """Whether `node` is a Slice along one axis whose start or end the data
     sets, its axes and steps constants: its output is sized by the data
@@ -200,8 +218,8 @@ def check_static(model, sized=False):
             problems.append(f"{label}: RoiAlign mode=max is not supported (mode=avg is)")
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and _attr(node, "block_size", 0):
             problems.append(f"{label}: blocked quantization (block_size) is not supported yet")
-        for o in node.output:
-            if o in shapes and 0 in shapes[o]:
+        for o in node.output:  # (an empty part of a shape, x.shape[4:] of a rank 4, is a shape: the importer's)
+            if o in shapes and 0 in shapes[o] and not (sized and of_shapes(o, producer, consts)):
                 problems.append(f"{label}: zero-size tensors are not supported ('{o}' has shape {shapes[o]})")
     if problems:
         raise CompileError("the model cannot be compiled statically:\n  " + "\n  ".join(problems))

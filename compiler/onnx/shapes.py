@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 from .ops import drop_unread, opset_of
 
 BIG = np.iinfo(np.int64).max
+SIZES = "/cb_sizes"  # a Cast so named hands its shape on to the importer as sizes (import_relax)
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
@@ -154,7 +155,7 @@ def _evaluate(node, values, shapes):
         return np.array(s[start:end], dtype=object)
     known = [None if values.get(i) is None else np.asarray(values[i]) for i in ins if i]
     if op not in ("Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Add", "Sub", "Mul", "Div",
-                  "Identity", "Reshape", "Equal", "Where") or any(v is None for v in known) or not known:
+                  "Identity", "Reshape", "Equal", "Where", "Transpose") or any(v is None for v in known) or not known:
         return None
     x = known[0].astype(object)
     if op == "Equal":  # a size is never negative: the exporters' test for -1
@@ -181,13 +182,21 @@ def _evaluate(node, values, shapes):
         return x.reshape(1) if x.ndim == 0 and axes in ([0], [-1]) else None
     if op == "Squeeze":
         return x.reshape(()) if x.size == 1 else None
-    if op == "Reshape":
-        return x.reshape(-1) if known[1].tolist() in ([-1], [x.size]) else None
+    if op == "Reshape":  # (PyTorch's pads: [-1, 2], reversed, transposed, flat again)
+        target = known[1].reshape(-1).tolist()
+        return x.reshape(target) if all(_fixed(e) and int(e) != 0 for e in target) and target.count(-1) <= 1 else None
+    if op == "Transpose":
+        return np.transpose(x, attrs.get("perm"))
     if op == "Slice":
-        starts, ends = known[1].tolist(), known[2].tolist()
-        if x.ndim != 1 or len(starts) != 1 or (len(known) > 4 and known[4].tolist() != [1]):
+        bounds = [v.reshape(-1).tolist() for v in known[1:]]
+        axes = bounds[2] if len(bounds) > 2 else list(range(len(bounds[0])))
+        steps = bounds[3] if len(bounds) > 3 else [1] * len(axes)
+        if x.ndim == 0 or not all(_fixed(e) for b in bounds for e in b):
             return None
-        return x[max(starts[0], -len(x)):min(ends[0], len(x))]
+        at = [slice(None)] * x.ndim
+        for b, e, a, st in zip(bounds[0], bounds[1], axes, steps):  # numpy's clamping is ONNX's
+            at[int(a)] = slice(int(b), None if st < 0 and e < -x.shape[int(a)] else int(e), int(st))
+        return x[tuple(at)]
     y = known[1].astype(object)
     if op == "Div":
         return np.vectorize(lambda a, b: a // b, otypes=[object])(x, y)  # sizes: floor and truncation agree
@@ -214,6 +223,8 @@ def _rewrite(model, node, values, shapes, inserts, elems):
     if op == "If":  # a test of a size that holds at every size (a rank, a fixed axis): the branch folds
         return _fixed_condition(model, node, values)
     fixed = _fixed_inputs(model, node, values)
+    if op == "Pad" and len(node.input) > 1 and node.input[1] not in _initializers(model):
+        return _sizes_of_values(model, node, values, inserts)
     if op not in ("Reshape", "Expand", "Slice") or len(node.input) < 2:
         return fixed
     x = shapes.get(node.input[0])
@@ -485,6 +496,41 @@ def _shape_from_dims(model, node, target, shapes, inserts):
     new.append(helper.make_node("Concat", parts, [name], axis=0))
     g.initializer.extend(inits)
     inserts += [(node.output[0], n) for n in new]
+    node.input[1] = name
+    return True
+
+
+def _sizes_of_values(model, node, values, inserts):
+    """A Pad by sizes (PyTorch's F.pad by a length, its pads reversed and
+    transposed on the way): its pads a Concat of the constants and of the
+    scalars computed before it that hold its sizes, which the importer
+    keeps a shape, and a Cast named SIZES that hands it to the Pad
+    (import_relax pads by it); True if every size was found."""
+    pads, name = values.get(node.input[1]), f"{node.name or node.output[0]}/pads"
+    if pads is None or node.input[1] == name or all(_fixed(e) for e in pads.reshape(-1)):
+        return False
+    parts, found = [], {}
+    for k, e in enumerate(pads.reshape(-1)):
+        if _fixed(e):
+            model.graph.initializer.append(numpy_helper.from_array(np.array([int(e)], np.int64), f"{name}/{k}"))
+            parts.append(f"{name}/{k}")
+            continue
+        src = next((v for v, a in values.items() if a.size == 1 and not _fixed(a.reshape(-1)[0])
+                    and _same(a.reshape(-1)[0], e)), None)
+        if src is None:
+            return False
+        if values[src].ndim == 1:
+            parts.append(src)
+            continue
+        found.setdefault(src, f"{name}/{k}")
+        parts.append(found[src])
+    for src, part in found.items():
+        model.graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), f"{part}/at"))
+        inserts.append((node.output[0], helper.make_node("Unsqueeze", [src, f"{part}/at"], [part])
+                        if opset_of(model) >= 13 else helper.make_node("Unsqueeze", [src], [part], axes=[0])))
+    inserts += [(node.output[0], helper.make_node("Concat", parts, [f"{name}/sizes"], axis=0)),
+                (node.output[0], helper.make_node("Cast", [f"{name}/sizes"], [name], name=name + SIZES,
+                                                  to=TensorProto.INT64))]
     node.input[1] = name
     return True
 

@@ -125,6 +125,7 @@ class _Extractor:
 
         self.mod, self.g, self.sources, self.variables = mod, Graph(model_name), sources, variables
         self.dim_tensor = {}  # variable name -> the dim tensor holding its value
+        self.bindings = {}  # kernel function name -> the bindings of its size variables seen, in order
         self.env = {}  # relax Var (or constant) -> tensor index, or tuple of indices
         self.anchor_of = {a.const: a for a in anchors}
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -224,7 +225,7 @@ class _Extractor:
         out_ids = [g.add_tensor(self.sourced(self.tensor(t, f"{var.name}.{k}" if len(outs) > 1 else var.name,
                                                      "intermediate"))) for k, t in enumerate(outs)]
         self.env[var] = tuple(out_ids) if isinstance(ty, relax.TupleType) else out_ids[0]
-        sym = symbol(func_name)
+        sym = self.symbol_for(func_name, args + out_ids)
         g.kernels[sym] = self.mod[func_name]
         op = func_name[len("fused_"):] if func_name.startswith("fused_") else func_name
         layer = Layer(f"L{len(g.layers)}", op, sym, args + out_ids, len(out_ids))
@@ -239,6 +240,28 @@ class _Extractor:
         if counts is not None:  # its last output is a size the data sets (kernels/counted.py)
             var = next(v for v in self.variables.values() if v.name == str(counts))
             g.tensors[self.dim_of(var)].count = out_ids[-1]
+
+    def symbol_for(self, func_name, args):
+        """The kernel's symbol at a call: one symbol per binding of its size
+        variables to the Dims of the tensors it is called with (TVM merges
+        kernels equal but for their variables' names: a conv's epilogue over
+        the phonemes and over the frames), so each symbol's calling contract
+        (graph.signatures) holds the largest bytes of its own calls."""
+        from tvm import tirx
+
+        binding = {}
+        for p, a in zip(self.mod[func_name].params, args):
+            for own, e in zip(getattr(p, "shape", ()), self.g.tensors[a].extents or ()):
+                if isinstance(own, tirx.Var) and isinstance(e, tirx.Var) and own.name != e.name:
+                    binding[own.name] = e.name
+        seen = self.bindings.setdefault(func_name, [])
+        key = sorted(binding.items())
+        if key not in seen:
+            seen.append(key)
+        sym = symbol(func_name if seen.index(key) == 0 else f"{func_name}_as{seen.index(key)}")
+        if binding:
+            self.g.sizes_as[sym] = binding
+        return sym
 
     def sourced(self, t):
         """`t` with its source and layout, where its name gives them."""

@@ -273,6 +273,10 @@ def _patterns_at_run_time_sizes(mod, _ctx=None):
 
     out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     for gv, f in mod.functions.items():
+        tensors = [p for p in f.params if isinstance(p.ty, tirx.buffer.BufferType)] if isinstance(f, tirx.PrimFunc) else []
+        if len(tensors) == 1 and len(f.params) > 1:  # sizes written as a tensor (TVM's shape_to_tensor): apart,
+            out[gv] = f.with_attr("op_pattern", OPAQUE).with_attr(APART, True)  # FuseTIR defines their sizes twice
+            continue  # in a group where another kernel's buffer has the same size for an extent
         if (isinstance(f, tirx.PrimFunc) and int((f.attrs or {}).get("op_pattern", -1)) == OPAQUE
                 and isinstance(f.body, s_tir.SBlockRealize) and not relax.analysis.has_reshape_pattern(f)
                 and APART not in (f.attrs or {})):

@@ -11,11 +11,12 @@ import onnx
 from ..errors import CompileError, quiet
 from ..ir import branches, dims
 from ..kernels import loops as loop_kernels
-from ..onnx import loops, recurrent, subpixel
+from ..onnx import loops, recurrent, shapes, subpixel
 from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
 from ..onnx.loops import BOUND_KEY
 from ..onnx.ops import COUNTED_OPS, graph_inputs
+from .fuse_layers import APART
 from ..ir.relax import extents_of, is_const
 
 NAME = "import_relax"
@@ -317,13 +318,18 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Gr
 
 def _on_sizes(bb, op, inputs, attrs, counts, node):
     """What the importer does not do (well) with sizes set at run time: a shape's
-    values cast to a tensor, a DepthToSpace, a ConvTranspose; None for the rest."""
+    values cast to a tensor, a Pad by sizes, a DepthToSpace, a ConvTranspose;
+    None for the rest."""
     from tvm import relax, tirx
 
+    if op == "Cast" and node is not None and node.name.endswith(shapes.SIZES):  # a Pad's widths (onnx/shapes.py
+        return relax.Tuple([inputs[0]])  # _sizes_of_values): a shape in a tuple, past TVM's check of shape inputs
     if op == "Cast" and isinstance(inputs[0], relax.ShapeExpr) and not all(
             isinstance(v, tirx.IntImm) for v in inputs[0].values):  # a shape's values as data
         return _shape_values(bb, list(inputs[0].values), onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])).name,
                              counts.written(inputs[0].values))
+    if op == "Pad" and isinstance(inputs[1], relax.Tuple):
+        return _named(bb, _pad_by_sizes(bb, inputs, attrs), node)
     shape = extents_of(inputs[0])
     if op == "Slice" and shape is not None and not dims.is_static(shape):
         within = _slice_within(bb, inputs, shape, counts.variables)
@@ -335,6 +341,25 @@ def _on_sizes(bb, op, inputs, attrs, counts, node):
     return _conv_transpose(bb, inputs, shape, attrs, node.output[0] if node else op) if op == "ConvTranspose" else None
 
 
+def _pad_by_sizes(bb, inputs, attrs):
+    """A constant Pad whose widths are sizes set at run time (a VITS
+    encoder's relative positions padded to 2T - 1, or cropped where T - 5
+    is negative: the reads outside the input are the pad value either way)."""
+    from tvm import topi
+
+    widths = list(inputs[1].fields[0].values)
+    if attrs.get("mode", b"constant") not in (b"constant", "constant") or len(inputs) > 3 and inputs[3] is not None:
+        raise CompileError("a Pad by sizes set at run time is supported in constant mode over every axis only")
+    if len(inputs) > 2 and inputs[2] is not None and not is_const(inputs[2]):
+        raise CompileError("a Pad by sizes set at run time needs a constant pad value")
+    value = inputs[2].value.numpy().item() if len(inputs) > 2 and inputs[2] is not None else 0.0
+    half = len(widths) // 2
+    call = bb.emit_te(topi.nn.pad, inputs[0], widths[:half], widths[half:], value, primfunc_name_hint="cb_pad_by_sizes")
+    gv = bb.lookup_binding(call).args[0]  # a kernel apart: FuseTIR cannot remap the size variables its widths bring
+    bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", branches.OPAQUE).with_attr(APART, True))
+    return call
+
+
 def _slice_within(bb, inputs, shape, variables):
     """A Slice by constants (positive steps) of axes sized at run time, each
     bound within its axis at every declared size: its strided_slice says so
@@ -342,22 +367,29 @@ def _slice_within(bb, inputs, shape, variables):
     bounds, min(4, t) - min(1, t) for an exporter's reflection pad, and
     TVM's buffer compaction under-allocates blocked rows of such extents.
     None where a bound is not proved within (the importer's own slice)."""
-    from tvm import relax
+    from tvm import relax, tirx
 
-    if not all(is_const(v) for v in inputs[1:] if v is not None):
+    if not all(is_const(v) or (k < 2 and isinstance(v, relax.ShapeExpr)) for k, v in enumerate(inputs[1:])
+               if v is not None):
         return None
-    given = [None if k >= len(inputs) or inputs[k] is None else inputs[k].value.numpy().reshape(-1).tolist()
-             for k in range(1, 5)]
+    given = [None if k >= len(inputs) or inputs[k] is None else [int(v) if isinstance(v, tirx.IntImm) else v for v in (
+        inputs[k].values if isinstance(inputs[k], relax.ShapeExpr) else inputs[k].value.numpy().reshape(-1).tolist())]
+        for k in range(1, 5)]  # bounds computed from sizes (a relative position's T - 1) are in their axis, proved
     starts, ends, axes, steps = given[:2] + [given[2] or list(range(len(given[0]))), given[3] or [1] * len(given[0])]
     axes = [int(a) % len(shape) for a in axes]
     if len({len(starts), len(ends), len(axes), len(steps)}) > 1 or min(steps) <= 0 or \
             dims.is_static([shape[a] for a in axes]):
         return None
-    begin = [shape[a] + b if b < 0 else b for b, a in zip(starts, axes)]
-    end = [shape[a] if e >= 2 ** 62 else shape[a] + e if e < 0 else e for e, a in zip(ends, axes)]
+    begin = [shape[a] + b if isinstance(b, int) and b < 0 else b for b, a in zip(starts, axes)]
+    end = [e if not isinstance(e, int) else shape[a] if e >= 2 ** 62 else shape[a] + e if e < 0 else e
+           for e, a in zip(ends, axes)]
     conditions = [c for b, e, a in zip(begin, end, axes) for c in (b >= 0, e >= b + 1, e <= shape[a])]
     if not dims.proved([c for c in conditions if not isinstance(c, bool) or not c], list(shape), variables):
         return None
+    whole = [c for e, a in zip(end, axes) for c in [e == shape[a]] if not isinstance(c, bool) or not c]
+    if all(isinstance(b, int) and b == 0 for b in begin) and set(steps) == {1} and dims.proved(whole, list(shape),
+                                                                                                variables):
+        return inputs[0]  # every axis whole (a relative embedding padded to 2T - 1, sliced to 2T - 1)
     value = lambda v: v if isinstance(v, int) else relax.prim_value(v)  # noqa: E731
     return bb.normalize(relax.op.strided_slice(inputs[0], axes, [value(b) for b in begin], [value(e) for e in end],
                                                steps, assume_inbound=True))
@@ -442,11 +474,14 @@ def _scalars_typed(inputs):
 def _sizes_typed(bb, inputs, counts):
     """A size set at run time (a PrimExpr the importer made of Shape
     arithmetic) beside a tensor in an element-wise operator (a Clip's bound
-    from a width): a scalar tensor of the tensor's dtype holding it."""
+    from a width): a scalar tensor of the tensor's dtype holding it. Beside
+    an integer constant it stays a size (TVM's importer computes sizes so:
+    a relative position's T - 5)."""
     import tvm
     from tvm import relax
 
-    typed = [x for x in inputs if isinstance(getattr(x, "ty", None), relax.TensorType)]
+    typed = [x for x in inputs if isinstance(getattr(x, "ty", None), relax.TensorType)
+             and not (is_const(x) and "int" in str(x.ty.dtype))]
     if not typed or not any(tvm.ir.is_prim_expr(x) and not isinstance(x, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
                             for x in inputs):
         return inputs

@@ -37,7 +37,7 @@ from onnx import TensorProto, helper
 
 from ..errors import CompileError
 from ..onnx import shapes
-from ..onnx.ops import (types_and_shapes, branches, check_static, check_supported, data_slice, inline_branch,
+from ..onnx.ops import (types_and_shapes, branches, check_static, check_supported, data_slice, inline_branch, of_shapes,
                         opset_of)
 from ..onnx import decompose, fold
 from ..ir.branches import SELECT
@@ -359,7 +359,6 @@ def _slice_axis(node, consts, rank):
 
 
 _SIZE_READERS = {"ReduceMin": 0, "ReduceMax": 0, "ReduceSum": 0, "ReduceProd": 0, "TopK": 1}
-_SHAPE_OPS = ("Shape", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze")  # what the importer keeps as a shape
 
 
 def _sizes_as_data(model):
@@ -369,22 +368,10 @@ def _sizes_as_data(model):
     g = model.graph
     producer = {o: n for n in g.node for o in n.output}
     consts = {t.name for t in g.initializer}
-
-    def of_shapes(name, depth=0):  # a Shape's values, through what the importer keeps as a shape
-        src = producer.get(name)
-        if src is None or depth > 16:
-            return False
-        if src.op_type == "Shape":
-            return True
-        whole = src.op_type in ("Concat", "Add", "Sub", "Mul", "Div")  # every input a value, else the first
-        data = [i for i in (src.input if whole else src.input[:1]) if i and i not in consts]
-        return src.op_type in _SHAPE_OPS + ("Cast", "Identity", "Add", "Sub", "Mul", "Div") and bool(data) and \
-            all(of_shapes(i, depth + 1) for i in data)
-
     nodes = []
     for node in g.node:
         k = _SIZE_READERS.get(node.op_type)
-        if k is not None and k < len(node.input) and node.input[k] and of_shapes(node.input[k]):
+        if k is not None and k < len(node.input) and node.input[k] and of_shapes(node.input[k], producer, consts):
             name = f"{node.input[k]}/as_data"
             nodes.append(helper.make_node("Cast", [node.input[k]], [name], to=TensorProto.INT64))
             node.input[k] = name

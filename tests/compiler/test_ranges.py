@@ -992,3 +992,85 @@ def test_a_slice_within_its_axis_at_every_declared_length_keeps_its_extent_exact
     for t in lengths:
         f = {"x": rng.standard_normal((1, 16, t)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def _relative_positions(rng):
+    """A VITS encoder's relative positions over a length T set at run time:
+    embeddings padded by T - 5 on each side (PyTorch's F.pad, its pads
+    reshaped to [-1, 2], reversed, transposed and flattened; negative below
+    T = 5, a crop), sliced to [0, 2T - 1) by a computed end, and scores
+    sliced from T - 1 by a computed start; a reshape to a shape with an
+    empty part (x.shape[3:] of a rank 3)."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 9, 4)).astype(np.float32), "emb"),
+             i64("two", 2), i64("five", 5), i64("one", 1), i64("zero1", [0]), i64("ax0", [0]), i64("pairs", [-1, 2]),
+             i64("last", [-1]), i64("first", [-2 ** 63 + 1]), i64("flat", [-1]), i64("big", [2 ** 63 - 1]),
+             i64("ax1", [1]), i64("ax2", [2]), i64("three", [3]), i64("zero", [0])]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "two"], ["t"], axis=0),
+        helper.make_node("Sub", ["t", "five"], ["t5"]), helper.make_node("Unsqueeze", ["t5", "ax0"], ["t5v"]),
+        helper.make_node("Concat", ["zero1", "zero1", "t5v", "t5v", "zero1", "zero1"], ["p6"], axis=0),
+        helper.make_node("Reshape", ["p6", "pairs"], ["p32"]),
+        helper.make_node("Slice", ["p32", "last", "first", "ax0", "last"], ["p32r"]),
+        helper.make_node("Transpose", ["p32r"], ["p23"], perm=[1, 0]),
+        helper.make_node("Reshape", ["p23", "flat"], ["pads"]),
+        helper.make_node("Pad", ["emb", "pads"], ["padded"], mode="constant"),
+        helper.make_node("Mul", ["t", "two"], ["t2"]), helper.make_node("Sub", ["t2", "one"], ["t21"]),
+        helper.make_node("Unsqueeze", ["t21", "ax0"], ["end"]),
+        helper.make_node("Slice", ["padded", "zero", "end", "ax1"], ["rel"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["rel"], ["relt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["xt", "relt"], ["scores"]),
+        helper.make_node("Sub", ["t", "one"], ["t1"]), helper.make_node("Unsqueeze", ["t1", "ax0"], ["start"]),
+        helper.make_node("Slice", ["scores", "start", "big", "ax2"], ["z"]),
+        helper.make_node("Shape", ["z"], ["zs"]), helper.make_node("Slice", ["zs", "zero", "three"], ["head"]),
+        helper.make_node("Slice", ["zs", "three", "big"], ["tail"]),
+        helper.make_node("Concat", ["head", "tail"], ["zshape"], axis=0),
+        helper.make_node("Reshape", ["z", "zshape"], ["y"])]
+    graph = helper.make_graph(nodes, "relative", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", "T"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_pads_and_slices_by_sizes_follow_the_length_set_at_run_time(tmp_path):
+    """Relative positions over a length set at run time (a VITS voice over
+    its phoneme count): a Pad whose widths are sizes (onnx/shapes.py
+    _sizes_of_values, import_relax._pad_by_sizes; T - 5 is negative for
+    T < 5, a crop), Slices whose bounds are sizes (not the data's:
+    ops.of_shapes; proved within their axes, import_relax._slice_within)
+    and a shape with an empty part. One bundle matches onnxruntime at
+    every length, cropped and padded."""
+    rng = np.random.default_rng(81)
+    model = _relative_positions(rng)
+    path = str(tmp_path / "relative.brew")
+    compile_model(model, path, input_shapes={"x": "1x4x[3:40]"}, typical_shapes={"x": [1, 4, 12]})
+    counted = [text(t.name) for t in read(path)[0].tensors if t.bounds is not None and t.bounds.count >= 0]
+    assert not counted, counted  # sized by T, not by the data
+    sess = coldbrew.load(path)
+    for t in (3, 4, 5, 12, 40):
+        f = {"x": rng.standard_normal((1, 4, t)).astype(np.float32)}
+        out = sess.run(None, f)
+        assert out[0].shape == (1, t, t)
+        assert_close(out, ort_run(model, f))
+
+
+def test_one_kernel_called_over_two_sizes_has_a_contract_for_each(tmp_path):
+    """TVM merges kernels equal but for their size variables' names (the
+    same epilogue over two inputs' lengths); each binding of the variables
+    is a symbol of its own (extract_layers symbol_for), so the runtime's
+    check of each call against its kernel's largest bytes holds for both."""
+    nodes = [helper.make_node("Relu", [n], [f"{n}r"]) for n in ("a", "b")]
+    nodes += [helper.make_node("Mul", [f"{n}r", "k"], [f"{n}y"]) for n in ("a", "b")]
+    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 8, "A"]),
+                                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 8, "B"])],
+                              [helper.make_tensor_value_info(f"{n}y", TensorProto.FLOAT, [1, 8, n.upper()]) for n in ("a", "b")],
+                              [numpy_helper.from_array(np.array(2.0, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = str(tmp_path / "twice.brew")
+    compile_model(model, path, input_shapes={"a": "1x8x[1:20]", "b": "1x8x[1:50]"})
+    kernels = {text(s.kind.kernel) for s in read(path)[0].plan.steps}
+    assert len(kernels) == 2, kernels
+    sess, rng = coldbrew.load(path), np.random.default_rng(2)
+    for ta, tb in ((20, 50), (3, 41)):
+        f = {"a": rng.standard_normal((1, 8, ta)).astype(np.float32), "b": rng.standard_normal((1, 8, tb)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
