@@ -36,6 +36,7 @@ def select_te(cond, then_value, else_value):
 
 
 OPAQUE = 8  # TVM's op pattern kOpaque: FuseOps fuses nothing into it or after it
+APART = "cb_apart"  # a PrimFunc kept a layer of its own at every size (fuse_layers)
 
 
 def emit_select(bb, cond, then_value, else_value):

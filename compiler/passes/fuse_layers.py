@@ -7,6 +7,7 @@ coldbrew layer.
 """
 from ..errors import CompileError
 from ..ir.anchors import GPU_MAX_BINDINGS
+from ..ir.branches import APART
 
 NAME = "fuse_layers"
 
@@ -204,7 +205,6 @@ def _unfuse_wide(mod, most):
 
 
 OPAQUE = 8  # TVM's OpPatternKind kOpaque
-APART = "cb_apart"  # a PrimFunc kept a layer of its own at every size
 
 
 def _pattern_at_constants(f):

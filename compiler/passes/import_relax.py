@@ -16,7 +16,6 @@ from ..kernels import RecurrentSpec
 from ..kernels.recurrent import placeholder, size_vars
 from ..onnx.loops import BOUND_KEY
 from ..onnx.ops import COUNTED_OPS, graph_inputs
-from .fuse_layers import APART
 from ..ir.relax import extents_of, is_const
 
 NAME = "import_relax"
@@ -356,7 +355,7 @@ def _pad_by_sizes(bb, inputs, attrs):
     half = len(widths) // 2
     call = bb.emit_te(topi.nn.pad, inputs[0], widths[:half], widths[half:], value, primfunc_name_hint="cb_pad_by_sizes")
     gv = bb.lookup_binding(call).args[0]  # a kernel apart: FuseTIR cannot remap the size variables its widths bring
-    bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", branches.OPAQUE).with_attr(APART, True))
+    bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", branches.OPAQUE).with_attr(branches.APART, True))
     return call
 
 
