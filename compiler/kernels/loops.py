@@ -128,6 +128,7 @@ def emit_slice_at(bb, inputs, attrs, counts, name):
     else:
         args = list(inputs[:3])
         ph = [_placeholder(v, n) for v, n in zip(args, ("x", "starts", "ends"))]
+        shape = [e if d == -1 else d for d, e in zip(shape, extents_of(args[0]))]  # an axis kept whole: x's
         axes = attrs.get("axes")
         outs = slice_at_te(*ph, axes, attrs.get("steps"), shape)
         fixed = shape[(axes[0] if axes else 0) % len(shape)]
@@ -154,6 +155,10 @@ def _call(bb, name, placeholders, outputs, args, marks):
 def _placeholder(x, name):
     from tvm import te
 
+    from ..errors import CompileError
+
+    if extents_of(x) is None:
+        raise CompileError(f"a value of a Loop the data stops ({name}) has a shape the importer does not know")
     return te.placeholder(extents_of(x), str(x.ty.dtype), name=name)
 
 

@@ -39,13 +39,13 @@ _NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "Rand
 _CONTROL_FLOW = {"If", "Loop", "Scan"}  # their bodies may read values of the graph around them
 
 
-def _static_shapes(model):
+def _static_shapes(model, partial=None):
     """{value: static shape}; the outputs of onnxruntime's contrib recurrent
     cells (which ONNX's inference does not know) recorded as value_info
     as soon as their input's shape is known, so the shapes after them
     are known too."""
     while True:
-        shapes = _inferred_shapes(model)
+        shapes = _inferred_shapes(model, partial)
         known = {v.name for v in model.graph.value_info}
         hints = [h for n in model.graph.node if n.domain == "com.microsoft"
                  for h in contrib_output_types(n, shapes) if h.name not in known]
@@ -54,7 +54,7 @@ def _static_shapes(model):
         model.graph.value_info.extend(hints)
 
 
-def _inferred_shapes(model):
+def _inferred_shapes(model, partial=None):
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:
@@ -65,6 +65,8 @@ def _inferred_shapes(model):
         tt = vi.type.tensor_type
         if vi.type.HasField("tensor_type") and tt.HasField("shape"):
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if partial is not None:
+                partial[vi.name] = dims
             if all(d is not None for d in dims):
                 shapes[vi.name] = dims
     for t in g.initializer:
@@ -118,7 +120,17 @@ def _shape_value(node, shapes):
     start = next((a.i for a in node.attribute if a.name == "start"), 0)
     end = next((a.i for a in node.attribute if a.name == "end"), rank)
     start, end = max(0, start + rank if start < 0 else start), min(rank, end + rank if end < 0 else end)
-    return np.array(src[start:end], dtype=np.int64)
+    return np.array(src[start:end], dtype=np.int64 if None not in src else object)
+
+
+def _fixed_sizes(sizes, index):
+    """[the sizes a Gather takes of a Shape] where each is fixed, else None
+    (the rest of that shape is set at run time)."""
+    try:
+        got = np.take(np.array(sizes, dtype=object), np.asarray(index, np.int64))
+    except IndexError:
+        return None
+    return None if any(v is None for v in np.asarray(got).reshape(-1)) else [np.asarray(got, np.int64)]
 
 
 def apply(model, qdq_scales=None):
@@ -133,7 +145,10 @@ def apply(model, qdq_scales=None):
     changed = True
     while changed:
         changed = False
-        shapes = _static_shapes(model)
+        partial = {}  # {value: its shape, None for a size set at run time}
+        shapes = _static_shapes(model, partial)
+        sizes_of = {n.output[0]: _shape_value(n, partial) for n in nodes if n.op_type == "Shape"
+                    and partial.get(n.input[0]) is not None}  # some of those sizes fixed
         kept = []
         for node in nodes:
             value = None
@@ -151,6 +166,8 @@ def apply(model, qdq_scales=None):
                 value = [_evaluate(node, consts, model.opset_import)[0]]
             elif node.op_type in ("Shape", "Size") and shapes.get(node.input[0]) is not None:
                 value = [_shape_value(node, shapes)]
+            elif node.op_type == "Gather" and node.input[0] in sizes_of and node.input[1] in consts:
+                value = _fixed_sizes(sizes_of[node.input[0]], consts[node.input[1]])
             elif (node.op_type not in _NON_DETERMINISTIC and node.op_type not in _CONTROL_FLOW
                   and all(i in consts for i in node.input if i) and any(node.input)):
                 if qdq_scales is not None and node.op_type == "DequantizeLinear" and node.output[0] not in seen:

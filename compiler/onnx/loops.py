@@ -347,13 +347,15 @@ def _sliced_at(body, slices, shapes):
             copy.node.append(helper.make_node(SLICE_AT, list(n.input), [n.output[0]], name=n.name, domain=DOMAIN,
                                               shape=got[1], range=1))
             continue
-        if got is None or any(not isinstance(d, int) for d in got[1]) or any(e and e not in consts for e in extra):
+        axes = [int(a) for a in consts[extra[0]].reshape(-1)] if extra and extra[0] in consts else None
+        cut = {a % len(got[1]) for a in (axes if axes is not None else range(len(got[1])))} if got else set()
+        if got is None or any(not isinstance(got[1][a], int) for a in cut) or any(e and e not in consts for e in extra):
             return f"Slice node '{n.name or n.output[0]}' has no shape known from the first iteration"
-        axes = [int(a) for a in consts[extra[0]].reshape(-1)] if extra and extra[0] else None
+        whole = [d if isinstance(d, int) else -1 for d in got[1]]  # -1: an axis it keeps whole, sized at run time
         steps = [int(v) for v in consts[extra[1]].reshape(-1)] if len(extra) > 1 and extra[1] else None
         if steps is not None and min(steps) <= 0:
             return f"Slice node '{n.name or n.output[0]}' steps backwards at a place the iteration sets"
-        attrs = dict(shape=got[1], **({"axes": axes} if axes is not None else {}),
+        attrs = dict(shape=whole, **({"axes": axes} if axes is not None else {}),
                      **({"steps": steps} if steps is not None else {}))
         copy.node.append(helper.make_node(SLICE_AT, list(n.input[:3]), [n.output[0]], name=n.name, domain=DOMAIN,
                                           **attrs))
@@ -385,19 +387,50 @@ def _settled(body, name, init, kept, typed, more=()):
             label = f"carried value '{ins[2 + j]}'"
             if now is None or dtype != found[outs[1 + j]][0]:
                 return f"{label}: its shape or type after an iteration is not known or not its first one's"
-            if any(not isinstance(d, int) for d in now):
-                return f"{label} starts as {was} and becomes {now}, a shape set at run time"
-            new = f"{name}/first{j}"
-            if was is not None and all(isinstance(d, int) for d in was) and np.prod(was) == np.prod(now):
+            new, sized = f"{name}/first{j}", any(not isinstance(d, int) for d in now)
+            if not sized and was is not None and all(isinstance(d, int) for d in was) and np.prod(was) == np.prod(now):
                 inits.append(numpy_helper.from_array(np.array(now, np.int64), f"{new}/shape"))
                 nodes.append(helper.make_node("Reshape", [init[j], f"{new}/shape"], [new], name=new))
             elif ins[2 + j] not in read:
-                inits.append(numpy_helper.from_array(np.zeros(now, helper.tensor_dtype_to_np_dtype(dtype)), new))
+                floats = sorted((v for v in init if v in found), key=lambda v: found[v][0] != TensorProto.FLOAT)
+                if not _zeros_of(now, dtype, {v: found[v][1] for v in floats}, new, nodes, inits):
+                    return f"{label} starts as {was} and becomes {now}, a shape set at run time"
                 once = True
             else:
                 return f"{label} starts as {was}, becomes {now}, and the body reads it"
             init[j] = new
     return "its carried values' shapes do not settle"
+
+
+def _zeros_of(dims, dtype, shapes, out, nodes, inits):
+    """`out` = zeros of `dtype` and of `dims`: a constant, or where a size
+    is set at run time, a ConstantOfShape of sizes read from the values of
+    `shapes` ({value: dims}, the first that has it: a float tensor rather
+    than sizes the importer keeps as a shape) (Shape, Gather of a scalar axis,
+    Unsqueeze: the importer keeps that a shape); False if one is not found."""
+    zero = np.zeros(dims if all(isinstance(d, int) for d in dims) else 1, helper.tensor_dtype_to_np_dtype(dtype))
+    if zero.ndim == len(dims) and zero.shape == tuple(dims):
+        inits.append(numpy_helper.from_array(zero, out))
+        return True
+    parts = []
+    for k, d in enumerate(dims):
+        part = f"{out}/dim{k}"
+        parts.append(part)
+        if isinstance(d, int):
+            inits.append(numpy_helper.from_array(np.array([d], np.int64), part))
+            continue
+        at = next(((v, a) for v, s in shapes.items() for a, e in enumerate(s or []) if e == d), None)
+        if at is None:
+            return False
+        inits += [numpy_helper.from_array(np.array(at[1], np.int64), f"{part}/axis"),
+                  numpy_helper.from_array(np.array([0], np.int64), f"{part}/at")]
+        nodes += [helper.make_node("Shape", [at[0]], [f"{part}/shape"]),
+                  helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [f"{part}/size"], axis=0),
+                  helper.make_node("Unsqueeze", [f"{part}/size", f"{part}/at"], [part])]
+    nodes += [helper.make_node("Concat", parts, [f"{out}/dims"], axis=0),
+              helper.make_node("ConstantOfShape", [f"{out}/dims"], [out], name=out,
+                               value=numpy_helper.from_array(zero.reshape(1)))]
+    return True
 
 
 def _constants_held(nodes, inits):

@@ -76,6 +76,10 @@ def _fold_once(model, names, ranges):
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
                 f"count_{node.output[0]}", "int64")) if length is None else length], names, elems)
             changed = True
+        sized = _sized_by(node, values)
+        if sized is not None and _unknown(shapes.get(node.output[0], [None])):  # ONNX's inference loses them
+            _name_dims(model, node.output[0], sized, names, elems)
+            changed = True
         done = _rewrite(model, node, values, shapes, inserts, elems) or \
             (node.op_type == "Slice" and node.input[0] not in values  # (a shape's slices: evaluated)
              and _whole_axes(model, node, values, shapes.get(node.input[0]), bounded))
@@ -107,7 +111,8 @@ def _name_dims(model, value, sizes, names, elems):
         if name is None:
             name = f"cb_size{len(names)}"
             names[name] = e
-        dims.append(name)
+        dims.append(None if name.startswith("unk__") else name)  # (ONNX's name for a size it could not
+        # work out: kept, it would outlive a later round that works the size out)
     g = model.graph
     elem = elems.get(value, 1)
     kept = [v for v in g.value_info if v.name != value]
@@ -119,6 +124,15 @@ def _unknown(sizes):
     """Whether a shape has a size ONNX could not work out (none, or its own
     `unk__` name for one)."""
     return any(e is None or getattr(e, "name", "").startswith("unk__") for e in sizes)
+
+
+def _sized_by(node, values):
+    """The sizes of a ConstantOfShape or of a Resize to sizes where that
+    shape input's value is known, else None."""
+    at = {"ConstantOfShape": 0, "Resize": 3}.get(node.op_type)
+    if at is None or len(node.input) <= at or values.get(node.input[at]) is None:
+        return None
+    return list(np.asarray(values[node.input[at]]).reshape(-1))
 
 
 def _range_length(node, values):
@@ -225,6 +239,13 @@ def _rewrite(model, node, values, shapes, inserts, elems):
     fixed = _fixed_inputs(model, node, values)
     if op == "Pad" and len(node.input) > 1 and node.input[1] not in _initializers(model):
         return _sizes_of_values(model, node, values, inserts)
+    if op == "ConstantOfShape" and node.input and values.get(node.input[0]) is not None and \
+            not all(_fixed(e) for e in values[node.input[0]].reshape(-1)):
+        return _shape_from_dims(model, node, values[node.input[0]].reshape(-1), shapes, inserts, at=0)
+    if op == "Tile" and len(node.input) > 1 and node.input[1] not in _initializers(model):
+        return _tile_by_sizes(model, node, values, shapes, inserts)
+    if op == "Resize" and len(node.input) > 3 and node.input[3] and node.input[3] not in _initializers(model):
+        return _resize_scales(model, node, values, shapes.get(node.input[0]))
     if op not in ("Reshape", "Expand", "Slice") or len(node.input) < 2:
         return fixed
     x = shapes.get(node.input[0])
@@ -273,6 +294,53 @@ def _rewrite(model, node, values, shapes, inserts, elems):
         sizes = [x[k] if _fixed(e) and int(e) == 0 else e for k, e in enumerate(target)]
         return True if any(e is None for e in sizes) else sizes
     return True
+
+
+def _tile_by_sizes(model, node, values, shapes, inserts):
+    """A Tile by counts set at run time, each on an axis of size 1 (a
+    row repeated over the batch): an Expand to those counts, after a Tile
+    by the fixed counts where one is more than 1; True if so."""
+    reps, x = values.get(node.input[1]), shapes.get(node.input[0])
+    if reps is None or x is None or len(x) != reps.size or all(_fixed(e) for e in reps.reshape(-1)):
+        return False
+    reps = reps.reshape(-1)
+    if any(not _fixed(e) and not (_fixed(d) and int(d) == 1) for e, d in zip(reps, x)):
+        return False
+    name = f"{node.name or node.output[0]}/tiled"
+    if not _shape_from_dims(model, node, np.array([1 if _fixed(e) else e for e in reps], dtype=object), shapes,
+                            inserts):
+        return False
+    node.op_type = "Expand"
+    if any(_fixed(e) and int(e) != 1 for e in reps):
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.array([int(e) if _fixed(e) else 1 for e in reps], np.int64), f"{name}/reps"))
+        inserts.append((node.output[0], helper.make_node("Tile", [node.input[0], f"{name}/reps"], [name])))
+        node.input[0] = name
+    return True
+
+
+def _resize_scales(model, node, values, x):
+    """A Resize to sizes set at run time that keeps those axes (a batch)
+    and resizes fixed ones: given the scales the sizes imply instead
+    (ONNX's scale is size out / size in either way), where each scale
+    gives back its size; the output's sizes if so, else False."""
+    sizes = values.get(node.input[3])
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if sizes is None or x is None or len(x) != sizes.size or _unknown(list(sizes.reshape(-1))) or "axes" in attrs or \
+            attrs.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
+        return False
+    scales = []
+    for e, d in zip(sizes.reshape(-1), x):
+        if d is not None and _same(e, d):
+            scales.append(1.0)
+        elif _fixed(e) and d is not None and _fixed(d) and int(d) > 0 and \
+                int(np.floor(int(d) * np.float32(int(e) / int(d)))) == int(e):
+            scales.append(int(e) / int(d))
+        else:
+            return False
+    del node.input[3]
+    _replace_input(model, node, 2, np.array(scales, np.float32))
+    return list(sizes.reshape(-1))  # (named: ONNX's inference loses a size set at run time times a scale)
 
 
 def _fixed_condition(model, node, values):
@@ -453,19 +521,21 @@ def _of_shapes(g, name, depth=0):
     return all(_of_shapes(g, i, depth + 1) for i in data if i)
 
 
-def _read_already(node):
+def _read_already(node, at=1):
     """Whether an Expand's shape is read from shapes already (_shape_of_earlier, _shape_from_dims)."""
-    return node.input[1] in (f"{node.name or node.output[0]}/shape_of", f"{node.name or node.output[0]}/dims")
+    return node.input[at] in (f"{node.name or node.output[0]}/shape_of", f"{node.name or node.output[0]}/dims")
 
 
-def _shape_from_dims(model, node, target, shapes, inserts):
-    """An Expand to sizes each of which is an axis of a tensor computed
-    before it (the exporters' [1, T, 1] of Where(Equal(shape, -1), ...)):
-    its shape a Concat of those axes (Shape and Gather, which the importer
-    takes as a shape) and the fixed sizes; True if every size was found."""
+def _shape_from_dims(model, node, target, shapes, inserts, at=1):
+    """An Expand (or a ConstantOfShape: `at` its shape input) to sizes each
+    of which is an axis of a tensor computed before it (the exporters'
+    [1, T, 1] of Where(Equal(shape, -1), ...)): its shape a Concat of those
+    axes (Shape and Gather, which the importer takes as a shape) and the
+    fixed sizes; True if every size was found."""
     g = model.graph
     name = f"{node.name or node.output[0]}/dims"
-    if _read_already(node) or _of_shapes(g, node.input[1]):  # the importer takes a shape made of Shapes
+    if _read_already(node, at) or (node.op_type != "Tile" and _of_shapes(g, node.input[at])):  # (a Tile's
+        # repeats made of Shapes are not: the importer's Tile takes none)  # the importer takes a shape made of Shapes
         return False
     earlier = [i.name for i in g.input]
     for n in g.node:
@@ -496,7 +566,7 @@ def _shape_from_dims(model, node, target, shapes, inserts):
     new.append(helper.make_node("Concat", parts, [name], axis=0))
     g.initializer.extend(inits)
     inserts += [(node.output[0], n) for n in new]
-    node.input[1] = name
+    node.input[at] = name
     return True
 
 

@@ -211,8 +211,9 @@ def _probe(model, before, new, inits, names):
     tmp.graph.initializer.extend(inits)
     tmp.graph.ClearField("output")
     fixed = {t.name for t in tmp.graph.initializer} | {i.name for i in tmp.graph.input}
-    tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
-                            for n in dict.fromkeys(names) if n not in fixed)
+    infos = {v.name: v for v in tmp.graph.value_info}  # (an output's type is inferred anew: one a
+    tmp.graph.output.extend(infos.get(n) or helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
+                            for n in dict.fromkeys(names) if n not in fixed)  # rewrite named is kept)
     return tmp
 
 
@@ -302,6 +303,7 @@ def apply(model, cells=True, sized=False, bounds=None, ranges=None):
         fold.apply(model)
         if sized:
             _name_counts(model)  # what follows it (a slice to its step count)
+            _fold_sizes(model, ranges)
     _if_to_where(model)
     _unroll_scans(model)
     _drop_empty_optionals(model)

@@ -115,7 +115,7 @@ static cb_status carried_dims(const cb_session* s, size_t index, const int64_t* 
   const cb_model* m = &s->bundle->model;
   for (uint32_t t = 0; t < m->ntensors; t++) {
     const cb_tensor_desc* r = &m->tensors[t];
-    if (r->kind != CB_KIND_DIM || r->range.input != index) continue;
+    if (r->kind != CB_KIND_DIM || r->range.count >= 0 || r->range.input != index) continue;
     int64_t v = shape[r->range.axis];
     if (v < r->range.min || v > r->range.max || v % r->range.step)
       return cb_fail(CB_ERR_INVALID_ARGUMENT, "input '%s' axis %u is %lld: the bundle takes %lld..%lld in steps of %lld",
