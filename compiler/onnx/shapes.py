@@ -76,10 +76,6 @@ def _fold_once(model, names, ranges):
             _name_dims(model, node.output[0], [names.setdefault(f"count_{node.output[0]}", tirx.Var(
                 f"count_{node.output[0]}", "int64")) if length is None else length], names, elems)
             changed = True
-        sized = _sized_by(node, values)
-        if sized is not None and _unknown(shapes.get(node.output[0], [None])):  # ONNX's inference loses them
-            _name_dims(model, node.output[0], sized, names, elems)
-            changed = True
         done = _rewrite(model, node, values, shapes, inserts, elems) or \
             (node.op_type == "Slice" and node.input[0] not in values  # (a shape's slices: evaluated)
              and _whole_axes(model, node, values, shapes.get(node.input[0]), bounded))
@@ -124,15 +120,6 @@ def _unknown(sizes):
     """Whether a shape has a size ONNX could not work out (none, or its own
     `unk__` name for one)."""
     return any(e is None or getattr(e, "name", "").startswith("unk__") for e in sizes)
-
-
-def _sized_by(node, values):
-    """The sizes of a ConstantOfShape or of a Resize to sizes where that
-    shape input's value is known, else None."""
-    at = {"ConstantOfShape": 0, "Resize": 3}.get(node.op_type)
-    if at is None or len(node.input) <= at or values.get(node.input[at]) is None:
-        return None
-    return list(np.asarray(values[node.input[at]]).reshape(-1))
 
 
 def _range_length(node, values):

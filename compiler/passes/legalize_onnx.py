@@ -211,9 +211,8 @@ def _probe(model, before, new, inits, names):
     tmp.graph.initializer.extend(inits)
     tmp.graph.ClearField("output")
     fixed = {t.name for t in tmp.graph.initializer} | {i.name for i in tmp.graph.input}
-    infos = {v.name: v for v in tmp.graph.value_info}  # (an output's type is inferred anew: one a
-    tmp.graph.output.extend(infos.get(n) or helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
-                            for n in dict.fromkeys(names) if n not in fixed)  # rewrite named is kept)
+    tmp.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
+                            for n in dict.fromkeys(names) if n not in fixed)
     return tmp
 
 

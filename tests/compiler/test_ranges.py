@@ -1074,3 +1074,125 @@ def test_one_kernel_called_over_two_sizes_has_a_contract_for_each(tmp_path):
     for ta, tb in ((20, 50), (3, 41)):
         f = {"a": rng.standard_normal((1, 8, ta)).astype(np.float32), "b": rng.standard_normal((1, 8, tb)).astype(np.float32)}
         assert_close(sess.run(None, f), ort_run(model, f))
+
+
+def _batched_decoder(rows=5, span=1):
+    """A table-structure decoder over a batch N set at run time: its state
+    zeros of [N, 4] (a ConstantOfShape of the batch of a feature resized to
+    sizes and reshaped, read as a PaddlePaddle exporter does: Shape, Cast,
+    Gather, Reshape to [1], which ONNX's inference does not follow; the
+    body reads that feature too), each step's row a Slice
+    at the step that keeps the batch axis whole, its end Min(the input's
+    fixed length, step + span) (a Gather of a Shape whose batch is set at
+    run time); each step's output written into row `step` of a buffer that
+    starts as a scalar the body never reads and becomes [N, rows, 4], at
+    places a Tile repeats over the batch; it stops where the state's sum
+    passes `thr` or at `rows`; the output the buffer's first `count` rows."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    F, B = TensorProto.FLOAT, TensorProto.BOOL
+    body_nodes = [
+        helper.make_node("Reshape", ["step_in", "one"], ["s1"]), helper.make_node("Add", ["s1", "span"], ["s2"]),
+        helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "one"], ["xlen"], axis=0),
+        helper.make_node("Min", ["xlen", "s2"], ["s_end"]),
+        helper.make_node("Slice", ["x", "s1", "s_end", "one"], ["row"]),  # [N, span, 4]
+        helper.make_node("ReduceSum", ["row", "one"], ["rsum"], keepdims=0),  # [N, 4]
+        helper.make_node("ReduceMean", ["feat"], ["f_mean"], axes=[2], keepdims=0),  # [N, 12]
+        helper.make_node("Slice", ["f_mean", "zero", "four", "one"], ["f4"]),
+        helper.make_node("Add", ["rsum", "f4"], ["r_pre"]),
+        helper.make_node("Abs", ["r_pre"], ["h_pre"]), helper.make_node("Add", ["h_in", "h_pre"], ["h_out"]),
+        helper.make_node("Unsqueeze", ["h_out", "one"], ["h_row"]),  # [N, 1, 4]
+        helper.make_node("Reshape", ["s1", "idx_shape"], ["s_b"]),  # [1, 1, 1]
+        helper.make_node("Shape", ["h_row"], ["hs"]), helper.make_node("Slice", ["hs", "zero", "one"], ["n"]),
+        helper.make_node("Concat", ["n", "one", "four"], ["reps"], axis=0),
+        helper.make_node("Tile", ["s_b", "reps"], ["where"]),  # [N, 1, 4]
+        helper.make_node("Shape", ["x"], ["xs2"]), helper.make_node("Slice", ["xs2", "zero", "one"], ["n2"]),
+        helper.make_node("Concat", ["n2", "rows1", "four"], ["bshape"], axis=0),
+        helper.make_node("ConstantOfShape", ["bshape"], ["buf_zero"], value=numpy_helper.from_array(
+            np.zeros(1, np.float32))),
+        helper.make_node("ScatterElements", ["buf_zero", "where", "h_row"], ["buf_out"], axis=1),
+        helper.make_node("Add", ["step_in", "one_s"], ["step_out"]),
+        helper.make_node("ReduceSum", ["h_out"], ["tot"], keepdims=0),
+        helper.make_node("Less", ["tot", "thr"], ["go"]), helper.make_node("Less", ["step_out", "rows"], ["room"]),
+        helper.make_node("And", ["go", "room"], ["cond_out"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("it", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("step_in", TensorProto.INT64, []), helper.make_tensor_value_info("h_in", F, None),
+         helper.make_tensor_value_info("buf_in", F, None)],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("step_out", TensorProto.INT64, []),
+         helper.make_tensor_value_info("h_out", F, None), helper.make_tensor_value_info("buf_out", F, None)],
+        [i64("one_s", 1), i64("one", [1]), i64("zero", [0]), i64("span", [span]), i64("rows", rows),
+         i64("rows1", [rows]), i64("four", [4]), i64("idx_shape", [1, 1, 1])])
+    nodes = [helper.make_node("Unsqueeze", ["x", "o_one"], ["xu"]),  # [N, 1, 6, 4] resized to [N, 1, 12, 8]
+             helper.make_node("Shape", ["xu"], ["xu_shape"]),
+             helper.make_node("Slice", ["xu_shape", "o_zero", "o_two"], ["nc2"]),
+             helper.make_node("Reshape", ["nc2", "o_two"], ["nc"]),  # (which ONNX's inference does not follow)
+             helper.make_node("Concat", ["nc", "o_plane"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["xu", "", "", "sizes"], ["xr"], mode="nearest"),
+             helper.make_node("Reshape", ["xr", "o_rows"], ["feat"]),  # [N, 12, 8]
+             helper.make_node("Shape", ["feat"], ["f_shape"]),  # a PaddlePaddle exporter's [N] of it:
+             helper.make_node("Cast", ["f_shape"], ["f_shape64"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["f_shape64", "o_at0"], ["batch0"], axis=0),
+             helper.make_node("Reshape", ["batch0", "o_one"], ["batch"]),
+             helper.make_node("Concat", ["batch", "o_four"], ["hshape"], axis=0),
+             helper.make_node("ConstantOfShape", ["hshape"], ["h0"], value=numpy_helper.from_array(
+                 np.zeros(1, np.float32))),
+             helper.make_node("Loop", ["M", "c0", "step0", "h0", "buf0"], ["steps", "h_end", "buf"], name="dec",
+                              body=body),
+             helper.make_node("Reshape", ["steps", "o_one"], ["end"]),
+             helper.make_node("Slice", ["buf", "o_zero", "end", "o_one"], ["out"])]
+    inits = [i64("M", 100), numpy_helper.from_array(np.array(True), "c0"), i64("step0", 0),
+             numpy_helper.from_array(np.array(0, np.float32), "buf0"), i64("o_zero", [0]), i64("o_one", [1]),
+             i64("o_two", [2]), i64("o_four", [4]), i64("o_plane", [12, 8]), i64("o_rows", [0, 12, -1]), i64("o_at0", 0)]
+    g = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", F, ["N", rows + span, 4]),
+                                             helper.make_tensor_value_info("thr", F, [])],
+                          [helper.make_tensor_value_info("out", F, ["N", None, 4]),
+                           helper.make_tensor_value_info("h_end", F, ["N", 4]),
+                           helper.make_tensor_value_info("feat", F, ["N", 12, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_decoder_the_data_stops_runs_as_one_body_over_a_batch_set_at_run_time(tmp_path):
+    """The loop runs as the runtime's loop at every batch: its state's
+    sizes named where ONNX's inference loses them (a ConstantOfShape of
+    sizes: onnx/shapes.py _sized_by, _shape_from_dims), its buffer's first
+    zeros of a shape set at run time (onnx/loops.py _zeros_of), its step's
+    row a slice that keeps the batch axis whole (_sliced_at), its end
+    folded from the input's fixed length (fold._fixed_sizes), a Tile over
+    the batch an Expand (shapes._tile_by_sizes); the counted sizes are not
+    taken for the input's (runtime exec/shapes.c)."""
+    model = _batched_decoder()
+    path = str(tmp_path / "decoder.brew")
+    compile_model(model, path, input_shapes={"x": "[1:4]x6x4"}, typical_shapes={"x": [1, 6, 4]})
+    assert len(read(path)[0].plan.loops) == 1
+    sess, rng = coldbrew.load(path), np.random.default_rng(82)
+    lengths = set()
+    for n in (1, 2, 4):
+        for thr in (0.0, 9.0 * n, 100.0 * n):
+            f = {"x": rng.standard_normal((n, 6, 4)).astype(np.float32), "thr": np.array(thr, np.float32)}
+            got = sess.run(None, f)
+            assert_close(got, ort_run(model, f))
+            lengths.add(got[0].shape[1])
+    assert len(lengths) > 1, lengths
+
+
+def test_a_resize_to_sizes_over_a_batch_set_at_run_time_resizes_by_their_scales(tmp_path):
+    """Sizes [N, C, 8, 12] read from the input's shape: the batch and
+    channels kept, the plane resized by the scales those sizes imply
+    (onnx/shapes.py _resize_scales; the importer takes no shape beside
+    constants)."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Slice", ["xs", "zero", "two"], ["nc"]),
+             helper.make_node("Concat", ["nc", "plane"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    g = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 5, 6])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3, 8, 12])],
+                          [i64("zero", [0]), i64("two", [2]), i64("plane", [8, 12])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = str(tmp_path / "resize.brew")
+    compile_model(model, path, input_shapes={"x": "[1:5]x3x5x6"})
+    sess, rng = coldbrew.load(path), np.random.default_rng(83)
+    for n in (1, 3, 5):
+        f = {"x": rng.standard_normal((n, 3, 5, 6)).astype(np.float32)}
+        assert_close(sess.run(None, f), ort_run(model, f))
