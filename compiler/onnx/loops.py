@@ -21,7 +21,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import CompileError
-from .ops import inline_branch
+from .ops import inline_branch, shape_of_sizes
 
 MAX_ITERATIONS = 4096  # more would make a bundle of repeated layers; refused
 
@@ -218,7 +218,7 @@ START, END = "CbLoopStart", "CbLoopEnd"  # ai.coldbrew: a Loop the runtime runs 
 UNBOUNDED = -1  # a run-time loop's `most` where neither M nor a bound limits it (it has no scan output)
 
 
-def at_run_time(node, label, most, consts, typed):
+def at_run_time(node, label, most, consts, typed, opset):
     """(nodes, initializers, value_infos) running a Loop whose condition
     depends on the data as the runtime's loop: one copy of its body between
     a START node (the iteration number 0, the trip count, the first
@@ -233,7 +233,8 @@ def at_run_time(node, label, most, consts, typed):
     settles), one is another's input, a scan value's shape is unknown, or
     every value the loop reads is a constant. `most`: M or the user's
     bound, None where neither is known (a loop with scan outputs then
-    needs one). `typed(nodes, inits, names)` as unroll_while's."""
+    needs one). `typed(nodes, inits, names)` as unroll_while's; `opset`
+    the model's."""
     from .recurrent import DOMAIN
 
     body = body_of(node)
@@ -251,7 +252,7 @@ def at_run_time(node, label, most, consts, typed):
     kept = [j for j in range(n_carried) if j not in passing]
     if any(c_out[j] in ins for j in kept):
         return "one carried value is another's input"
-    settled = _settled(body, name, init, kept, typed, [n.output[0] for n in slices])
+    settled = _settled(body, name, init, kept, typed, opset, [n.output[0] for n in slices])
     if isinstance(settled, str):
         return settled
     init, nodes, inits, found, outs, once = settled
@@ -362,14 +363,14 @@ def _sliced_at(body, slices, shapes):
     return copy
 
 
-def _settled(body, name, init, kept, typed, more=()):
+def _settled(body, name, init, kept, typed, opset, more=()):
     """(first values, nodes and initializers making them, {value: (dtype,
     dims)}, a probe copy's outputs, whether the loop must run once) where
     every carried value in `kept` keeps one shape and type from the
     START on, or None. A carried value whose first iteration changes its
     shape but not its size (a scalar that becomes a [1]) starts reshaped;
     one the body never reads (a buffer an exporter starts as a scalar)
-    starts as zeros of its later shape, and a run must then take at least
+    starts as zeros of its later shape (_zeros_of), and a run must then take at least
     one iteration (the runtime fails one that takes none)."""
     ins = [i.name for i in body.input]
     read = {i for n in _all_nodes(body) for i in n.input}
@@ -393,7 +394,7 @@ def _settled(body, name, init, kept, typed, more=()):
                 nodes.append(helper.make_node("Reshape", [init[j], f"{new}/shape"], [new], name=new))
             elif ins[2 + j] not in read:
                 floats = sorted((v for v in init if v in found), key=lambda v: found[v][0] != TensorProto.FLOAT)
-                if not _zeros_of(now, dtype, {v: found[v][1] for v in floats}, new, nodes, inits):
+                if not _zeros_of(now, dtype, {v: found[v][1] for v in floats}, new, nodes, inits, opset):
                     return f"{label} starts as {was} and becomes {now}, a shape set at run time"
                 once = True
             else:
@@ -402,34 +403,23 @@ def _settled(body, name, init, kept, typed, more=()):
     return "its carried values' shapes do not settle"
 
 
-def _zeros_of(dims, dtype, shapes, out, nodes, inits):
+def _zeros_of(dims, dtype, shapes, out, nodes, inits, opset):
     """`out` = zeros of `dtype` and of `dims`: a constant, or where a size
-    is set at run time, a ConstantOfShape of sizes read from the values of
-    `shapes` ({value: dims}, the first that has it: a float tensor rather
-    than sizes the importer keeps as a shape) (Shape, Gather of a scalar axis,
-    Unsqueeze: the importer keeps that a shape); False if one is not found."""
-    zero = np.zeros(dims if all(isinstance(d, int) for d in dims) else 1, helper.tensor_dtype_to_np_dtype(dtype))
-    if zero.ndim == len(dims) and zero.shape == tuple(dims):
-        inits.append(numpy_helper.from_array(zero, out))
+    is set at run time, a ConstantOfShape of sizes read from the first of
+    `shapes` ({value: dims}: float tensors first, not sizes the importer
+    keeps as a shape) that has it; False if one is not found."""
+    zero = np.zeros(1, helper.tensor_dtype_to_np_dtype(dtype))
+    if all(isinstance(d, int) for d in dims):
+        inits.append(numpy_helper.from_array(np.zeros(dims, zero.dtype), out))
         return True
-    parts = []
-    for k, d in enumerate(dims):
-        part = f"{out}/dim{k}"
-        parts.append(part)
-        if isinstance(d, int):
-            inits.append(numpy_helper.from_array(np.array([d], np.int64), part))
-            continue
-        at = next(((v, a) for v, s in shapes.items() for a, e in enumerate(s or []) if e == d), None)
-        if at is None:
-            return False
-        inits += [numpy_helper.from_array(np.array(at[1], np.int64), f"{part}/axis"),
-                  numpy_helper.from_array(np.array([0], np.int64), f"{part}/at")]
-        nodes += [helper.make_node("Shape", [at[0]], [f"{part}/shape"]),
-                  helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [f"{part}/size"], axis=0),
-                  helper.make_node("Unsqueeze", [f"{part}/size", f"{part}/at"], [part])]
-    nodes += [helper.make_node("Concat", parts, [f"{out}/dims"], axis=0),
-              helper.make_node("ConstantOfShape", [f"{out}/dims"], [out], name=out,
-                               value=numpy_helper.from_array(zero.reshape(1)))]
+    sizes = [d if isinstance(d, int) else next(((v, a) for v, s in shapes.items() for a, e in enumerate(s or [])
+                                                if e == d), None) for d in dims]
+    if None in sizes:
+        return False
+    new, more = shape_of_sizes(sizes, f"{out}/dims", opset)
+    nodes += new + [helper.make_node("ConstantOfShape", [f"{out}/dims"], [out], name=out,
+                                     value=numpy_helper.from_array(zero))]
+    inits += more
     return True
 
 

@@ -135,6 +135,30 @@ def of_shapes(name, producer, consts, depth=0):
         all(of_shapes(i, producer, consts, depth + 1) for i in data)
 
 
+def shape_of_sizes(sizes, name, opset):
+    """(nodes, initializers) making `name`, a shape: each of `sizes` an int
+    or (value, axis), that axis of a value, read by Shape, Gather of a
+    scalar axis and Unsqueeze (the importer keeps that a shape; a
+    one-element index would read it as data, its sizes unknown ones)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    nodes, inits, parts = [], [], [f"{name}/{k}" for k in range(len(sizes))]
+    for part, e in zip(parts, sizes):
+        if not isinstance(e, tuple):
+            inits.append(numpy_helper.from_array(np.array([int(e)], np.int64), part))
+            continue
+        inits.append(numpy_helper.from_array(np.array(e[1], np.int64), f"{part}/axis"))
+        nodes += [helper.make_node("Shape", [e[0]], [f"{part}/shape"]),
+                  helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [f"{part}/size"], axis=0)]
+        if opset >= 13:
+            inits.append(numpy_helper.from_array(np.array([0], np.int64), f"{part}/at"))
+            nodes.append(helper.make_node("Unsqueeze", [f"{part}/size", f"{part}/at"], [part]))
+        else:
+            nodes.append(helper.make_node("Unsqueeze", [f"{part}/size"], [part], axes=[0]))
+    return nodes + [helper.make_node("Concat", parts, [name], axis=0)], inits
+
+
 def data_slice(node, consts):
     """Whether `node` is a Slice along one axis whose start or end the data
     sets, its axes and steps constants: its output is sized by the data

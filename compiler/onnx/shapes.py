@@ -23,7 +23,7 @@ check_static to name)."""
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
-from .ops import drop_unread, opset_of
+from .ops import drop_unread, opset_of, shape_of_sizes
 
 BIG = np.iinfo(np.int64).max
 SIZES = "/cb_sizes"  # a Cast so named hands its shape on to the importer as sizes (import_relax)
@@ -514,43 +514,25 @@ def _read_already(node, at=1):
 
 
 def _shape_from_dims(model, node, target, shapes, inserts, at=1):
-    """An Expand (or a ConstantOfShape: `at` its shape input) to sizes each
-    of which is an axis of a tensor computed before it (the exporters'
-    [1, T, 1] of Where(Equal(shape, -1), ...)): its shape a Concat of those
-    axes (Shape and Gather, which the importer takes as a shape) and the
-    fixed sizes; True if every size was found."""
+    """An Expand (or a ConstantOfShape, a Tile: `at` its shape input) to
+    sizes each of which is an axis of a tensor computed before it (the
+    exporters' [1, T, 1] of Where(Equal(shape, -1), ...)): its shape a
+    Concat of those axes (Shape and Gather, which the importer takes as a
+    shape) and the fixed sizes; True if every size was found."""
     g = model.graph
     name = f"{node.name or node.output[0]}/dims"
-    if _read_already(node, at) or (node.op_type != "Tile" and _of_shapes(g, node.input[at])):  # (a Tile's
-        # repeats made of Shapes are not: the importer's Tile takes none)  # the importer takes a shape made of Shapes
-        return False
+    if _read_already(node, at) or (node.op_type != "Tile" and _of_shapes(g, node.input[at])):  # the importer
+        return False  # takes a shape made of Shapes (but a Tile's repeats: none)
     earlier = [i.name for i in g.input]
     for n in g.node:
         if list(n.output) == list(node.output):
             break
         earlier += [o for o in n.output if o]
-    new, parts, inits = [], [], []
-    for k, e in enumerate(target):
-        part = f"{name}/{k}"
-        if _fixed(e):
-            inits.append(numpy_helper.from_array(np.array([int(e)], np.int64), part))
-        else:
-            found = next(((t, a) for t in earlier for a, d in enumerate(shapes.get(t) or [])
-                          if d is not None and _same(d, e)), None)
-            if found is None:
-                return False
-            # Gather of a scalar axis, then Unsqueeze: the importer keeps that a shape (a one-element
-            # index reads the shape as data, its sizes then unknown ones)
-            inits.append(numpy_helper.from_array(np.array(found[1], np.int64), f"{part}/axis"))
-            new += [helper.make_node("Shape", [found[0]], [f"{part}/shape"]),
-                    helper.make_node("Gather", [f"{part}/shape", f"{part}/axis"], [f"{part}/size"], axis=0)]
-            if opset_of(model) >= 13:
-                inits.append(numpy_helper.from_array(np.array([0], np.int64), f"{part}/at"))
-                new.append(helper.make_node("Unsqueeze", [f"{part}/size", f"{part}/at"], [part]))
-            else:
-                new.append(helper.make_node("Unsqueeze", [f"{part}/size"], [part], axes=[0]))
-        parts.append(part)
-    new.append(helper.make_node("Concat", parts, [name], axis=0))
+    sizes = [e if _fixed(e) else next(((t, a) for t in earlier for a, d in enumerate(shapes.get(t) or [])
+                                       if d is not None and _same(d, e)), None) for e in target]
+    if None in sizes:
+        return False
+    new, inits = shape_of_sizes(sizes, name, opset_of(model))
     g.initializer.extend(inits)
     inserts += [(node.output[0], n) for n in new]
     node.input[at] = name

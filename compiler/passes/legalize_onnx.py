@@ -172,7 +172,8 @@ def _while_loops(model, bounds):
         most = min(v for v in (given, m) if v is not None) if given is not None or m is not None else None
         key = next((o for o in node.output[len(node.input) - 2:] if o), name)
         before = list(nodes)
-        looped = at_run_time(node, label, most, consts, lambda n, i, ns: _named_types(model, before, n, i, ns))
+        looped = at_run_time(node, label, most, consts, lambda n, i, ns: _named_types(model, before, n, i, ns),
+                             opset)
         if not isinstance(looped, str):  # the runtime runs it (ir/loops.py)
             nodes += looped[0]
             g.initializer.extend(looped[1])
