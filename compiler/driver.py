@@ -8,7 +8,8 @@
     data     = back_end(front, choices, ...)         the passes for the target, to the bundle's bytes
     data     = sign(data, options)
 
-Each stage is skipped when its option is off: no tuning unless asked; no
+A target list (`--target host,aarch64,vulkan`) runs the stages for each
+target and packs the bundles as one (compiler/bundle/multi.py). Each stage is skipped when its option is off: no tuning unless asked; no
 cost table unless a plan or continuous mode needs one; the default plan's
 choices are the options as given. The passes of the front and back end,
 in order (compiler/pipeline.py runs them; one module each):
@@ -55,13 +56,8 @@ def compile(model, options, output=None, progress=None, on_plan=None):
     Every failure is a CompileError (an unexpected one an InternalError
     naming where it happened)."""
     try:
-        front = front_end(model, options)
-        tuning = tune(front, options, progress)
-        table = profile(front, options, tuning, progress)
-        choices = choose(table, options, on_plan)
-        choices, accuracy = narrow(front, options, choices, progress)
-        data = back_end(front, choices, tuning, accuracy).data
-        data = sign(data, options)
+        data = sign(_each_target(model, options, progress, on_plan) if options.targets else
+                    _one_target(model, options, progress, on_plan), options)
     except CompileError:
         raise
     except Exception as e:
@@ -69,6 +65,35 @@ def compile(model, options, output=None, progress=None, on_plan=None):
     if output:
         with open(output, "wb") as f:
             f.write(data)
+    return data
+
+
+def _one_target(model, options, progress, on_plan):
+    front = front_end(model, options)
+    tuning = tune(front, options, progress)
+    table = profile(front, options, tuning, progress)
+    choices = choose(table, options, on_plan)
+    choices, accuracy = narrow(front, options, choices, progress)
+    return back_end(front, choices, tuning, accuracy).data
+
+
+def _each_target(model, options, progress, on_plan):
+    """One bundle for every target of a list (`--target host,aarch64,vulkan`):
+    the model compiled for each, then packed as its sections, bytes they
+    share stored once (compiler/bundle/multi.py); the runtime opens the
+    best section a machine runs."""
+    from .bundle.multi import pack
+    from .passes.write_bundle import verify
+
+    parts = []
+    for name in options.targets:
+        one = dataclasses.replace(options, target=name, targets=None, sign=None)
+        try:
+            parts.append((name, _one_target(model, one, progress, on_plan)))
+        except CompileError as e:
+            raise CompileError(f"target {name}: {e}") from None
+    data = pack(parts)
+    verify(data)
     return data
 
 

@@ -17,7 +17,8 @@ PLANS = ("default", "warm", "cold-greedy", "cold")
 
 @dataclass(frozen=True)
 class Options:
-    target: object = "host"        # a target name (targets/) or Target; resolved to a Target when made
+    target: object = "host"        # a target name (targets/) or Target; resolved to a Target when made;
+                                   # names joined by commas: one bundle for each (bundle/multi.py)
     input_shapes: dict = None      # {input: [dims]}: each an int, a Dim, or text: "1x3x[32:640:32]x[W=32:640]"
     typical_shapes: dict = None    # {input: [ints]}: the sizes the plan is weighed for (default: each range's max)
     constants: dict = None         # {input: ndarray}: inputs frozen to values (shape parameters)
@@ -37,10 +38,17 @@ class Options:
     calibration_samples: int = 4   # ... how many generated, when no calibration data is given
     sign: str = None               # secret key file (coldbrew keygen): sign the bundle (bundle/sign.py)
     dump_ir: str = None            # write the IR after each pass here
+    targets: tuple = None          # set from a target list: its names (target: the first's Target)
 
     def __post_init__(self):
         from coldbrew.targets import resolve
 
+        if isinstance(self.target, str) and "," in self.target:
+            names = tuple(n.strip() for n in self.target.split(","))
+            if len(set(names)) != len(names) or "" in names:
+                raise CompileError(f"--target {self.target}: each target is named once")
+            object.__setattr__(self, "targets", names)
+            object.__setattr__(self, "target", names[0])
         try:
             target = resolve(self.target) if isinstance(self.target, str) else self.target
         except ValueError as e:

@@ -50,10 +50,11 @@ def build_runner(out_dir):
 
 def tensors(path):
     """[(name, dtype, shape)] of a bundle's inputs and of its outputs, read from its header."""
+    from coldbrew.compiler.bundle.multi import sections
     from coldbrew.compiler.ir.forms import DTYPES
-    from coldbrew.compiler.bundle.reader import read
 
-    b = read(path)[0]
+    with open(path, "rb") as f:
+        b = sections(f.read(), path)[0][1]  # (a multi-target bundle's sections take the same tensors)
 
     def info(ids):
         return [(t.name.decode(), np.dtype(DTYPES[t.dtype]), [int(d) for d in t.shape])
@@ -76,9 +77,10 @@ def command(runner, cpu=None):
     return ["qemu-aarch64", *(["-cpu", cpu] if cpu else []), "-L", SYSROOT, "-E", f"LD_LIBRARY_PATH={bionic}", runner]
 
 
-def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None):
+def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None, seen=None):
     """Run `bundle` once under qemu with the arrays `inputs` (in input order); its outputs as arrays.
-    `cpu`: the CPU qemu emulates (`qemu-aarch64 -cpu NAME`, one of cpus()); None: qemu's default."""
+    `cpu`: the CPU qemu emulates (`qemu-aarch64 -cpu NAME`, one of cpus()); None: qemu's default.
+    `seen` (a dict) gets "target": the target the runtime opened (a multi-target bundle's section)."""
     if cpu is not None and cpu not in cpus():
         raise QemuError(f"qemu-aarch64 cannot emulate cpu '{cpu}' (it can: {', '.join(cpus())})")
     _, outs = tensors(bundle)
@@ -95,6 +97,8 @@ def run(runner, bundle, inputs, work_dir, timeout=600, cpu=None):
         raise QemuError(f"run_bundle under qemu-aarch64 exited {r.returncode}: {r.stderr.strip()}")
     ran = {}  # each output's shape in the run (an output sized by the data is shorter than the bundle's)
     for line in r.stdout.splitlines():
+        if line.startswith("target ") and seen is not None:
+            seen["target"] = line.split(" ", 1)[1]
         m = re.match(r"output (\d+) .*, shape ([\dx]*)$", line)
         if m:
             ran[int(m.group(1))] = [int(d) for d in m.group(2).split("x") if d]
@@ -111,13 +115,13 @@ def compile_and_run(runner, model, target, work_dir, seed=11, precision="fp32", 
     return run_and_compare(runner, model, path, work_dir, seed, cpu)
 
 
-def run_and_compare(runner, model, path, work_dir, seed=11, cpu=None):
+def run_and_compare(runner, model, path, work_dir, seed=11, cpu=None, seen=None):
     """Run the bundle at `path` (compiled from `model`) under qemu emulating `cpu` and `model` in
-    onnxruntime on the same random inputs; [(ours, onnxruntime's)] per output."""
+    onnxruntime on the same random inputs; [(ours, onnxruntime's)] per output (`seen`: see run)."""
     from conftest import ort_run
 
     ins, _ = tensors(path)
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape).astype(dtype) for name, dtype, shape in ins}
-    ours = run(runner, path, list(feeds.values()), work_dir, cpu=cpu)
+    ours = run(runner, path, list(feeds.values()), work_dir, cpu=cpu, seen=seen)
     return list(zip(ours, ort_run(model, feeds)))

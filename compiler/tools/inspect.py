@@ -6,11 +6,13 @@ import json
 
 from coldbrew.schemas.generated import bundle_generated as fb
 
+from ..bundle.multi import sections
 from ..bundle.reader import WEIGHT_FORMS, cpu_step, read_bytes, shape_now, text
 from ..ir.forms import DTYPES, PRECISION_OF_DTYPE
 
 _SEG = {v: k for k, v in vars(fb.SegmentKind).items() if not k.startswith("_")}
 _KIND = {v: k for k, v in vars(fb.TensorKind).items() if not k.startswith("_")}
+_WEIGHT_KINDS = (fb.SegmentKind.weights_raw, fb.SegmentKind.weights_cached)
 
 
 def _schedule(cpu):
@@ -28,9 +30,40 @@ def describe(path):
     with open(path, "rb") as f:
         data = f.read()
     b, size, version = read_bytes(data, path)
+    if not b.sections:
+        return [f"bundle     {path} ({size:,} bytes, schema v{version})"] + _one(b, data)
+    lines = [f"bundle     {path} ({size:,} bytes, schema v{version}: {len(b.sections)} targets, best first)"]
+    lines += section_lines(data, path)
+    for name, one, v in sections(data, path):
+        lines += ["", f"section    {name} (schema v{v})"] + _one(one, data)[:-1]
+    return lines + [signature_line(data)]
+
+
+def section_lines(data, path):
+    """A multi-target bundle's sections: each one's target, code and the
+    weight bytes it stores itself or shares with another section."""
+    found = sections(data, path)
+    users = {}
+    for _, b, _ in found:
+        for s in b.segments:
+            users.setdefault(s.offset, []).append(s)
+    lines = [f"  {'target':<14} {'cpu':<12} {'code':>10} {'own weights':>12} {'shared':>10}  features"]
+    for name, b, _ in found:
+        code = sum(s.size for s in b.segments if s.kind not in _WEIGHT_KINDS)
+        own = sum(s.size for s in b.segments if s.kind in _WEIGHT_KINDS and len(users[s.offset]) == 1)
+        shared = sum(s.size for s in b.segments if s.kind in _WEIGHT_KINDS and len(users[s.offset]) > 1)
+        t = b.target
+        lines.append(f"  {name:<14} {text(t.gpuClass or t.cpu):<12} {code:>10,} {own:>12,} {shared:>10,}  "
+                     f"{','.join(text(f) for f in t.features or []) or '-'}")
+    once = sum(v[0].size for v in users.values() if v[0].kind in _WEIGHT_KINDS and len(v) > 1)
+    lines.append(f"shared     {once:,} weight bytes stored once for several targets")
+    return lines
+
+
+def _one(b, data):
+    """A single-target bundle's (or a section's) lines after the first."""
     t = b.target
     lines = [
-        f"bundle     {path} ({size:,} bytes, schema v{version})",
         f"model      {text(b.modelName)}  sha256 {text(b.modelHash)[:16]}…",
         f"producer   {text(b.producer)}",
         f"target     {text(t.triple)} cpu={text(t.cpu)} features={','.join(text(f) for f in t.features or []) or '-'}"

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   cb_bundle* bundle = NULL;
   cb_status s = cb_bundle_open_file(argv[1], 0, &bundle);
   if (s) return fail("open", s);
+  printf("target %s\n", cb_bundle_target(bundle)); /* a multi-target bundle's: the section it opened */
   cb_session* session = NULL;
   if ((s = cb_session_create(bundle, NULL, &session))) return fail("session", s);
   /* Every input at the bundle's shape: a bundle whose inputs take ranges of

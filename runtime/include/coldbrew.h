@@ -61,7 +61,7 @@
 CB_API_BEGIN
 
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION (schemas/README.md) */
-#define CB_SCHEMA_VERSION 6u
+#define CB_SCHEMA_VERSION 7u
 #define CB_SCHEMA_MIN_VERSION 4u
 
 typedef enum cb_status {
@@ -104,9 +104,16 @@ typedef enum cb_dtype {
  * libsodium (libsodium.so.23), loaded then. Without a key a signature is
  * not required (nor checked). */
 #define CB_PUBLIC_KEY_BYTES 32u
+/* Multi-target bundles (`coldbrew compile --target host,aarch64,vulkan`)
+ * hold one section per target, best first: the open takes the first this
+ * machine runs (a GPU section where a Vulkan device opens, unless
+ * CB_OPEN_CPU_ONLY; a CPU section whose features this CPU has), or the one
+ * `target` names; none: CB_ERR_TARGET naming each and why. */
+#define CB_OPEN_CPU_ONLY 2u
 typedef struct cb_open_options {
   uint32_t flags;               /* CB_OPEN_* */
   const uint8_t* public_key;    /* CB_PUBLIC_KEY_BYTES bytes, or NULL: no signature required */
+  const char* target;           /* a multi-target bundle's section, by name, or NULL: the best that runs */
 } cb_open_options;
 
 typedef struct cb_bundle cb_bundle;
@@ -198,6 +205,8 @@ cb_status cb_bundle_open_file_with(const char* path, const cb_open_options* opti
 cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_open_options* options,
                                      cb_bundle** out_bundle);
 void cb_bundle_release(cb_bundle* bundle);
+/* The target an open bundle runs: a multi-target bundle's section name, else its CPU (or GPU API). */
+const char* cb_bundle_target(const cb_bundle* bundle);
 /* The checks an open makes of a bundle's structure (preamble, header,
  * tensors, plan, a GPU bundle's shaders and dispatches), without those of
  * the running machine (target, code, GPU): for tools that write or ship

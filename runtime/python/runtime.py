@@ -16,9 +16,10 @@ _DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.i
 _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "TARGET", "LOAD",
            "KERNEL", "OUT_OF_MEMORY", "GPU", "SIGNATURE"]
 SKIP_WEIGHT_CHECKSUMS = 1
+CPU_ONLY = 2  # coldbrew.h CB_OPEN_CPU_ONLY
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
            7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline"}  # cb_phase
-_PHASE_PIPELINE = 10
+_PHASE_PIPELINE, _PHASE_VERIFY = 10, 4
 GPU_LANE = -1  # the cpu of events that ran on the GPU (gpu_execute)
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
@@ -43,7 +44,7 @@ class _Options(ctypes.Structure):
 
 
 class _OpenOptions(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint32), ("public_key", ctypes.c_char_p)]
+    _fields_ = [("flags", ctypes.c_uint32), ("public_key", ctypes.c_char_p), ("target", ctypes.c_char_p)]
 
 
 class _TraceEvent(ctypes.Structure):
@@ -69,6 +70,7 @@ def _load_library():
         "cb_bundle_open_memory": ([vp, sz, u32, ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_file_with": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_bundle_target": ([vp], ctypes.c_char_p),
         "cb_bundle_release": ([vp], None),
         "cb_bundle_check_memory": ([ctypes.c_char_p, sz], ctypes.c_int),
         "cb_bundle_verify_weights": ([vp], ctypes.c_int),
@@ -173,14 +175,19 @@ class InferenceSession:
     public_key (32 bytes, hex, or a .pub file from `coldbrew keygen`)
     requires the bundle to be signed by that key: an unsigned bundle, one
     signed by another key, or one altered in any byte since it was signed is
-    refused (BundleError, status SIGNATURE) before its code is loaded."""
+    refused (BundleError, status SIGNATURE) before its code is loaded.
+
+    A multi-target bundle opens the best section this machine runs (a GPU
+    where one opens, unless cpu_only), or the one `target` names; `target`
+    (an attribute) says which it opened."""
 
     def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None,
-                 public_key=None):
+                 public_key=None, target=None, cpu_only=False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self._key = read_public_key(public_key) if public_key is not None else None
-        opts = _OpenOptions(0 if verify_weights else SKIP_WEIGHT_CHECKSUMS, self._key)
+        opts = _OpenOptions((0 if verify_weights else SKIP_WEIGHT_CHECKSUMS) | (CPU_ONLY if cpu_only else 0),
+                            self._key, target.encode() if target else None)
         self._bundle = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -189,6 +196,7 @@ class InferenceSession:
                                                    ctypes.byref(self._bundle)))
         else:
             _check(_lib.cb_bundle_open_file_with(os.fsencode(source), ctypes.byref(opts), ctypes.byref(self._bundle)))
+        self.target = _lib.cb_bundle_target(self._bundle).decode()
         self._inputs = self._infos(_lib.cb_bundle_input_count, _lib.cb_bundle_input_info,
                                    lambda k, n: self._ranges(_lib.cb_bundle_input_range, k, n))
         self._outputs = self._infos(_lib.cb_bundle_output_count, _lib.cb_bundle_output_info,
@@ -336,7 +344,8 @@ class InferenceSession:
         (worker: the preparation worker that ran the phase, its queue's
         number, or 0 for any other thread). Phases:
         verify, code_load and session (opening the bundle and creating the
-        session; step -1, layer "bundle", reported by the first run), then per step read and transform (first
+        session; step -1, layer "bundle", reported by the first run; verify's
+        variant: the target opened, `target`), then per step read and transform (first
         run) and execute. `alternate` marks a step's warm variant in
         continuous mode (its weights' read, its execution). GPU bundles:
         gpu_context, read per step (a reader thread, during the context),
@@ -354,7 +363,7 @@ class InferenceSession:
             if e.phase == _PHASE_PIPELINE:
                 step, layer = -1, ctypes.c_char_p(f"shader {e.step}".encode())
             elif step == _STEP_BUNDLE:
-                step = -1
+                step, variant = -1, ctypes.c_char_p(self.target.encode() if e.phase == _PHASE_VERIFY else b"")
             else:
                 _check(_lib.cb_bundle_step_info(self._bundle, step, ctypes.byref(layer), ctypes.byref(variant)))
                 if e.alternate:
@@ -386,8 +395,9 @@ class InferenceSession:
         self.close()
 
 
-def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None):
+def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None,
+         target=None, cpu_only=False):
     """Open a bundle (path or bytes) and return an InferenceSession
-    (mode: "cold" or "continuous"; exec_shares, public_key: see InferenceSession)."""
+    (mode: "cold" or "continuous"; exec_shares, public_key, target, cpu_only: see InferenceSession)."""
     return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode,
-                            exec_shares=exec_shares, public_key=public_key)
+                            exec_shares=exec_shares, public_key=public_key, target=target, cpu_only=cpu_only)

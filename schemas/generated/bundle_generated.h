@@ -67,6 +67,9 @@ struct KernelBuilder;
 struct Segment;
 struct SegmentBuilder;
 
+struct Section;
+struct SectionBuilder;
+
 struct Bundle;
 struct BundleBuilder;
 
@@ -2236,6 +2239,119 @@ inline ::flatbuffers::Offset<Segment> CreateSegment(
   return builder_.Finish();
 }
 
+struct Section FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef SectionBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NAME = 4,
+    VT_TARGET = 6,
+    VT_HEADER_OFFSET = 8,
+    VT_HEADER_SIZE = 10,
+    VT_HEADER_CHECKSUM = 12,
+    VT_SCHEMA_VERSION = 14
+  };
+  const ::flatbuffers::String *name() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_NAME);
+  }
+  const coldbrew::schema::Target *target() const {
+    return GetPointer<const coldbrew::schema::Target *>(VT_TARGET);
+  }
+  uint64_t header_offset() const {
+    return GetField<uint64_t>(VT_HEADER_OFFSET, 0);
+  }
+  uint64_t header_size() const {
+    return GetField<uint64_t>(VT_HEADER_SIZE, 0);
+  }
+  uint64_t header_checksum() const {
+    return GetField<uint64_t>(VT_HEADER_CHECKSUM, 0);
+  }
+  uint32_t schema_version() const {
+    return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NAME) &&
+           verifier.VerifyString(name()) &&
+           VerifyOffset(verifier, VT_TARGET) &&
+           verifier.VerifyTable(target()) &&
+           VerifyField<uint64_t>(verifier, VT_HEADER_OFFSET, 8) &&
+           VerifyField<uint64_t>(verifier, VT_HEADER_SIZE, 8) &&
+           VerifyField<uint64_t>(verifier, VT_HEADER_CHECKSUM, 8) &&
+           VerifyField<uint32_t>(verifier, VT_SCHEMA_VERSION, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct SectionBuilder {
+  typedef Section Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
+    fbb_.AddOffset(Section::VT_NAME, name);
+  }
+  void add_target(::flatbuffers::Offset<coldbrew::schema::Target> target) {
+    fbb_.AddOffset(Section::VT_TARGET, target);
+  }
+  void add_header_offset(uint64_t header_offset) {
+    fbb_.AddElement<uint64_t>(Section::VT_HEADER_OFFSET, header_offset, 0);
+  }
+  void add_header_size(uint64_t header_size) {
+    fbb_.AddElement<uint64_t>(Section::VT_HEADER_SIZE, header_size, 0);
+  }
+  void add_header_checksum(uint64_t header_checksum) {
+    fbb_.AddElement<uint64_t>(Section::VT_HEADER_CHECKSUM, header_checksum, 0);
+  }
+  void add_schema_version(uint32_t schema_version) {
+    fbb_.AddElement<uint32_t>(Section::VT_SCHEMA_VERSION, schema_version, 0);
+  }
+  explicit SectionBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Section> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Section>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Section> CreateSection(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Target> target = 0,
+    uint64_t header_offset = 0,
+    uint64_t header_size = 0,
+    uint64_t header_checksum = 0,
+    uint32_t schema_version = 0) {
+  SectionBuilder builder_(_fbb);
+  builder_.add_header_checksum(header_checksum);
+  builder_.add_header_size(header_size);
+  builder_.add_header_offset(header_offset);
+  builder_.add_schema_version(schema_version);
+  builder_.add_target(target);
+  builder_.add_name(name);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Section> CreateSectionDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *name = nullptr,
+    ::flatbuffers::Offset<coldbrew::schema::Target> target = 0,
+    uint64_t header_offset = 0,
+    uint64_t header_size = 0,
+    uint64_t header_checksum = 0,
+    uint32_t schema_version = 0) {
+  auto name__ = name ? _fbb.CreateString(name) : 0;
+  return coldbrew::schema::CreateSection(
+      _fbb,
+      name__,
+      target,
+      header_offset,
+      header_size,
+      header_checksum,
+      schema_version);
+}
+
 struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef BundleBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -2253,7 +2369,8 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_WEIGHT_CHECKSUMS = 26,
     VT_SHADERS = 28,
     VT_ACCURACY = 30,
-    VT_KERNELS = 32
+    VT_KERNELS = 32,
+    VT_SECTIONS = 34
   };
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
@@ -2300,6 +2417,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *kernels() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *>(VT_KERNELS);
   }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Section>> *sections() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Section>> *>(VT_SECTIONS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2336,6 +2456,9 @@ struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_KERNELS) &&
            verifier.VerifyVector(kernels()) &&
            verifier.VerifyVectorOfTables(kernels()) &&
+           VerifyOffset(verifier, VT_SECTIONS) &&
+           verifier.VerifyVector(sections()) &&
+           verifier.VerifyVectorOfTables(sections()) &&
            verifier.EndTable();
   }
 };
@@ -2389,6 +2512,9 @@ struct BundleBuilder {
   void add_kernels(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>>> kernels) {
     fbb_.AddOffset(Bundle::VT_KERNELS, kernels);
   }
+  void add_sections(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Section>>> sections) {
+    fbb_.AddOffset(Bundle::VT_SECTIONS, sections);
+  }
   explicit BundleBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2416,8 +2542,10 @@ inline ::flatbuffers::Offset<Bundle> CreateBundle(
     bool weight_checksums = false,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Shader>>> shaders = 0,
     ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>>> kernels = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Kernel>>> kernels = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Section>>> sections = 0) {
   BundleBuilder builder_(_fbb);
+  builder_.add_sections(sections);
   builder_.add_kernels(kernels);
   builder_.add_accuracy(accuracy);
   builder_.add_shaders(shaders);
@@ -2452,7 +2580,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
     bool weight_checksums = false,
     const std::vector<::flatbuffers::Offset<coldbrew::schema::Shader>> *shaders = nullptr,
     ::flatbuffers::Offset<coldbrew::schema::Accuracy> accuracy = 0,
-    std::vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *kernels = nullptr) {
+    std::vector<::flatbuffers::Offset<coldbrew::schema::Kernel>> *kernels = nullptr,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Section>> *sections = nullptr) {
   auto producer__ = producer ? _fbb.CreateString(producer) : 0;
   auto model_hash__ = model_hash ? _fbb.CreateString(model_hash) : 0;
   auto model_name__ = model_name ? _fbb.CreateString(model_name) : 0;
@@ -2463,6 +2592,7 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
   auto segments__ = segments ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Segment>>(*segments) : 0;
   auto shaders__ = shaders ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Shader>>(*shaders) : 0;
   auto kernels__ = kernels ? _fbb.CreateVectorOfSortedTables<coldbrew::schema::Kernel>(kernels) : 0;
+  auto sections__ = sections ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Section>>(*sections) : 0;
   return coldbrew::schema::CreateBundle(
       _fbb,
       schema_version,
@@ -2479,7 +2609,8 @@ inline ::flatbuffers::Offset<Bundle> CreateBundleDirect(
       weight_checksums,
       shaders__,
       accuracy,
-      kernels__);
+      kernels__,
+      sections__);
 }
 
 template <bool B>

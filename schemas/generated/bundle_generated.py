@@ -3636,6 +3636,170 @@ class SegmentT(object):
         return segment
 
 
+class Section(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Section()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsSection(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def SectionBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Section
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Section
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Section
+    def Target(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Target()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Section
+    def HeaderOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # Section
+    def HeaderSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # Section
+    def HeaderChecksum(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # Section
+    def SchemaVersion(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def SectionStart(builder):
+    builder.StartObject(6)
+
+def SectionAddName(builder, name):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+
+def SectionAddTarget(builder, target):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(target), 0)
+
+def SectionAddHeaderOffset(builder, headerOffset):
+    builder.PrependUint64Slot(2, headerOffset, 0)
+
+def SectionAddHeaderSize(builder, headerSize):
+    builder.PrependUint64Slot(3, headerSize, 0)
+
+def SectionAddHeaderChecksum(builder, headerChecksum):
+    builder.PrependUint64Slot(4, headerChecksum, 0)
+
+def SectionAddSchemaVersion(builder, schemaVersion):
+    builder.PrependUint32Slot(5, schemaVersion, 0)
+
+def SectionEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import Optional
+except:
+    pass
+
+class SectionT(object):
+
+    # SectionT
+    def __init__(
+        self,
+        name = None,
+        target = None,
+        headerOffset = 0,
+        headerSize = 0,
+        headerChecksum = 0,
+        schemaVersion = 0,
+    ):
+        self.name = name  # type: Optional[str]
+        self.target = target  # type: Optional[TargetT]
+        self.headerOffset = headerOffset  # type: int
+        self.headerSize = headerSize  # type: int
+        self.headerChecksum = headerChecksum  # type: int
+        self.schemaVersion = schemaVersion  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        section = Section()
+        section.Init(buf, pos)
+        return cls.InitFromObj(section)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, section):
+        x = SectionT()
+        x._UnPack(section)
+        return x
+
+    # SectionT
+    def _UnPack(self, section):
+        if section is None:
+            return
+        self.name = section.Name()
+        if section.Target() is not None:
+            self.target = TargetT.InitFromObj(section.Target())
+        self.headerOffset = section.HeaderOffset()
+        self.headerSize = section.HeaderSize()
+        self.headerChecksum = section.HeaderChecksum()
+        self.schemaVersion = section.SchemaVersion()
+
+    # SectionT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.target is not None:
+            target = self.target.Pack(builder)
+        SectionStart(builder)
+        if self.name is not None:
+            SectionAddName(builder, name)
+        if self.target is not None:
+            SectionAddTarget(builder, target)
+        SectionAddHeaderOffset(builder, self.headerOffset)
+        SectionAddHeaderSize(builder, self.headerSize)
+        SectionAddHeaderChecksum(builder, self.headerChecksum)
+        SectionAddSchemaVersion(builder, self.schemaVersion)
+        section = SectionEnd(builder)
+        return section
+
+
 class Bundle(object):
     __slots__ = ['_tab']
 
@@ -3897,8 +4061,32 @@ class Bundle(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         return o == 0
 
+    # Bundle
+    def Sections(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Section()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Bundle
+    def SectionsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Bundle
+    def SectionsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        return o == 0
+
 def BundleStart(builder):
-    builder.StartObject(15)
+    builder.StartObject(16)
 
 def BundleAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -3966,6 +4154,12 @@ def BundleAddKernels(builder, kernels):
 def BundleStartKernelsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
+def BundleAddSections(builder, sections):
+    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(sections), 0)
+
+def BundleStartSectionsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
 def BundleEnd(builder):
     return builder.EndObject()
 
@@ -3995,6 +4189,7 @@ class BundleT(object):
         shaders = None,
         accuracy = None,
         kernels = None,
+        sections = None,
     ):
         self.schemaVersion = schemaVersion  # type: int
         self.producer = producer  # type: Optional[str]
@@ -4011,6 +4206,7 @@ class BundleT(object):
         self.shaders = shaders  # type: Optional[List[ShaderT]]
         self.accuracy = accuracy  # type: Optional[AccuracyT]
         self.kernels = kernels  # type: Optional[List[KernelT]]
+        self.sections = sections  # type: Optional[List[SectionT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -4098,6 +4294,14 @@ class BundleT(object):
                 else:
                     kernel_ = KernelT.InitFromObj(bundle.Kernels(i))
                     self.kernels.append(kernel_)
+        if not bundle.SectionsIsNone():
+            self.sections = []
+            for i in range(bundle.SectionsLength()):
+                if bundle.Sections(i) is None:
+                    self.sections.append(None)
+                else:
+                    section_ = SectionT.InitFromObj(bundle.Sections(i))
+                    self.sections.append(section_)
 
     # BundleT
     def Pack(self, builder):
@@ -4169,6 +4373,14 @@ class BundleT(object):
             for i in reversed(range(len(self.kernels))):
                 builder.PrependUOffsetTRelative(kernelslist[i])
             kernels = builder.EndVector()
+        if self.sections is not None:
+            sectionslist = []
+            for i in range(len(self.sections)):
+                sectionslist.append(self.sections[i].Pack(builder))
+            BundleStartSectionsVector(builder, len(self.sections))
+            for i in reversed(range(len(self.sections))):
+                builder.PrependUOffsetTRelative(sectionslist[i])
+            sections = builder.EndVector()
         BundleStart(builder)
         BundleAddSchemaVersion(builder, self.schemaVersion)
         if self.producer is not None:
@@ -4198,6 +4410,8 @@ class BundleT(object):
             BundleAddAccuracy(builder, accuracy)
         if self.kernels is not None:
             BundleAddKernels(builder, kernels)
+        if self.sections is not None:
+            BundleAddSections(builder, sections)
         bundle = BundleEnd(builder)
         return bundle
 

@@ -49,6 +49,11 @@ struct cb_bundle {
   int head_fd;               /* its O_DIRECT descriptor while the head is read, else -1 */
   uint64_t open_ns;          /* when the open began: its traced verify phase starts there */
   struct cb_gpu* gpu;        /* GPU bundles: device, pipelines, weights buffer (vulkan/gpu.h) */
+  const char* want;          /* a multi-target bundle: the section asked for (its name), or NULL */
+  int no_gpu;                /* ... CPU sections only */
+  int check_all;             /* ... every section's header checked, the first one opened (a tool's check) */
+  const char* section;       /* ... the section opened (its name, in the index), or NULL */
+  uint64_t stream_end;       /* the streamer reads [0, stream_end): the section's last byte (0: the file's) */
 };
 
 /* Reading the file (stream.c says how). */

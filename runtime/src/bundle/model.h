@@ -172,6 +172,26 @@ static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model*
   return base + m->segments[m->tensors[t].segment].offset + m->tensors[t].segment_offset;
 }
 
+/* A multi-target bundle's section (schema 7, Bundle.sections): one
+ * target's whole header, elsewhere in the file. Strings point into the
+ * index header. */
+#define CB_INDEX_VERSION 7u
+typedef struct cb_section_desc {
+  const char* name;  /* the target as the compile named it */
+  const char* triple;
+  const char* cpu;
+  const char* gpu_class; /* "" for a CPU section */
+  uint32_t nfeatures;
+  const char** features;
+  uint64_t header_offset, header_size, header_checksum;
+  uint32_t version;  /* the section header's own: 4 to 6 */
+} cb_section_desc;
+/* An index header's sections, best first (*out: one allocation, cb_free):
+ * verified as a FlatBuffer, every section's header inside the file and
+ * 8-byte aligned, of a version this runtime reads. CB_ERR_CORRUPT. */
+cb_status cb_index_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size, cb_section_desc** out,
+                         uint32_t* n);
+
 /* Verify the FlatBuffer header (generated verifier), then bounds-check every
  * index, size and offset against the file, and every CPU kernel call against
  * the kernel's recorded argument contract. `version`: the preamble's schema
@@ -212,6 +232,7 @@ int cb_host_has(const char* feature);
 
 /* Target check (target.c): CB_OK if this CPU runs code for (triple, features). */
 cb_status cb_target_check(const cb_model* model);
+cb_status cb_target_runs(const char* triple, const char* cpu, const char* const* features, uint32_t n);
 
 #ifdef __cplusplus
 }

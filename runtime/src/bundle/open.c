@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -60,6 +61,46 @@ static uint64_t front_end(const cb_model* m) {
   return end;
 }
 
+/* A multi-target bundle's index (schema 7): the section opened instead, the
+ * first the asker allows (b->want: its name; b->no_gpu: CPU sections only)
+ * that this machine runs (a GPU section: the layer above finds out); or
+ * CB_ERR_TARGET naming each section and why not. */
+static cb_status pick_section(cb_bundle* b, const uint8_t* index, uint64_t size, uint64_t* off, uint64_t* n,
+                              uint64_t* sum, uint32_t* version) {
+  cb_section_desc* secs = NULL;
+  uint32_t count = 0;
+  cb_status s = cb_index_parse(index, size, b->size, &secs, &count);
+  if (s) return s;
+  char why[1024] = "";
+  int at = 0;
+  for (uint32_t k = 0; b->check_all && k < count; k++) { /* every section's structure, none opened */
+    cb_model m;
+    const uint8_t* h = cb_front_at(b, secs[k].header_offset, secs[k].header_size);
+    if (cb_checksum64(h, secs[k].header_size) != secs[k].header_checksum)
+      s = cb_fail(CB_ERR_CORRUPT, "bundle section '%s': header checksum mismatch", secs[k].name);
+    else if (!(s = cb_model_parse(h, secs[k].header_size, b->size, secs[k].version, &m)))
+      cb_model_free(&m);
+    if (s) return cb_free(secs), s;
+  }
+  for (uint32_t k = 0; k < count; k++) {
+    const cb_section_desc* d = &secs[k];
+    const char* no = b->want && strcmp(b->want, d->name) ? "not the one asked for"
+                     : b->want || b->check_all ? NULL /* (the open's target check still refuses another CPU's) */
+                     : d->gpu_class[0] && b->no_gpu ? "no GPU asked for or found" /* (a GPU's: its architecture) */
+                     : cb_target_runs(d->triple, d->cpu, d->features, d->gpu_class[0] ? 0 : d->nfeatures) ? cb_last_error()
+                                                                                                   : NULL;
+    if (!no) {
+      b->section = d->name, *off = d->header_offset, *n = d->header_size, *sum = d->header_checksum;
+      *version = d->version;
+      cb_free(secs);
+      return CB_OK;
+    }
+    if (at < (int)sizeof why) at += snprintf(why + at, sizeof why - at, "%s%s (%s)", k ? "; " : "", d->name, no);
+  }
+  cb_free(secs);
+  return cb_fail(CB_ERR_TARGET, "no target of this bundle runs here: %s", why);
+}
+
 cb_status cb_bundle_verify(cb_bundle* b, uint32_t* flags, const uint8_t* public_key, uint64_t* key) {
   uint64_t hdr_off = 0, hdr_size = 0;
   if (!b->open_ns) b->open_ns = cb_now_ns();
@@ -73,10 +114,23 @@ cb_status cb_bundle_verify(cb_bundle* b, uint32_t* flags, const uint8_t* public_
   }
   cb_head_extend(b, hdr_off + hdr_size);
   const uint8_t* hdr = cb_front_at(b, hdr_off, hdr_size);
-  if (cb_checksum64(hdr, hdr_size) != rd64(pre + 24))
+  uint64_t sum = rd64(pre + 24);
+  uint32_t version = rd32(pre + 8);
+  if (cb_checksum64(hdr, hdr_size) != sum)
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
-  *key = rd64(pre + 24);
-  if ((s = cb_model_parse(hdr, hdr_size, b->size, rd32(pre + 8), &b->model))) return s;
+  if (version == CB_INDEX_VERSION) {
+    if ((s = pick_section(b, hdr, hdr_size, &hdr_off, &hdr_size, &sum, &version))) return s;
+    cb_head_extend(b, hdr_off + hdr_size);
+    hdr = cb_front_at(b, hdr_off, hdr_size);
+    if (cb_checksum64(hdr, hdr_size) != sum)
+      return cb_fail(CB_ERR_CORRUPT, "bundle section '%s': header checksum mismatch (file altered or damaged)",
+                     b->section);
+  }
+  *key = sum;
+  if ((s = cb_model_parse(hdr, hdr_size, b->size, version, &b->model))) return s;
+  for (uint32_t i = 0; b->section && i < b->model.nsegments; i++) /* the streamer reads no further */
+    if (b->model.segments[i].offset + b->model.segments[i].size > b->stream_end)
+      b->stream_end = b->model.segments[i].offset + b->model.segments[i].size;
   uint64_t front = front_end(&b->model);
   cb_head_extend(b, front); /* the rest of the front; the first layers' weights, the streamer's (fill_head) */
   if (b->head) {

@@ -85,11 +85,12 @@ static void* streamer_main(void* arg) {
     advise(b, at0, front); /* small pages, answered before the chunks behind it */
     stream_progress(b, front);
   }
-  for (uint64_t at = atomic_load(&b->advised); at < b->size && !atomic_load(&b->stream_stop);) {
+  uint64_t last = b->stream_end ? b->stream_end : b->size; /* (a multi-target bundle's: its section's) */
+  for (uint64_t at = atomic_load(&b->advised); at < last && !atomic_load(&b->stream_stop);) {
     int populating = atomic_load(&b->populating);
     /* chunks end on 2 MB boundaries of the file, the folios' */
     uint64_t end = populating ? (at / CB_STREAM_CHUNK + 1) * CB_STREAM_CHUNK : at + CB_ADVISE_CHUNK;
-    if (end > b->size) end = b->size;
+    if (end > last) end = last;
     if (populating && madvise((void*)(b->base + at), (size_t)(end - at), MADV_POPULATE_READ) != 0 &&
         errno == EINVAL) { /* an older kernel: ask for the rest instead, and readers bring it in */
       atomic_store(&b->populating, 0);

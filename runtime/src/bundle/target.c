@@ -2,6 +2,7 @@
  * machine lacks, is refused with a message instead of dying on SIGILL. */
 #define _DEFAULT_SOURCE /* syscall() under -std=c11 */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bundle/model.h"
@@ -192,19 +193,19 @@ int cb_host_has(const char* f) {
   return -1;
 }
 
-cb_status cb_target_check(const cb_model* m) {
+cb_status cb_target_runs(const char* triple, const char* cpu, const char* const* features, uint32_t nfeatures) {
   size_t n = strlen(CB_HOST_ARCH);
-  if (strncmp(m->triple, CB_HOST_ARCH, n) != 0 || (m->triple[n] != '-' && m->triple[n] != 0))
-    return cb_fail(CB_ERR_TARGET, "bundle is built for %s (cpu %s); this machine is %s", m->triple,
-                   m->cpu, CB_HOST_ARCH);
-  for (uint32_t i = 0; i < m->nfeatures; i++) {
-    int has = cb_host_has(m->features[i]);
-    if (has == 0)
-      return cb_fail(CB_ERR_TARGET, "bundle is built for cpu %s and needs '%s', which this CPU lacks",
-                     m->cpu, m->features[i]);
+  if (strncmp(triple, CB_HOST_ARCH, n) != 0 || (triple[n] != '-' && triple[n] != 0))
+    return cb_fail(CB_ERR_TARGET, "bundle is built for %s (cpu %s); this machine is %s", triple, cpu, CB_HOST_ARCH);
+  char lacks[512] = "";
+  for (uint32_t i = 0, at = 0; i < nfeatures; i++) {
+    int has = cb_host_has(features[i]);
     if (has < 0)
-      return cb_fail(CB_ERR_TARGET, "bundle needs CPU feature '%s', which this runtime cannot check",
-                     m->features[i]);
+      return cb_fail(CB_ERR_TARGET, "bundle needs CPU feature '%s', which this runtime cannot check", features[i]);
+    if (!has && at < sizeof lacks) at += snprintf(lacks + at, sizeof lacks - at, "%s'%s'", at ? ", " : "", features[i]);
   }
+  if (lacks[0]) return cb_fail(CB_ERR_TARGET, "bundle is built for cpu %s and needs %s, which this CPU lacks", cpu, lacks);
   return CB_OK;
 }
+
+cb_status cb_target_check(const cb_model* m) { return cb_target_runs(m->triple, m->cpu, m->features, m->nfeatures); }

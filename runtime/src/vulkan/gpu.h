@@ -12,8 +12,9 @@
 
 typedef struct cb_gpu cb_gpu;
 typedef struct cb_gpu_session cb_gpu_session;
-/* The loader, an instance and the device (the GPU context). */
-cb_status cb_gpu_open(cb_gpu** out);
+/* The loader, an instance and the device (the GPU context); with
+ * `hardware`, no CPU implementation of Vulkan. */
+cb_status cb_gpu_open(cb_gpu** out, int hardware);
 /* The weights buffer of a bundle, and its pipelines started (through the
  * cache) on `threads` - 1 worker threads. */
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);

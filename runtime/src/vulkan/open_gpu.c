@@ -84,7 +84,7 @@ cb_status cb_open_gpu(cb_bundle* b, uint64_t t0, uint64_t key) {
   int reading = pthread_create(&rt, NULL, gpu_reader_main, &reader) == 0;
   if (!reading) gpu_reader_main(&reader);
   uint64_t t1 = cb_now_ns();
-  cb_status s = cb_gpu_open(&b->gpu);
+  cb_status s = cb_gpu_open(&b->gpu, b->section && !b->want); /* a section picked unasked: a real GPU only */
   add_open_event(b, (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_GPU_CONTEXT, sched_getcpu(), 0, t1, cb_now_ns(), 0, 0});
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (!s) s = cb_gpu_prepare(b->gpu, shaders, m, key, cores > 0 ? (uint32_t)cores : 1);

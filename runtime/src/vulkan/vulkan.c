@@ -40,8 +40,10 @@ static uint32_t compute_family(cb_vk* vk, VkPhysicalDevice d) {
 }
 
 /* The device: COLDBREW_VULKAN_DEVICE=<index> picks one; otherwise the
- * first discrete GPU, else integrated, virtual, then a CPU implementation. */
-static cb_status pick_device(cb_gpu* g) {
+ * first discrete GPU, else integrated, virtual, then a CPU implementation
+ * (none with `hardware`: a multi-target bundle's own choice runs its CPU
+ * sections there rather than a software renderer's). */
+static cb_status pick_device(cb_gpu* g, int hardware) {
   cb_vk* vk = &g->vk;
   uint32_t n = 0;
   VK_TRY(vk->vkEnumeratePhysicalDevices(g->instance, &n, NULL), "vkEnumeratePhysicalDevices");
@@ -59,7 +61,8 @@ static cb_status pick_device(cb_gpu* g) {
       if ((uint32_t)atoi(want) == i) best = (int)i;
       continue;
     }
-    if (device_rank(p.deviceType) > best_rank) best = (int)i, best_rank = device_rank(p.deviceType);
+    if (device_rank(p.deviceType) > best_rank && !(hardware && p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU))
+      best = (int)i, best_rank = device_rank(p.deviceType);
   }
   if (best < 0)
     return want && *want ? cb_fail(CB_ERR_GPU, "COLDBREW_VULKAN_DEVICE=%s names no Vulkan 1.1 device with compute "
@@ -72,7 +75,7 @@ static cb_status pick_device(cb_gpu* g) {
   return CB_OK;
 }
 
-static cb_status create_device(cb_gpu* g) {
+static cb_status create_device(cb_gpu* g, int hardware) {
   cb_vk* vk = &g->vk;
   VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "coldbrew", 1, "coldbrew", 1,
                            VK_API_VERSION_1_1};
@@ -82,7 +85,7 @@ static cb_status create_device(cb_gpu* g) {
     return cb_fail(CB_ERR_GPU, "Vulkan: no instance (VkResult %d): is a Vulkan 1.1 driver installed?", (int)r);
 #define CB_VK_LOAD_INSTANCE(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(g->instance, #name);
   CB_VK_INSTANCE(CB_VK_LOAD_INSTANCE)
-  cb_status s = pick_device(g);
+  cb_status s = pick_device(g, hardware);
   if (s) return s;
   float prio = 1.0f;
   VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, g->family, 1, &prio};
@@ -94,13 +97,13 @@ static cb_status create_device(cb_gpu* g) {
   return CB_OK;
 }
 
-cb_status cb_gpu_open(cb_gpu** out) {
+cb_status cb_gpu_open(cb_gpu** out, int hardware) {
   *out = NULL;
   cb_gpu* g = cb_calloc(1, sizeof *g);
   if (!g) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   pthread_mutex_init(&g->weights_mu, NULL);
   cb_status s = load_loader(&g->vk);
-  if (!s) s = create_device(g);
+  if (!s) s = create_device(g, hardware);
   if (s) {
     cb_gpu_release(g);
     return s;

@@ -1,0 +1,158 @@
+"""One file for several targets (schema version 7): single-target bundles
+packed as sections of one bundle, their equal bytes stored once.
+
+    data = pack([(name, bundle bytes), ...])   the first target's bytes first
+
+The file: the preamble, an index (a Bundle whose `sections` name each
+target, best first), every section's header (a whole single-target
+Bundle, its segments' offsets rewritten), then each section's segments in
+the order given: its code, then its weights in the order its plan needs
+them. A weight tensor whose bytes an earlier section already stores (raw
+weights; a cached layout two targets' kernels share) is not stored again:
+the section lists the earlier section's segment and points into it.
+Equal code is stored once too. The runtime opens the first section this
+machine runs (runtime/src/exec/load.c).
+"""
+import hashlib
+import struct
+
+import flatbuffers
+
+from coldbrew.schemas.generated import bundle_generated as fb
+
+from .checksum import checksum64
+from .reader import read_bytes, text
+
+VERSION = 7
+PAGE = 4096
+_WEIGHTS = (fb.SegmentKind.weights_raw, fb.SegmentKind.weights_cached)
+
+
+def _align(n, a):
+    return (n + a - 1) // a * a
+
+
+def order(parts):
+    """The sections' names best first: GPU sections (the runtime takes one
+    only where a GPU is there), then CPU sections by how many CPU features
+    they need, most first (a superset of another's runs where it runs and
+    is tuned for more), ties in the order given."""
+    def rank(item):
+        k, (name, b) = item
+        gpu = bool(b.target.gpuClass)
+        return (not gpu, -len(b.target.features or []), k)
+    return [name for _, (name, _) in sorted(enumerate(parts), key=rank)]
+
+
+def pack(bundles):
+    """The multi-target bundle of `bundles`, [(name, single-target bundle
+    bytes)], laid out in that order."""
+    names = [n for n, _ in bundles]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a target is named twice: {names}")
+    parsed = []
+    for name, data in bundles:
+        b, _, version = read_bytes(data, name)
+        if b.sections:
+            raise ValueError(f"{name}: a multi-target bundle cannot be a section")
+        parsed.append((name, b, version, data))
+    stored, blobs = {}, []  # sha256 of bytes -> (blob index, offset in it); blobs: [kind, bytearray]
+    lists = []  # per section: [blob index] of its segments
+    for name, b, version, data in parsed:
+        own, kept = {}, []
+        for k, seg in enumerate(b.segments):
+            body = data[seg.offset:seg.offset + seg.size]
+            if seg.kind not in _WEIGHTS:
+                key = hashlib.sha256(body).digest()
+                if key not in stored:
+                    blobs.append([seg.kind, bytearray(body), seg.rawSize])
+                    stored[key] = (len(blobs) - 1, 0)
+                own[k] = stored[key][0]
+                kept.append(own[k])
+        for t in b.tensors:
+            if t.kind != fb.TensorKind.weight:
+                continue
+            seg = b.segments[t.segment]
+            body = data[seg.offset + t.segmentOffset:seg.offset + t.segmentOffset + t.nbytes]
+            key = hashlib.sha256(bytes([seg.kind]) + body).digest()
+            if key not in stored:
+                if t.segment not in own:
+                    blobs.append([seg.kind, bytearray(), 0])
+                    own[t.segment] = len(blobs) - 1
+                blob = blobs[own[t.segment]]
+                pos = _align(len(blob[1]), 64)
+                blob[1] += bytes(pos - len(blob[1])) + body
+                stored[key] = (own[t.segment], pos)
+            t.segment, t.segmentOffset = stored[key]  # (a blob index until the offsets are known)
+            if t.segment not in kept:
+                kept.append(t.segment)
+        lists.append(kept)
+    for (name, b, version, data), kept in zip(parsed, lists):
+        for t in b.tensors:
+            if t.kind == fb.TensorKind.weight:
+                t.segment = kept.index(t.segment)
+    # places: the headers after the index, then the blobs in order (each on a page)
+    index = _index(parsed, [(0, 0, 0)] * len(parsed))
+    headers = [_section_header(b, kept, blobs, [0] * len(blobs)) for (_, b, _, _), kept in zip(parsed, lists)]
+    pos, places = 64 + _align(len(index), 8), []
+    for h in headers:
+        places.append(pos)
+        pos = _align(pos + len(h), 8)
+    offsets, first = [], True
+    for kind, body, _ in blobs:  # as a single bundle's: plain code and the first weights on a page
+        page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)
+        first = first and kind not in _WEIGHTS
+        pos = _align(pos, PAGE if page else 64)
+        offsets.append(pos)
+        pos += len(body)
+    headers = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
+    index = _index(parsed, [(p, len(h), checksum64(h)) for p, h in zip(places, headers)])
+    size = _align(pos, 64)
+    out = bytearray(size)
+    struct.pack_into("<8sIIQQQ", out, 0, b"COLDBREW", VERSION, 64, len(index), checksum64(index), size)
+    out[64:64 + len(index)] = index
+    for p, h in zip(places, headers):
+        assert p + len(h) <= offsets[0] if offsets else True, "headers overlap the segments"
+        out[p:p + len(h)] = h
+    for off, (_, body, _) in zip(offsets, blobs):
+        out[off:off + len(body)] = body
+    return bytes(out)
+
+
+def _section_header(b, kept, blobs, offsets):
+    b.segments = [fb.SegmentT(kind=blobs[k][0], offset=offsets[k], size=len(blobs[k][1]), alignment=64,
+                              checksum=checksum64(bytes(blobs[k][1])), rawSize=blobs[k][2]) for k in kept]
+    return _finish(b)
+
+
+def _index(parsed, places):
+    rank = {n: k for k, n in enumerate(order([(name, b) for name, b, _, _ in parsed]))}
+    first = parsed[0][1]
+    sections = [fb.SectionT(name=name, target=b.target, headerOffset=p, headerSize=n, headerChecksum=c,
+                            schemaVersion=version)
+                for (name, b, version, _), (p, n, c) in zip(parsed, places)]
+    sections.sort(key=lambda s: rank[text(s.name)])
+    return _finish(fb.BundleT(schemaVersion=VERSION, producer=first.producer, modelHash=first.modelHash,
+                              modelName=first.modelName, sections=sections))
+
+
+def _finish(b):
+    builder = flatbuffers.Builder(4096)
+    builder.ForceDefaults(True)
+    builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
+    return bytes(builder.Output())
+
+
+def sections(data, path="<bytes>"):
+    """[(name, BundleT, schema version)] of a bundle's sections, best first;
+    a single-target bundle is one section named by its target's cpu (or
+    GPU class)."""
+    b, _, version = read_bytes(data, path)
+    if not b.sections:
+        return [(text(b.target.gpuClass or b.target.cpu), b, version)]
+    got = []
+    for s in b.sections:
+        header = data[s.headerOffset:s.headerOffset + s.headerSize]
+        fake = struct.pack("<8sIIQQQ", b"COLDBREW", s.schemaVersion, 64, len(header), 0, 64 + len(header))
+        got.append((text(s.name), read_bytes(fake + bytes(64 - len(fake)) + header, path)[0], s.schemaVersion))
+    return got

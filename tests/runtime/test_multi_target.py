@@ -1,0 +1,122 @@
+"""One bundle for several targets (compiler/bundle/multi.py; the runtime's
+bundle/open.c pick_section, exec/load.c): the same file opened on this
+machine's best x86 section and forced to its AVX2 one, under qemu as a
+Cortex-A53 (the generic aarch64 section) and a Cortex-A76 (sd855's), on
+lavapipe (the Vulkan section, asked for: unasked, a CPU implementation of
+Vulkan is passed over for the CPU sections), each matching onnxruntime;
+a list this CPU runs none of refused naming each target; equal weight
+bytes stored once; `coldbrew inspect` listing the sections."""
+import numpy as np
+import pytest
+import qemu
+from click.testing import CliRunner
+from conftest import assert_close, ort_run
+
+import coldbrew
+from coldbrew.compiler import CompileError, compile_model
+from coldbrew.compiler.bundle.multi import sections
+from coldbrew.compiler.tools.cli import main
+
+TARGETS = "host,x86_64-avx2,aarch64,sd855,vulkan"
+
+
+@pytest.fixture(scope="module")
+def multi(small_model, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("multi") / "small-multi.brew")
+    compile_model(small_model, path, target=TARGETS)
+    return path
+
+
+def _feeds(model, seed=5):
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return {x.name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+def test_the_host_opens_its_own_section_unasked_and_the_avx2_one_when_asked(multi, small_model):
+    feeds = _feeds(small_model)
+    ref = ort_run(small_model, feeds)
+    sess = coldbrew.load(multi, trace=True)
+    assert sess.target == "host"  # not vulkan: lavapipe, the only Vulkan device here, is a CPU implementation
+    assert_close(sess.run(None, feeds), ref)
+    assert [e["variant"] for e in sess.trace() if e["phase"] == "verify"] == ["host"]
+    forced = coldbrew.load(multi, target="x86_64-avx2")
+    assert forced.target == "x86_64-avx2"
+    assert_close(forced.run(None, feeds), ref)
+
+
+def test_lavapipe_runs_the_vulkan_section_asked_for(multi, small_model):
+    feeds = _feeds(small_model)
+    sess = coldbrew.load(multi, target="vulkan")
+    assert sess.target == "vulkan"
+    assert_close(sess.run(None, feeds), ort_run(small_model, feeds))
+    assert coldbrew.load(multi, cpu_only=True).target == "host"
+
+
+@pytest.mark.parametrize("cpu,section", [("cortex-a53", "aarch64"), ("cortex-a76", "sd855")])
+def test_qemu_opens_the_section_its_cpu_runs(qemu_runner, multi, small_model, cpu, section, tmp_path):
+    seen = {}
+    pairs = qemu.run_and_compare(qemu_runner, small_model, multi, str(tmp_path), cpu=cpu, seen=seen)
+    assert seen["target"] == section
+    for ours, ref in pairs:
+        assert_close(ours, ref)
+
+
+def test_a_list_this_cpu_runs_none_of_is_refused_naming_each(small_model, tmp_path):
+    with open("/proc/cpuinfo") as f:
+        avx512 = "avx512f" in f.read()
+    names = ["aarch64", "sd855"] + ([] if avx512 else ["x86_64-avx512"])
+    path = str(tmp_path / "foreign.brew")
+    compile_model(small_model, path, target=",".join(names))
+    with pytest.raises(coldbrew.BundleError, match="no target of this bundle runs here") as e:
+        coldbrew.load(path)
+    for name in names:
+        assert f"{name} (" in str(e.value)
+    assert "this machine is x86_64" in str(e.value)
+    if "x86_64-avx512" in names:
+        assert "needs 'avx512f'" in str(e.value)
+    with pytest.raises(coldbrew.BundleError, match="no target of this bundle runs here: .*not the one asked for"):
+        coldbrew.load(path, target="nonesuch")
+
+
+def test_equal_weights_are_stored_once(small_model, tmp_path):
+    """aarch64 and sd855 kernels read one blocked layout (4 lanes): the
+    second section stores no weight byte of its own."""
+    one = compile_model(small_model, target="aarch64")
+    both = compile_model(small_model, str(tmp_path / "arm.brew"), target="aarch64,sd855")
+    weights = {s.offset: s.size for _, b, _ in sections(both) for s in b.segments if s.kind in (0, 1)}
+    single = sum(s.size for s in sections(one)[0][1].segments if s.kind in (0, 1))
+    assert sum(weights.values()) == single
+    assert len(both) < 2 * len(one) - single // 2
+
+
+def test_inspect_lists_the_sections_and_their_shared_bytes(multi):
+    out = CliRunner().invoke(main, ["inspect", "--verify", multi])
+    assert out.exit_code == 0, out.output
+    for name in TARGETS.split(","):
+        assert f"section    {name} (schema v" in out.output
+    assert "schema v7: 5 targets, best first" in out.output
+    assert "weight bytes stored once for several targets" in out.output
+    assert "verify     ok" in out.output
+
+
+def test_a_damaged_section_header_is_refused(multi, tmp_path):
+    data = bytearray(open(multi, "rb").read())
+    host = next(s for s in _index(data).sections if s.name == b"host")
+    data[host.headerOffset + host.headerSize // 2] ^= 0x40
+    with pytest.raises(coldbrew.BundleError, match="section 'host': header checksum mismatch"):
+        coldbrew.load(bytes(data))
+    assert coldbrew.load(bytes(data), target="x86_64-avx2").target == "x86_64-avx2"  # its own header is whole
+    with pytest.raises(coldbrew.BundleError, match="section 'host': header checksum mismatch"):
+        coldbrew.check_bundle(bytes(data))  # a tool's check: every section
+
+
+def test_a_target_named_twice_is_a_compile_error(small_model):
+    with pytest.raises(CompileError, match="each target is named once"):
+        compile_model(small_model, target="host,aarch64,host")
+
+
+def _index(data):
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    return read_bytes(bytes(data))[0]
