@@ -27,6 +27,11 @@ CB_API_BEGIN
 void cb_debug_fail_allocation(uint64_t n);
 void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
 
+/* Whether a GPU's device node is there, as a multi-target bundle's open
+ * asks before it tries its GPU section: 1 or 0 from now on, -1 to look
+ * again. */
+void cb_debug_gpu_node(int present);
+
 /* Position-weighted 64-bit checksum of a bundle's segments and tensors
  * (schemas/README.md); the compiler computes the same in Python. */
 uint64_t cb_checksum64(const uint8_t* data, uint64_t size);

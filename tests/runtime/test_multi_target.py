@@ -6,6 +6,8 @@ lavapipe (the Vulkan section, asked for: unasked, a CPU implementation of
 Vulkan is passed over for the CPU sections), each matching onnxruntime;
 a list this CPU runs none of refused naming each target; equal weight
 bytes stored once; `coldbrew inspect` listing the sections."""
+import ctypes
+
 import numpy as np
 import pytest
 import qemu
@@ -16,6 +18,7 @@ import coldbrew
 from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.bundle.multi import sections
 from coldbrew.compiler.tools.cli import main
+from coldbrew.runtime import testing_function as runtime_hook
 
 TARGETS = "host,x86_64-avx2,aarch64,sd855,vulkan"
 
@@ -51,6 +54,21 @@ def test_lavapipe_runs_the_vulkan_section_asked_for(multi, small_model):
     assert sess.target == "vulkan"
     assert_close(sess.run(None, feeds), ort_run(small_model, feeds))
     assert coldbrew.load(multi, cpu_only=True).target == "host"
+
+
+def test_a_gpu_node_whose_vulkan_is_a_cpu_implementation_falls_back_to_the_cpu_sections(multi, small_model):
+    """With a GPU's device node there, the open tries the Vulkan section
+    first; lavapipe, a CPU implementation, is not taken unasked (CB_ERR_GPU),
+    and the bundle is opened again for its CPU sections."""
+    node = runtime_hook("cb_debug_gpu_node", None, ctypes.c_int)
+    node(1)
+    try:
+        sess = coldbrew.load(multi)
+    finally:
+        node(-1)
+    assert sess.target == "host"
+    feeds = _feeds(small_model)
+    assert_close(sess.run(None, feeds), ort_run(small_model, feeds))
 
 
 @pytest.mark.parametrize("cpu,section", [("cortex-a53", "aarch64"), ("cortex-a76", "sd855")])

@@ -17,7 +17,7 @@ static cb_status open_verified(cb_bundle* b, uint32_t flags, const uint8_t* publ
  * Vulkan device: CB_ERR_GPU) is opened again for its CPU sections (*again). */
 static cb_status finish_open(cb_bundle* b, const cb_open_options* o, int no_gpu, cb_bundle** out, int* again) {
   b->want = o ? o->target : NULL;
-  b->no_gpu = no_gpu || (o && (o->flags & CB_OPEN_CPU_ONLY));
+  b->no_gpu = no_gpu || (o && (o->flags & CB_OPEN_CPU_ONLY)) || (!b->want && !cb_gpu_node_present());
   cb_status s = open_verified(b, o ? o->flags : 0, o ? o->public_key : NULL);
   if (s) {
     *again = s == CB_ERR_GPU && b->section && !b->want && !b->no_gpu;

@@ -15,6 +15,8 @@ typedef struct cb_gpu_session cb_gpu_session;
 /* The loader, an instance and the device (the GPU context); with
  * `hardware`, no CPU implementation of Vulkan. */
 cb_status cb_gpu_open(cb_gpu** out, int hardware);
+/* Whether this machine shows a GPU's device node (vulkan.c). */
+int cb_gpu_node_present(void);
 /* The weights buffer of a bundle, and its pipelines started (through the
  * cache) on `threads` - 1 worker threads. */
 cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint64_t bundle_key, uint32_t threads);

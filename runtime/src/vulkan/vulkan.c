@@ -97,6 +97,22 @@ static cb_status create_device(cb_gpu* g, int hardware) {
   return CB_OK;
 }
 
+/* Whether a GPU's device node is there (a DRM render node; NVIDIA's;
+ * Android's Adreno, Mali): a multi-target bundle tries its GPU section
+ * only then, sparing a machine without one the tens of milliseconds of a
+ * Vulkan instance (a CPU implementation's, which it would not take). */
+static int g_node = -1; /* cb_debug_gpu_node's answer, or -1: look */
+
+void cb_debug_gpu_node(int present) { g_node = present; }
+
+int cb_gpu_node_present(void) {
+  static const char* nodes[] = {"/dev/dri/renderD128", "/dev/nvidiactl", "/dev/kgsl-3d0", "/dev/mali0"};
+  if (g_node >= 0) return g_node;
+  for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
+    if (access(nodes[i], F_OK) == 0) return 1;
+  return 0;
+}
+
 cb_status cb_gpu_open(cb_gpu** out, int hardware) {
   *out = NULL;
   cb_gpu* g = cb_calloc(1, sizeof *g);
