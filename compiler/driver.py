@@ -81,13 +81,21 @@ def _each_target(model, options, progress, on_plan):
     """One bundle for every target of a list (`--target host,aarch64,vulkan`):
     the model compiled for each, then packed as its sections, bytes they
     share stored once (compiler/bundle/multi.py); the runtime opens the
-    best section a machine runs."""
+    best section a machine runs. The first CPU target keeps its cached
+    weights; a CPU target whose vectors block the weights otherwise reads
+    them raw (one copy for every such target) unless --weights says."""
     from .bundle.multi import pack
     from .passes.write_bundle import verify
 
-    parts = []
+    parts, lanes = [], None
     for name in options.targets:
         one = dataclasses.replace(options, target=name, targets=None, sign=None)
+        if one.on_gpu or options.weights is not None:
+            pass
+        elif lanes is None:
+            lanes = one.target.vector.lanes  # the first CPU target's cached forms: its blocked layout
+        elif one.target.vector.lanes != lanes:  # a layout of its own: the raw weights, stored once for all
+            one = dataclasses.replace(one, weights="raw")
         try:
             parts.append((name, _one_target(model, one, progress, on_plan)))
         except CompileError as e:

@@ -69,9 +69,8 @@ def pack(bundles):
                     stored[key] = (len(blobs) - 1, 0)
                 own[k] = stored[key][0]
                 kept.append(own[k])
-        for t in b.tensors:
-            if t.kind != fb.TensorKind.weight:
-                continue
+        weights = [t for t in b.tensors if t.kind == fb.TensorKind.weight]
+        for t in sorted(weights, key=lambda t: (b.segments[t.segment].offset, t.segmentOffset)):  # file order
             seg = b.segments[t.segment]
             body = data[seg.offset + t.segmentOffset:seg.offset + t.segmentOffset + t.nbytes]
             key = hashlib.sha256(bytes([seg.kind]) + body).digest()
@@ -91,20 +90,23 @@ def pack(bundles):
         for t in b.tensors:
             if t.kind == fb.TensorKind.weight:
                 t.segment = kept.index(t.segment)
-    # places: the headers after the index, then the blobs in order (each on a page)
+    # places: after the index, each section's header and then the blobs it stores first, so the
+    # first section reads as a single bundle does (header, code, weights in the order of need)
     index = _index(parsed, [(0, 0, 0)] * len(parsed))
     headers = [_section_header(b, kept, blobs, [0] * len(blobs)) for (_, b, _, _), kept in zip(parsed, lists)]
-    pos, places = 64 + _align(len(index), 8), []
-    for h in headers:
-        places.append(pos)
-        pos = _align(pos + len(h), 8)
-    offsets, first = [], True
-    for kind, body, _ in blobs:  # as a single bundle's: plain code and the first weights on a page
-        page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)
-        first = first and kind not in _WEIGHTS
-        pos = _align(pos, PAGE if page else 64)
-        offsets.append(pos)
-        pos += len(body)
+    pos, places, offsets, first = 64 + _align(len(index), 8), [], [0] * len(blobs), True
+    for h, kept in zip(headers, lists):
+        places.append(_align(pos, 8))
+        pos = places[-1] + len(h)
+        for k in kept:
+            kind, body, _ = blobs[k]
+            if offsets[k]:  # an earlier section's
+                continue
+            page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)  # as a single bundle's:
+            first = first and kind not in _WEIGHTS  # plain code and the first weights on a page
+            pos = _align(pos, PAGE if page else 64)
+            offsets[k] = pos
+            pos += len(body)
     headers = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
     index = _index(parsed, [(p, len(h), checksum64(h)) for p, h in zip(places, headers)])
     size = _align(pos, 64)
@@ -112,7 +114,6 @@ def pack(bundles):
     struct.pack_into("<8sIIQQQ", out, 0, b"COLDBREW", VERSION, 64, len(index), checksum64(index), size)
     out[64:64 + len(index)] = index
     for p, h in zip(places, headers):
-        assert p + len(h) <= offsets[0] if offsets else True, "headers overlap the segments"
         out[p:p + len(h)] = h
     for off, (_, body, _) in zip(offsets, blobs):
         out[off:off + len(body)] = body

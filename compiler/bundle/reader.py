@@ -25,13 +25,17 @@ def read(path):
 
 
 def read_header(path):
-    """The header alone (BundleT), read without the weights and without the
+    """The header alone (BundleT; a multi-target bundle's first section's),
+    read without the weights and without the
     kernel's read-ahead (a cold-start benchmark reads it, then evicts the
     file: no read of the weights may still be on its way)."""
     with open(path, "rb", buffering=0) as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
         _, hdr_off, hdr_size, file_size = _preamble(os.pread(f.fileno(), 64, 0), path)
         header = os.pread(f.fileno(), hdr_size, hdr_off)
+        if len(header) == hdr_size and _root(header, path).sections:  # a multi-target bundle: its first section's
+            first = _root(header, path).sections[0]  # (every section takes the same inputs)
+            header, hdr_size = os.pread(f.fileno(), first.headerSize, first.headerOffset), first.headerSize
     if len(header) != hdr_size:
         raise InspectError(f"{path}: truncated or damaged (header cut short; the file should hold {file_size} bytes)")
     return _root(header, path)
