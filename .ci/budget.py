@@ -17,7 +17,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # lines: fixed; a raise is argued in the issue it serves, never here
-BUDGET = {"compiler": 18900, "runtime": 6400}
+BUDGET = {"compiler": 18910, "runtime": 6700}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {

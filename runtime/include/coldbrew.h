@@ -207,6 +207,38 @@ cb_status cb_bundle_open_memory_with(const void* data, size_t size, const cb_ope
 void cb_bundle_release(cb_bundle* bundle);
 /* The target an open bundle runs: a multi-target bundle's section name, else its CPU (or GPU API). */
 const char* cb_bundle_target(const cb_bundle* bundle);
+
+/* Opening in the background. cb_bundle_open_async returns at once with a
+ * handle; a thread of the handle's own opens the bundle (as
+ * cb_bundle_open_file_with) and then reads and checks every step's weights
+ * in plan order, so a first run finds them in memory. The bundle can be
+ * used as soon as it is open (cb_open_bundle waits for that only): a run
+ * then waits only for the weights its layers need, as every first run does.
+ * Ready: the weights read, or the open or a weight's check failed.
+ * Threads and ownership: every cb_open_* call is safe from any thread. The
+ * handle owns the bundle: cb_open_bundle lends it until cb_open_release,
+ * which is called once, after every session made from the bundle is
+ * released; it cancels what is left (the reading stops at its next
+ * tensor; an open under way is waited for), joins the thread and frees
+ * everything. `on_ready` (or NULL) runs once, on the handle's thread, when
+ * the handle is ready (with the open's status); it may call cb_open_* on
+ * the handle but not cb_open_release. */
+typedef struct cb_open_handle cb_open_handle;
+typedef void (*cb_open_ready_fn)(void* user, cb_status status);
+typedef struct cb_open_progress {
+  uint64_t bytes_read, bytes_total; /* the bundle's bytes read ahead (its section's, multi-target), of its size */
+  uint32_t layers_ready, layers_total; /* steps whose weights are read and checked, of the plan's */
+  int32_t opened;                   /* the open has ended (then cb_open_bundle returns at once) */
+} cb_open_progress;
+cb_status cb_bundle_open_async(const char* path, const cb_open_options* options, cb_open_ready_fn on_ready,
+                               void* user, cb_open_handle** out_handle);
+int cb_open_ready(cb_open_handle* handle);
+/* Wait until ready, at most timeout_ms (< 0: no limit): 1 ready, 0 not yet. */
+int cb_open_wait(cb_open_handle* handle, int64_t timeout_ms);
+/* Wait for the open and lend its bundle, or return the open's failure (or a weight's). */
+cb_status cb_open_bundle(cb_open_handle* handle, cb_bundle** out_bundle);
+void cb_open_get_progress(cb_open_handle* handle, cb_open_progress* out);
+void cb_open_release(cb_open_handle* handle);
 /* The checks an open makes of a bundle's structure (preamble, header,
  * tensors, plan, a GPU bundle's shaders and dispatches), without those of
  * the running machine (target, code, GPU): for tools that write or ship

@@ -7,6 +7,6 @@
 Importing coldbrew (or coldbrew.runtime) loads only the small C runtime; the
 compiler (coldbrew.compiler, which uses TVM) is imported on demand.
 """
-from .runtime import BundleError, InferenceSession, check_bundle, load
+from .runtime import BundleError, InferenceSession, PendingSession, check_bundle, load
 
-__all__ = ["load", "InferenceSession", "BundleError", "check_bundle"]
+__all__ = ["load", "InferenceSession", "PendingSession", "BundleError", "check_bundle"]

@@ -43,6 +43,14 @@ class _Options(ctypes.Structure):
                 ("exec_share_count", ctypes.c_uint32), ("exec_shares", ctypes.POINTER(ctypes.c_uint8))]
 
 
+class _Progress(ctypes.Structure):
+    _fields_ = [("bytes_read", ctypes.c_uint64), ("bytes_total", ctypes.c_uint64), ("layers_ready", ctypes.c_uint32),
+                ("layers_total", ctypes.c_uint32), ("opened", ctypes.c_int32)]
+
+
+_READY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+
+
 class _OpenOptions(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint32), ("public_key", ctypes.c_char_p), ("target", ctypes.c_char_p)]
 
@@ -71,6 +79,13 @@ def _load_library():
         "cb_bundle_open_file_with": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_target": ([vp], ctypes.c_char_p),
+        "cb_bundle_open_async": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), _READY, vp, ctypes.POINTER(vp)],
+                                 ctypes.c_int),
+        "cb_open_ready": ([vp], ctypes.c_int),
+        "cb_open_wait": ([vp, ctypes.c_int64], ctypes.c_int),
+        "cb_open_bundle": ([vp, ctypes.POINTER(vp)], ctypes.c_int),
+        "cb_open_get_progress": ([vp, ctypes.POINTER(_Progress)], None),
+        "cb_open_release": ([vp], None),
         "cb_bundle_release": ([vp], None),
         "cb_bundle_check_memory": ([ctypes.c_char_p, sz], ctypes.c_int),
         "cb_bundle_verify_weights": ([vp], ctypes.c_int),
@@ -182,15 +197,16 @@ class InferenceSession:
     (an attribute) says which it opened."""
 
     def __init__(self, source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None,
-                 public_key=None, target=None, cpu_only=False):
+                 public_key=None, target=None, cpu_only=False, _opened=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self._key = read_public_key(public_key) if public_key is not None else None
-        opts = _OpenOptions((0 if verify_weights else SKIP_WEIGHT_CHECKSUMS) | (CPU_ONLY if cpu_only else 0),
-                            self._key, target.encode() if target else None)
-        self._bundle = ctypes.c_void_p()
+        opts = _open_options(verify_weights, self._key, target, cpu_only)
+        self._bundle, self._lent = _opened or ctypes.c_void_p(), _opened is not None  # (a PendingSession's)
         self._session = ctypes.c_void_p()
-        if isinstance(source, (bytes, bytearray, memoryview)):
+        if _opened is not None:
+            pass
+        elif isinstance(source, (bytes, bytearray, memoryview)):
             self._buffer = ctypes.create_string_buffer(bytes(source), len(source))
             _check(_lib.cb_bundle_open_memory_with(self._buffer, len(source), ctypes.byref(opts),
                                                    ctypes.byref(self._bundle)))
@@ -378,9 +394,87 @@ class InferenceSession:
         if self._session:
             _lib.cb_session_release(self._session)
             self._session = ctypes.c_void_p()
-        if self._bundle:
+        if self._bundle and not self._lent:
             _lib.cb_bundle_release(self._bundle)
-            self._bundle = ctypes.c_void_p()
+        self._bundle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _open_options(verify_weights, key, target, cpu_only):
+    return _OpenOptions((0 if verify_weights else SKIP_WEIGHT_CHECKSUMS) | (CPU_ONLY if cpu_only else 0), key,
+                        target.encode() if target else None)
+
+
+class PendingSession:
+    """A bundle opening in the background (load(path, wait=False)): a thread
+    of the runtime's opens it, then reads and checks every layer's weights
+    in plan order. ready() / wait(timeout) say when that is done;
+    progress() how far it is; `on_ready(pending)` is called once then, on
+    that thread. run() (or session()) waits for the open only, then runs:
+    the first run waits for the weights its layers need. close() (or
+    cancel()) stops what is left and frees everything."""
+
+    def __init__(self, path, on_ready=None, **options):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError("load(..., wait=False) opens a file in the background: give its path")
+        key = read_public_key(options.get("public_key")) if options.get("public_key") is not None else None
+        opts = _open_options(options.get("verify_weights", True), key, options.get("target"),
+                             options.get("cpu_only", False))
+        self._options, self._session, self._handle = options, None, ctypes.c_void_p()
+        self._ready_fn = _READY((lambda user, status: on_ready(self)) if on_ready else 0)
+        _check(_lib.cb_bundle_open_async(os.fsencode(path), ctypes.byref(opts), self._ready_fn, None,
+                                         ctypes.byref(self._handle)))
+
+    def ready(self):
+        return bool(_lib.cb_open_ready(self._handle))
+
+    def wait(self, timeout=None):
+        """Wait until ready, at most `timeout` seconds (None: no limit); whether it is."""
+        return bool(_lib.cb_open_wait(self._handle, -1 if timeout is None else int(timeout * 1000)))
+
+    def progress(self):
+        """{"opened", "bytes_read", "bytes_total", "layers_ready", "layers_total"}."""
+        p = _Progress()
+        _lib.cb_open_get_progress(self._handle, ctypes.byref(p))
+        return {"opened": bool(p.opened), "bytes_read": p.bytes_read, "bytes_total": p.bytes_total,
+                "layers_ready": p.layers_ready, "layers_total": p.layers_total}
+
+    def session(self):
+        """The InferenceSession, made once the open ends (BundleError if it failed)."""
+        if self._session is None:
+            bundle = ctypes.c_void_p()
+            _check(_lib.cb_open_bundle(self._handle, ctypes.byref(bundle)))
+            kw = {k: v for k, v in self._options.items() if k in ("threads", "trace", "mode", "exec_shares")}
+            self._session = InferenceSession(None, _opened=bundle, **kw)
+        return self._session
+
+    def run(self, output_names, input_feed):
+        return self.session().run(output_names, input_feed)
+
+    @property
+    def target(self):
+        return self.session().target
+
+    def close(self):
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if self._handle:
+            _lib.cb_open_release(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    cancel = close
 
     def __del__(self):
         try:
@@ -396,8 +490,12 @@ class InferenceSession:
 
 
 def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None,
-         target=None, cpu_only=False):
+         target=None, cpu_only=False, wait=True, on_ready=None):
     """Open a bundle (path or bytes) and return an InferenceSession
-    (mode: "cold" or "continuous"; exec_shares, public_key, target, cpu_only: see InferenceSession)."""
-    return InferenceSession(source, threads=threads, verify_weights=verify_weights, trace=trace, mode=mode,
-                            exec_shares=exec_shares, public_key=public_key, target=target, cpu_only=cpu_only)
+    (mode: "cold" or "continuous"; exec_shares, public_key, target, cpu_only: see InferenceSession);
+    wait=False: a PendingSession at once, the bundle opening in the background (on_ready: its callback)."""
+    options = dict(threads=threads, verify_weights=verify_weights, trace=trace, mode=mode, exec_shares=exec_shares,
+                   public_key=public_key, target=target, cpu_only=cpu_only)
+    if not wait:
+        return PendingSession(source, on_ready=on_ready, **options)
+    return InferenceSession(source, **options)

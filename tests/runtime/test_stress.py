@@ -89,3 +89,14 @@ def test_many_sessions_of_one_bundle_on_several_threads(stress, bundles, sanitiz
 
 def test_cycles_under_tsan(stress, bundles):
     run(stress["tsan"], "cycles", bundles["continuous"], 20)
+
+
+@pytest.mark.parametrize("sanitizer", ["asan", "tsan"])
+@pytest.mark.parametrize("kind", ["default", "pipelined"])
+def test_background_opens_polled_cancelled_run_early_and_waited_for(stress, bundles, sanitizer, kind):
+    """cb_bundle_open_async under the sanitizers: progress and readiness
+    asked from another thread while the handle's thread opens and reads,
+    opens cancelled at once (nothing leaks), run before ready, waited for;
+    one callback each."""
+    r = run(stress[sanitizer], "async", bundles[kind], 12)
+    assert r == {"opens": 12, "ran": 4, "callbacks": 12}, r

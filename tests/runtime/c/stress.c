@@ -10,11 +10,15 @@
  *   stress oom     BUNDLE [MODE]     the n-th allocation fails, for n = 1, 2, ... until a whole
  *                                    open -> session -> run passes: every failure a clean status
  *                                    with a message, every allocation released
+ *   stress async   BUNDLE N          N background opens (cb_bundle_open_async): each polled for
+ *                                    progress from another thread, then cancelled at once, run
+ *                                    before it is ready, or waited for; the callback once each
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,11 +235,62 @@ static int oom(const char* path, uint32_t mode) {
   return 0;
 }
 
+typedef struct {
+  cb_open_handle* h;
+  _Atomic int stop;
+  long polls;
+} poller;
+
+static void* poll_main(void* arg) { /* progress and readiness asked while the handle's thread works */
+  poller* p = arg;
+  cb_open_progress pr;
+  while (!p->stop) {
+    cb_open_get_progress(p->h, &pr);
+    if (pr.layers_ready > pr.layers_total || pr.bytes_read > pr.bytes_total) die("progress beyond its total", 1);
+    cb_open_ready(p->h);
+    p->polls++;
+  }
+  return NULL;
+}
+
+static void on_ready(void* user, cb_status s) { (*(_Atomic int*)user)++; }
+
+static int async_opens(const char* path, int n) {
+  _Atomic int calls = 0;
+  int ran = 0;
+  for (int k = 0; k < n; k++) {
+    cb_open_handle* h = NULL;
+    cb_status st = cb_bundle_open_async(path, NULL, on_ready, (void*)&calls, &h);
+    if (st) die("open_async", st);
+    poller p = {h, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, poll_main, &p);
+    if (k % 3 == 1) { /* run before ready: the run waits for what it needs */
+      cb_bundle* b = NULL;
+      cb_session* s = NULL;
+      if ((st = cb_open_bundle(h, &b)) || (st = cb_session_create(b, NULL, &s)) || (st = fill_inputs(b, s)) ||
+          (st = cb_session_run(s)))
+        die("run before ready", st);
+      cb_session_release(s);
+      ran++;
+    } else if (k % 3 == 2 && cb_open_wait(h, -1) != 1) {
+      die("wait", 1);
+    }
+    p.stop = 1;
+    pthread_join(t, NULL);
+    cb_open_release(h); /* k % 3 == 0: cancelled at once */
+  }
+  if (calls != n) die("one callback per open", 1);
+  printf("{\"opens\": %d, \"ran\": %d, \"callbacks\": %d}\n", n, ran, (int)calls);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 4 && !strcmp(argv[1], "async")) return async_opens(argv[2], atoi(argv[3]));
   if (argc >= 4 && !strcmp(argv[1], "cycles")) return cycles(argv[2], atoi(argv[3]));
   if (argc >= 5 && !strcmp(argv[1], "threads"))
     return threads(argv[2], atoi(argv[3]), atoi(argv[4]), argc > 5 ? (uint32_t)atoi(argv[5]) : 0);
   if (argc >= 3 && !strcmp(argv[1], "oom")) return oom(argv[2], argc > 3 ? (uint32_t)atoi(argv[3]) : 0);
-  fprintf(stderr, "usage: stress cycles BUNDLE N | threads BUNDLE T R [MODE] | oom BUNDLE [MODE]\n");
+  fprintf(stderr, "usage: stress cycles BUNDLE N | threads BUNDLE T R [MODE] | oom BUNDLE [MODE] | async BUNDLE N\n");
   return 2;
 }
