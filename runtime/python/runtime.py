@@ -174,7 +174,23 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, dtype={self.dtype.name}, shape={self.shape})"
 
 
-class InferenceSession:
+class _Closing:
+    """close() when collected or at the end of a `with` block."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class InferenceSession(_Closing):
     """A loaded bundle with one execution session.
 
     mode "cold" runs the bundle's plan every time; "continuous" (bundles
@@ -398,25 +414,13 @@ class InferenceSession:
             _lib.cb_bundle_release(self._bundle)
         self._bundle = ctypes.c_void_p()
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def _open_options(verify_weights, key, target, cpu_only):
     return _OpenOptions((0 if verify_weights else SKIP_WEIGHT_CHECKSUMS) | (CPU_ONLY if cpu_only else 0), key,
                         target.encode() if target else None)
 
 
-class PendingSession:
+class PendingSession(_Closing):
     """A bundle opening in the background (load(path, wait=False)): a thread
     of the runtime's opens it, then reads and checks every layer's weights
     in plan order. ready() / wait(timeout) say when that is done;
@@ -475,18 +479,6 @@ class PendingSession:
             self._handle = ctypes.c_void_p()
 
     cancel = close
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None,
