@@ -115,9 +115,9 @@ def test_sd855_bundle_records_its_cpu_features(sd855_bundle):
 
 
 def test_armv80_core_refuses_sd855_bundle(qemu_runner, sd855_bundle, tmp_path):
-    """Cortex-A53 (ARMv8.0 + crc, aes, sha2) lacks the first feature after neon the bundle records: fp16."""
+    """Cortex-A53 (ARMv8.0 + crc, aes, sha2) lacks every ARMv8.2 feature the bundle records, each named."""
     with pytest.raises(qemu.QemuError, match=r"failed: TARGET: bundle is built for cpu cortex-a76 and needs 'fp16', "
-                                             r"which this CPU lacks$"):
+                                             r"'dotprod', 'rdm', 'lse', 'rcpc', which this CPU lacks$"):
         qemu.run(qemu_runner, sd855_bundle, [], str(tmp_path), cpu="cortex-a53")
 
 
