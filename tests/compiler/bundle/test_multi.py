@@ -37,3 +37,15 @@ def test_the_first_bundle_keeps_its_layout_and_the_index_puts_gpus_first(small_m
         pack([("host", host), ("host", host)])
     with pytest.raises(ValueError, match="cannot be a section"):
         pack([("multi", both)])
+
+
+def test_a_later_cpu_target_of_other_lanes_reads_the_weights_raw(small_model):
+    """x86_64-avx2 blocks by 8 lanes, aarch64 by 4: the aarch64 section reads
+    raw weights (driver._each_target) rather than store a layout of its own."""
+    from coldbrew.schemas.generated import bundle_generated as fb
+
+    got = dict((n, b) for n, b, _ in sections(compile_model(small_model, target="x86_64-avx2,aarch64")))
+    forms = {n: {s.weightForm for s in b.plan.steps if any(b.tensors[a].kind == fb.TensorKind.weight
+                                                            for a in b.layers[s.layer].args)} for n, b in got.items()}
+    assert forms["aarch64"] == {fb.WeightForm.raw}, forms
+    assert fb.WeightForm.cached in forms["x86_64-avx2"], forms
