@@ -57,7 +57,7 @@ def compile(model, options, output=None, progress=None, on_plan=None):
     naming where it happened)."""
     try:
         data = sign(_each_target(model, options, progress, on_plan) if options.targets else
-                    _one_target(model, options, progress, on_plan), options)
+                    _one_target(model, options, progress, on_plan)[0], options)
     except CompileError:
         raise
     except Exception as e:
@@ -69,40 +69,58 @@ def compile(model, options, output=None, progress=None, on_plan=None):
 
 
 def _one_target(model, options, progress, on_plan):
+    """(bundle bytes, Choices) for one target."""
     front = front_end(model, options)
     tuning = tune(front, options, progress)
     table = profile(front, options, tuning, progress)
     choices = choose(table, options, on_plan)
     choices, accuracy = narrow(front, options, choices, progress)
-    return back_end(front, choices, tuning, accuracy).data
+    return back_end(front, choices, tuning, accuracy).data, choices
 
 
 def _each_target(model, options, progress, on_plan):
     """One bundle for every target of a list (`--target host,aarch64,vulkan`):
     the model compiled for each, then packed as its sections, bytes they
     share stored once (compiler/bundle/multi.py); the runtime opens the
-    best section a machine runs. The first CPU target keeps its cached
-    weights; a CPU target whose vectors block the weights otherwise reads
-    them raw (one copy for every such target) unless --weights says."""
+    best section a machine runs. The later CPU targets share the first's
+    cached weights: their kernels are scheduled for its vector model
+    (Target.blocks_of: its blocked layout, NEON taking 8 lanes as two
+    registers) and take its per-layer variants and weight forms, unless
+    --variant or --weights say otherwise."""
     from .bundle.multi import pack
     from .passes.write_bundle import verify
 
-    parts, lanes = [], None
+    parts, first = [], None
     for name in options.targets:
         one = dataclasses.replace(options, target=name, targets=None, sign=None)
-        if one.on_gpu or options.weights is not None:
-            pass
-        elif lanes is None:
-            lanes = one.target.vector.lanes  # the first CPU target's cached forms: its blocked layout
-        elif one.target.vector.lanes != lanes:  # a layout of its own: the raw weights, stored once for all
-            one = dataclasses.replace(one, weights="raw")
+        if first is not None and not one.on_gpu:
+            one = _sharing(one, *first)
         try:
-            parts.append((name, _one_target(model, one, progress, on_plan)))
+            data, choices = _one_target(model, one, progress, on_plan)
         except CompileError as e:
             raise CompileError(f"target {name}: {e}") from None
+        if first is None and not one.on_gpu:
+            first = (one.target.vector, choices)
+        parts.append((name, data))
     data = pack(parts)
     verify(data)
     return data
+
+
+def _sharing(options, vector, choices):
+    """`options` for a later CPU target, on the first CPU target's vector
+    model, variants and weight forms (what the user gave wins); integer
+    variants only where both have the same integer instructions."""
+    from .kernels import variants as known
+
+    target = dataclasses.replace(options.target, blocks_of=vector)
+    same_int8 = (target.vector.int8_dot, target.vector.int8_tiles) == (vector.int8_dot, vector.int8_tiles)
+    integer = {v.name for v in known(vector) if v.integer}
+    variants = {k: v for k, v in (choices.variants or {}).items()
+                if same_int8 or (v if isinstance(v, str) else v[0]) not in integer}
+    weights = choices.weights if isinstance(choices.weights, dict) else {"*": choices.weights}
+    return dataclasses.replace(options, target=target, variants={**variants, **(options.variants or {})},
+                               weights=options.weights if options.weights is not None else weights)
 
 
 def tune(front, options, progress=None):

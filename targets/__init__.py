@@ -125,14 +125,24 @@ class Target:
     modeled: bool
     source: str
     executes_on: str = "cpu"  # "gpu": layers run as shaders on the target's GPU (targets.resolve "vulkan")
+    blocks_of: Optional[Vector] = None  # a multi-target bundle's later CPU section: the first's vector model
+
+    @property
+    def vector(self):
+        """The vector unit the kernels are scheduled for: the CPU's own, or,
+        in a section sharing another CPU target's weight layouts
+        (`blocks_of`), that target's lanes, registers and caches (NEON
+        running 8-lane blocks as register pairs), this CPU's own ISA,
+        FMA and int8 instructions."""
+        own = vector_unit(self.arch, self.features, self.caches)
+        if self.blocks_of is None:
+            return own
+        b = self.blocks_of
+        return own._replace(lanes=b.lanes, registers=b.registers, l1d_kb=b.l1d_kb, l2_kb=b.l2_kb)
 
     @property
     def arch(self):
         return self.triple.split("-")[0]
-
-    @property
-    def vector(self):
-        return vector_unit(self.arch, self.features, self.caches)
 
     @property
     def core_ids(self):
@@ -176,7 +186,10 @@ class Target:
     def fingerprint(self):
         """Short stable key for cost tables: ISA (triple, cpu, features) and core topology with scales."""
         d = self.to_dict()
-        key = json.dumps({k: d[k] for k in ("triple", "cpu", "features", "core_classes")}, sort_keys=True)
+        key = {k: d[k] for k in ("triple", "cpu", "features", "core_classes")}
+        if self.blocks_of is not None:
+            key["blocks_of"] = self.blocks_of._asdict()
+        key = json.dumps(key, sort_keys=True)
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

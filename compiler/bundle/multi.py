@@ -24,6 +24,7 @@ from .checksum import checksum64
 from .reader import read_bytes, text
 
 VERSION = 7
+RELAID = 8  # a section whose weights are stored relaid out (a GPU section reading a CPU section's bytes)
 PAGE = 4096
 _WEIGHTS = (fb.SegmentKind.weights_raw, fb.SegmentKind.weights_cached)
 
@@ -57,8 +58,8 @@ def pack(bundles):
             raise ValueError(f"{name}: a multi-target bundle cannot be a section")
         parsed.append((name, b, version, data))
     stored, blobs = {}, []  # sha256 of bytes -> (blob index, offset in it); blobs: [kind, bytearray]
-    lists = []  # per section: [blob index] of its segments
-    for name, b, version, data in parsed:
+    lists, relaid = [], _relaid(parsed)  # per section: [blob index] of its segments
+    for at, (name, b, version, data) in enumerate(parsed):
         own, kept = {}, []
         for k, seg in enumerate(b.segments):
             body = data[seg.offset:seg.offset + seg.size]
@@ -70,10 +71,17 @@ def pack(bundles):
                 own[k] = stored[key][0]
                 kept.append(own[k])
         weights = [t for t in b.tensors if t.kind == fb.TensorKind.weight]
+        transformed = {b.tensors[a].name for st in b.plan.steps  # (read raw by the runtime's transform)
+                       for a in list(st.transformArgs if st.transformArgs is not None else [])[:1]}
         for t in sorted(weights, key=lambda t: (b.segments[t.segment].offset, t.segmentOffset)):  # file order
             seg = b.segments[t.segment]
             body = data[seg.offset + t.segmentOffset:seg.offset + t.segmentOffset + t.nbytes]
             key = hashlib.sha256(bytes([seg.kind]) + body).digest()
+            shared = (relaid.get(hashlib.sha256(body).digest())
+                      if b.target.gpuClass and key not in stored and t.name not in transformed else None)
+            if shared and list(shared[0].raw) == list(t.shape):
+                t.relayout, t.checksum, key, body, seg = shared
+                parsed[at] = (name, b, RELAID, data)
             if key not in stored:
                 if t.segment not in own:
                     blobs.append([seg.kind, bytearray(), 0])
@@ -87,6 +95,7 @@ def pack(bundles):
                 kept.append(t.segment)
         lists.append(kept)
     for (name, b, version, data), kept in zip(parsed, lists):
+        b.schemaVersion = version
         for t in b.tensors:
             if t.kind == fb.TensorKind.weight:
                 t.segment = kept.index(t.segment)
@@ -118,6 +127,31 @@ def pack(bundles):
     for off, (_, body, _) in zip(offsets, blobs):
         out[off:off + len(body)] = body
     return bytes(out)
+
+
+def _relaid(parsed):
+    """{sha256 of a raw weight: (Relayout, checksum, stored key, stored
+    bytes, segment)} for the CPU sections' cached weights whose transform only
+    rearranges (Tensor.relayout): a GPU section reads such a weight from
+    their bytes, laid out back by the runtime as it uploads."""
+    import numpy as np
+
+    from ..ir.relayout import Relayout, unlay
+
+    out = {}
+    for name, b, version, data in parsed:
+        for t in b.tensors if not b.target.gpuClass else ():
+            r, seg = t.relayout, b.segments[t.segment]
+            if t.kind != fb.TensorKind.weight or r is None or list(r.stored) != list(t.shape) or t.dtype != 0:
+                continue
+            body = data[seg.offset + t.segmentOffset:seg.offset + t.segmentOffset + t.nbytes]
+            desc = Relayout(*(tuple(int(d) for d in v) for v in (r.raw, r.stored, r.axes, r.mults)))
+            raw = unlay(np.frombuffer(body, np.float32).reshape(desc.stored), desc).tobytes()
+            key = hashlib.sha256(bytes([seg.kind]) + body).digest()
+            out.setdefault(hashlib.sha256(raw).digest(), (fb.RelayoutT(raw=list(desc.raw), stored=list(desc.stored),
+                                                                       axes=list(desc.axes), mults=list(desc.mults)),
+                                                          t.checksum, key, body, seg))
+    return out
 
 
 def _section_header(b, kept, blobs, offsets):

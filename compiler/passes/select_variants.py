@@ -23,7 +23,7 @@ import numpy as np
 from ..ir.anchors import ANCHOR_RE, forced
 from ..errors import CompileError
 from ..ir.narrow import direct_layers
-from ..ir import dims
+from ..ir import dims, relayout
 from ..kernels.contract import simplified
 from ..kernels.generic import multiple
 from ..kernels.schedule import intensity, padding_efficiency, register_blocks
@@ -50,6 +50,7 @@ class Anchor:
     transformed: np.ndarray = None
     const: object = None
     transform_func: object = None
+    relayout: object = None  # the transform only rearranges: its Relayout (compiler/ir/relayout.py)
     alternatives: list = field(default_factory=list)
     tuned: bool = False  # params measured on this machine (compiler/measure/tune.py)
     direct: str = ""  # "fp16" / "int8": transformed weights stored so, read in place by the execute kernel
@@ -468,6 +469,8 @@ def _transform_weights(anchors):
 
     for a in anchors:
         a.transformed = transform(a, a.raw)
+        probe = relayout.probe(a.raw.shape) if a.transform_func is not None and a.variant.transform_rearranges else None
+        a.relayout = relayout.fit(transform(a, probe), a.raw.shape) if probe is not None else None
     return transform
 
 

@@ -131,6 +131,14 @@ def _range(graph, t):
                      count=-1)
 
 
+def _relayout(t):
+    """A cached fp32 weight whose transform only rearranges: how (fb.Relayout)."""
+    r = t.anchor.relayout if t.kind == "weight" and t.cached and t.anchor is not None else None
+    if r is None or t.dtype != "float32" or tuple(t.shape) != r.stored:
+        return None
+    return fb.RelayoutT(raw=list(r.raw), stored=list(r.stored), axes=list(r.axes), mults=list(r.mults))
+
+
 def _header(graph, target, producer, model_hash, segments, weight_offsets, shaders=()):
     """weight_offsets: {tensor index: (segment index, offset, checksum)};
     shaders: GPU bundles' Shader records (codegen_spirv)."""
@@ -149,7 +157,7 @@ def _header(graph, target, producer, model_hash, segments, weight_offsets, shade
                                     kind=KINDS[ten.kind], nbytes=ten.nbytes, segment=seg, segmentOffset=off,
                                     arenaOffset=0 if weight else ten.arena_offset, checksum=checksum,
                                     source=ten.source, layout=ten.layout, bounds=_range(graph, ten),
-                                    shapeProgram=_program(graph, ten)))
+                                    shapeProgram=_program(graph, ten), relayout=_relayout(ten)))
     b.layers = [fb.LayerT(name=x.name, op=x.op, sources=[], attrs=[], args=list(x.args), numOutputs=x.num_outputs)
                 for x in graph.layers]
     steps = [_step(layer, k, gpu) for k, layer in enumerate(graph.layers)]

@@ -22,6 +22,9 @@ struct TargetBuilder;
 struct Range;
 struct RangeBuilder;
 
+struct Relayout;
+struct RelayoutBuilder;
+
 struct Tensor;
 struct TensorBuilder;
 
@@ -494,6 +497,100 @@ inline ::flatbuffers::Offset<Range> CreateRange(
   return builder_.Finish();
 }
 
+struct Relayout FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RelayoutBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_RAW = 4,
+    VT_STORED = 6,
+    VT_AXES = 8,
+    VT_MULTS = 10
+  };
+  const ::flatbuffers::Vector<int64_t> *raw() const {
+    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_RAW);
+  }
+  const ::flatbuffers::Vector<int64_t> *stored() const {
+    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_STORED);
+  }
+  const ::flatbuffers::Vector<int64_t> *axes() const {
+    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_AXES);
+  }
+  const ::flatbuffers::Vector<int64_t> *mults() const {
+    return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_MULTS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_RAW) &&
+           verifier.VerifyVector(raw()) &&
+           VerifyOffset(verifier, VT_STORED) &&
+           verifier.VerifyVector(stored()) &&
+           VerifyOffset(verifier, VT_AXES) &&
+           verifier.VerifyVector(axes()) &&
+           VerifyOffset(verifier, VT_MULTS) &&
+           verifier.VerifyVector(mults()) &&
+           verifier.EndTable();
+  }
+};
+
+struct RelayoutBuilder {
+  typedef Relayout Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_raw(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> raw) {
+    fbb_.AddOffset(Relayout::VT_RAW, raw);
+  }
+  void add_stored(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> stored) {
+    fbb_.AddOffset(Relayout::VT_STORED, stored);
+  }
+  void add_axes(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> axes) {
+    fbb_.AddOffset(Relayout::VT_AXES, axes);
+  }
+  void add_mults(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> mults) {
+    fbb_.AddOffset(Relayout::VT_MULTS, mults);
+  }
+  explicit RelayoutBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Relayout> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Relayout>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Relayout> CreateRelayout(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> raw = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> stored = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> axes = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> mults = 0) {
+  RelayoutBuilder builder_(_fbb);
+  builder_.add_mults(mults);
+  builder_.add_axes(axes);
+  builder_.add_stored(stored);
+  builder_.add_raw(raw);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<Relayout> CreateRelayoutDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<int64_t> *raw = nullptr,
+    const std::vector<int64_t> *stored = nullptr,
+    const std::vector<int64_t> *axes = nullptr,
+    const std::vector<int64_t> *mults = nullptr) {
+  auto raw__ = raw ? _fbb.CreateVector<int64_t>(*raw) : 0;
+  auto stored__ = stored ? _fbb.CreateVector<int64_t>(*stored) : 0;
+  auto axes__ = axes ? _fbb.CreateVector<int64_t>(*axes) : 0;
+  auto mults__ = mults ? _fbb.CreateVector<int64_t>(*mults) : 0;
+  return coldbrew::schema::CreateRelayout(
+      _fbb,
+      raw__,
+      stored__,
+      axes__,
+      mults__);
+}
+
 struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef TensorBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -509,7 +606,8 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_SOURCE = 22,
     VT_LAYOUT = 24,
     VT_BOUNDS = 26,
-    VT_SHAPE_PROGRAM = 28
+    VT_SHAPE_PROGRAM = 28,
+    VT_RELAYOUT = 30
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -550,6 +648,9 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<int64_t> *shape_program() const {
     return GetPointer<const ::flatbuffers::Vector<int64_t> *>(VT_SHAPE_PROGRAM);
   }
+  const coldbrew::schema::Relayout *relayout() const {
+    return GetPointer<const coldbrew::schema::Relayout *>(VT_RELAYOUT);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -572,6 +673,8 @@ struct Tensor FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyTable(bounds()) &&
            VerifyOffset(verifier, VT_SHAPE_PROGRAM) &&
            verifier.VerifyVector(shape_program()) &&
+           VerifyOffset(verifier, VT_RELAYOUT) &&
+           verifier.VerifyTable(relayout()) &&
            verifier.EndTable();
   }
 };
@@ -619,6 +722,9 @@ struct TensorBuilder {
   void add_shape_program(::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program) {
     fbb_.AddOffset(Tensor::VT_SHAPE_PROGRAM, shape_program);
   }
+  void add_relayout(::flatbuffers::Offset<coldbrew::schema::Relayout> relayout) {
+    fbb_.AddOffset(Tensor::VT_RELAYOUT, relayout);
+  }
   explicit TensorBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -644,12 +750,14 @@ inline ::flatbuffers::Offset<Tensor> CreateTensor(
     ::flatbuffers::Offset<::flatbuffers::String> source = 0,
     ::flatbuffers::Offset<::flatbuffers::String> layout = 0,
     ::flatbuffers::Offset<coldbrew::schema::Range> bounds = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<int64_t>> shape_program = 0,
+    ::flatbuffers::Offset<coldbrew::schema::Relayout> relayout = 0) {
   TensorBuilder builder_(_fbb);
   builder_.add_checksum(checksum);
   builder_.add_segment_offset(segment_offset);
   builder_.add_arena_offset(arena_offset);
   builder_.add_nbytes(nbytes);
+  builder_.add_relayout(relayout);
   builder_.add_shape_program(shape_program);
   builder_.add_bounds(bounds);
   builder_.add_layout(layout);
@@ -676,7 +784,8 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
     const char *source = nullptr,
     const char *layout = nullptr,
     ::flatbuffers::Offset<coldbrew::schema::Range> bounds = 0,
-    const std::vector<int64_t> *shape_program = nullptr) {
+    const std::vector<int64_t> *shape_program = nullptr,
+    ::flatbuffers::Offset<coldbrew::schema::Relayout> relayout = 0) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   auto shape__ = shape ? _fbb.CreateVector<int64_t>(*shape) : 0;
   auto source__ = source ? _fbb.CreateString(source) : 0;
@@ -696,7 +805,8 @@ inline ::flatbuffers::Offset<Tensor> CreateTensorDirect(
       source__,
       layout__,
       bounds,
-      shape_program__);
+      shape_program__,
+      relayout);
 }
 
 struct Attr FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

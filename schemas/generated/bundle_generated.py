@@ -387,6 +387,284 @@ class RangeT(object):
         return range
 
 
+class Relayout(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Relayout()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsRelayout(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def RelayoutBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x43\x42\x52\x57", size_prefixed=size_prefixed)
+
+    # Relayout
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Relayout
+    def Raw(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Relayout
+    def RawAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Relayout
+    def RawLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Relayout
+    def RawIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        return o == 0
+
+    # Relayout
+    def Stored(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Relayout
+    def StoredAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Relayout
+    def StoredLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Relayout
+    def StoredIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        return o == 0
+
+    # Relayout
+    def Axes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Relayout
+    def AxesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Relayout
+    def AxesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Relayout
+    def AxesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+    # Relayout
+    def Mults(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Relayout
+    def MultsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Relayout
+    def MultsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Relayout
+    def MultsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+def RelayoutStart(builder):
+    builder.StartObject(4)
+
+def RelayoutAddRaw(builder, raw):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(raw), 0)
+
+def RelayoutStartRawVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def RelayoutAddStored(builder, stored):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(stored), 0)
+
+def RelayoutStartStoredVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def RelayoutAddAxes(builder, axes):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(axes), 0)
+
+def RelayoutStartAxesVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def RelayoutAddMults(builder, mults):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(mults), 0)
+
+def RelayoutStartMultsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def RelayoutEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List
+except:
+    pass
+
+class RelayoutT(object):
+
+    # RelayoutT
+    def __init__(
+        self,
+        raw = None,
+        stored = None,
+        axes = None,
+        mults = None,
+    ):
+        self.raw = raw  # type: Optional[List[int]]
+        self.stored = stored  # type: Optional[List[int]]
+        self.axes = axes  # type: Optional[List[int]]
+        self.mults = mults  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        relayout = Relayout()
+        relayout.Init(buf, pos)
+        return cls.InitFromObj(relayout)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, relayout):
+        x = RelayoutT()
+        x._UnPack(relayout)
+        return x
+
+    # RelayoutT
+    def _UnPack(self, relayout):
+        if relayout is None:
+            return
+        if not relayout.RawIsNone():
+            if np is None:
+                self.raw = []
+                for i in range(relayout.RawLength()):
+                    self.raw.append(relayout.Raw(i))
+            else:
+                self.raw = relayout.RawAsNumpy()
+        if not relayout.StoredIsNone():
+            if np is None:
+                self.stored = []
+                for i in range(relayout.StoredLength()):
+                    self.stored.append(relayout.Stored(i))
+            else:
+                self.stored = relayout.StoredAsNumpy()
+        if not relayout.AxesIsNone():
+            if np is None:
+                self.axes = []
+                for i in range(relayout.AxesLength()):
+                    self.axes.append(relayout.Axes(i))
+            else:
+                self.axes = relayout.AxesAsNumpy()
+        if not relayout.MultsIsNone():
+            if np is None:
+                self.mults = []
+                for i in range(relayout.MultsLength()):
+                    self.mults.append(relayout.Mults(i))
+            else:
+                self.mults = relayout.MultsAsNumpy()
+
+    # RelayoutT
+    def Pack(self, builder):
+        if self.raw is not None:
+            if np is not None and type(self.raw) is np.ndarray:
+                raw = builder.CreateNumpyVector(self.raw)
+            else:
+                RelayoutStartRawVector(builder, len(self.raw))
+                for i in reversed(range(len(self.raw))):
+                    builder.PrependInt64(self.raw[i])
+                raw = builder.EndVector()
+        if self.stored is not None:
+            if np is not None and type(self.stored) is np.ndarray:
+                stored = builder.CreateNumpyVector(self.stored)
+            else:
+                RelayoutStartStoredVector(builder, len(self.stored))
+                for i in reversed(range(len(self.stored))):
+                    builder.PrependInt64(self.stored[i])
+                stored = builder.EndVector()
+        if self.axes is not None:
+            if np is not None and type(self.axes) is np.ndarray:
+                axes = builder.CreateNumpyVector(self.axes)
+            else:
+                RelayoutStartAxesVector(builder, len(self.axes))
+                for i in reversed(range(len(self.axes))):
+                    builder.PrependInt64(self.axes[i])
+                axes = builder.EndVector()
+        if self.mults is not None:
+            if np is not None and type(self.mults) is np.ndarray:
+                mults = builder.CreateNumpyVector(self.mults)
+            else:
+                RelayoutStartMultsVector(builder, len(self.mults))
+                for i in reversed(range(len(self.mults))):
+                    builder.PrependInt64(self.mults[i])
+                mults = builder.EndVector()
+        RelayoutStart(builder)
+        if self.raw is not None:
+            RelayoutAddRaw(builder, raw)
+        if self.stored is not None:
+            RelayoutAddStored(builder, stored)
+        if self.axes is not None:
+            RelayoutAddAxes(builder, axes)
+        if self.mults is not None:
+            RelayoutAddMults(builder, mults)
+        relayout = RelayoutEnd(builder)
+        return relayout
+
+
 class Tensor(object):
     __slots__ = ['_tab']
 
@@ -543,8 +821,18 @@ class Tensor(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         return o == 0
 
+    # Tensor
+    def Relayout(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Relayout()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def TensorStart(builder):
-    builder.StartObject(13)
+    builder.StartObject(14)
 
 def TensorAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -591,6 +879,9 @@ def TensorAddShapeProgram(builder, shapeProgram):
 def TensorStartShapeProgramVector(builder, numElems):
     return builder.StartVector(8, numElems, 8)
 
+def TensorAddRelayout(builder, relayout):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(relayout), 0)
+
 def TensorEnd(builder):
     return builder.EndObject()
 
@@ -618,6 +909,7 @@ class TensorT(object):
         layout = None,
         bounds = None,
         shapeProgram = None,
+        relayout = None,
     ):
         self.name = name  # type: Optional[str]
         self.dtype = dtype  # type: int
@@ -632,6 +924,7 @@ class TensorT(object):
         self.layout = layout  # type: Optional[str]
         self.bounds = bounds  # type: Optional[RangeT]
         self.shapeProgram = shapeProgram  # type: Optional[List[int]]
+        self.relayout = relayout  # type: Optional[RelayoutT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -680,6 +973,8 @@ class TensorT(object):
                     self.shapeProgram.append(tensor.ShapeProgram(i))
             else:
                 self.shapeProgram = tensor.ShapeProgramAsNumpy()
+        if tensor.Relayout() is not None:
+            self.relayout = RelayoutT.InitFromObj(tensor.Relayout())
 
     # TensorT
     def Pack(self, builder):
@@ -707,6 +1002,8 @@ class TensorT(object):
                 for i in reversed(range(len(self.shapeProgram))):
                     builder.PrependInt64(self.shapeProgram[i])
                 shapeProgram = builder.EndVector()
+        if self.relayout is not None:
+            relayout = self.relayout.Pack(builder)
         TensorStart(builder)
         if self.name is not None:
             TensorAddName(builder, name)
@@ -727,6 +1024,8 @@ class TensorT(object):
             TensorAddBounds(builder, bounds)
         if self.shapeProgram is not None:
             TensorAddShapeProgram(builder, shapeProgram)
+        if self.relayout is not None:
+            TensorAddRelayout(builder, relayout)
         tensor = TensorEnd(builder)
         return tensor
 

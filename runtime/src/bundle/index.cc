@@ -24,7 +24,7 @@ extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size,
     auto t = s->target();
     if (!s->name() || !t || !t->triple() || s->header_offset() > file_size || s->header_size() > file_size - s->header_offset() ||
         s->header_offset() % 8 || s->schema_version() < CB_SCHEMA_MIN_VERSION ||
-        s->schema_version() >= CB_INDEX_VERSION) {
+        s->schema_version() == CB_INDEX_VERSION || s->schema_version() > CB_SCHEMA_VERSION) {
       cb_free(d);
       return cb_fail(CB_ERR_CORRUPT, "bundle section %u is malformed or lies outside the file", k);
     }

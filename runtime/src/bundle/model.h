@@ -46,7 +46,13 @@ typedef struct cb_tensor_desc {
   uint64_t arena_offset;
   uint32_t segment;
   uint64_t segment_offset;
-  uint64_t checksum; /* weights, when cb_model.weight_checksums */
+  uint64_t checksum; /* weights, when cb_model.weight_checksums: of the `stored` bytes */
+  uint64_t stored;   /* weights: the bytes at segment_offset (nbytes, or a relaid-out weight's form's) */
+  /* a GPU bundle's weight stored relaid out (Tensor.relayout, schema 8):
+   * stored axis j (of nrelayout, sized relayout_shape[j]) walks axis
+   * relayout_axes[j] of `shape` in steps of relayout_mults[j]; 0: stored as `shape` */
+  uint32_t nrelayout;
+  const int64_t *relayout_shape, *relayout_axes, *relayout_mults;
   /* kind dim (Tensor.bounds): its values min..max in steps of step (it
    * holds value / step), first carried by axis `axis` of input `input`;
    * or, `count` >= 0, counted by a kernel into that tensor (one int64) */

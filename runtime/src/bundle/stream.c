@@ -206,7 +206,7 @@ int cb_in_head(const cb_bundle* b, const uint8_t* p) {
  * layers'), else in the mapping. */
 const uint8_t* cb_weight_at(const cb_bundle* b, uint32_t t) {
   uint64_t off = (uint64_t)(cb_weight_data(b->base, &b->model, t) - b->base);
-  return head_or_mapping(b, off, b->model.tensors[t].nbytes, b->head_end);
+  return head_or_mapping(b, off, b->model.tensors[t].stored, b->head_end);
 }
 
 void cb_stream_start(cb_bundle* b) {
@@ -366,9 +366,9 @@ static uint64_t sum_tensor(cb_bundle* b, const uint8_t* data, uint64_t nbytes, c
  * a large tensor; NULL: this thread alone. */
 cb_status cb_check_tensor(cb_bundle* b, uint32_t t, const uint8_t* data, const char* layer, cb_parallel_launch pool) {
   const cb_tensor_desc* d = &b->model.tensors[t];
-  read_ahead_of(b, data, d->nbytes);
+  read_ahead_of(b, data, d->stored);
   if (b->verified && atomic_load(&b->verified[t])) return CB_OK;
-  if (sum_tensor(b, data, d->nbytes, pool) != d->checksum)
+  if (sum_tensor(b, data, d->stored, pool) != d->checksum)
     return layer ? cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' of layer '%s' fails its checksum (file altered or damaged)",
                            d->name, layer)
                  : cb_fail(CB_ERR_CORRUPT, "weight tensor '%s' fails its checksum (file altered or damaged)", d->name);

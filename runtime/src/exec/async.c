@@ -64,7 +64,7 @@ static void read_weights(cb_open_handle* h) {
         fail(h, s);
         return;
       }
-      if (!b->verified) h->sink += cb_bring_in(b, data, m->tensors[t].nbytes);
+      if (!b->verified) h->sink += cb_bring_in(b, data, m->tensors[t].stored);
     }
     atomic_fetch_add(&h->layers_ready, 1);
   }

@@ -33,7 +33,7 @@ static void* gpu_reader_main(void* arg) {
       if (b->verified) {
         if (cb_check_tensor(b, t, data, NULL, NULL)) return NULL; /* its error stays on this thread */
       } else {
-        r->sink += cb_bring_in(b, data, d->nbytes);
+        r->sink += cb_bring_in(b, data, d->stored);
       }
     }
     r->events[i] = (cb_trace_event){i, CB_PHASE_READ, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};

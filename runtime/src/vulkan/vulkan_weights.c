@@ -115,6 +115,25 @@ static void winograd_f23(const float* w, float* u, uint64_t K, uint64_t C) {
     }
 }
 
+/* A weight stored relaid out (a CPU section's form, Tensor.relayout): each
+ * stored element's raw index, walked as an odometer; padding (a raw index
+ * past an axis's end) skipped. Every raw element is some stored one's. */
+static void unlay(const cb_tensor_desc* d, const float* src, float* dst) {
+  int64_t idx[CB_MAX_NDIM] = {0}, comp[CB_MAX_NDIM] = {0};
+  for (uint64_t e = 0, n = d->stored / 4; e < n; e++) {
+    uint64_t flat = 0;
+    int32_t a = 0;
+    for (; a < d->ndim && comp[a] < d->shape[a]; a++) flat = flat * (uint64_t)d->shape[a] + (uint64_t)comp[a];
+    if (a == d->ndim) dst[flat] = src[e];
+    for (int32_t j = (int32_t)d->nrelayout - 1; j >= 0; j--) { /* the next stored index */
+      comp[d->relayout_axes[j]] += d->relayout_mults[j];
+      if (++idx[j] < d->relayout_shape[j]) break;
+      comp[d->relayout_axes[j]] -= d->relayout_mults[j] * idx[j];
+      idx[j] = 0;
+    }
+  }
+}
+
 int cb_gpu_weights_ready(cb_gpu* g) {
   pthread_mutex_lock(&g->weights_mu);
   int r = g->weights_ready;
@@ -135,8 +154,10 @@ cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* 
     if (!s) {
       for (uint32_t i = 0; i < m->ntensors; i++) {
         const cb_tensor_desc* d = &m->tensors[i];
-        if (d->kind == CB_KIND_WEIGHT && g->uploaded[i])
-          memcpy((uint8_t*)map + g->weight_offset[i], cb_weight_data(base, m, i), d->nbytes);
+        uint8_t* to = (uint8_t*)map + g->weight_offset[i];
+        if (d->kind != CB_KIND_WEIGHT || !g->uploaded[i]) continue;
+        if (d->nrelayout) unlay(d, (const float*)cb_weight_data(base, m, i), (float*)to);
+        else memcpy(to, cb_weight_data(base, m, i), d->nbytes);
       }
       for (uint32_t i = 0; i < m->nsteps; i++) { /* raw-weight steps: their transform, on this CPU thread */
         const cb_step_desc* st = &m->steps[i];
