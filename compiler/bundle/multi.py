@@ -57,6 +57,43 @@ def pack(bundles):
         if b.sections:
             raise ValueError(f"{name}: a multi-target bundle cannot be a section")
         parsed.append((name, b, version, data))
+    blobs, lists = _store(parsed)
+    # places: after the index, each section's header and then the blobs it stores first, so the
+    # first section reads as a single bundle does (header, code, weights in the order of need)
+    index = _index(parsed, [(0, 0, 0)] * len(parsed))
+    headers = [_section_header(b, kept, blobs, [0] * len(blobs)) for (_, b, _, _), kept in zip(parsed, lists)]
+    pos, places, offsets, first = 64 + _align(len(index), 8), [], [0] * len(blobs), True
+    for h, kept in zip(headers, lists):
+        places.append(_align(pos, 8))
+        pos = places[-1] + len(h)
+        for k in kept:
+            kind, body, _ = blobs[k]
+            if offsets[k]:  # an earlier section's
+                continue
+            page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)  # as a single bundle's:
+            first = first and kind not in _WEIGHTS  # plain code and the first weights on a page
+            pos = _align(pos, PAGE if page else 64)
+            offsets[k] = pos
+            pos += len(body)
+    headers = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
+    index = _index(parsed, [(p, len(h), checksum64(h)) for p, h in zip(places, headers)])
+    size = _align(pos, 64)
+    out = bytearray(size)
+    struct.pack_into("<8sIIQQQ", out, 0, b"COLDBREW", VERSION, 64, len(index), checksum64(index), size)
+    out[64:64 + len(index)] = index
+    for p, h in zip(places, headers):
+        out[p:p + len(h)] = h
+    for off, (_, body, _) in zip(offsets, blobs):
+        out[off:off + len(body)] = body
+    return bytes(out)
+
+
+def _store(parsed):
+    """(blobs, lists): the distinct segments' bytes, [kind, bytearray,
+    raw size] each, and per section the blob indices of its segments;
+    each section's tensors pointed at their blob (its index, for now) and
+    offset in it, a GPU section's raw weights at a CPU section's form they
+    rearrange (Tensor.relayout; the section then of schema RELAID)."""
     stored, blobs = {}, []  # sha256 of bytes -> (blob index, offset in it); blobs: [kind, bytearray]
     lists, relaid = [], _relaid(parsed)  # per section: [blob index] of its segments
     for at, (name, b, version, data) in enumerate(parsed):
@@ -99,34 +136,7 @@ def pack(bundles):
         for t in b.tensors:
             if t.kind == fb.TensorKind.weight:
                 t.segment = kept.index(t.segment)
-    # places: after the index, each section's header and then the blobs it stores first, so the
-    # first section reads as a single bundle does (header, code, weights in the order of need)
-    index = _index(parsed, [(0, 0, 0)] * len(parsed))
-    headers = [_section_header(b, kept, blobs, [0] * len(blobs)) for (_, b, _, _), kept in zip(parsed, lists)]
-    pos, places, offsets, first = 64 + _align(len(index), 8), [], [0] * len(blobs), True
-    for h, kept in zip(headers, lists):
-        places.append(_align(pos, 8))
-        pos = places[-1] + len(h)
-        for k in kept:
-            kind, body, _ = blobs[k]
-            if offsets[k]:  # an earlier section's
-                continue
-            page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)  # as a single bundle's:
-            first = first and kind not in _WEIGHTS  # plain code and the first weights on a page
-            pos = _align(pos, PAGE if page else 64)
-            offsets[k] = pos
-            pos += len(body)
-    headers = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
-    index = _index(parsed, [(p, len(h), checksum64(h)) for p, h in zip(places, headers)])
-    size = _align(pos, 64)
-    out = bytearray(size)
-    struct.pack_into("<8sIIQQQ", out, 0, b"COLDBREW", VERSION, 64, len(index), checksum64(index), size)
-    out[64:64 + len(index)] = index
-    for p, h in zip(places, headers):
-        out[p:p + len(h)] = h
-    for off, (_, body, _) in zip(offsets, blobs):
-        out[off:off + len(body)] = body
-    return bytes(out)
+    return blobs, lists
 
 
 def _relaid(parsed):

@@ -49,11 +49,21 @@ def repack(data, mutate):
     hdr_off, hdr_size = struct.unpack_from("<IQ", data, 12)
     b = fb.BundleT.InitFromObj(fb.Bundle.GetRootAs(bytes(data[hdr_off:hdr_off + hdr_size]), 0))
     mutate(b)
-    builder = flatbuffers.Builder(4096)
-    builder.ForceDefaults(True)
-    builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
-    header = bytes(builder.Output())
-    first_segment = min(s.offset for s in b.segments)
+
+    def encode():
+        builder = flatbuffers.Builder(4096)
+        builder.ForceDefaults(True)
+        builder.Finish(b.Pack(builder), file_identifier=b"CBRW")
+        return bytes(builder.Output())
+
+    header, first_segment = encode(), min(s.offset for s in b.segments)
+    shift = max(0, hdr_off + len(header) - first_segment + 4095) // 4096 * 4096  # a header grown past its room:
+    if shift:  # every segment a whole page later (their alignment kept)
+        for seg in b.segments:
+            seg.offset += shift
+        header, data = encode(), bytes(data[:first_segment]) + bytes(shift) + bytes(data[first_segment:])
+        struct.pack_into("<Q", data := bytearray(data), 32, len(data))
+        first_segment += shift
     assert hdr_off + len(header) <= first_segment
     out = bytearray(data)
     out[hdr_off:first_segment] = header + bytes(first_segment - hdr_off - len(header))

@@ -561,3 +561,19 @@ def test_a_bundles_structure_is_checked_without_opening_it(small_bundle, small_m
     coldbrew.check_bundle(data)
     with pytest.raises(coldbrew.BundleError, match="CORRUPT|BAD_MAGIC"):
         coldbrew.check_bundle(data[:200])
+
+
+def test_a_weight_stored_relaid_out_is_a_gpu_bundles_and_its_relayout_is_checked(small_bundle, tmp_path):
+    """Tensor.relayout whose stored shape is not the tensor's own (schema 8:
+    a GPU section reading a CPU section's bytes) is refused in a CPU bundle,
+    and in a GPU bundle where an axis lies outside the raw shape."""
+    def relaid(axis, gpu=False):
+        def mutate(b):
+            t = next(t for t in b.tensors if t.kind == fb.TensorKind.weight and t.nbytes >= 8)
+            n = t.nbytes // 4
+            t.relayout = fb.RelayoutT(raw=list(t.shape), stored=[n // 2, 2], axes=[axis, axis], mults=[2, 1])
+            if gpu:
+                b.target.gpuClass = "vulkan"
+        return mutate
+    expect(repack(read(small_bundle), relaid(0)), "CORRUPT", tmp_path, "a weight stored relaid out is a GPU bundle's")
+    expect(repack(read(small_bundle), relaid(7, gpu=True)), "CORRUPT", tmp_path, "has an invalid relayout")

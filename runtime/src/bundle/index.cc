@@ -3,6 +3,8 @@
 #include "bundle_generated.h"
 #include "bundle/model.h"
 
+#include <algorithm>
+
 namespace fbs = coldbrew::schema;
 
 extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
@@ -38,3 +40,34 @@ extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size,
   *n = secs->size();
   return CB_OK;
 }
+
+// A weight of a GPU section stored relaid out (a CPU section's bytes) (Tensor.relayout, where its
+// stored shape is not its own): the description checked so that laying it
+// out back (vulkan_weights.c) stays inside both forms; `stored` its bytes.
+cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m) {
+  cb_tensor_desc* d = &m->tensors[i];
+  const fbs::Relayout* r = t->relayout();
+  auto same = [](const flatbuffers::Vector<int64_t>* v, const int64_t* s, int32_t n) {
+    return v && v->size() == static_cast<uint32_t>(n) && std::equal(v->begin(), v->end(), s);
+  };
+  if (!r || !r->stored() || same(r->stored(), d->shape, d->ndim)) return CB_OK;  // none, or it only says how
+  uint32_t n = r->stored()->size();
+  if (!m->gpu_api[0] || d->kind != CB_KIND_WEIGHT || d->dtype != CB_F32 || !same(r->raw(), d->shape, d->ndim) ||
+      n > CB_MAX_NDIM || !r->axes() || !r->mults() || r->axes()->size() != n || r->mults()->size() != n)
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): a weight stored relaid out is a GPU bundle's float32 weight "
+                   "with one axis and step per stored axis", i, d->name);
+  uint64_t bytes = 4, walk;
+  for (uint32_t j = 0; j < n; j++) {
+    int64_t size = r->stored()->Get(j), axis = r->axes()->Get(j), mult = r->mults()->Get(j);
+    if (size < 0 || axis < 0 || axis >= d->ndim || mult < 0 || __builtin_mul_overflow(bytes, size, &bytes) ||
+        __builtin_mul_overflow(static_cast<uint64_t>(mult), static_cast<uint64_t>(size), &walk) || walk > (1ull << 48))
+      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid relayout", i, d->name);
+  }
+  d->stored = bytes, d->nrelayout = n;
+  d->relayout_shape = r->stored()->data(), d->relayout_axes = r->axes()->data(), d->relayout_mults = r->mults()->data();
+  if (reinterpret_cast<uintptr_t>(d->relayout_shape) % 8 || reinterpret_cast<uintptr_t>(d->relayout_axes) % 8 ||
+      reinterpret_cast<uintptr_t>(d->relayout_mults) % 8)
+    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned relayout", i);
+  return CB_OK;
+}
+

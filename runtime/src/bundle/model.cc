@@ -11,6 +11,8 @@
 #include "bundle/model.h"
 
 namespace fbs = coldbrew::schema;
+// Tensor.relayout (index.cc: with the multi-target bundles that write it).
+cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m);
 
 namespace {
 
@@ -267,8 +269,7 @@ cb_status verify_header(const uint8_t* header, uint64_t header_size, uint32_t ve
   if (!fbs::VerifyBundleBuffer(verifier))
     return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
   const fbs::Bundle* b = fbs::GetBundle(header);
-  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version == CB_INDEX_VERSION ||
-      version > CB_SCHEMA_VERSION)
+  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version == CB_INDEX_VERSION || version > CB_SCHEMA_VERSION)
     return cb_fail(CB_ERR_VERSION,
                    "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
                    b->schema_version(), version, CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);
@@ -316,36 +317,6 @@ cb_status parse_segments(const fbs::Bundle* b, uint64_t file_size, cb_model* m) 
   return CB_OK;
 }
 
-// A weight of a GPU bundle stored relaid out (Tensor.relayout, where its
-// stored shape is not its own): the description checked so that laying it
-// out back (vulkan_weights.c) stays inside both forms; `stored` its bytes.
-static cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m) {
-  cb_tensor_desc* d = &m->tensors[i];
-  const fbs::Relayout* r = t->relayout();
-  auto same = [](const flatbuffers::Vector<int64_t>* v, const int64_t* s, int32_t n) {
-    return v && v->size() == static_cast<uint32_t>(n) && std::equal(v->begin(), v->end(), s);
-  };
-  if (!r || !r->stored() || same(r->stored(), d->shape, d->ndim)) return CB_OK;  // none, or it only says how
-  uint32_t n = r->stored()->size();
-  if (!m->gpu_api[0] || d->kind != CB_KIND_WEIGHT || d->dtype != CB_F32 || !same(r->raw(), d->shape, d->ndim) ||
-      n > CB_MAX_NDIM || !r->axes() || !r->mults() || r->axes()->size() != n || r->mults()->size() != n)
-    return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): a weight stored relaid out is a GPU bundle's float32 weight "
-                   "with one axis and step per stored axis", i, d->name);
-  uint64_t bytes = 4, walk;
-  for (uint32_t j = 0; j < n; j++) {
-    int64_t size = r->stored()->Get(j), axis = r->axes()->Get(j), mult = r->mults()->Get(j);
-    if (size < 0 || axis < 0 || axis >= d->ndim || mult < 0 || !checked_mul(bytes, size, &bytes) ||
-        !checked_mul(static_cast<uint64_t>(mult), static_cast<uint64_t>(size), &walk) || walk > (1ull << 48))
-      return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') has an invalid relayout", i, d->name);
-  }
-  d->stored = bytes, d->nrelayout = n;
-  d->relayout_shape = r->stored()->data(), d->relayout_axes = r->axes()->data(), d->relayout_mults = r->mults()->data();
-  if (reinterpret_cast<uintptr_t>(d->relayout_shape) % 8 || reinterpret_cast<uintptr_t>(d->relayout_axes) % 8 ||
-      reinterpret_cast<uintptr_t>(d->relayout_mults) % 8)
-    return cb_fail(CB_ERR_CORRUPT, "tensor %u has a misaligned relayout", i);
-  return CB_OK;
-}
-
 // Tensor `i`: its byte size recomputed with checked arithmetic, its storage
 // (segment, arena or prepared area) in bounds and aligned.
 cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
@@ -381,8 +352,7 @@ cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
     return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') size %llu does not match its shape (%llu)", i,
                    d->name, (unsigned long long)t->nbytes(), (unsigned long long)n);
   d->nbytes = d->stored = n;
-  if (cb_status st = parse_relayout(t, i, m)) return st;
-  n = d->stored;
+  if (cb_status st = parse_relayout(t, i, m); st || (n = d->stored, false)) return st;
   d->arena_offset = t->arena_offset();
   d->segment = t->segment();
   d->segment_offset = t->segment_offset();
