@@ -13,6 +13,7 @@ header is built twice: once to learn its size (all scalars are written, so
 its size does not depend on the offsets), once with the final segment
 offsets.
 """
+import hashlib
 import json
 import struct
 
@@ -61,7 +62,9 @@ def need_order(graph):
 
 def _weight_runs(graph):
     """Weights in need order, cut into runs of one form: [(kind, bytes,
-    {tensor index: (offset in the run, checksum)})]."""
+    {tensor index: (run, offset in it, checksum)})]. A weight whose bytes
+    an earlier one of its form holds (one weight used by several layers,
+    in the same form) is stored once: it points at the earlier bytes."""
     runs = []
     for i in need_order(graph):
         t = graph.tensors[i]
@@ -69,15 +72,18 @@ def _weight_runs(graph):
         if not runs or runs[-1][0] != kind:
             runs.append((kind, []))
         runs[-1][1].append(i)
-    out = []
-    for kind, ids in runs:
+    out, seen = [], {}
+    for r, (kind, ids) in enumerate(runs):
         chunks, offsets, pos = [], {}, 0
         for i in ids:
-            pos = _align(pos, 64)
             raw = np.ascontiguousarray(graph.tensors[i].data).astype(graph.tensors[i].dtype, copy=False).tobytes()
-            offsets[i] = (pos, checksum64(raw))
-            chunks.append((pos, raw))
-            pos += len(raw)
+            key = (kind, hashlib.sha256(raw).digest())
+            if key not in seen:
+                pos = _align(pos, 64)
+                seen[key] = (r, pos, checksum64(raw))
+                chunks.append((pos, raw))
+                pos += len(raw)
+            offsets[i] = seen[key]
         data = bytearray(pos)
         for p, raw in chunks:
             data[p:p + len(raw)] = raw
@@ -199,7 +205,7 @@ def apply(graph, code, target, producer, model_hash, spirv=None):
     head = [pack_code(code)] if code is not None else [(fb.SegmentKind.spirv, spirv[0], 0)]
     shaders = spirv[1] if spirv else ()
     parts = head + [(kind, data, 0) for kind, data, _ in runs]
-    weight_offsets = {i: (k + 1, o, c) for k, (_, _, offsets) in enumerate(runs) for i, (o, c) in offsets.items()}
+    weight_offsets = {i: (r + 1, o, c) for _, _, offsets in runs for i, (r, o, c) in offsets.items()}
     # pass 1: header size with placeholder offsets
     size = len(_header(graph, target, producer, model_hash, [(k, 0, d, r) for k, d, r in parts], weight_offsets,
                        shaders))

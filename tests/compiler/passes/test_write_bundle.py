@@ -197,3 +197,42 @@ def test_the_plan_records_the_core_class_of_every_thread_and_queue():
     b = read_bytes(compile_model(small_cnn(), target="sd855", queues={"*": 1, "c0": 0}))[0]
     assert [c.decode() for c in b.plan.execClasses] == ["prime", "big"][:b.plan.threads]
     assert [c.decode() for c in b.plan.queueClasses] == ["big"]
+
+
+def _tied_model(reads=("w", "w", "w", "v", "v"), n=96):
+    """A chain of MatMuls (a ReLU after each but the last), each reading the
+    weight named in `reads`: the weight tying of ALBERT-style encoders."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32) / n, "w")
+    v = numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32) / n, "v")
+    nodes, x = [], "x"
+    for k, name in enumerate(reads[:-1]):
+        nodes.append(helper.make_node("MatMul", [x, name], [f"m{k}"]))
+        nodes.append(helper.make_node("Relu", [f"m{k}"], [f"r{k}"]))
+        x = f"r{k}"
+    nodes.append(helper.make_node("MatMul", [x, reads[-1]], ["y"]))
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])], [w, v])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("weights", ["cached", "raw"])
+def test_a_weight_several_layers_read_is_stored_once(weights, tmp_path):
+    """Every layer reading one weight in one form points at the same bytes:
+    the bundle's weight bytes are the model's two weights, once each."""
+    import coldbrew
+    from coldbrew.compiler import compile_model
+    from conftest import assert_close, ort_run
+
+    model, path = _tied_model(), str(tmp_path / "tied.brew")
+    compile_model(model, path, weights=weights)
+    b, _, _ = read_bytes(open(path, "rb").read())
+    stored = sum(s.size for s in b.segments if s.kind in (fb.SegmentKind.weights_raw, fb.SegmentKind.weights_cached))
+    users = [t for t in b.tensors if t.kind == fb.TensorKind.weight and t.nbytes == 96 * 96 * 4]
+    assert len(users) == 5 and len({(t.segment, t.segmentOffset) for t in users}) == 2
+    assert stored <= 2 * 96 * 96 * 4 + 64
+    x = np.random.default_rng(0).standard_normal((8, 96)).astype(np.float32)
+    assert_close(coldbrew.load(path).run(None, {"x": x}), ort_run(model, {"x": x}))
