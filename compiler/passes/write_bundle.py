@@ -139,7 +139,7 @@ def _range(graph, t):
 
 def _relayout(t):
     """A cached fp32 weight whose transform only rearranges: how (fb.Relayout)."""
-    r = t.anchor.relayout if t.kind == "weight" and t.cached and t.anchor is not None else None
+    r = getattr(t.anchor, "relayout", None) if t.kind == "weight" and t.cached else None
     if r is None or t.dtype != "float32" or tuple(t.shape) != r.stored:
         return None
     return fb.RelayoutT(raw=list(r.raw), stored=list(r.stored), axes=list(r.axes), mults=list(r.mults))
