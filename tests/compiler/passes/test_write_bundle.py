@@ -234,5 +234,8 @@ def test_a_weight_several_layers_read_is_stored_once(weights, tmp_path):
     users = [t for t in b.tensors if t.kind == fb.TensorKind.weight and t.nbytes == 96 * 96 * 4]
     assert len(users) == 5 and len({(t.segment, t.segmentOffset) for t in users}) == 2
     assert stored <= 2 * 96 * 96 * 4 + 64
+    from coldbrew.compiler.tools.inspect import describe
+
+    assert "shared     5 weight tensors are 2 stored once (110,592 bytes not repeated" in "\n".join(describe(path))
     x = np.random.default_rng(0).standard_normal((8, 96)).astype(np.float32)
     assert_close(coldbrew.load(path).run(None, {"x": x}), ort_run(model, {"x": x}))
