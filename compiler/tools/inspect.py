@@ -78,15 +78,7 @@ def _one(b, data):
     placed = _placed(b.plan)
     if placed:
         lines.append(placed)
-    lines.append(tuning_line(b))
-    at = {}
-    for x in b.tensors:
-        if x.kind == fb.TensorKind.weight:
-            at.setdefault((x.segment, x.segmentOffset), []).append(x)
-    tied = [v for v in at.values() if len(v) > 1]
-    if tied:
-        lines.append(f"shared     {sum(len(v) for v in tied)} weight tensors are {len(tied)} stored once "
-                     f"({sum(v[0].nbytes * (len(v) - 1) for v in tied):,} bytes not repeated: one weight, several layers)")
+    lines += [tuning_line(b)] + _tied(b)
     lines.append(f"  {'#':>3} {'layer':<6} {'op':<34} {'variant':<26} {'weights':<12} {'q':>3} {'bytes':>12}  schedule")
     for k, s in enumerate(b.plan.steps):
         layer, cpu = b.layers[s.layer], cpu_step(s)
@@ -142,6 +134,16 @@ def _one(b, data):
     lines.append("totals     " + ", ".join(f"{k}: {n} tensors {nb:,} B" for k, (n, nb) in sorted(kinds.items())))
     lines.append(signature_line(data))
     return lines
+
+
+def _tied(b):
+    """Weight tensors of several layers that point at one stored copy."""
+    at = {}
+    for x in (x for x in b.tensors if x.kind == fb.TensorKind.weight):
+        at.setdefault((x.segment, x.segmentOffset), []).append(x)
+    tied = [v for v in at.values() if len(v) > 1]
+    return [f"shared     {sum(len(v) for v in tied)} weight tensors are {len(tied)} stored once "
+            f"({sum(v[0].nbytes * (len(v) - 1) for v in tied):,} bytes not repeated: one weight, several layers)"] if tied else []
 
 
 def _count(vector):
