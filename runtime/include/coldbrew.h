@@ -222,11 +222,12 @@ const char* cb_bundle_target(const cb_bundle* bundle);
  * tensor; an open under way is waited for), joins the thread and frees
  * everything. `on_ready` (or NULL) runs once, on the handle's thread, when
  * the handle is ready (with the open's status); it may call cb_open_* on
- * the handle but not cb_open_release. */
+ * the handle, cb_open_release too: the handle's thread then frees
+ * everything once the callback returns. */
 typedef struct cb_open_handle cb_open_handle;
 typedef void (*cb_open_ready_fn)(void* user, cb_status status);
 typedef struct cb_open_progress {
-  uint64_t bytes_read, bytes_total; /* the bundle's bytes read ahead (its section's, multi-target), of its size */
+  uint64_t bytes_read, bytes_total; /* the bundle's bytes read (its section's, multi-target), of its size */
   uint32_t layers_ready, layers_total; /* steps whose weights are read and checked, of the plan's */
   int32_t opened;                   /* the open has ended (then cb_open_bundle returns at once) */
 } cb_open_progress;

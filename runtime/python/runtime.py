@@ -8,6 +8,8 @@ one place, `_check`.
 import ctypes
 import os
 import re
+import threading
+import weakref
 
 import numpy as np
 
@@ -435,8 +437,8 @@ class PendingSession(_Closing):
         key = read_public_key(options.get("public_key")) if options.get("public_key") is not None else None
         opts = _open_options(options.get("verify_weights", True), key, options.get("target"),
                              options.get("cpu_only", False))
-        self._options, self._session, self._handle = options, None, ctypes.c_void_p()
-        self._ready_fn = _READY((lambda user, status: on_ready(self)) if on_ready else 0)
+        self._options, self._session, self._handle, self._calling = options, None, ctypes.c_void_p(), None
+        self._ready_fn = _READY(_ready_call(weakref.ref(self), on_ready) if on_ready else 0)  # (no cycle through self)
         _check(_lib.cb_bundle_open_async(os.fsencode(path), ctypes.byref(opts), self._ready_fn, None,
                                          ctypes.byref(self._handle)))
 
@@ -471,6 +473,8 @@ class PendingSession(_Closing):
         return self.session().target
 
     def close(self):
+        if self._calling == threading.get_ident():
+            raise RuntimeError("a PendingSession cannot be closed from its on_ready callback (its thread runs it)")
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -479,6 +483,19 @@ class PendingSession(_Closing):
             self._handle = ctypes.c_void_p()
 
     cancel = close
+
+
+def _ready_call(ref, on_ready):
+    """The opening thread's callback: on_ready(pending) while it is alive."""
+    def call(user, status):
+        pending = ref()
+        if pending is not None:
+            pending._calling = threading.get_ident()
+            try:
+                on_ready(pending)
+            finally:
+                pending._calling = None
+    return call
 
 
 def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None,

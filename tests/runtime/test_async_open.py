@@ -36,16 +36,37 @@ def test_load_returns_while_the_open_is_blocked(tmp_path):
 
 def test_ready_wait_progress_and_the_callback(small_bundle):
     heard, done = [], threading.Event()
-    pending = coldbrew.load(small_bundle, wait=False, on_ready=lambda p: (heard.append(p.progress()), done.set()))
-    assert pending.wait(30) and pending.ready() and done.wait(30)
-    p = pending.progress()
-    assert p["opened"] and p["layers_ready"] == p["layers_total"] > 0
-    assert p["bytes_read"] == p["bytes_total"] == os.path.getsize(small_bundle)
-    assert len(heard) == 1 and heard[0]["layers_ready"] == heard[0]["layers_total"]
-    eager = coldbrew.load(small_bundle)
-    feeds = _feeds(eager)
-    assert_close(pending.run(None, feeds), eager.run(None, feeds))
-    pending.close()
+    with coldbrew.load(small_bundle, wait=False, on_ready=lambda p: (heard.append(p.progress()), done.set())) as pending:
+        assert pending.wait(30) and pending.ready() and done.wait(30)
+        p = pending.progress()
+        assert p["opened"] and p["layers_ready"] == p["layers_total"] > 0
+        assert p["bytes_read"] == p["bytes_total"] == os.path.getsize(small_bundle)  # in the page cache or not
+        assert len(heard) == 1 and heard[0]["layers_ready"] == heard[0]["layers_total"]
+        eager = coldbrew.load(small_bundle)
+        feeds = _feeds(eager)
+        assert_close(pending.run(None, feeds), eager.run(None, feeds))
+
+
+def test_a_handle_with_a_callback_goes_when_dropped_and_is_not_closed_from_it(small_bundle):
+    """The callback holds its PendingSession weakly: dropped, the handle is
+    released at once (no cycle waits for the garbage collector); closing it
+    from its own callback (the opening thread) is refused."""
+    import weakref
+
+    errors, done = [], threading.Event()
+
+    def close_here(p):
+        try:
+            p.close()
+        except RuntimeError as e:
+            errors.append(str(e))
+        done.set()
+
+    pending = coldbrew.load(small_bundle, wait=False, on_ready=close_here)
+    assert done.wait(30) and errors and "on_ready" in errors[0]
+    gone = weakref.ref(pending)
+    del pending
+    assert gone() is None
 
 
 def test_a_run_made_at_once_waits_for_what_it_needs(small_bundle):

@@ -29,6 +29,8 @@ struct cb_open_handle {
   cb_bundle* bundle;         /* set with `opened` (NULL when the open failed) */
   _Atomic int cancel;
   _Atomic uint32_t layers_ready;
+  _Atomic uint64_t bytes_read;  /* the open's front, then each step's weights as the reading passes them */
+  _Atomic int orphan;           /* released from its own callback: the thread frees it on its way out */
   uint32_t layers_total;
   uint64_t sink;             /* bytes touched by the reading (kept so the reads stay) */
 };
@@ -65,11 +67,15 @@ static void read_weights(cb_open_handle* h) {
         return;
       }
       if (!b->verified) h->sink += cb_bring_in(b, data, m->tensors[t].stored);
+      atomic_fetch_add(&h->bytes_read, m->tensors[t].stored);
     }
     atomic_fetch_add(&h->layers_ready, 1);
   }
   atomic_store(&h->layers_ready, h->layers_total);
+  atomic_store(&h->bytes_read, UINT64_MAX); /* every byte it needs (shared bytes were counted per use) */
 }
+
+static void free_handle(cb_open_handle* h);
 
 static void* opener_main(void* arg) {
   cb_open_handle* h = arg;
@@ -78,11 +84,17 @@ static void* opener_main(void* arg) {
   if (s) fail(h, s);
   pthread_mutex_lock(&h->mu);
   h->bundle = b, h->layers_total = b ? b->model.nsteps : 0;
+  if (b) atomic_store(&h->bytes_read, atomic_load(&b->advised));
   pthread_mutex_unlock(&h->mu);
   set_state(h, 1, !b);
   if (b) read_weights(h);
   set_state(h, 1, 1);
   if (h->on_ready) h->on_ready(h->user, h->status);
+  if (atomic_load(&h->orphan)) { /* cb_open_release from the callback: nothing waits to join */
+    pthread_detach(pthread_self());
+    cb_bundle_release(h->bundle);
+    free_handle(h);
+  }
   return NULL;
 }
 
@@ -170,13 +182,18 @@ void cb_open_get_progress(cb_open_handle* h, cb_open_progress* out) {
   out->layers_ready = ready < out->layers_total ? ready : out->layers_total;
   if (!b) return;
   out->bytes_total = b->stream_end ? b->stream_end : b->size;
-  uint64_t read = atomic_load(&((cb_bundle*)b)->advised);
+  uint64_t read = atomic_load(&((cb_bundle*)b)->advised), passed = atomic_load(&h->bytes_read);
+  read = passed > read ? passed : read;
   out->bytes_read = read < out->bytes_total ? read : out->bytes_total;
 }
 
 void cb_open_release(cb_open_handle* h) {
   if (!h) return;
   atomic_store(&h->cancel, 1);
+  if (pthread_equal(pthread_self(), h->thread)) { /* from its own callback */
+    atomic_store(&h->orphan, 1);
+    return;
+  }
   pthread_join(h->thread, NULL);
   cb_bundle_release(h->bundle);
   free_handle(h);
