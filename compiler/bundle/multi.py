@@ -149,7 +149,7 @@ def _relaid(parsed):
     from ..ir.relayout import Relayout, unlay
 
     out = {}
-    for name, b, version, data in parsed:
+    for name, b, version, data in parsed if any(b.target.gpuClass for _, b, _, _ in parsed) else ():
         for t in b.tensors if not b.target.gpuClass else ():
             r, seg = t.relayout, b.segments[t.segment]
             if t.kind != fb.TensorKind.weight or r is None or list(r.stored) != list(t.shape) or t.dtype != 0:
