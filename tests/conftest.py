@@ -13,6 +13,20 @@ POPULATE_READ = tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (5, 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
+@pytest.hookimpl(trylast=True)  # (after pytest's own faulthandler, which writes to stderr)
+def pytest_configure(config):
+    """COLDBREW_FAULTS=DIR (tests/run.sh): each process's fatal-error dump
+    (every thread's Python stack) goes to a file there, which run.sh prints
+    last: a worker that dies is otherwise only 'node down'."""
+    where = os.environ.get("COLDBREW_FAULTS")
+    if where:
+        import faulthandler
+
+        os.makedirs(where, exist_ok=True)
+        config._coldbrew_faults = open(os.path.join(where, f"{os.getpid()}.txt"), "w")
+        faulthandler.enable(file=config._coldbrew_faults, all_threads=True)
+
+
 def small_cnn():
     """A conv+relu -> pool -> framework-style flatten -> gemm model."""
     rng = np.random.default_rng(7)

@@ -239,6 +239,9 @@ int cb_open_wait(cb_open_handle* handle, int64_t timeout_ms);
 /* Wait for the open and lend its bundle, or return the open's failure (or a weight's). */
 cb_status cb_open_bundle(cb_open_handle* handle, cb_bundle** out_bundle);
 void cb_open_get_progress(cb_open_handle* handle, cb_open_progress* out);
+/* Stop the reading at its next tensor (the handle is then soon ready, the
+ * bundle usable; nothing is freed): for a waiter to leave before the release. */
+void cb_open_cancel(cb_open_handle* handle);
 void cb_open_release(cb_open_handle* handle);
 /* The checks an open makes of a bundle's structure (preamble, header,
  * tensors, plan, a GPU bundle's shaders and dispatches), without those of

@@ -50,9 +50,6 @@ class _Progress(ctypes.Structure):
                 ("layers_total", ctypes.c_uint32), ("opened", ctypes.c_int32)]
 
 
-_READY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
-
-
 class _OpenOptions(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint32), ("public_key", ctypes.c_char_p), ("target", ctypes.c_char_p)]
 
@@ -81,12 +78,13 @@ def _load_library():
         "cb_bundle_open_file_with": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_open_memory_with": ([vp, sz, ctypes.POINTER(_OpenOptions), ctypes.POINTER(vp)], ctypes.c_int),
         "cb_bundle_target": ([vp], ctypes.c_char_p),
-        "cb_bundle_open_async": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), _READY, vp, ctypes.POINTER(vp)],
+        "cb_bundle_open_async": ([ctypes.c_char_p, ctypes.POINTER(_OpenOptions), vp, vp, ctypes.POINTER(vp)],
                                  ctypes.c_int),
         "cb_open_ready": ([vp], ctypes.c_int),
         "cb_open_wait": ([vp, ctypes.c_int64], ctypes.c_int),
         "cb_open_bundle": ([vp, ctypes.POINTER(vp)], ctypes.c_int),
         "cb_open_get_progress": ([vp, ctypes.POINTER(_Progress)], None),
+        "cb_open_cancel": ([vp], None),
         "cb_open_release": ([vp], None),
         "cb_bundle_release": ([vp], None),
         "cb_bundle_check_memory": ([ctypes.c_char_p, sz], ctypes.c_int),
@@ -427,9 +425,10 @@ class PendingSession(_Closing):
     of the runtime's opens it, then reads and checks every layer's weights
     in plan order. ready() / wait(timeout) say when that is done;
     progress() how far it is; `on_ready(pending)` is called once then, on
-    that thread. run() (or session()) waits for the open only, then runs:
-    the first run waits for the weights its layers need. close() (or
-    cancel()) stops what is left and frees everything."""
+    a Python thread of the handle's (no Python runs on the runtime's
+    thread). run() (or session()) waits for the open only, then runs: the
+    first run waits for the weights its layers need. close() (or cancel())
+    stops what is left and frees everything."""
 
     def __init__(self, path, on_ready=None, **options):
         if not isinstance(path, (str, os.PathLike)):
@@ -437,10 +436,14 @@ class PendingSession(_Closing):
         key = read_public_key(options.get("public_key")) if options.get("public_key") is not None else None
         opts = _open_options(options.get("verify_weights", True), key, options.get("target"),
                              options.get("cpu_only", False))
-        self._options, self._session, self._handle, self._calling = options, None, ctypes.c_void_p(), None
-        self._ready_fn = _READY(_ready_call(weakref.ref(self), on_ready) if on_ready else 0)  # (no cycle through self)
-        _check(_lib.cb_bundle_open_async(os.fsencode(path), ctypes.byref(opts), self._ready_fn, None,
+        self._options, self._session, self._handle, self._calling = options, None, ctypes.c_void_p(), False
+        self._closing, self._notifier = threading.Event(), None
+        _check(_lib.cb_bundle_open_async(os.fsencode(path), ctypes.byref(opts), None, None,
                                          ctypes.byref(self._handle)))
+        if on_ready:  # (the thread holds the handle weakly: a dropped handle goes at once)
+            self._notifier = threading.Thread(target=_notify, name="coldbrew-on-ready", daemon=True,
+                                              args=(weakref.ref(self), self._handle.value, self._closing, on_ready))
+            self._notifier.start()
 
     def ready(self):
         return bool(_lib.cb_open_ready(self._handle))
@@ -473,8 +476,14 @@ class PendingSession(_Closing):
         return self.session().target
 
     def close(self):
-        if self._calling == threading.get_ident():
+        here = self._notifier is not None and self._notifier.ident == threading.get_ident()
+        if here and self._calling:
             raise RuntimeError("a PendingSession cannot be closed from its on_ready callback (its thread runs it)")
+        self._closing.set()
+        if self._handle:
+            _lib.cb_open_cancel(self._handle)  # the reading stops: the notifier's wait ends
+        if self._notifier is not None and not here:  # (here: dropped by it after on_ready, which is over)
+            self._notifier.join()
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -485,17 +494,18 @@ class PendingSession(_Closing):
     cancel = close
 
 
-def _ready_call(ref, on_ready):
-    """The opening thread's callback: on_ready(pending) while it is alive."""
-    def call(user, status):
-        pending = ref()
-        if pending is not None:
-            pending._calling = threading.get_ident()
-            try:
-                on_ready(pending)
-            finally:
-                pending._calling = None
-    return call
+def _notify(ref, handle, closing, on_ready):
+    """The on_ready thread: waits for readiness (the runtime's wait, the GIL
+    let go), then on_ready(pending) unless the handle was closed or dropped."""
+    _lib.cb_open_wait(handle, -1)
+    pending = ref()
+    if pending is None or closing.is_set():
+        return
+    pending._calling = True
+    try:
+        on_ready(pending)
+    finally:
+        pending._calling = False
 
 
 def load(source, threads=0, verify_weights=True, trace=False, mode="cold", exec_shares=None, public_key=None,

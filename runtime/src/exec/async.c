@@ -187,9 +187,13 @@ void cb_open_get_progress(cb_open_handle* h, cb_open_progress* out) {
   out->bytes_read = read < out->bytes_total ? read : out->bytes_total;
 }
 
+void cb_open_cancel(cb_open_handle* h) {
+  if (h) atomic_store(&h->cancel, 1);
+}
+
 void cb_open_release(cb_open_handle* h) {
   if (!h) return;
-  atomic_store(&h->cancel, 1);
+  cb_open_cancel(h);
   if (pthread_equal(pthread_self(), h->thread)) { /* from its own callback */
     atomic_store(&h->orphan, 1);
     return;
