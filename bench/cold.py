@@ -34,10 +34,13 @@ SAMPLER = os.path.join(ROOT, "bench", "harness", "cold_sample.py")
 
 def samples(n, *kinds):
     """n fresh-process samples of each (path, flags) kind, taken in turns so
-    that every kind sees the same drift of the machine's state."""
+    that every kind sees the same drift of the machine's state; the order
+    rotates every round, so no kind always follows the same one."""
     out = [[] for _ in kinds]
-    for _ in range(n):
-        for k, (path, flags) in enumerate(kinds):
+    for r in range(n):
+        for j in range(len(kinds)):
+            k = (j + r) % len(kinds)
+            path, flags = kinds[k]
             proc = cold_process([sys.executable, SAMPLER, path, *flags], capture_output=True, text=True, check=True)
             out[k].append(json.loads(proc.stdout))
     return out

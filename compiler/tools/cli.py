@@ -395,13 +395,16 @@ def simulate_cmd(bundle, costs, model, target, output, png):
 @click.option("--threads", default=0, help="execution threads (0 = the plan's)")
 @click.option("--costs", type=click.Path(exists=True, dir_okay=False),
               help="cost table: add the simulator's predicted timeline beside the measured one")
-def trace_cmd(bundle, output, png, cold, threads, costs):
-    """Run BUNDLE once (cold by default) and write what each core did."""
+@click.option("--layers", default=8, show_default=True, help="the account's slowest steps shown (0: none)")
+def trace_cmd(bundle, output, png, cold, threads, costs, layers):
+    """Run BUNDLE once (cold by default), write what each core did, and
+    account for every millisecond of the executing thread."""
     import coldbrew
 
     from . import trace_export
     from ..measure.protocol import evict
 
+    fault_us = trace_export.fault_cost_us()
     if cold:
         evict(bundle)
     t0 = time.perf_counter_ns()
@@ -427,6 +430,8 @@ def trace_cmd(bundle, output, png, cold, threads, costs):
         trace_export.to_png(events, png, title=title)
     click.echo(f"{title}: {total_ms:.2f} ms load + first run; traced {_phases(s)}; wrote {output}"
                + (f" and {png}" if png else ""))
+    for line in trace_export.account_lines(trace_export.account(sess.trace(), total_ms, fault_us), layers):
+        click.echo(line)
     _generic_share(bundle, sess, feeds)
 
 

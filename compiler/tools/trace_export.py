@@ -2,19 +2,21 @@
 Chrome trace-event JSON (Perfetto, chrome://tracing), as a PNG timeline
 (matplotlib: the package's `plot` extra), or as a summary of totals.
 
-An event is a dict: step, layer, variant, phase (verify | code_load | load
-for opening the bundle, step -1; read | transform | execute per step; GPU
+An event is a dict: step, layer, variant, phase (verify | thread_start |
+code_load | session | load for opening the bundle, step -1; read | transform | execute per step; GPU
 bundles: gpu_context, upload, pipeline per shader, gpu_execute), cpu (-1:
 the GPU's own lane), start_ns, end_ns, and an optional `process` ("measured" by default; e.g.
 "predicted" for simulator output). Each process is its own
 timeline, timed from its own first event, so a measured and a predicted run
-line up side by side.
+line up side by side. `account` splits a cold start into what the
+executing thread spent its time on (phases, idle waits, page faults, the
+caller's own) beside what other threads overlapped.
 """
 import json
 
-PHASES = ("verify", "gpu_context", "code_load", "pipeline", "session", "load", "read", "upload", "transform",
+PHASES = ("verify", "thread_start", "gpu_context", "code_load", "pipeline", "session", "load", "read", "upload", "transform",
           "execute", "gpu_execute")  # in cold-run order
-COLORS = {"verify": (0, 150, 136), "code_load": (219, 68, 55), "session": (120, 85, 72),
+COLORS = {"verify": (0, 150, 136), "thread_start": (255, 193, 7), "code_load": (219, 68, 55), "session": (120, 85, 72),
           "load": (142, 68, 173),
           "read": (66, 133, 244), "transform": (245, 140, 0), "execute": (52, 168, 83),
           "gpu_context": (96, 125, 139), "pipeline": (233, 30, 99), "upload": (0, 188, 212),
@@ -160,3 +162,116 @@ def to_png(events, path, width=1600, title=None):
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
+
+
+_OFF_PATH = ("read", "pipeline")  # GPU bundles: a reader thread's and the pipeline workers' (the opening thread waits)
+
+
+def _critical(events):
+    """The events of the thread that opened the bundle and ran the first
+    result (worker 0; a GPU bundle's: not its reader's or pipelines')."""
+    gpu = any(e["phase"] == "gpu_execute" for e in events)
+    return [e for e in events if e.get("process", "measured") == "measured" and e.get("worker", 0) == 0
+            and not (gpu and e["phase"] in _OFF_PATH)]
+
+
+def account(events, wall_ms=None, fault_us=None):
+    """Where a cold start's time went, on the thread that opened the bundle
+    and ran it: every instant of that thread's timeline given to the
+    innermost phase under way then (the pool's thread start inside verify,
+    say), the gaps between its phases to `wait` (the executing thread idle,
+    waiting for a preparation worker's step or the streamer's bytes), and,
+    given the whole cold time measured around load and run (`wall_ms`),
+    the rest to `outside` (the caller's and the library's own, before the
+    open and after the result). `faults`: the page faults that thread took
+    (`fault_ms`: times `fault_us`, a cost per fault measured apart: inside
+    the phases, not added). `overlapped`: what other threads did meanwhile
+    (preparation workers' reads and transforms). `layers`: per step, its
+    phases and the wait before it, on that thread."""
+    events = _checked(events)
+    crit = _critical(events)
+    if not crit:
+        raise ValueError("no event of the executing thread in this trace")
+    t0, t1 = min(e["start_ns"] for e in crit), max(e["end_ns"] for e in crit)
+    cuts = sorted({t for e in crit for t in (e["start_ns"], e["end_ns"])})
+    phases, layers, wait = {}, {}, 0
+    ordered = sorted(crit, key=lambda e: e["start_ns"])
+    active, k = [], 0
+    for a, b in zip(cuts, cuts[1:]):  # a sweep: the events under way over [a, b)
+        while k < len(ordered) and ordered[k]["start_ns"] <= a:
+            active.append(ordered[k])
+            k += 1
+        active = [e for e in active if e["end_ns"] >= b]
+        on = active
+        if on:  # the innermost: started last, shortest
+            e = max(on, key=lambda e: (e["start_ns"], -(e["end_ns"] - e["start_ns"])))
+            phases[e["phase"]] = phases.get(e["phase"], 0) + (b - a)
+            if e["step"] >= 0:
+                row = layers.setdefault(e["step"], {"step": e["step"], "layer": e["layer"], "wait_ms": 0.0})
+                row[e["phase"] + "_ms"] = row.get(e["phase"] + "_ms", 0) + (b - a) / 1e6
+        else:
+            wait += b - a
+            nxt = next((e for e in ordered[k:] if e["step"] >= 0), None)  # (every event from k starts at b or later)
+            if nxt is not None:
+                row = layers.setdefault(nxt["step"], {"step": nxt["step"], "layer": nxt["layer"], "wait_ms": 0.0})
+                row["wait_ms"] += (b - a) / 1e6
+    faults = sum(e.get("faults", 0) for e in crit)
+    crit_ids = {id(e) for e in crit}
+    overlapped = {}
+    for e in events:
+        if id(e) not in crit_ids and e.get("process", "measured") == "measured":
+            overlapped[e["phase"]] = overlapped.get(e["phase"], 0) + (e["end_ns"] - e["start_ns"]) / 1e6
+    span_ms = (t1 - t0) / 1e6
+    out = {"span_ms": span_ms, "phase_ms": {p: v / 1e6 for p, v in phases.items()}, "wait_ms": wait / 1e6,
+           "faults": faults, "overlapped_ms": overlapped,
+           "layers": [layers[k] for k in sorted(layers)]}
+    if wall_ms is not None:
+        out.update(wall_ms=wall_ms, outside_ms=max(0.0, wall_ms - span_ms))
+    if fault_us is not None:
+        out.update(fault_us=fault_us, fault_ms=faults * fault_us / 1e3)
+    return out
+
+
+def fault_cost_us(mb=64):
+    """The cost of one page fault on fresh anonymous memory here, in µs (a
+    mapping touched once per page, its pages then given back)."""
+    import mmap
+    import time
+
+    size, page = mb << 20, mmap.PAGESIZE
+    best = None
+    for _ in range(3):
+        m = mmap.mmap(-1, size)
+        t = time.perf_counter_ns()
+        for off in range(0, size, page):
+            m[off] = 1
+        ns = time.perf_counter_ns() - t
+        m.close()
+        best = ns if best is None else min(best, ns)
+    loop = time.perf_counter_ns()
+    b = bytearray(1)
+    for _ in range(0, size, page):  # the Python loop's own cost, taken off
+        b[0] = 1
+    loop = time.perf_counter_ns() - loop
+    return max(0.0, (best - loop) / (size // page) / 1e3)
+
+
+def account_lines(a, layers=0):
+    """The account as text: totals, then the `layers` slowest steps."""
+    ph = a["phase_ms"]
+    order = [p for p in PHASES if p in ph] + sorted(set(ph) - set(PHASES))
+    parts = [f"{p} {ph[p]:.2f}" for p in order] + [f"wait {a['wait_ms']:.2f}"]
+    if "outside_ms" in a:
+        parts.append(f"outside the runtime {a['outside_ms']:.2f}")
+    head = (f"account of {a.get('wall_ms', a['span_ms']):.2f} ms (the executing thread, ms): " + ", ".join(parts))
+    fl = f"page faults {a['faults']}" + (f" (~{a['fault_ms']:.2f} ms at {a['fault_us']:.2f} us each, inside the phases)"
+                                        if "fault_ms" in a else "")
+    ov = ", ".join(f"{p} {v:.2f}" for p, v in sorted(a["overlapped_ms"].items()))
+    lines = [head, fl + (f"; on other threads meanwhile: {ov}" if ov else "")]
+    if layers:
+        cols = ("wait", "read", "transform", "execute")
+        rows = sorted(a["layers"], key=lambda r: -sum(r.get(c + "_ms", 0) for c in cols))[:layers]
+        lines.append(f"{'step':>5} {'layer':32s} " + " ".join(f"{c:>9s}" for c in cols))
+        for r in rows:
+            lines.append(f"{r['step']:5d} {r['layer'][:32]:32s} " + " ".join(f"{r.get(c + '_ms', 0):9.3f}" for c in cols))
+    return lines

@@ -175,7 +175,8 @@ typedef enum cb_phase {
    * event's cpu is -1: the GPU's own lane. */
   CB_PHASE_UPLOAD = 7, CB_PHASE_GPU_EXECUTE = 8,
   CB_PHASE_GPU_CONTEXT = 9, /* GPU bundles at open: Vulkan loader, instance and device */
-  CB_PHASE_PIPELINE = 10    /* GPU bundles at open: one shader's pipeline (`step` = shader index) */
+  CB_PHASE_PIPELINE = 10,   /* GPU bundles at open: one shader's pipeline (`step` = shader index) */
+  CB_PHASE_THREAD_START = 11 /* starting threads: the execution pool's at open, the preparation workers' at the first run */
 } cb_phase;
 #define CB_STEP_BUNDLE 0xFFFFFFFFu
 
@@ -188,7 +189,7 @@ typedef struct cb_trace_event {
   uint32_t alternate; /* 1: the step's warm alternate (continuous mode), 0: the plan's variant */
   uint64_t start_ns, end_ns;
   uint32_t worker;    /* q: preparation worker q (queue q's; it may have taken another queue's step), 0: any other thread */
-  uint32_t reserved;
+  uint32_t faults;    /* page faults the thread took during the phase (minor: fresh memory, pages already cached) */
 } cb_trace_event;
 
 const char* cb_last_error(void);

@@ -20,7 +20,7 @@ _STATUS = ["OK", "INVALID_ARGUMENT", "IO", "BAD_MAGIC", "VERSION", "CORRUPT", "T
 SKIP_WEIGHT_CHECKSUMS = 1
 CPU_ONLY = 2  # coldbrew.h CB_OPEN_CPU_ONLY
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
-           7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline"}  # cb_phase
+           7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline", 11: "thread_start"}  # cb_phase
 _PHASE_PIPELINE, _PHASE_VERIFY = 10, 4
 GPU_LANE = -1  # the cpu of events that ran on the GPU (gpu_execute)
 _STEP_BUNDLE = 0xFFFFFFFF
@@ -57,7 +57,7 @@ class _OpenOptions(ctypes.Structure):
 class _TraceEvent(ctypes.Structure):
     _fields_ = [("step", ctypes.c_uint32), ("phase", ctypes.c_uint32), ("cpu", ctypes.c_int32),
                 ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64),
-                ("worker", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+                ("worker", ctypes.c_uint32), ("faults", ctypes.c_uint32)]
 
 
 _OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64)
@@ -374,11 +374,13 @@ class InferenceSession(_Closing):
         """Events of the last run (session made with trace=True): dicts with
         step, layer, variant, alternate, phase, cpu, worker, start_ns, end_ns
         (worker: the preparation worker that ran the phase, its queue's
-        number, or 0 for any other thread). Phases:
-        verify, code_load and session (opening the bundle and creating the
-        session; step -1, layer "bundle", reported by the first run; verify's
-        variant: the target opened, `target`), then per step read and transform (first
-        run) and execute. `alternate` marks a step's warm variant in
+        number, or 0 for any other thread; faults: the page faults its
+        thread took meanwhile). Phases:
+        verify, code_load, session and thread_start (opening the bundle and
+        creating the session, the pool's threads started at open and the
+        preparation workers' at the first run; step -1, layer "bundle",
+        reported by the first run; verify's variant: the target opened,
+        `target`), then per step read and transform (first run) and execute. `alternate` marks a step's warm variant in
         continuous mode (its weights' read, its execution). GPU bundles:
         gpu_context, read per step (a reader thread, during the context),
         upload, pipeline per shader (step -1, layer "shader <k>", on the
@@ -403,7 +405,7 @@ class InferenceSession(_Closing):
             out.append({"step": step, "layer": layer.value.decode(), "variant": variant.value.decode(),
                         "alternate": bool(e.alternate),
                         "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu, "worker": e.worker,
-                        "start_ns": e.start_ns, "end_ns": e.end_ns})
+                        "faults": e.faults, "start_ns": e.start_ns, "end_ns": e.end_ns})
         return out
 
     def close(self):

@@ -357,6 +357,30 @@ def test_preparation_runs_on_the_workers_thread_while_layers_execute():
     assert worked and overlapped
 
 
+def test_the_trace_times_thread_starts_and_counts_page_faults():
+    """A first run's trace holds the thread starts (the pool's at open,
+    with two threads; the preparation workers' at the run) and the page
+    faults each phase's thread took; a warm run's trace has no thread
+    start. The code's load maps a fresh library, so its thread faults (a
+    fresh arena need not: the allocator reuses what earlier sessions freed).
+    The account built from it covers the executing thread's span."""
+    from coldbrew.compiler import compile_model
+    from coldbrew.compiler.tools import trace_export
+
+    model, x = _conv_chain(hw=48)
+    data = compile_model(model, weights="raw", queues={"*": 1, "c0": 0})
+    sess = coldbrew.load(data, threads=2, trace=True)
+    sess.run(None, {"x": x})
+    events = sess.trace()
+    starts = [e for e in events if e["phase"] == "thread_start"]
+    assert len(starts) == 2 and all(e["step"] == -1 and e["end_ns"] >= e["start_ns"] for e in starts)
+    assert sum(e["faults"] for e in events if e["phase"] == "code_load") > 0
+    a = trace_export.account(events)
+    assert sum(a["phase_ms"].values()) + a["wait_ms"] == pytest.approx(a["span_ms"])
+    sess.run(None, {"x": x})
+    assert not any(e["phase"] == "thread_start" for e in sess.trace())
+
+
 def test_an_idle_worker_takes_steps_from_a_loaded_ones_queue():
     """Two preparation queues, the second with one step: its worker, done
     with it, takes pending steps of the first queue (worker-to-worker

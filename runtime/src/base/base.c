@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -58,6 +59,14 @@ uint64_t cb_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t cb_thread_faults(void) {
+#ifdef RUSAGE_THREAD
+  struct rusage u;
+  if (getrusage(RUSAGE_THREAD, &u) == 0) return (uint32_t)(u.ru_minflt + u.ru_majflt);
+#endif
+  return 0;
 }
 
 /* ---- futex ------------------------------------------------------------- */

@@ -27,6 +27,8 @@ void cb_alloc_kept(int64_t delta);
 
 /* CLOCK_MONOTONIC in nanoseconds: the trace's clock (base.c). */
 uint64_t cb_now_ns(void);
+/* The page faults the calling thread has taken (minor and major): the trace's count. */
+uint32_t cb_thread_faults(void);
 
 /* Position-weighted 64-bit checksum (schemas/README.md) of a part of a
  * whole, its first word numbered `first_word` (cb_checksum64: the whole). */

@@ -99,7 +99,7 @@ cb_status cb_bundle_from_memory(const void* data, size_t size, cb_bundle** out);
  * when the open began. */
 cb_status cb_bundle_verify(cb_bundle* b, uint32_t* flags, const uint8_t* public_key, uint64_t* key);
 /* Open event `k` of phase `phase`, from `start` to now. */
-void cb_open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start);
+void cb_open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start, uint32_t faults);
 /* What this layer holds freed, the bundle too (the layers above free their
  * parts first: exec/load.c, cb_bundle_release). */
 void cb_bundle_free(cb_bundle* b);

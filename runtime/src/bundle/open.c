@@ -15,8 +15,9 @@
 
 #include "bundle/bundle.h"
 
-void cb_open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start) {
-  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, cb_now_ns(), 0, 0};
+void cb_open_event(cb_bundle* b, int k, uint32_t phase, uint64_t start, uint32_t faults) {
+  b->open_events[k] = (cb_trace_event){CB_STEP_BUNDLE, phase, sched_getcpu(), 0, start, cb_now_ns(), 0,
+                                       cb_thread_faults() - faults};
   if (k >= b->nopen_events) b->nopen_events = k + 1;
 }
 

@@ -144,13 +144,16 @@ static int widen_i8_kernel(void* self, const void* args, int32_t nargs, void* re
 
 cb_status cb_open_cpu(cb_bundle* b, uint64_t t0, uint32_t flags) {
   cb_status s;
-  b->open_cap = 2;
-  if (!(b->open_events = cb_calloc(2, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  uint32_t f0 = cb_thread_faults();
+  b->open_cap = 3;
+  if (!(b->open_events = cb_calloc(3, sizeof *b->open_events))) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   /* the execution pool's threads start now and come up while the code is
    * checked and loaded: as many as the plan's first run uses (a session
    * with other thread counts resizes the pool; a failure here is retried,
    * and reported, by the session) */
+  uint64_t tt = cb_now_ns();
   (void)cb_backend_set_threads((int)(b->model.threads ? b->model.threads : 1));
+  cb_open_event(b, 2, CB_PHASE_THREAD_START, tt, f0);
   const cb_segment_desc* code = NULL;
   for (uint32_t i = 0; i < b->model.nsegments; i++)
     if (cb_is_code_segment(&b->model.segments[i])) {
@@ -168,11 +171,12 @@ cb_status cb_open_cpu(cb_bundle* b, uint64_t t0, uint32_t flags) {
   }
   if (!b->model.weight_checksums && !(flags & CB_OPEN_SKIP_WEIGHT_CHECKSUMS) && (s = cb_check_weight_segments(b)))
     return s;
-  cb_open_event(b, 0, CB_PHASE_VERIFY, t0);
+  cb_open_event(b, 0, CB_PHASE_VERIFY, t0, f0);
   uint64_t t1 = cb_now_ns();
+  uint32_t f1 = cb_thread_faults();
   if (code && (s = code_load(b, code))) return s;
   s = kernels_resolve(b);
-  cb_open_event(b, 1, CB_PHASE_CODE_LOAD, t1);
+  cb_open_event(b, 1, CB_PHASE_CODE_LOAD, t1, f1);
   return s;
 }
 

@@ -340,11 +340,13 @@ cb_status cb_session_run(cb_session* s) {
     s->prep_status = CB_OK;
     for (uint32_t i = 0; i < m->nsteps; i++) atomic_store(&s->ready[i], 0), atomic_store(&s->claimed[i], 0);
     want = m->prep_queues < CB_MAX_PREP_QUEUES ? m->prep_queues : CB_MAX_PREP_QUEUES;
+    cb_trace_event* ev = want ? cb_trace_step(s, CB_STEP_BUNDLE, CB_PHASE_THREAD_START, 0) : NULL;
     for (uint32_t q = 1; q <= want; q++) {
       args[q - 1] = (cb_prep_worker){s, q, want};
       if (pthread_create(&workers[q - 1], attr_ok ? &attr : NULL, prep_main, &args[q - 1]) != 0) break;
       nworkers = q;
     }
+    cb_trace_end(ev);
   }
   if (attr_ok) pthread_attr_destroy(&attr);
   if (first) cb_warmer_start(s);

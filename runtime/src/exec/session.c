@@ -98,7 +98,7 @@ static cb_status session_memory(cb_session* s, const cb_session_options* options
   /* GPU bundles keep prepared tensors in the device's weights buffer */
   s->prepared = gpu ? cb_aligned_alloc(64, 64) : big_alloc((size_t)((m->prepared_size + 63) & ~(uint64_t)63) + 64);
   if (options && options->trace) {
-    s->trace_cap = 4 * (size_t)m->nsteps + 6 + (size_t)b->nopen_events + m->nshaders + CB_GPU_MAX_CHUNKS;
+    s->trace_cap = 4 * (size_t)m->nsteps + 7 + (size_t)b->nopen_events + m->nshaders + CB_GPU_MAX_CHUNKS;
     s->trace = cb_calloc(s->trace_cap, sizeof *s->trace);
     if (!s->trace) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   }
@@ -137,6 +137,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
   uint64_t t0 = cb_now_ns();
+  uint32_t f0 = cb_thread_faults();
   const cb_model* m = &b->model;
   uint32_t threads = 1, later = 1;
   cb_status st = session_threads(m, options, &threads, &later);
@@ -156,7 +157,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     cb_session_release(s);
     return st;
   }
-  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns(), 0, 0};
+  s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns(), 0,
+                                     cb_thread_faults() - f0};
   *out = s;
   return CB_OK;
 }

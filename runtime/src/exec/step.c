@@ -40,10 +40,13 @@ cb_trace_event* cb_trace_step(cb_session* s, uint32_t step, uint32_t phase, uint
   if (k >= s->trace_cap) return NULL; /* the warmer outlived the run whose trace it wrote to */
   cb_trace_event* ev = &s->trace[k];
   ev->step = step, ev->phase = phase, ev->cpu = sched_getcpu(), ev->alternate = alternate, ev->worker = t_worker;
+  ev->faults = cb_thread_faults();
   ev->start_ns = cb_now_ns();
   return ev;
 }
 
 void cb_trace_end(cb_trace_event* ev) {
-  if (ev) ev->end_ns = cb_now_ns();
+  if (!ev) return;
+  ev->end_ns = cb_now_ns();
+  ev->faults = cb_thread_faults() - ev->faults;
 }

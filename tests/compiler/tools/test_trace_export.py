@@ -140,3 +140,38 @@ def test_layer_times_are_each_steps_execute_span_slowest_first():
     rows = te.layer_times(events)
     assert [(k, ms) for k, _, _, ms in rows] == [(2, 1.5), (0, 0.6), (1, 0.5)]
     assert rows[0][1:3] == ("conv2", "sgemm")
+
+
+def test_account_of_the_executing_thread():
+    """Every instant of the executing thread (worker 0) goes to the
+    innermost phase under way (thread_start inside verify), its gaps to
+    `wait` and to the step that follows; the rest of the measured cold time
+    is `outside`; preparation workers' phases are overlapped, not added."""
+    events = [
+        ev(-1, "verify", 0, 0, 400, layer="bundle", worker=0, faults=3),
+        ev(-1, "thread_start", 0, 100, 150, layer="bundle", worker=0, faults=1),
+        ev(-1, "code_load", 0, 400, 500, layer="bundle", worker=0, faults=2),
+        ev(0, "read", 0, 500, 700, worker=0, faults=10), ev(0, "execute", 0, 700, 1000, worker=0, faults=20),
+        ev(1, "read", 1, 500, 1500, worker=1, faults=50), ev(1, "transform", 1, 1500, 1800, worker=1),
+        ev(1, "execute", 0, 1800, 2000, worker=0, faults=4),  # waited 1000-1800 for the worker
+    ]
+    a = te.account(events, wall_ms=2.5, fault_us=0.5)
+    assert a["span_ms"] == pytest.approx(2.0) and a["outside_ms"] == pytest.approx(0.5)
+    assert a["phase_ms"] == pytest.approx({"verify": 0.35, "thread_start": 0.05, "code_load": 0.1, "read": 0.2,
+                                           "execute": 0.5})
+    assert a["wait_ms"] == pytest.approx(0.8)
+    assert sum(a["phase_ms"].values()) + a["wait_ms"] == pytest.approx(a["span_ms"])
+    assert a["faults"] == 40 and a["fault_ms"] == pytest.approx(0.02)
+    assert a["overlapped_ms"] == pytest.approx({"read": 1.0, "transform": 0.3})
+    (l0, l1) = a["layers"]
+    assert (l0["step"], l0["read_ms"], l0["execute_ms"], l0["wait_ms"]) == (0, pytest.approx(0.2), pytest.approx(0.3), 0)
+    assert (l1["step"], l1["execute_ms"], l1["wait_ms"]) == (1, pytest.approx(0.2), pytest.approx(0.8))
+    text = "\n".join(te.account_lines(a, layers=2))
+    assert "wait 0.80" in text and "outside the runtime 0.50" in text and "page faults 40" in text
+    with pytest.raises(ValueError, match="executing thread"):
+        te.account([ev(0, "read", 1, 0, 10, worker=1)])
+
+
+def test_fault_cost_is_measured():
+    us = te.fault_cost_us(mb=8)
+    assert 0 < us < 1000
