@@ -6,6 +6,7 @@ Shaped like onnxruntime: `sess = coldbrew.load(path)`,
 one place, `_check`.
 """
 import ctypes
+import math
 import os
 import re
 import threading
@@ -59,6 +60,10 @@ class _TraceEvent(ctypes.Structure):
                 ("alternate", ctypes.c_uint32), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64),
                 ("worker", ctypes.c_uint32), ("faults", ctypes.c_uint32)]
 
+
+_memory = ctypes.pythonapi.PyMemoryView_FromMemory  # (char* mem, Py_ssize_t size, int flags) -> memoryview
+_memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_PYBUF_WRITE = 0x200
 
 _OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64)
 
@@ -166,9 +171,12 @@ class NodeArg:
         self.dtype = np.dtype(_DTYPES[info.dtype])
         self.shape = [info.shape[i] for i in range(info.ndim)]
         self.dims = tuple(self.shape)
-        self.type = f"tensor({self.dtype.name})"
         self.nbytes = info.nbytes
         self.ranges = ranges
+
+    @property
+    def type(self):  # (on demand: numpy's first dtype.name costs a cold start tens of us)
+        return f"tensor({self.dtype.name})"
 
     def __repr__(self):
         return f"NodeArg(name={self.name!r}, dtype={self.dtype.name}, shape={self.shape})"
@@ -260,10 +268,12 @@ class InferenceSession(_Closing):
             _check(info_fn(self._session, k, ctypes.byref(info)))
             _check(place(self._session, k, ctypes.byref(ptr), ctypes.byref(size)))
             shape = tuple(info.shape[i] for i in range(info.ndim))
-            if size.value != info.nbytes or size.value != meta.dtype.itemsize * int(np.prod(shape)):
+            if size.value != info.nbytes or size.value != meta.dtype.itemsize * math.prod(shape):
                 raise BundleError(_STATUS.index("CORRUPT"), f"'{meta.name}' holds {size.value} bytes in the session, "
-                                  f"its shape {list(shape)} needs {meta.dtype.itemsize * int(np.prod(shape))}")
-            raw = (ctypes.c_char * size.value).from_address(ptr.value) if size.value else b""
+                                  f"its shape {list(shape)} needs {meta.dtype.itemsize * math.prod(shape)}")
+            # (a memoryview of the place: no ctypes array type made per size, no numpy reduction
+            # called for the first time: together most of a small model's Python share of a cold start)
+            raw = _memory(ptr.value, size.value, _PYBUF_WRITE) if size.value else b""
             views.append(np.frombuffer(raw, dtype=meta.dtype).reshape(shape))
             infos.append(info)
         return views, infos
