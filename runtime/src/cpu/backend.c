@@ -186,7 +186,7 @@ typedef struct {
   int ntask;
   atomic_int barrier_count;
   atomic_int barrier_phase;
-  int home; /* the core the workers were placed around (task 0's), or -1 */
+  int caller_cpu; /* the launching thread's core when the pool was sized (-1: not yet) */
   atomic_int active; /* tasks a launch uses (<= size) */
   /* split by speed (cb_backend_set_split): thread k runs tasks
    * [first[k], first[k] + count[k]) of `total`; total == 0: one task each */
@@ -197,7 +197,7 @@ typedef struct {
 
 static cb_pool g_pool = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1, .home = -1, .active = 1,
+    .launch_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1, .caller_cpu = -1, .active = 1,
 };
 
 static _Thread_local int t_in_task;
@@ -233,10 +233,13 @@ typedef struct {
   uint64_t generation;
 } cb_worker_start;
 
+static void pin_worker(pthread_t thread, int id);
+
 static void* worker_main(void* arg) {
   cb_worker_start start = *(cb_worker_start*)arg;
   cb_free(arg);
   t_in_task = 1;
+  pin_worker(pthread_self(), start.id); /* its own core, the core order asked here rather than by the opener */
   uint64_t seen = start.generation;
   for (;;) {
     wait_for_launch(seen);
@@ -355,10 +358,14 @@ int cb_backend_core_classes(int* cores, long* capacity, int max) {
   return o->ranked ? n : 0;
 }
 
-/* Task 0's core: the fastest where the cores differ, else the caller's. */
-static int home_core(void) {
+/* Task 0's core, the one the workers are placed around: the fastest where
+ * the cores differ, else the caller's when the pool was sized. Asked by the
+ * workers as they start, so the caller never waits for the core order's
+ * sysfs reads at open (2 files a core: 0.1-0.2 ms of a small model's cold
+ * start on 2 cores, more on more). */
+static int pool_home(void) {
   const cb_core_order* o = core_order();
-  return o->ranked ? o->cpu[0] : sched_getcpu();
+  return o->ranked ? o->cpu[0] : g_pool.caller_cpu >= 0 ? g_pool.caller_cpu : sched_getcpu();
 }
 
 static void pin_thread(pthread_t thread, int cpu) {
@@ -372,14 +379,13 @@ static void pin_thread(pthread_t thread, int cpu) {
  * counting from the one after the caller's, so the caller and its workers
  * do not start out sharing a core (the launch waits for every task). */
 static void pin_worker(pthread_t thread, int id) {
-  int cpu = placed_core(g_pool.home, id);
-  if (cpu < 0 || cpu == g_pool.home) return; /* more workers than cores: leave it to the scheduler */
+  int home = pool_home(), cpu = placed_core(home, id);
+  if (cpu < 0 || cpu == home) return; /* more workers than cores: leave it to the scheduler */
   pin_thread(thread, cpu);
 }
 
 void cb_backend_enter_prep_worker(uint32_t queue) {
-  int home = g_pool.home >= 0 ? g_pool.home : sched_getcpu();
-  int cpu = placed_core(home, atomic_load(&g_pool.active) + (int)queue - 1);
+  int cpu = placed_core(pool_home(), atomic_load(&g_pool.active) + (int)queue - 1);
   if (cpu >= 0) pin_thread(pthread_self(), cpu);
   t_in_task = 1; /* its parallel launches run inline */
 }
@@ -388,9 +394,10 @@ int cb_backend_pin_caller(void* saved) {
   if (pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), (cpu_set_t*)saved) != 0) return 0;
   /* without pool workers the caller's own core is home: preparation workers
    * then take the cores after it rather than land on it */
-  if (g_pool.size <= 1) g_pool.home = home_core();
-  if (g_pool.home < 0 || !CPU_ISSET(g_pool.home, (cpu_set_t*)saved)) return 0;
-  pin_thread(pthread_self(), g_pool.home);
+  if (g_pool.size <= 1) g_pool.caller_cpu = sched_getcpu();
+  int home = pool_home();
+  if (home < 0 || !CPU_ISSET(home, (cpu_set_t*)saved)) return 0;
+  pin_thread(pthread_self(), home);
   return 1;
 }
 
@@ -405,7 +412,7 @@ cb_status cb_backend_set_threads(int n) {
   cb_status st = CB_OK;
   if (n != g_pool.size) {
     pool_stop();
-    g_pool.home = home_core();
+    g_pool.caller_cpu = sched_getcpu(); /* (the core order is the workers' to ask) */
     if (n > 1) {
       g_pool.threads = cb_calloc((size_t)n, sizeof(pthread_t));
       if (!g_pool.threads) st = cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -421,7 +428,6 @@ cb_status cb_backend_set_threads(int n) {
           st = cb_fail(CB_ERR_OUT_OF_MEMORY, "cannot start thread %d of %d", i, n);
           break;
         }
-        pin_worker(g_pool.threads[i], i);
         g_pool.size = i + 1;
       }
     }
