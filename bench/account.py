@@ -9,8 +9,10 @@ fetched the corpus; --corpus adds every fetched corpus model): one bundle
 the account of the median one (compiler/tools/trace_export.py account):
 what the executing thread spent its time on — opening (verify, the pool's
 thread start, code load, session), reading weights it waited for,
-transforming, executing, idle waits for a preparation worker or the
-streamer, and what the caller and the library spent outside the runtime —
+transforming, executing, the caller's own between the runtime's calls
+(open, session, run: the language binding's), idle waits for a
+preparation worker or the streamer, and what the caller and the library
+spent before the open and after the result —
 with the page faults it took (their cost per fault measured here on fresh
 memory: a part of the phases, not added) and what other threads did
 meanwhile. The floor is the larger of the warm time (the median of the
@@ -63,14 +65,14 @@ def measure(name, args, work, rate, fault_us):
     row = {"model": name, "bytes": len(data), "cold_ms": mid["cold_ms"], "warm_ms": warm, "floor_ms": floor,
            "ratio": mid["cold_ms"] / floor, "within": mid["cold_ms"] <= bound_ms(floor),
            "open_ms": sum(ph.get(p, 0) for p in OPEN), "read_ms": ph.get("read", 0),
-           "transform_ms": ph.get("transform", 0), "execute_ms": ph.get("execute", 0), "wait_ms": a["wait_ms"],
+           "transform_ms": ph.get("transform", 0), "execute_ms": ph.get("execute", 0), "wait_ms": a["wait_ms"], "between_ms": a["between_ms"],
            "outside_ms": a["outside_ms"], "faults": a["faults"], "fault_ms": a["fault_ms"],
            "thread_start_ms": ph.get("thread_start", 0), "code_load_ms": ph.get("code_load", 0),
            "overlapped_ms": sum(a["overlapped_ms"].values())}
     print(f"| {name} | {len(data) / 1e6:.1f} | {row['cold_ms']:.2f} | {floor:.2f} | {row['ratio']:.2f} "
           f"| {'yes' if row['within'] else 'no'} | {row['open_ms']:.2f} ({row['thread_start_ms']:.2f}, "
           f"{row['code_load_ms']:.2f}) | {row['read_ms']:.2f} | {row['transform_ms']:.2f} | {row['execute_ms']:.2f} "
-          f"| {row['wait_ms']:.2f} | {row['outside_ms']:.2f} | {row['faults']} ({row['fault_ms']:.2f}) "
+          f"| {row['between_ms']:.2f} | {row['wait_ms']:.2f} | {row['outside_ms']:.2f} | {row['faults']} ({row['fault_ms']:.2f}) "
           f"| {row['overlapped_ms']:.2f} |", flush=True)
     return row
 
@@ -92,8 +94,8 @@ def main(argv=None):
               f"a page fault on fresh memory {fault_us:.2f} us; {args.samples} traced cold samples each, the median's "
               f"account (ms)")
         print("| model | MB | cold | floor | cold/floor | within bound | open (thread start, code) | read wait "
-              "| transform | execute | idle wait | outside runtime | faults (~ms) | other threads |")
-        print("| --- |" + " --- |" * 13)
+              "| transform | execute | between calls | idle wait | outside runtime | faults (~ms) | other threads |")
+        print("| --- |" + " --- |" * 14)
         rows = [measure(n, args, work, rate, fault_us) for n in names]
     ok = sum(r["within"] for r in rows)
     print(f"summary: {ok} of {len(rows)} within the bound (1.3x a floor >= 5 ms, else floor + 1.5 ms); "

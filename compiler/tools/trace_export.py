@@ -179,7 +179,9 @@ def account(events, wall_ms=None, fault_us=None):
     """Where a cold start's time went, on the thread that opened the bundle
     and ran it: every instant of that thread's timeline given to the
     innermost phase under way then (the pool's thread start inside verify,
-    say), the gaps between its phases to `wait` (the executing thread idle,
+    say), its gaps before the run's first step to `between` (the caller's
+    and the language binding's own between the runtime's calls: open,
+    session, run), its later gaps to `wait` (the executing thread idle,
     waiting for a preparation worker's step or the streamer's bytes), and,
     given the whole cold time measured around load and run (`wall_ms`),
     the rest to `outside` (the caller's and the library's own, before the
@@ -194,7 +196,7 @@ def account(events, wall_ms=None, fault_us=None):
         raise ValueError("no event of the executing thread in this trace")
     t0, t1 = min(e["start_ns"] for e in crit), max(e["end_ns"] for e in crit)
     cuts = sorted({t for e in crit for t in (e["start_ns"], e["end_ns"])})
-    phases, layers, wait = {}, {}, 0
+    phases, layers, wait, between = {}, {}, 0, 0
     ordered = sorted(crit, key=lambda e: e["start_ns"])
     active, k = [], 0
     for a, b in zip(cuts, cuts[1:]):  # a sweep: the events under way over [a, b)
@@ -209,6 +211,8 @@ def account(events, wall_ms=None, fault_us=None):
             if e["step"] >= 0:
                 row = layers.setdefault(e["step"], {"step": e["step"], "layer": e["layer"], "wait_ms": 0.0})
                 row[e["phase"] + "_ms"] = row.get(e["phase"] + "_ms", 0) + (b - a) / 1e6
+        elif not any(e["step"] >= 0 for e in ordered[:k]):  # before the run's first step: the caller's
+            between += b - a
         else:
             wait += b - a
             nxt = next((e for e in ordered[k:] if e["step"] >= 0), None)  # (every event from k starts at b or later)
@@ -223,6 +227,7 @@ def account(events, wall_ms=None, fault_us=None):
             overlapped[e["phase"]] = overlapped.get(e["phase"], 0) + (e["end_ns"] - e["start_ns"]) / 1e6
     span_ms = (t1 - t0) / 1e6
     out = {"span_ms": span_ms, "phase_ms": {p: v / 1e6 for p, v in phases.items()}, "wait_ms": wait / 1e6,
+           "between_ms": between / 1e6,
            "faults": faults, "overlapped_ms": overlapped,
            "layers": [layers[k] for k in sorted(layers)]}
     if wall_ms is not None:
@@ -260,7 +265,7 @@ def account_lines(a, layers=0):
     """The account as text: totals, then the `layers` slowest steps."""
     ph = a["phase_ms"]
     order = [p for p in PHASES if p in ph] + sorted(set(ph) - set(PHASES))
-    parts = [f"{p} {ph[p]:.2f}" for p in order] + [f"wait {a['wait_ms']:.2f}"]
+    parts = [f"{p} {ph[p]:.2f}" for p in order] + [f"between calls {a['between_ms']:.2f}", f"wait {a['wait_ms']:.2f}"]
     if "outside_ms" in a:
         parts.append(f"outside the runtime {a['outside_ms']:.2f}")
     head = (f"account of {a.get('wall_ms', a['span_ms']):.2f} ms (the executing thread, ms): " + ", ".join(parts))

@@ -144,23 +144,24 @@ def test_layer_times_are_each_steps_execute_span_slowest_first():
 
 def test_account_of_the_executing_thread():
     """Every instant of the executing thread (worker 0) goes to the
-    innermost phase under way (thread_start inside verify), its gaps to
-    `wait` and to the step that follows; the rest of the measured cold time
+    innermost phase under way (thread_start inside verify), its gaps before
+    the first step to `between`, later ones to `wait` and to the step that
+    follows; the rest of the measured cold time
     is `outside`; preparation workers' phases are overlapped, not added."""
     events = [
         ev(-1, "verify", 0, 0, 400, layer="bundle", worker=0, faults=3),
         ev(-1, "thread_start", 0, 100, 150, layer="bundle", worker=0, faults=1),
-        ev(-1, "code_load", 0, 400, 500, layer="bundle", worker=0, faults=2),
+        ev(-1, "code_load", 0, 400, 450, layer="bundle", worker=0, faults=2),  # the caller's 450-500
         ev(0, "read", 0, 500, 700, worker=0, faults=10), ev(0, "execute", 0, 700, 1000, worker=0, faults=20),
         ev(1, "read", 1, 500, 1500, worker=1, faults=50), ev(1, "transform", 1, 1500, 1800, worker=1),
         ev(1, "execute", 0, 1800, 2000, worker=0, faults=4),  # waited 1000-1800 for the worker
     ]
     a = te.account(events, wall_ms=2.5, fault_us=0.5)
     assert a["span_ms"] == pytest.approx(2.0) and a["outside_ms"] == pytest.approx(0.5)
-    assert a["phase_ms"] == pytest.approx({"verify": 0.35, "thread_start": 0.05, "code_load": 0.1, "read": 0.2,
+    assert a["phase_ms"] == pytest.approx({"verify": 0.35, "thread_start": 0.05, "code_load": 0.05, "read": 0.2,
                                            "execute": 0.5})
-    assert a["wait_ms"] == pytest.approx(0.8)
-    assert sum(a["phase_ms"].values()) + a["wait_ms"] == pytest.approx(a["span_ms"])
+    assert a["wait_ms"] == pytest.approx(0.8) and a["between_ms"] == pytest.approx(0.05)
+    assert sum(a["phase_ms"].values()) + a["wait_ms"] + a["between_ms"] == pytest.approx(a["span_ms"])
     assert a["faults"] == 40 and a["fault_ms"] == pytest.approx(0.02)
     assert a["overlapped_ms"] == pytest.approx({"read": 1.0, "transform": 0.3})
     (l0, l1) = a["layers"]
