@@ -89,6 +89,8 @@ def test_cli_trace_and_simulate(table_and_bundle, tmp_path):
     assert {"verify", "code_load", "read", "execute"} <= phases
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"warm run: execute [\d.]+ ms over \d+ layers; \d+ on the generic schedule", r.output), r.output
+    assert re.search(r"account of [\d.]+ ms .*execute [\d.]+.*between calls [\d.]+, wait [\d.]+", r.output), r.output
+    assert re.search(r"page faults \d+ \(~[\d.]+ ms at [\d.]+ us each", r.output), r.output
     r = CliRunner().invoke(main, ["simulate", bundle, "--costs", str(costs)])
     assert r.exit_code == 0 and "predicted cold latency on host" in r.output, r.output
 
