@@ -199,6 +199,7 @@ def account(events, wall_ms=None, fault_us=None):
     phases, layers, wait, between = {}, {}, 0, 0
     ordered = sorted(crit, key=lambda e: e["start_ns"])
     active, k = [], 0
+    first_step = min((e["start_ns"] for e in crit if e["step"] >= 0), default=t1)
     for a, b in zip(cuts, cuts[1:]):  # a sweep: the events under way over [a, b)
         while k < len(ordered) and ordered[k]["start_ns"] <= a:
             active.append(ordered[k])
@@ -211,7 +212,7 @@ def account(events, wall_ms=None, fault_us=None):
             if e["step"] >= 0:
                 row = layers.setdefault(e["step"], {"step": e["step"], "layer": e["layer"], "wait_ms": 0.0})
                 row[e["phase"] + "_ms"] = row.get(e["phase"] + "_ms", 0) + (b - a) / 1e6
-        elif not any(e["step"] >= 0 for e in ordered[:k]):  # before the run's first step: the caller's
+        elif b <= first_step:  # before the run's first step: the caller's
             between += b - a
         else:
             wait += b - a

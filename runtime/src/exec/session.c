@@ -137,7 +137,8 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
   if (!b || !out) return cb_fail(CB_ERR_INVALID_ARGUMENT, "bundle and out_session are required");
   *out = NULL;
   uint64_t t0 = cb_now_ns();
-  uint32_t f0 = cb_thread_faults();
+  int traced = options && options->trace;
+  uint32_t f0 = traced ? cb_thread_faults() : 0; /* (a system call: only for a trace) */
   const cb_model* m = &b->model;
   uint32_t threads = 1, later = 1;
   cb_status st = session_threads(m, options, &threads, &later);
@@ -158,7 +159,7 @@ cb_status cb_session_create(cb_bundle* b, const cb_session_options* options, cb_
     return st;
   }
   s->create_event = (cb_trace_event){CB_STEP_BUNDLE, CB_PHASE_SESSION, sched_getcpu(), 0, t0, cb_now_ns(), 0,
-                                     cb_thread_faults() - f0};
+                                     traced ? cb_thread_faults() - f0 : 0};
   *out = s;
   return CB_OK;
 }
