@@ -220,7 +220,11 @@ def account(events, wall_ms=None, fault_us=None):
             if nxt is not None:
                 row = layers.setdefault(nxt["step"], {"step": nxt["step"], "layer": nxt["layer"], "wait_ms": 0.0})
                 row["wait_ms"] += (b - a) / 1e6
-    faults = sum(e.get("faults", 0) for e in crit)
+    # an open event nested in another (the pool's thread start inside verify): its faults are the outer's too
+    opens = [e for e in crit if e["step"] < 0]
+    nested = sum(c.get("faults", 0) for c in opens for e in opens
+                 if c is not e and e["start_ns"] <= c["start_ns"] and c["end_ns"] <= e["end_ns"])
+    faults = sum(e.get("faults", 0) for e in crit) - nested
     crit_ids = {id(e) for e in crit}
     overlapped = {}
     for e in events:
