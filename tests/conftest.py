@@ -95,6 +95,23 @@ def small_model():
     return small_cnn()
 
 
+def padded_cnn():
+    """Convolutions of 6 channels between ones of 16: a CPU target blocking
+    channels by 8 pads the 1x1 weights to 8 (their raw form, before it
+    blocks them), a GPU target reads them as they are."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("W0", (16, 3, 3, 3)), ("W1", (6, 16, 1, 1)), ("W2", (16, 6, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "W1"], ["b"]), helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("Conv", ["c", "W2"], ["y"])]
+    g = helper.make_graph(nodes, "padded_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
 @pytest.fixture(scope="session")
 def small_bundle(tmp_path_factory, small_model):
     from coldbrew.compiler import compile_model

@@ -1,4 +1,4 @@
-"""One file for several targets (schema version 7): single-target bundles
+"""One file for several targets (schema version 9): single-target bundles
 packed as sections of one bundle, their equal bytes stored once.
 
     data = pack([(name, bundle bytes), ...])   the first target's bytes first
@@ -10,7 +10,12 @@ the order given: its code, then its weights in the order its plan needs
 them. A weight tensor whose bytes an earlier section already stores (raw
 weights; a cached layout two targets' kernels share) is not stored again:
 the section lists the earlier section's segment and points into it.
-Equal code is stored once too. The runtime opens the first section this
+Equal code is stored once too. A GPU section whose shaders read a raw
+weight that a CPU section stores blocked (padded, its axes split) reads
+those bytes and the runtime lays them out back (Tensor.relayout). Every
+section's header after the first is stored as one LZ4 block: a header
+lists every tensor and step, and for a small model five of them weigh as
+much as its weights; the first section's reads as a single bundle's. The runtime opens the first section this
 machine runs (runtime/src/exec/load.c).
 """
 import hashlib
@@ -21,9 +26,9 @@ import flatbuffers
 from coldbrew.schemas.generated import bundle_generated as fb
 
 from .checksum import checksum64
-from .reader import read_bytes, text
+from .reader import read_bytes, section_header, text
 
-VERSION = 7
+VERSION = 9  # 7: the same index, its headers stored as they are (the runtime reads both)
 RELAID = 8  # a section whose weights are stored relaid out (a GPU section reading a CPU section's bytes)
 PAGE = 4096
 _WEIGHTS = (fb.SegmentKind.weights_raw, fb.SegmentKind.weights_cached)
@@ -59,24 +64,32 @@ def pack(bundles):
         parsed.append((name, b, version, data))
     blobs, lists = _store(parsed)
     # places: after the index, each section's header and then the blobs it stores first, so the
-    # first section reads as a single bundle does (header, code, weights in the order of need)
-    index = _index(parsed, [(0, 0, 0)] * len(parsed))
-    headers = [_section_header(b, kept, blobs, [0] * len(blobs)) for (_, b, _, _), kept in zip(parsed, lists)]
-    pos, places, offsets, first = 64 + _align(len(index), 8), [], [0] * len(blobs), True
-    for h, kept in zip(headers, lists):
-        places.append(_align(pos, 8))
-        pos = places[-1] + len(h)
-        for k in kept:
-            kind, body, _ = blobs[k]
-            if offsets[k]:  # an earlier section's
-                continue
-            page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)  # as a single bundle's:
-            first = first and kind not in _WEIGHTS  # plain code and the first weights on a page
-            pos = _align(pos, PAGE if page else 64)
-            offsets[k] = pos
-            pos += len(body)
-    headers = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
-    index = _index(parsed, [(p, len(h), checksum64(h)) for p, h in zip(places, headers)])
+    # first section reads as a single bundle does (header, code, weights in the order of need); a
+    # later header's room is its packed size at a first guess, grown until the packed header fits
+    room = [len(_stored_header(k, _section_header(b, kept, blobs, [0] * len(blobs))))
+            for k, ((_, b, _, _), kept) in enumerate(zip(parsed, lists))]
+    while True:
+        index = _index(parsed, [(0, 0, 0, 0)] * len(parsed))
+        pos, places, offsets, first = 64 + _align(len(index), 8), [], [0] * len(blobs), True
+        for n, kept in zip(room, lists):
+            places.append(_align(pos, 8))
+            pos = places[-1] + n
+            for k in kept:
+                kind, body, _ = blobs[k]
+                if offsets[k]:  # an earlier section's
+                    continue
+                page = kind == fb.SegmentKind.cpu_code or (kind in _WEIGHTS and first)  # as a single bundle's:
+                first = first and kind not in _WEIGHTS  # plain code and the first weights on a page
+                pos = _align(pos, PAGE if page else 64)
+                offsets[k] = pos
+                pos += len(body)
+        plain = [_section_header(b, kept, blobs, offsets) for (_, b, _, _), kept in zip(parsed, lists)]
+        headers = [_stored_header(k, h) for k, h in enumerate(plain)]
+        if all(len(h) <= n for h, n in zip(headers, room)):
+            break
+        room = [max(n, len(h) + 256) for h, n in zip(headers, room)]
+    index = _index(parsed, [(p, len(h), checksum64(h), len(r) if h is not r else 0)
+                            for p, h, r in zip(places, headers, plain)])
     size = _align(pos, 64)
     out = bytearray(size)
     struct.pack_into("<8sIIQQQ", out, 0, b"COLDBREW", VERSION, 64, len(index), checksum64(index), size)
@@ -86,6 +99,16 @@ def pack(bundles):
     for off, (_, body, _) in zip(offsets, blobs):
         out[off:off + len(body)] = body
     return bytes(out)
+
+
+def _stored_header(k, header):
+    """A section's header as the file stores it: the first section's as it
+    is (it reads as a single bundle's), a later one's as one LZ4 block (the
+    runtime decodes it, runtime/src/bundle/open.c) where that is smaller."""
+    import lz4.block
+
+    packed = lz4.block.compress(header, mode="high_compression", compression=12, store_size=False) if k else header
+    return packed if len(packed) < len(header) else header
 
 
 def _store(parsed):
@@ -114,9 +137,10 @@ def _store(parsed):
             seg = b.segments[t.segment]
             body = data[seg.offset + t.segmentOffset:seg.offset + t.segmentOffset + t.nbytes]
             key = hashlib.sha256(bytes([seg.kind]) + body).digest()
-            shared = (relaid.get(hashlib.sha256(body).digest())
-                      if b.target.gpuClass and key not in stored and t.name not in transformed else None)
-            if shared and list(shared[0].raw) == list(t.shape):
+            shared = (relaid.get(_nonzero_key(body, t.shape))
+                      if b.target.gpuClass and key not in stored and t.name not in transformed and t.dtype == 0
+                      else None)
+            if shared and len(shared[0].raw) == len(t.shape) and all(r >= d for r, d in zip(shared[0].raw, t.shape)):
                 t.relayout, t.checksum, key, body, seg = shared
                 parsed[at] = (name, b, RELAID, data)
             if key not in stored:
@@ -139,11 +163,28 @@ def _store(parsed):
     return blobs, lists
 
 
+def _nonzero_key(raw, shape):
+    """The sha256 of a float32 value's smallest box from its origin that
+    holds every element whose bits are not zero, and of that box's bytes:
+    equal for a weight and a zero-padded form of it (a CPU form's raw shape
+    is padded where its kernels block the channels)."""
+    import numpy as np
+
+    a = np.frombuffer(raw, np.uint32).reshape([int(d) for d in shape])
+    nz = a != 0
+    box = tuple(int(np.flatnonzero(nz.any(axis=tuple(k for k in range(a.ndim) if k != j))).max(initial=-1)) + 1
+                for j in range(a.ndim))
+    box = box if all(box) else (0,) * a.ndim
+    return hashlib.sha256(repr(box).encode() + a[tuple(slice(0, n) for n in box)].tobytes()).digest()
+
+
 def _relaid(parsed):
-    """{sha256 of a raw weight: (Relayout, checksum, stored key, stored
-    bytes, segment)} for the CPU sections' cached weights whose transform only
-    rearranges (Tensor.relayout): a GPU section reads such a weight from
-    their bytes, laid out back by the runtime as it uploads."""
+    """{key of a raw weight's nonzero box (_nonzero_key): (Relayout,
+    checksum, stored key, stored bytes, segment)} for the CPU sections'
+    cached weights whose transform only rearranges (Tensor.relayout): a GPU
+    section reads such a weight from their bytes, laid out back by the
+    runtime as it uploads (its part of a padded raw form: the rest is
+    zero)."""
     import numpy as np
 
     from ..ir.relayout import Relayout, unlay
@@ -158,7 +199,7 @@ def _relaid(parsed):
             desc = Relayout(*(tuple(int(d) for d in v) for v in (r.raw, r.stored, r.axes, r.mults)))
             raw = unlay(np.frombuffer(body, np.float32).reshape(desc.stored), desc).tobytes()
             key = hashlib.sha256(bytes([seg.kind]) + body).digest()
-            out.setdefault(hashlib.sha256(raw).digest(), (fb.RelayoutT(raw=list(desc.raw), stored=list(desc.stored),
+            out.setdefault(_nonzero_key(raw, desc.raw), (fb.RelayoutT(raw=list(desc.raw), stored=list(desc.stored),
                                                                        axes=list(desc.axes), mults=list(desc.mults)),
                                                           t.checksum, key, body, seg))
     return out
@@ -174,8 +215,8 @@ def _index(parsed, places):
     rank = {n: k for k, n in enumerate(order([(name, b) for name, b, _, _ in parsed]))}
     first = parsed[0][1]
     sections = [fb.SectionT(name=name, target=b.target, headerOffset=p, headerSize=n, headerChecksum=c,
-                            schemaVersion=version)
-                for (name, b, version, _), (p, n, c) in zip(parsed, places)]
+                            schemaVersion=version, headerRawSize=raw)
+                for (name, b, version, _), (p, n, c, raw) in zip(parsed, places)]
     sections.sort(key=lambda s: rank[text(s.name)])
     return _finish(fb.BundleT(schemaVersion=VERSION, producer=first.producer, modelHash=first.modelHash,
                               modelName=first.modelName, sections=sections))
@@ -197,7 +238,7 @@ def sections(data, path="<bytes>"):
         return [(text(b.target.gpuClass or b.target.cpu), b, version)]
     got = []
     for s in b.sections:
-        header = data[s.headerOffset:s.headerOffset + s.headerSize]
+        header = section_header(s, data[s.headerOffset:s.headerOffset + s.headerSize], path)
         fake = struct.pack("<8sIIQQQ", b"COLDBREW", s.schemaVersion, 64, len(header), 0, 64 + len(header))
         got.append((text(s.name), read_bytes(fake + bytes(64 - len(fake)) + header, path)[0], s.schemaVersion))
     return got

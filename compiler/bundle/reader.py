@@ -36,9 +36,28 @@ def read_header(path):
         if len(header) == hdr_size and _root(header, path).sections:  # a multi-target bundle: its first section's
             first = _root(header, path).sections[0]  # (every section takes the same inputs)
             header, hdr_size = os.pread(f.fileno(), first.headerSize, first.headerOffset), first.headerSize
+            if len(header) == hdr_size and first.headerRawSize:
+                header = section_header(first, header, path)
+                hdr_size = len(header)
     if len(header) != hdr_size:
         raise InspectError(f"{path}: truncated or damaged (header cut short; the file should hold {file_size} bytes)")
     return _root(header, path)
+
+
+def section_header(s, stored, path="<bytes>"):
+    """A multi-target bundle's section header from the bytes the file
+    stores for it (Section.headerRawSize: an LZ4 block of that many bytes)."""
+    if not s.headerRawSize:
+        return bytes(stored)
+    import lz4.block
+
+    try:
+        header = lz4.block.decompress(bytes(stored), uncompressed_size=s.headerRawSize)
+    except lz4.block.LZ4BlockError as e:
+        raise InspectError(f"{path}: a section's header does not decode ({e})") from None
+    if len(header) != s.headerRawSize:
+        raise InspectError(f"{path}: a section's header decodes to {len(header)} bytes, not {s.headerRawSize}")
+    return header
 
 
 def input_specs(path):

@@ -40,24 +40,31 @@ def describe(path):
 
 
 def section_lines(data, path):
-    """A multi-target bundle's sections: each one's target, code and the
-    weight bytes it stores itself or shares with another section."""
+    """A multi-target bundle's sections: each one's target, header (as
+    stored, an LZ4 block where marked *), code and the weight bytes it
+    stores itself or shares with another section."""
     found = sections(data, path)
+    stored = {text(s.name): s for s in read_bytes(data, path)[0].sections}
     users = {}
     for _, b, _ in found:
         for s in b.segments:
             users.setdefault(s.offset, []).append(s)
-    lines = [f"  {'target':<14} {'cpu':<12} {'code':>10} {'own weights':>12} {'shared':>10} {'relaid':>6}  features"]
+    lines = [f"  {'target':<14} {'cpu':<12} {'header':>9} {'code':>10} {'own weights':>12} {'shared':>10} "
+             f"{'relaid':>6}  features"]
     for name, b, _ in found:
         code = sum(s.size for s in b.segments if s.kind not in _WEIGHT_KINDS)
         own = sum(s.size for s in b.segments if s.kind in _WEIGHT_KINDS and len(users[s.offset]) == 1)
         shared = sum(s.size for s in b.segments if s.kind in _WEIGHT_KINDS and len(users[s.offset]) > 1)
         t, relaid = b.target, sum(1 for x in b.tensors if x.relayout is not None and list(x.relayout.stored) != list(x.shape))
-        lines.append(f"  {name:<14} {text(t.gpuClass or t.cpu):<12} {code:>10,} {own:>12,} {shared:>10,} {relaid:>6}  "
+        s = stored[name]
+        header = f"{s.headerSize:,}" + ("*" if s.headerRawSize else " ")
+        lines.append(f"  {name:<14} {text(t.gpuClass or t.cpu):<12} {header:>9} {code:>10,} {own:>12,} {shared:>10,} "
+                     f"{relaid:>6}  "
                      f"{','.join(text(f) for f in t.features or []) or '-'}")
     once = sum(v[0].size for v in users.values() if v[0].kind in _WEIGHT_KINDS and len(v) > 1)
     lines.append(f"shared     {once:,} weight bytes stored once for several targets (relaid: weights a GPU section "
-                 "reads from a CPU section's rearranged form, laid out back as it uploads)")
+                 "reads from a CPU section's rearranged form, laid out back as it uploads; *: a header stored "
+                 "compressed)")
     return lines
 
 

@@ -61,7 +61,7 @@
 CB_API_BEGIN
 
 /* bundles this runtime reads: schemas CB_SCHEMA_MIN_VERSION..CB_SCHEMA_VERSION (schemas/README.md) */
-#define CB_SCHEMA_VERSION 8u
+#define CB_SCHEMA_VERSION 9u
 #define CB_SCHEMA_MIN_VERSION 4u
 
 typedef enum cb_status {

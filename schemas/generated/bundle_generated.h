@@ -2357,7 +2357,8 @@ struct Section FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_HEADER_OFFSET = 8,
     VT_HEADER_SIZE = 10,
     VT_HEADER_CHECKSUM = 12,
-    VT_SCHEMA_VERSION = 14
+    VT_SCHEMA_VERSION = 14,
+    VT_HEADER_RAW_SIZE = 16
   };
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
@@ -2377,6 +2378,9 @@ struct Section FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint32_t schema_version() const {
     return GetField<uint32_t>(VT_SCHEMA_VERSION, 0);
   }
+  uint64_t header_raw_size() const {
+    return GetField<uint64_t>(VT_HEADER_RAW_SIZE, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2388,6 +2392,7 @@ struct Section FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint64_t>(verifier, VT_HEADER_SIZE, 8) &&
            VerifyField<uint64_t>(verifier, VT_HEADER_CHECKSUM, 8) &&
            VerifyField<uint32_t>(verifier, VT_SCHEMA_VERSION, 4) &&
+           VerifyField<uint64_t>(verifier, VT_HEADER_RAW_SIZE, 8) &&
            verifier.EndTable();
   }
 };
@@ -2414,6 +2419,9 @@ struct SectionBuilder {
   void add_schema_version(uint32_t schema_version) {
     fbb_.AddElement<uint32_t>(Section::VT_SCHEMA_VERSION, schema_version, 0);
   }
+  void add_header_raw_size(uint64_t header_raw_size) {
+    fbb_.AddElement<uint64_t>(Section::VT_HEADER_RAW_SIZE, header_raw_size, 0);
+  }
   explicit SectionBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2432,8 +2440,10 @@ inline ::flatbuffers::Offset<Section> CreateSection(
     uint64_t header_offset = 0,
     uint64_t header_size = 0,
     uint64_t header_checksum = 0,
-    uint32_t schema_version = 0) {
+    uint32_t schema_version = 0,
+    uint64_t header_raw_size = 0) {
   SectionBuilder builder_(_fbb);
+  builder_.add_header_raw_size(header_raw_size);
   builder_.add_header_checksum(header_checksum);
   builder_.add_header_size(header_size);
   builder_.add_header_offset(header_offset);
@@ -2450,7 +2460,8 @@ inline ::flatbuffers::Offset<Section> CreateSectionDirect(
     uint64_t header_offset = 0,
     uint64_t header_size = 0,
     uint64_t header_checksum = 0,
-    uint32_t schema_version = 0) {
+    uint32_t schema_version = 0,
+    uint64_t header_raw_size = 0) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   return coldbrew::schema::CreateSection(
       _fbb,
@@ -2459,7 +2470,8 @@ inline ::flatbuffers::Offset<Section> CreateSectionDirect(
       header_offset,
       header_size,
       header_checksum,
-      schema_version);
+      schema_version,
+      header_raw_size);
 }
 
 struct Bundle FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

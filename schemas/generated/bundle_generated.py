@@ -4002,8 +4002,15 @@ class Section(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Section
+    def HeaderRawSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def SectionStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def SectionAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -4022,6 +4029,9 @@ def SectionAddHeaderChecksum(builder, headerChecksum):
 
 def SectionAddSchemaVersion(builder, schemaVersion):
     builder.PrependUint32Slot(5, schemaVersion, 0)
+
+def SectionAddHeaderRawSize(builder, headerRawSize):
+    builder.PrependUint64Slot(6, headerRawSize, 0)
 
 def SectionEnd(builder):
     return builder.EndObject()
@@ -4043,6 +4053,7 @@ class SectionT(object):
         headerSize = 0,
         headerChecksum = 0,
         schemaVersion = 0,
+        headerRawSize = 0,
     ):
         self.name = name  # type: Optional[str]
         self.target = target  # type: Optional[TargetT]
@@ -4050,6 +4061,7 @@ class SectionT(object):
         self.headerSize = headerSize  # type: int
         self.headerChecksum = headerChecksum  # type: int
         self.schemaVersion = schemaVersion  # type: int
+        self.headerRawSize = headerRawSize  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -4079,6 +4091,7 @@ class SectionT(object):
         self.headerSize = section.HeaderSize()
         self.headerChecksum = section.HeaderChecksum()
         self.schemaVersion = section.SchemaVersion()
+        self.headerRawSize = section.HeaderRawSize()
 
     # SectionT
     def Pack(self, builder):
@@ -4095,6 +4108,7 @@ class SectionT(object):
         SectionAddHeaderSize(builder, self.headerSize)
         SectionAddHeaderChecksum(builder, self.headerChecksum)
         SectionAddSchemaVersion(builder, self.schemaVersion)
+        SectionAddHeaderRawSize(builder, self.headerRawSize)
         section = SectionEnd(builder)
         return section
 

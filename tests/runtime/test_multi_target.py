@@ -7,6 +7,7 @@ Vulkan is passed over for the CPU sections), each matching onnxruntime;
 a list this CPU runs none of refused naming each target; equal weight
 bytes stored once; `coldbrew inspect` listing the sections."""
 import ctypes
+import struct
 
 import numpy as np
 import pytest
@@ -70,6 +71,21 @@ def test_a_gpu_node_whose_vulkan_is_a_cpu_implementation_falls_back_to_the_cpu_s
     assert_close(sess.run(None, feeds), ort_run(small_model, feeds))
 
 
+def test_lavapipe_lays_out_a_padded_cpu_form_back_to_the_weights_part(tmp_path):
+    """A CPU section that pads a weight's channels (padded_cnn: 6 of 8)
+    shares those bytes with the Vulkan section, which uploads the weight's
+    part (bundle/index.cc parse_relayout, vulkan_weights.c unlay)."""
+    from conftest import padded_cnn
+
+    model = padded_cnn()
+    path = str(tmp_path / "padded.brew")
+    compile_model(model, path, target="x86_64-avx2,vulkan")
+    feeds = _feeds(model)
+    sess = coldbrew.load(path, target="vulkan")
+    assert sess.target == "vulkan"
+    assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
 @pytest.mark.parametrize("cpu,section", [("cortex-a53", "aarch64"), ("cortex-a76", "sd855")])
 def test_qemu_opens_the_section_its_cpu_runs(qemu_runner, multi, small_model, cpu, section, tmp_path):
     seen = {}
@@ -101,7 +117,9 @@ def test_inspect_lists_the_sections_and_their_shared_bytes(multi):
     assert out.exit_code == 0, out.output
     for name in TARGETS.split(","):
         assert f"section    {name} (schema v" in out.output
-    assert "schema v7: 5 targets, best first" in out.output
+    assert "schema v9: 5 targets, best first" in out.output
+    rows = {line.split()[0]: line.split() for line in out.output.splitlines() if line.startswith("  ")}
+    assert not rows["host"][2].endswith("*") and rows["x86_64-avx2"][2].endswith("*")  # compressed headers
     assert "weight bytes stored once for several targets" in out.output
     assert "verify     ok" in out.output
 
@@ -121,3 +139,32 @@ def _index(data):
     from coldbrew.compiler.bundle.reader import read_bytes
 
     return read_bytes(bytes(data))[0]
+
+
+def test_a_compressed_section_header_that_does_not_decode_is_refused(multi):
+    """An index whose checksums hold but whose compressed header decodes to
+    another size than it says: CORRUPT, naming the section; the other
+    sections still open."""
+    import flatbuffers
+
+    from coldbrew.compiler.bundle.checksum import checksum64
+    from coldbrew.schemas.generated import bundle_generated as fb
+
+    data = bytearray(open(multi, "rb").read())
+    index = _index(data)
+    avx2 = next(s for s in index.sections if s.name == b"x86_64-avx2")
+    assert avx2.headerRawSize
+    avx2.headerRawSize += 8
+    builder = flatbuffers.Builder(4096)
+    builder.ForceDefaults(True)
+    builder.Finish(index.Pack(builder), file_identifier=b"CBRW")
+    header = bytes(builder.Output())
+    hdr_off, hdr_size = struct.unpack_from("<IQ", data, 12)
+    assert len(header) == hdr_size
+    data[hdr_off:hdr_off + hdr_size] = header
+    struct.pack_into("<Q", data, 24, checksum64(header))
+    with pytest.raises(coldbrew.BundleError, match="section 'x86_64-avx2': its compressed header does not decode"):
+        coldbrew.load(bytes(data), target="x86_64-avx2")
+    assert coldbrew.load(bytes(data)).target == "host"
+    with pytest.raises(coldbrew.BundleError, match="does not decode"):
+        coldbrew.check_bundle(bytes(data))

@@ -53,6 +53,7 @@ struct cb_bundle {
   int no_gpu;                /* ... CPU sections only */
   int check_all;             /* ... every section's header checked, the first one opened (a tool's check) */
   const char* section;       /* ... the section opened (its name, in the index), or NULL */
+  uint8_t* section_header;   /* ... its header where the file stores it compressed: decoded, or NULL */
   uint64_t stream_end;       /* the streamer reads [0, stream_end): the section's last byte (0: the file's) */
 };
 

@@ -4,6 +4,7 @@
 #include "bundle/model.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace fbs = coldbrew::schema;
 
@@ -13,8 +14,9 @@ extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size,
   if (header_size < 8 || !fbs::BundleBufferHasIdentifier(header) || !fbs::VerifyBundleBuffer(verifier))
     return cb_fail(CB_ERR_CORRUPT, "bundle index failed FlatBuffer verification");
   auto secs = fbs::GetBundle(header)->sections();
-  if (fbs::GetBundle(header)->schema_version() != CB_INDEX_VERSION || !secs || secs->size() == 0)
-    return cb_fail(CB_ERR_CORRUPT, "a version %u bundle without sections", CB_INDEX_VERSION);
+  uint32_t version = fbs::GetBundle(header)->schema_version();
+  if (!cb_is_index_version(version) || !secs || secs->size() == 0)
+    return cb_fail(CB_ERR_CORRUPT, "a version %u bundle without sections", version);
   uint32_t feats = 0;
   for (auto s : *secs) feats += s->target() && s->target()->features() ? s->target()->features()->size() : 0;
   cb_section_desc* d = static_cast<cb_section_desc*>(
@@ -26,13 +28,15 @@ extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size,
     auto t = s->target();
     if (!s->name() || !t || !t->triple() || s->header_offset() > file_size || s->header_size() > file_size - s->header_offset() ||
         s->header_offset() % 8 || s->schema_version() < CB_SCHEMA_MIN_VERSION ||
-        s->schema_version() == CB_INDEX_VERSION || s->schema_version() > CB_SCHEMA_VERSION) {
+        cb_is_index_version(s->schema_version()) || s->schema_version() > CB_SCHEMA_VERSION ||
+        (s->header_raw_size() && (version == CB_INDEX_VERSION_PLAIN || s->header_raw_size() > CB_HEADER_MAX ||
+                                  s->header_raw_size() > 255 * s->header_size() + 16))) {
       cb_free(d);
       return cb_fail(CB_ERR_CORRUPT, "bundle section %u is malformed or lies outside the file", k);
     }
     d[k] = {s->name()->c_str(), t->triple()->c_str(), t->cpu() ? t->cpu()->c_str() : "",
             t->gpu_class() ? t->gpu_class()->c_str() : "", 0, names, s->header_offset(), s->header_size(),
-            s->header_checksum(), s->schema_version()};
+            s->header_checksum(), s->header_raw_size(), s->schema_version()};
     for (uint32_t i = 0; t->features() && i < t->features()->size(); i++) names[d[k].nfeatures++] = t->features()->Get(i)->c_str();
     names += d[k].nfeatures;
   }
@@ -44,6 +48,8 @@ extern "C" cb_status cb_index_parse(const uint8_t* header, uint64_t header_size,
 // A weight of a GPU section stored relaid out (a CPU section's bytes) (Tensor.relayout, where its
 // stored shape is not its own): the description checked so that laying it
 // out back (vulkan_weights.c) stays inside both forms; `stored` its bytes.
+// `raw` may be larger than the tensor on any axis (a CPU form padded where
+// its kernels block channels): the tensor is its part from the origin.
 cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m) {
   cb_tensor_desc* d = &m->tensors[i];
   const fbs::Relayout* r = t->relayout();
@@ -52,10 +58,13 @@ cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m) {
   };
   if (!r || !r->stored() || same(r->stored(), d->shape, d->ndim)) return CB_OK;  // none, or it only says how
   uint32_t n = r->stored()->size();
-  if (!m->gpu_api[0] || d->kind != CB_KIND_WEIGHT || d->dtype != CB_F32 || !same(r->raw(), d->shape, d->ndim) ||
+  auto covers = [](const flatbuffers::Vector<int64_t>* v, const int64_t* s, int32_t n) {
+    return v && v->size() == static_cast<uint32_t>(n) && std::equal(s, s + n, v->begin(), std::less_equal<int64_t>());
+  };
+  if (!m->gpu_api[0] || d->kind != CB_KIND_WEIGHT || d->dtype != CB_F32 || !covers(r->raw(), d->shape, d->ndim) ||
       n > CB_MAX_NDIM || !r->axes() || !r->mults() || r->axes()->size() != n || r->mults()->size() != n)
     return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s'): a weight stored relaid out is a GPU bundle's float32 weight "
-                   "with one axis and step per stored axis", i, d->name);
+                   "inside its raw shape, with one axis and step per stored axis", i, d->name);
   uint64_t bytes = 4, walk;
   for (uint32_t j = 0; j < n; j++) {
     int64_t size = r->stored()->Get(j), axis = r->axes()->Get(j), mult = r->mults()->Get(j);

@@ -269,7 +269,7 @@ cb_status verify_header(const uint8_t* header, uint64_t header_size, uint32_t ve
   if (!fbs::VerifyBundleBuffer(verifier))
     return cb_fail(CB_ERR_CORRUPT, "bundle header failed FlatBuffer verification");
   const fbs::Bundle* b = fbs::GetBundle(header);
-  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || version == CB_INDEX_VERSION || version > CB_SCHEMA_VERSION)
+  if (b->schema_version() != version || version < CB_SCHEMA_MIN_VERSION || cb_is_index_version(version) || version > CB_SCHEMA_VERSION)
     return cb_fail(CB_ERR_VERSION,
                    "bundle header says schema version %u (its preamble %u), this runtime reads %u to %u",
                    b->schema_version(), version, CB_SCHEMA_MIN_VERSION, CB_SCHEMA_VERSION);

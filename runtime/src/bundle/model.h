@@ -181,7 +181,10 @@ static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model*
 /* A multi-target bundle's section (schema 7, Bundle.sections): one
  * target's whole header, elsewhere in the file. Strings point into the
  * index header. */
-#define CB_INDEX_VERSION 7u
+#define CB_INDEX_VERSION 9u       /* a multi-target bundle's index, its later sections' headers compressed */
+#define CB_INDEX_VERSION_PLAIN 7u /* ... every section's header stored as it is */
+#define cb_is_index_version(v) ((v) == CB_INDEX_VERSION || (v) == CB_INDEX_VERSION_PLAIN)
+#define CB_HEADER_MAX (1ull << 31) /* a FlatBuffer's most */
 typedef struct cb_section_desc {
   const char* name;  /* the target as the compile named it */
   const char* triple;
@@ -190,7 +193,8 @@ typedef struct cb_section_desc {
   uint32_t nfeatures;
   const char** features;
   uint64_t header_offset, header_size, header_checksum;
-  uint32_t version;  /* the section header's own: 4 to 6 */
+  uint64_t header_raw_size; /* 0: the header is stored as it is; else an LZ4 block decoding to this size */
+  uint32_t version;  /* the section header's own: 4 to 6, or 8 */
 } cb_section_desc;
 /* An index header's sections, best first (*out: one allocation, cb_free):
  * verified as a FlatBuffer, every section's header inside the file and

@@ -62,12 +62,29 @@ static uint64_t front_end(const cb_model* m) {
   return end;
 }
 
-/* A multi-target bundle's index (schema 7): the section opened instead, the
- * first the asker allows (b->want: its name; b->no_gpu: CPU sections only)
- * that this machine runs (a GPU section: the layer above finds out); or
+/* A section's header stored compressed (Section.header_raw_size): decoded
+ * into memory of its own (*out, cb_free), which the model's descriptions
+ * point into while the bundle is open. */
+static cb_status decode_header(const cb_section_desc* d, const uint8_t* stored, uint8_t** out) {
+  uint8_t* h = cb_aligned_alloc(64, (size_t)d->header_raw_size);
+  if (!h) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory (a %llu-byte section header)",
+                         (unsigned long long)d->header_raw_size);
+  if (cb_lz4_decode(stored, d->header_size, h, d->header_raw_size) != (int64_t)d->header_raw_size) {
+    cb_free(h);
+    return cb_fail(CB_ERR_CORRUPT, "bundle section '%s': its compressed header does not decode to its %llu bytes",
+                   d->name, (unsigned long long)d->header_raw_size);
+  }
+  *out = h;
+  return CB_OK;
+}
+
+/* A multi-target bundle's index (schema 7 or 9): the section opened instead
+ * (*picked, inside *secs_out: the caller frees that), the first the asker
+ * allows (b->want: its name; b->no_gpu: CPU sections only) that this
+ * machine runs (a GPU section: the layer above finds out); or
  * CB_ERR_TARGET naming each section and why not. */
-static cb_status pick_section(cb_bundle* b, const uint8_t* index, uint64_t size, uint64_t* off, uint64_t* n,
-                              uint64_t* sum, uint32_t* version) {
+static cb_status pick_section(cb_bundle* b, const uint8_t* index, uint64_t size, const cb_section_desc** picked,
+                              cb_section_desc** secs_out) {
   cb_section_desc* secs = NULL;
   uint32_t count = 0;
   cb_status s = cb_index_parse(index, size, b->size, &secs, &count);
@@ -77,10 +94,15 @@ static cb_status pick_section(cb_bundle* b, const uint8_t* index, uint64_t size,
   for (uint32_t k = 0; b->check_all && k < count; k++) { /* every section's structure, none opened */
     cb_model m;
     const uint8_t* h = cb_front_at(b, secs[k].header_offset, secs[k].header_size);
+    uint8_t* plain = NULL;
     if (cb_checksum64(h, secs[k].header_size) != secs[k].header_checksum)
       s = cb_fail(CB_ERR_CORRUPT, "bundle section '%s': header checksum mismatch", secs[k].name);
-    else if (!(s = cb_model_parse(h, secs[k].header_size, b->size, secs[k].version, &m)))
+    else if (secs[k].header_raw_size && (s = decode_header(&secs[k], h, &plain)))
+      ;
+    else if (!(s = cb_model_parse(plain ? plain : h, plain ? secs[k].header_raw_size : secs[k].header_size, b->size,
+                                  secs[k].version, &m)))
       cb_model_free(&m);
+    cb_free(plain);
     if (s) return cb_free(secs), s;
   }
   for (uint32_t k = 0; k < count; k++) {
@@ -91,9 +113,7 @@ static cb_status pick_section(cb_bundle* b, const uint8_t* index, uint64_t size,
                      : cb_target_runs(d->triple, d->cpu, d->features, d->gpu_class[0] ? 0 : d->nfeatures) ? cb_last_error()
                                                                                                    : NULL;
     if (!no) {
-      b->section = d->name, *off = d->header_offset, *n = d->header_size, *sum = d->header_checksum;
-      *version = d->version;
-      cb_free(secs);
+      b->section = d->name, *picked = d, *secs_out = secs;
       return CB_OK;
     }
     if (at < (int)sizeof why) at += snprintf(why + at, sizeof why - at, "%s%s (%s)", k ? "; " : "", d->name, no);
@@ -119,13 +139,20 @@ cb_status cb_bundle_verify(cb_bundle* b, uint32_t* flags, const uint8_t* public_
   uint32_t version = rd32(pre + 8);
   if (cb_checksum64(hdr, hdr_size) != sum)
     return cb_fail(CB_ERR_CORRUPT, "bundle header checksum mismatch (file altered or damaged)");
-  if (version == CB_INDEX_VERSION) {
-    if ((s = pick_section(b, hdr, hdr_size, &hdr_off, &hdr_size, &sum, &version))) return s;
+  if (cb_is_index_version(version)) {
+    const cb_section_desc* d = NULL;
+    cb_section_desc* secs = NULL;
+    if ((s = pick_section(b, hdr, hdr_size, &d, &secs))) return s;
+    hdr_off = d->header_offset, hdr_size = d->header_size, sum = d->header_checksum, version = d->version;
     cb_head_extend(b, hdr_off + hdr_size);
     hdr = cb_front_at(b, hdr_off, hdr_size);
     if (cb_checksum64(hdr, hdr_size) != sum)
-      return cb_fail(CB_ERR_CORRUPT, "bundle section '%s': header checksum mismatch (file altered or damaged)",
-                     b->section);
+      s = cb_fail(CB_ERR_CORRUPT, "bundle section '%s': header checksum mismatch (file altered or damaged)",
+                  b->section);
+    else if (d->header_raw_size && !(s = decode_header(d, hdr, &b->section_header)))
+      hdr = b->section_header, hdr_size = d->header_raw_size;
+    cb_free(secs);
+    if (s) return s;
   }
   *key = sum;
   if ((s = cb_model_parse(hdr, hdr_size, b->size, version, &b->model))) return s;
@@ -233,6 +260,7 @@ void cb_bundle_free(cb_bundle* b) {
   cb_head_close(b);
   cb_free(b->head);
   cb_free(b->owned_copy);
+  cb_free(b->section_header);
   cb_free(b);
 }
 

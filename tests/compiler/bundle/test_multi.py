@@ -57,14 +57,19 @@ def test_a_later_cpu_target_of_other_lanes_shares_the_first_ones_blocked_weights
     assert _weight_bytes(data) == _weight_bytes(compile_model(small_model, target="x86_64-avx2"))
 
 
-def test_a_gpu_section_reads_the_cpu_sections_rearranged_weights(small_model):
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_gpu_section_reads_the_cpu_sections_rearranged_weights(small_model, padded):
     """The Vulkan section's convolution weights are the x86 section's blocked
     bytes with their Relayout (schema 8; the runtime lays them out back as it
-    uploads: tests/runtime/test_multi_target.py runs it on lavapipe)."""
+    uploads: tests/runtime/test_multi_target.py runs it on lavapipe); where
+    the x86 form pads a weight's channels, its part (padded_cnn)."""
+    from conftest import padded_cnn
+
     from coldbrew.compiler.ir.relayout import Relayout, unlay
 
     import numpy as np
 
+    small_model = padded_cnn() if padded else small_model
     data = compile_model(small_model, target="x86_64-avx2,vulkan")
     got = {n: (b, v) for n, b, v in sections(data)}
     gpu, version = got["vulkan"]
@@ -79,7 +84,27 @@ def test_a_gpu_section_reads_the_cpu_sections_rearranged_weights(small_model):
         own = single[t.name]
         oseg = sections(alone)[0][1].segments[own.segment]
         raw = np.frombuffer(alone, np.float32, own.nbytes // 4, oseg.offset + own.segmentOffset)
-        assert np.array_equal(unlay(stored.reshape(desc.stored), desc).reshape(-1), raw), t.name
+        back = unlay(stored.reshape(desc.stored), desc)[tuple(slice(0, int(d)) for d in t.shape)]
+        assert np.array_equal(back.reshape(-1), raw), t.name  # (a padded CPU form: the tensor's part)
         assert t.nbytes == own.nbytes
+    cropped = [t for t in relaid if list(t.relayout.raw) != list(t.shape)]
+    assert len(cropped) == (2 if padded else 0), [(list(t.relayout.raw), list(t.shape)) for t in relaid]
     own_bytes = sum((t.nbytes + 63) // 64 * 64 for t in gpu.tensors if t.kind == 3 and t not in relaid)
     assert _weight_bytes(data) <= _weight_bytes(compile_model(small_model, target="x86_64-avx2")) + own_bytes
+
+
+def test_the_later_sections_headers_are_stored_compressed(small_model):
+    """The first section's header is stored as it is (it reads as a single
+    bundle's); a later one's is an LZ4 block, smaller, read back whole."""
+    from coldbrew.compiler.bundle.reader import read_bytes
+
+    data = compile_model(small_model, target="host,x86_64-avx2")
+    index, _, version = read_bytes(data)
+    stored = {s.name.decode(): s for s in index.sections}
+    assert version == 9 and stored["host"].headerRawSize == 0
+    avx2 = stored["x86_64-avx2"]
+    assert 0 < avx2.headerSize < avx2.headerRawSize
+    got = dict((n, b) for n, b, _ in sections(data))["x86_64-avx2"]
+    alone = sections(compile_model(small_model, target="x86_64-avx2"))[0][1]
+    assert [t.name for t in got.tensors] == [t.name for t in alone.tensors]
+    assert len(got.plan.steps) == len(alone.plan.steps)
