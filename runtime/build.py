@@ -24,7 +24,7 @@ ROOT = os.path.dirname(HERE)
 # below it (tests/runtime/test_layers.py)
 C_SOURCES = ["base/base.c", "base/alloc.c", "base/lz4.c",
              "bundle/stream.c", "bundle/open.c", "bundle/signature.c", "bundle/target.c", "bundle/program.c",
-             "cpu/backend.c", "cpu/code.c", "cpu/widen.c",
+             "cpu/backend.c", "cpu/code.c", "cpu/elf.c", "cpu/widen.c",
              "vulkan/vulkan.c", "vulkan/vulkan_pipelines.c", "vulkan/vulkan_weights.c", "vulkan/vulkan_session.c",
              "vulkan/open_gpu.c",
              "exec/load.c", "exec/async.c", "exec/session.c", "exec/shapes.c", "exec/step.c", "exec/run.c", "exec/warmer.c"]

@@ -40,6 +40,12 @@ uint64_t cb_checksum64(const uint8_t* data, uint64_t size);
  * for a damaged block (the CPU code segment's codec). */
 int64_t cb_lz4_decode(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t cap);
 
+/* A CPU bundle's code object (`image`, plain) loaded by the runtime's own
+ * loader and unloaded: 1 where it took it and found `symbol`, 0 where it
+ * declined (the open then takes the system loader's way) or the symbol is
+ * missing, -1 on an error. */
+int cb_debug_code_object(const uint8_t* image, uint64_t size, const char* symbol);
+
 /* The runtime's own CPU weight transform: n fp16 values -> fp32 (the
  * profiler times it to model narrow weights' widening). */
 void cb_widen_f16(const uint16_t* in, float* out, uint64_t n);

@@ -20,7 +20,8 @@ struct cb_bundle {
   void* mapping;     /* munmap on release, or NULL */
   void* owned_copy;  /* aligned copy of a caller buffer, or NULL */
   cb_model model;
-  void* code;        /* dlopen handle of the kernel shared object */
+  struct cb_elf* elf; /* the kernel shared object, loaded by cpu/elf.c, or NULL */
+  void* code;        /* ... else its dlopen handle */
   int code_fd;       /* its memfd, open while loaded: the loader matches objects
                         by path, so a live bundle's fd number is never reused */
   cb_kernel_fn* kernels;    /* per plan step */

@@ -3,7 +3,6 @@
  * threads that run parallel loops. The ABI is restated here (tvm-ffi C ABI,
  * DLPack) rather than included, to keep the runtime free of TVM headers. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -520,14 +519,13 @@ static int parallel_barrier(int task_id, cb_parallel_env* env) {
   return 0;
 }
 
-static void set_slot(void* handle, const char* name, void* fn) {
-  void** slot = (void**)dlsym(handle, name);
-  if (slot) *slot = fn;
-}
-
-void cb_backend_install(void* handle) {
-  set_slot(handle, "__TVMBackendAllocWorkspace", (void*)workspace_alloc);
-  set_slot(handle, "__TVMBackendFreeWorkspace", (void*)workspace_free);
-  set_slot(handle, "__TVMBackendParallelLaunch", (void*)parallel_launch);
-  set_slot(handle, "__TVMBackendParallelBarrier", (void*)parallel_barrier);
+void cb_backend_install(void* (*find)(const cb_bundle* b, const char* name), const cb_bundle* b) {
+  static const char* const names[] = {"__TVMBackendAllocWorkspace", "__TVMBackendFreeWorkspace",
+                                      "__TVMBackendParallelLaunch", "__TVMBackendParallelBarrier"};
+  void* const hooks[] = {(void*)workspace_alloc, (void*)workspace_free, (void*)parallel_launch,
+                         (void*)parallel_barrier};
+  for (int k = 0; k < 4; k++) {
+    void** slot = (void**)find(b, names[k]);
+    if (slot) *slot = hooks[k];
+  }
 }

@@ -1,10 +1,11 @@
 /* A CPU bundle's open, past bundle/'s checks: the code's segments checked,
- * the code decoded into memory and loaded, and each plan step's kernels
+ * the code decoded into memory and loaded (elf.c), and each plan step's kernels
  * found in it (or the runtime's own); unloaded at release. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -25,12 +26,29 @@ static cb_status decode_code(int fd, const cb_bundle* b, const cb_segment_desc* 
   return CB_OK;
 }
 
+/* The address of the loaded code's symbol `name`, or NULL. */
+static void* code_symbol(const cb_bundle* b, const char* name) {
+  return b->elf ? cb_elf_symbol(b->elf, name) : b->code ? dlsym(b->code, name) : NULL;
+}
+
+/* The code made callable: by coldbrew's own loader (elf.c), else, for an
+ * object it does not take or where COLDBREW_CODE_LOADER=system, by the
+ * system's (the object written to a memfd and dlopen'ed). */
 static cb_status code_load(cb_bundle* b, const cb_segment_desc* seg) {
+  const char* how = getenv("COLDBREW_CODE_LOADER");
+  int lz4 = seg->kind == CB_SEG_CPU_CODE_LZ4;
+  cb_status s = how && strcmp(how, "system") == 0 ? CB_OK
+                : cb_elf_load(cb_front_at(b, seg->offset, seg->size), seg->size, lz4 ? seg->raw_size : seg->size, lz4,
+                              &b->elf);
+  if (s || b->elf) {
+    if (b->elf) cb_backend_install(code_symbol, b);
+    return s;
+  }
   int fd = memfd_create("coldbrew-kernels", MFD_CLOEXEC);
   if (fd < 0) return cb_fail(CB_ERR_LOAD, "memfd_create failed: %s", strerror(errno));
   const uint8_t* p = cb_front_at(b, seg->offset, seg->size);
   uint64_t left = seg->kind == CB_SEG_CPU_CODE ? seg->size : 0;
-  cb_status s = seg->kind == CB_SEG_CPU_CODE_LZ4 ? decode_code(fd, b, seg) : CB_OK;
+  s = lz4 ? decode_code(fd, b, seg) : CB_OK;
   if (s) {
     close(fd);
     return s;
@@ -51,7 +69,7 @@ static cb_status code_load(cb_bundle* b, const cb_segment_desc* seg) {
     return cb_fail(CB_ERR_LOAD, "loading kernel code failed: %s", dlerror());
   }
   b->code_fd = fd;
-  cb_backend_install(b->code);
+  cb_backend_install(code_symbol, b);
   return CB_OK;
 }
 
@@ -76,7 +94,7 @@ static cb_status find_kernel(const cb_bundle* b, const cb_step_desc* st, const c
   if ((size_t)snprintf(sym, sizeof sym, "__tvm_ffi_%s", name) >= sizeof sym)
     return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): %s name is longer than %d characters", st->layer_name,
                    variant, what, CB_SYMBOL_MAX - 11);
-  *out = b->code ? (cb_kernel_fn)dlsym(b->code, sym) : NULL;
+  *out = (cb_kernel_fn)code_symbol(b, sym);
   if (!*out)
     return cb_fail(CB_ERR_LOAD, "layer '%s' (variant '%s'): %s '%s' is missing from the bundle", st->layer_name,
                    variant, what, name);
@@ -181,6 +199,7 @@ cb_status cb_open_cpu(cb_bundle* b, uint64_t t0, uint32_t flags) {
 }
 
 void cb_code_unload(cb_bundle* b) {
+  cb_elf_free(b->elf);
   if (b->code) dlclose(b->code);
   if (b->code_fd > 0) close(b->code_fd);
   cb_free(b->kernels);

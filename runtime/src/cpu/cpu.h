@@ -36,7 +36,9 @@ enum { CB_FFI_NONE = 0, CB_FFI_INT = 1, CB_FFI_DLTENSOR_PTR = 7, CB_DL_CPU = 1 }
  * preparation worker, inside a task, or with one active thread: then one
  * task, env->num_task == 1). Nonzero if a task failed. A cb_parallel_launch. */
 int cb_backend_parallel(cb_parallel_lambda fn, void* cdata, int num_task);
-void cb_backend_install(void* dl_handle);
+/* The kernels' hooks into the pool set in the code just loaded (`find`:
+ * its symbol's address, or NULL). */
+void cb_backend_install(void* (*find)(const cb_bundle* b, const char* name), const cb_bundle* b);
 const char* cb_backend_kernel_error(void);
 void cb_backend_clear_kernel_error(void);
 /* After a kernel call failed on this thread: its workspace blocks are free again. */
@@ -78,5 +80,15 @@ void cb_backend_leave_thread(void);
 cb_status cb_open_cpu(cb_bundle* b, uint64_t t0, uint32_t flags);
 /* The code unloaded and the kernels' tables freed (at release). */
 void cb_code_unload(cb_bundle* b);
+
+/* The compiler's kernel object loaded without the system loader (elf.c):
+ * from the code segment's bytes `src` (n; an LZ4 block when `compressed`),
+ * the object `image` bytes long. *out stays NULL, with CB_OK, for an object
+ * this loader does not take (the caller then takes the system loader's
+ * way); CB_ERR_CORRUPT where the block does not decode. */
+typedef struct cb_elf cb_elf;
+cb_status cb_elf_load(const uint8_t* src, uint64_t n, uint64_t image, int compressed, cb_elf** out);
+void* cb_elf_symbol(const cb_elf* e, const char* name);
+void cb_elf_free(cb_elf* e);
 
 #endif /* COLDBREW_CPU_H_ */
