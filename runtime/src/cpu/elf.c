@@ -190,25 +190,27 @@ cb_status cb_elf_load(const uint8_t* src, uint64_t n, uint64_t image, int compre
   e->gnu_hash = (const uint32_t*)(e->base + hash);
   int k = 0;
   for (const Elf64_Dyn* d = dyn; d->d_tag != DT_NULL && k < CB_ELF_MAX_NEEDED; d++)
-    if (d->d_tag == DT_NEEDED) e->needed[k++] = dlopen(e->strs + d->d_un.d_val, RTLD_NOW | RTLD_LOCAL);
+    if (d->d_tag == DT_NEEDED && strtab + d->d_un.d_val < span)
+      e->needed[k++] = dlopen(e->strs + d->d_un.d_val, RTLD_NOW | RTLD_LOCAL);
+  uint64_t init = dyn_value(dyn, DT_INIT), array = dyn_value(dyn, DT_INIT_ARRAY);
+  uint64_t count = dyn_value(dyn, DT_INIT_ARRAYSZ) / sizeof(void*);
+  uint64_t fini = dyn_value(dyn, DT_FINI_ARRAY), nfini = dyn_value(dyn, DT_FINI_ARRAYSZ) / sizeof(void*);
   if (relocate(e, (const Elf64_Rela*)(e->base + rela), nrela, span) ||
-      relocate(e, (const Elf64_Rela*)(e->base + jmprel), njmp, span))
+      relocate(e, (const Elf64_Rela*)(e->base + jmprel), njmp, span) || init >= span || array > span ||
+      count > (span - array) / sizeof(void*) || fini > span || nfini > (span - fini) / sizeof(void*))
     return cb_elf_free(e), CB_OK;
   __builtin___clear_cache((char*)e->base, (char*)e->base + span); /* written code, about to run (aarch64) */
   if (protect(e->base, ph, nph, span, e->reserved)) return cb_elf_free(e), CB_OK;
-  uint64_t init = dyn_value(dyn, DT_INIT), array = dyn_value(dyn, DT_INIT_ARRAY);
-  uint64_t count = dyn_value(dyn, DT_INIT_ARRAYSZ) / sizeof(void*);
-  e->fini_array = dyn_value(dyn, DT_FINI_ARRAY), e->fini_count = dyn_value(dyn, DT_FINI_ARRAYSZ) / sizeof(void*);
-  if (init && init < span) ((void (*)(void))(e->base + init))();
-  for (uint64_t i = 0; array && array + count * sizeof(void*) <= span && i < count; i++)
-    ((void (**)(void))(e->base + array))[i]();
+  if (init) ((void (*)(void))(e->base + init))();
+  for (uint64_t i = 0; array && i < count; i++) ((void (**)(void))(e->base + array))[i]();
+  e->fini_array = fini, e->fini_count = fini ? nfini : 0;
   *out = e;
   return CB_OK;
 }
 
 void cb_elf_free(cb_elf* e) {
   if (!e) return;
-  for (uint64_t i = e->fini_count; e->syms && e->fini_array && i > 0; i--)
+  for (uint64_t i = e->fini_count; i > 0; i--)
     ((void (**)(void))(e->base + e->fini_array))[i - 1]();
   if (e->base) munmap(e->base, e->reserved);
   for (int k = 0; k < CB_ELF_MAX_NEEDED; k++)
