@@ -15,8 +15,9 @@ weight that a CPU section stores blocked (padded, its axes split) reads
 those bytes and the runtime lays them out back (Tensor.relayout). Every
 section's header after the first is stored as one LZ4 block: a header
 lists every tensor and step, and for a small model five of them weigh as
-much as its weights; the first section's reads as a single bundle's. The runtime opens the first section this
-machine runs (runtime/src/exec/load.c).
+much as its weights; the first section's reads as a single bundle's.
+The runtime opens the first section this machine runs
+(runtime/src/exec/load.c).
 """
 import hashlib
 import struct
