@@ -6,6 +6,10 @@ on whatever GPU runs it.
                                    # (needs the compiler); with --pnnx also ncnn models
     python bench/gpu.py run DIR [models...] [--samples 3] [--torch] [--ncnn]   # on the GPU machine
 
+Models: zoo names, or corpus:NAME (one float input; `compile` also writes
+the ONNX file beside the bundle, which `run --torch` turns into a PyTorch
+module with onnx2torch, then saved with torch.save, before the rounds).
+
 `run` needs only numpy and the coldbrew package without TVM (PyTorch with
 torchvision for --torch, PyPI's `ncnn` for --ncnn). Every sample is a fresh
 process, the model's files evicted from the page cache first; samples of
@@ -15,11 +19,15 @@ test suite compares with onnxruntime) and the largest difference printed.
 - first-ever: coldbrew's pipeline cache and the driver's shader disk cache
   (the folder __GL_SHADER_DISK_CACHE_PATH / MESA_SHADER_CACHE_DIR name, set
   here for every process) deleted before the process; its first run
-  dispatches each layer as soon as its pipelines exist;
-- first-ever, whole: the same with COLDBREW_GPU_FIRST_RUN=whole, the first
-  run waiting for every pipeline (as before per-layer dispatch), sampled
-  right after it in every round; "gpu before last pipeline" is how long
-  the first GPU submission preceded the last pipeline's end (median);
+  dispatches each layer as soon as it can, a GEMM convolution whose
+  pipeline is not made yet through its first-run launches (conv_direct);
+  "first-run layers" is how many layers did (median);
+- first-ever, own launches: the same with COLDBREW_GPU_FIRST_RUN=plan, each
+  layer waiting for its own pipelines; first-ever, whole:
+  COLDBREW_GPU_FIRST_RUN=whole, the first run waiting for every pipeline
+  (as before per-layer dispatch); all three sampled in every round; "gpu
+  before last pipeline" is how long the first GPU submission preceded the
+  last pipeline's end (median; the pipelines made by the first run's end);
 - later: both caches as the previous launch left them;
 - context: the Vulkan loader, instance and device (coldbrew's gpu_context
   phase), reported apart; load + first includes it;
@@ -32,8 +40,9 @@ test suite compares with onnxruntime) and the largest difference printed.
   extract; first launch with the driver's shader cache deleted, later
   launch with it warm (ncnn keeps no pipeline cache of its own);
 - PyTorch: import apart, CUDA context apart (torch.cuda.init and a first
-  tensor), then torchvision's model with random weights to the GPU and a
-  first run (synchronized).
+  tensor), then torchvision's model with random weights (a corpus model:
+  torch.load of its saved module) to the GPU and a first run
+  (synchronized).
 """
 import argparse
 import json
@@ -67,6 +76,7 @@ for e in sess.trace():
     lo, hi = spans.get(e["phase"], (e["start_ns"], e["end_ns"]))
     spans[e["phase"]] = (min(lo, e["start_ns"]), max(hi, e["end_ns"]))
 phases["pipelines_wall"] = (spans["pipeline"][1] - spans["pipeline"][0]) / 1e6 if "pipeline" in spans else 0.0
+phases["first_run_layers"] = sum(e.get("first_run_layers", 0) for e in sess.trace() if e["phase"] == "gpu_execute")
 if "pipeline" in spans and "gpu_execute" in spans:  # the GPU's first submission before the last pipeline's end
     phases["gpu_ahead"] = max(0.0, (spans["pipeline"][1] - spans["gpu_execute"][0]) / 1e6)
     phases["gpu_execute"] = (spans["gpu_execute"][1] - spans["gpu_execute"][0]) / 1e6  # chunks overlap: their span
@@ -116,8 +126,12 @@ import torch, torchvision
 t1 = time.perf_counter()
 torch.cuda.init(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 t2 = time.perf_counter()
-m = getattr(torchvision.models, sys.argv[1])(weights=None).eval().cuda()
-x = torch.randn(1, 3, 224, 224, device="cuda")
+if sys.argv[1].endswith(".pt"):  # a corpus model converted by onnx2torch, its input shape beside it
+    m = torch.load(sys.argv[1], weights_only=False).eval().cuda()
+    x = torch.randn(*json.load(open(sys.argv[1][:-3] + ".json"))["shape"], device="cuda")
+else:
+    m = getattr(torchvision.models, sys.argv[1])(weights=None).eval().cuda()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
 with torch.no_grad():
     y = m(x)
 torch.cuda.synchronize()
@@ -132,17 +146,39 @@ print(json.dumps({"import": (t1 - t0) * 1e3, "context": (t2 - t1) * 1e3, "total"
 """
 
 
+TO_TORCH = r"""
+import json, sys, onnx, torch
+from onnx2torch import convert
+torch.save(convert(onnx.load(sys.argv[1])), sys.argv[2])
+"""
+
+
+def tag(name):
+    return name.replace(":", "_")
+
+
 def compile_bundles(out, models, pnnx=None):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import onnx
-    import zoo
+    from harness.common import model_source
+
     from coldbrew.compiler import compile_model
 
     os.makedirs(out, exist_ok=True)
     for name in models:
-        model = zoo.build(name)
-        compile_model(model, os.path.join(out, f"{name}.brew"), target="vulkan")
+        model, shapes, binds = model_source(name)
+        path = os.path.join(out, f"{tag(name)}.brew")
+        compile_model(model, path, target="vulkan", input_shapes=shapes, constants=binds)
         print(f"compiled {name}", flush=True)
+        if name.startswith("corpus:"):  # the ONNX file and the input's shape, for PyTorch there
+            from coldbrew.compiler.bundle.reader import input_specs
+
+            ((_, shape, dtype),) = input_specs(path)
+            assert dtype == "float32", f"{name}: the GPU benchmark feeds one float input"
+            shutil.copy(model, os.path.join(out, f"{tag(name)}.onnx"))
+            with open(os.path.join(out, f"{tag(name)}.json"), "w") as f:
+                json.dump({"shape": shape}, f)
+            continue
         if pnnx:  # pnnx writes next to its input: convert in a scratch folder, keep the ncnn pair
             with tempfile.TemporaryDirectory() as tmp:
                 onnx.save(model, os.path.join(tmp, f"{name}.onnx"))
@@ -196,22 +232,28 @@ def run(out, models, samples, torch, ncnn):
     env = dict(os.environ, COLDBREW_CACHE_DIR=os.path.join(caches, "coldbrew"),
                __GL_SHADER_DISK_CACHE_PATH=os.path.join(caches, "driver"), __GL_SHADER_DISK_CACHE="1",
                __GL_SHADER_DISK_CACHE_SKIP_CLEANUP="1", MESA_SHADER_CACHE_DIR=os.path.join(caches, "driver"))
-    res = {m: {"first": [], "whole": [], "later": [], "torch": [], "ncnn_first": [], "ncnn_later": []} for m in models}
-    whole_env = dict(env, COLDBREW_GPU_FIRST_RUN="whole")
+    res = {m: {"first": [], "plan": [], "whole": [], "later": [], "torch": [], "ncnn_first": [], "ncnn_later": []}
+           for m in models}
+    for name in models:  # corpus models for PyTorch: converted once, before the rounds
+        stem = os.path.join(out, tag(name))
+        if torch and name not in TORCHVISION and os.path.exists(stem + ".onnx") and not os.path.exists(stem + ".pt"):
+            r = subprocess.run([sys.executable, "-c", TO_TORCH, stem + ".onnx", stem + ".pt"], capture_output=True,
+                               text=True)
+            if r.returncode:
+                print(f"onnx2torch could not convert {name}: {(r.stdout + r.stderr).strip()[-300:]}", flush=True)
+    mode_env = {"first": env, "plan": dict(env, COLDBREW_GPU_FIRST_RUN="plan"),
+                "whole": dict(env, COLDBREW_GPU_FIRST_RUN="whole")}
     for r in range(samples):  # rounds: every model and engine once per round
         for name in models:
-            path = os.path.join(out, f"{name}.brew")
-            shutil.rmtree(caches, ignore_errors=True)
-            os.makedirs(caches)
-            evict(path)
-            res[name]["first"].append(child(COLDBREW_CHILD, [path, "cold"], env))
-            shutil.rmtree(caches, ignore_errors=True)
-            os.makedirs(caches)
-            evict(path)
-            res[name]["whole"].append(child(COLDBREW_CHILD, [path, "cold"], whole_env))
+            path = os.path.join(out, f"{tag(name)}.brew")
+            for key in ("first", "plan", "whole"):
+                shutil.rmtree(caches, ignore_errors=True)
+                os.makedirs(caches)
+                evict(path)
+                res[name][key].append(child(COLDBREW_CHILD, [path, "cold"], mode_env[key]))
             evict(path)
             res[name]["later"].append(child(COLDBREW_CHILD, [path, "warm" if r == 0 else "cold"], env))
-            stem = os.path.join(out, name)
+            stem = os.path.join(out, tag(name))
             if ncnn and os.path.exists(stem + ".ncnn.param"):
                 shutil.rmtree(caches, ignore_errors=True)
                 os.makedirs(caches)
@@ -221,8 +263,9 @@ def run(out, models, samples, torch, ncnn):
                 for ext in ("ncnn.param", "ncnn.bin"):
                     evict(f"{stem}.{ext}")
                 res[name]["ncnn_later"].append(child(NCNN_CHILD, [stem, "warm" if r == 0 else "cold"], env))
-            if torch and name in TORCHVISION:
-                res[name]["torch"].append(child(TORCH_CHILD, [TORCHVISION[name], "warm" if r == 0 else "cold"], env))
+            if torch and (name in TORCHVISION or os.path.exists(stem + ".pt")):
+                what = TORCHVISION.get(name, stem + ".pt")
+                res[name]["torch"].append(child(TORCH_CHILD, [what, "warm" if r == 0 else "cold"], env))
     shutil.rmtree(caches, ignore_errors=True)
     return res
 
@@ -230,10 +273,10 @@ def run(out, models, samples, torch, ncnn):
 def report(res, samples):
     print(f"{samples} samples per figure, interleaved in rounds; medians in ms; fresh process per sample")
     print(f"{'model':<14} {'engine':<26} {'import':>7} {'context':>8} {'load+1st':>9} {'pipelines':>9} "
-          f"{'1st exec':>9} {'warm':>7} {'gpu before last pipeline':>25}")
+          f"{'1st exec':>9} {'warm':>7} {'gpu before last pipeline':>25} {'first-run layers':>17}")
     for name, r in res.items():
-        for label, key in (("coldbrew first-ever", "first"), ("coldbrew first-ever, whole", "whole"),
-                           ("coldbrew later launch", "later")):
+        for label, key in (("coldbrew first-ever", "first"), ("coldbrew first-ever, own", "plan"),
+                           ("coldbrew first-ever, whole", "whole"), ("coldbrew later launch", "later")):
             s = [x for x in r[key] if "error" not in x]
             errs = [x["error"] for x in r[key] if "error" in x]
             if errs:
@@ -243,12 +286,14 @@ def report(res, samples):
             warm = [w for x in s for w in x["warm"]]
             print(f"{name:<14} {label:<26} {med(s, 'import'):>7.1f} {med_phase(s, 'gpu_context'):>8.1f} "
                   f"{med(s, 'total'):>9.1f} {med_phase(s, 'pipelines_wall'):>9.1f} {med_phase(s, 'gpu_execute'):>9.1f} "
-                  f"{statistics.median(warm) if warm else float('nan'):>7.2f} {med_phase(s, 'gpu_ahead'):>25.1f}")
+                  f"{statistics.median(warm) if warm else float('nan'):>7.2f} {med_phase(s, 'gpu_ahead'):>25.1f} "
+                  f"{med_phase(s, 'first_run_layers'):>17.0f}")
         first = [x for x in r["first"] if "error" not in x]
-        whole = [x for x in r["whole"] if "error" not in x]
-        if first and whole:
-            print(f"{'':<14} first-ever load+1st, per-layer dispatch / whole first run: "
-                  f"{med(first, 'total') / med(whole, 'total'):.2f}x")
+        for key, what in (("plan", "each layer waiting for its own pipelines"), ("whole", "whole first run")):
+            other = [x for x in r[key] if "error" not in x]
+            if first and other:
+                print(f"{'':<14} first-ever load+1st, first-run launches / {what}: "
+                      f"{med(first, 'total') / med(other, 'total'):.2f}x")
         ref = first[0]["out"] if first else None
         for label, key in (("ncnn first launch", "ncnn_first"), ("ncnn later launch", "ncnn_later")):
             n = [x for x in r[key] if "error" not in x]

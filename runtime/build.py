@@ -28,7 +28,7 @@ C_SOURCES = ["base/base.c", "base/alloc.c", "base/lz4.c",
              "vulkan/vulkan.c", "vulkan/vulkan_pipelines.c", "vulkan/vulkan_weights.c", "vulkan/vulkan_session.c",
              "vulkan/open_gpu.c",
              "exec/load.c", "exec/async.c", "exec/session.c", "exec/shapes.c", "exec/step.c", "exec/run.c", "exec/warmer.c"]
-CXX_SOURCES = ["bundle/model.cc", "bundle/index.cc"]
+CXX_SOURCES = ["bundle/model.cc", "bundle/model_gpu.cc", "bundle/index.cc"]
 LIB_NAME = "libcoldbrew.so"
 
 

@@ -126,10 +126,11 @@ def _check_int64(graph, layer, binds):
                                "with values beyond 32 bits; GPU shaders compute integers in 32 bits")
 
 
-def _generic_dispatch(layer, anchor):
-    """A shape-generic variant's launch: (name, source, local size, grid,
-    bindings, push words). Layer args: input, weights, bias, [residual], output."""
-    v = gpu_conv.get(anchor.variant.name)
+def _generic_dispatch(layer, anchor, name=None):
+    """A shape-generic variant's launch (`name`, else the anchor's): (name,
+    source, local size, grid, bindings, push words). Layer args: input,
+    weights, bias, [residual], output."""
+    v = gpu_conv.get(name or anchor.variant.name)
     x, w, b, *res, out = layer.args
     if layer.transform:  # raw weights: the shader reads what the runtime's transform prepares
         w = layer.transform_args[1]
@@ -174,26 +175,37 @@ def _copies(kernels):
 
 def _dispatch(graph, layer, by_layer, kernels, lowered, out, tmp):
     """`layer`'s dispatches, its new shaders added to `out` (records, index by source, segment)."""
-    shaders, by_source, blob = out
+    first = []
     if layer.name in by_layer:
-        launches = [_generic_dispatch(layer, by_layer[layer.name])]
+        anchor = by_layer[layer.name]
+        launches = [_generic_dispatch(layer, anchor)]
+        cold = gpu_conv.get(anchor.variant.name).first_run
+        if cold and not layer.transform:  # numbered first: a first run needs its pipeline first
+            first = [_generic_dispatch(layer, anchor, cold)]
     else:
         launches = []
         for name, dev in lowered[layer.kernel]:
             sh = glsl.emit(dev, name)
             launches.append((name, sh.source, sh.local_size, sh.grid,
                              _bindings(layer, kernels[layer.kernel], sh.params, name), []))
-    layer.dispatches = []
-    for name, source, local_size, grid, binds, push in launches:
-        _check_int64(graph, layer, binds)
-        if source not in by_source:
-            spirv = compile_glsl(source, tmp, name)
-            by_source[source] = len(shaders)
-            shaders.append({"name": name, "offset": len(blob), "size": len(spirv),
-                            "local_size": list(local_size), "bindings": len(binds)})
-            blob += spirv
-            blob += bytes(-len(blob) % 16)
-        layer.dispatches.append((by_source[source], list(grid), binds, push))
+    layer.first_dispatches = [_shader_for(graph, layer, launch, out, tmp) for launch in first]
+    layer.dispatches = [_shader_for(graph, layer, launch, out, tmp) for launch in launches]
+
+
+def _shader_for(graph, layer, launch, out, tmp):
+    """One launch as (shader index, grid, bindings, push words), its shader
+    compiled and added to `out` unless an identical one is there."""
+    shaders, by_source, blob = out
+    name, source, local_size, grid, binds, push = launch
+    _check_int64(graph, layer, binds)
+    if source not in by_source:
+        spirv = compile_glsl(source, tmp, name)
+        by_source[source] = len(shaders)
+        shaders.append({"name": name, "offset": len(blob), "size": len(spirv),
+                        "local_size": list(local_size), "bindings": len(binds)})
+        blob += spirv
+        blob += bytes(-len(blob) % 16)
+    return by_source[source], list(grid), binds, push
 
 
 def run(c):

@@ -24,7 +24,12 @@ Variants:
   load by the runtime's CPU threads from the raw OIHW weights (`raw`:
   runtime transform `gpu.winograd_f23`, runtime/src/vulkan/vulkan.c).
 - `gpu.conv_direct`: one output element per invocation (grouped and
-  depthwise convolutions, where a GEMM has no reduction to share).
+  depthwise convolutions, where a GEMM has no reduction to share), and the
+  GEMM's **cold variant**: a driver makes its pipeline 3-5x sooner (on an
+  H200: 20 ms against 77-150 ms, the slowest of a CNN's pipelines, on the
+  first-ever launch's critical path), so each GEMM layer also carries
+  conv_direct launches that a run made before the GEMM's pipeline exists
+  uses instead of waiting (`GpuStep.first_run`, docs/gpu.md).
 
 Bindings (set 0): 0 input, 1 weights, 2 bias, 3 residual (the output itself
 when there is none: never read then), 4 output.
@@ -63,6 +68,7 @@ def push(spec, epilogue=Epilogue()):
 class _Variant:
     name = ""
     transform = ""  # the runtime's CPU weight transform, "" = the weights are read as they are
+    first_run = ""  # the cold variant a first run uses while this one's pipeline is made, "" = none
 
     def applies(self, spec):
         raise NotImplementedError
@@ -90,6 +96,7 @@ def _tiles_by_y(tiles, y):
 class ConvGemm(_Variant):
     name = "gpu.conv_gemm"
     local_size = (16, 16, 1)
+    first_run = "gpu.conv_direct"  # the same OIHW weights; its pipeline is made 3-5x sooner
 
     def applies(self, spec):
         return spec.groups == 1

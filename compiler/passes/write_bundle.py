@@ -99,8 +99,9 @@ def _step(layer, k, gpu):
     """The plan step of layer `k`: its kind (a GpuStep, its dispatches, on the GPU; else a CpuStep) and how
     its weights are read."""
     if gpu:
-        kind = fb.GpuStepT(dispatches=[fb.DispatchT(shader=sh, grid=list(g), bindings=list(bd), push=list(p))
-                                       for sh, g, bd, p in layer.dispatches])
+        def launches(ds):
+            return [fb.DispatchT(shader=sh, grid=list(g), bindings=list(bd), push=list(p)) for sh, g, bd, p in ds]
+        kind = fb.GpuStepT(dispatches=launches(layer.dispatches), firstRun=launches(layer.first_dispatches) or None)
     else:
         g, w = layer.guard, layer.warm
         kind = fb.CpuStepT(kernel=layer.kernel, params=_params(layer.params), tuned=layer.tuned,

@@ -307,10 +307,13 @@ def signature_line(data):
 
 def _dispatches(gpu):
     """A GPU step's launches: shader index and grid of each (and how many
-    push-constant words carry its shapes to a shape-generic shader)."""
-    return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}"
-                    + (f" push {len(d.push)}w" if d.push is not None and len(d.push) else "")
-                    for d in gpu.dispatches or [])
+    push-constant words carry its shapes to a shape-generic shader), then
+    the first run's, where it has its own (`first run: ...`)."""
+    def launches(ds):
+        return " ".join(f"shader {d.shader} grid {'x'.join(str(int(g)) for g in d.grid)}"
+                        + (f" push {len(d.push)}w" if d.push is not None and len(d.push) else "") for d in ds)
+    first = f"; first run: {launches(gpu.firstRun)}" if gpu.firstRun else ""
+    return launches(gpu.dispatches or []) + first
 
 
 def gpu_summary(b):
@@ -319,9 +322,11 @@ def gpu_summary(b):
     take shapes in push constants), against the dispatches they serve."""
     steps = b.plan.steps
     dispatches = sum(len(s.kind.dispatches or []) for s in steps)
+    first = sum(1 for s in steps if s.kind.firstRun)
     spirv = sum(sh.size for sh in b.shaders)
     return (f"gpu        {len(b.shaders)} distinct shaders, {len(b.shaders)} pipelines for {dispatches} dispatches "
-            f"of {len(steps)} layers; SPIR-V {spirv:,} bytes")
+            f"of {len(steps)} layers; SPIR-V {spirv:,} bytes"
+            + (f"; {first} layers with first-run launches (used until their own pipelines exist)" if first else ""))
 
 
 def _placed(plan):

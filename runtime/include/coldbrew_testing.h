@@ -32,6 +32,11 @@ void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
  * again. */
 void cb_debug_gpu_node(int present);
 
+/* GPU bundles opened from now on: the pipeline of the shader named `name`
+ * is not begun before `ms` milliseconds have passed (NULL: none held), so
+ * that a run finds it not made yet. */
+void cb_debug_gpu_hold_shader(const char* name, uint32_t ms);
+
 /* Position-weighted 64-bit checksum of a bundle's segments and tensors
  * (schemas/README.md); the compiler computes the same in Python. */
 uint64_t cb_checksum64(const uint8_t* data, uint64_t size);

@@ -22,7 +22,7 @@ SKIP_WEIGHT_CHECKSUMS = 1
 CPU_ONLY = 2  # coldbrew.h CB_OPEN_CPU_ONLY
 _PHASES = {1: "transform", 2: "execute", 3: "read", 4: "verify", 5: "code_load", 6: "session",
            7: "upload", 8: "gpu_execute", 9: "gpu_context", 10: "pipeline", 11: "thread_start"}  # cb_phase
-_PHASE_PIPELINE, _PHASE_VERIFY = 10, 4
+_PHASE_PIPELINE, _PHASE_VERIFY, _PHASE_GPU_EXECUTE = 10, 4, 8
 GPU_LANE = -1  # the cpu of events that ran on the GPU (gpu_execute)
 _STEP_BUNDLE = 0xFFFFFFFF
 MODES = ("cold", "continuous")  # cb_mode
@@ -394,10 +394,12 @@ class InferenceSession(_Closing):
         continuous mode (its weights' read, its execution). GPU bundles:
         gpu_context, read per step (a reader thread, during the context),
         upload, pipeline per shader (step -1, layer "shader <k>", on the
-        core that made it), gpu_execute on the GPU's lane (cpu -1): a
-        first run that began while pipelines were being made has one per
-        chunk of layers it submitted (step: the chunk's first; end: when
-        the chunk was seen complete)."""
+        core that made it; those made by the run's end), gpu_execute on the
+        GPU's lane (cpu -1): a run that began while pipelines were being
+        made has one per chunk of layers it submitted (step: the chunk's
+        first; end: when the chunk was seen complete; first_run_layers: how
+        many of its layers ran their first-run launches, their own
+        pipelines not made yet)."""
         events, count = ctypes.POINTER(_TraceEvent)(), ctypes.c_size_t()
         _check(_lib.cb_session_trace(self._session, ctypes.byref(events), ctypes.byref(count)))
         out = []
@@ -410,12 +412,14 @@ class InferenceSession(_Closing):
                 step, variant = -1, ctypes.c_char_p(self.target.encode() if e.phase == _PHASE_VERIFY else b"")
             else:
                 _check(_lib.cb_bundle_step_info(self._bundle, step, ctypes.byref(layer), ctypes.byref(variant)))
-                if e.alternate:
+                if e.alternate and e.phase != _PHASE_GPU_EXECUTE:
                     _check(_lib.cb_bundle_step_alternate(self._bundle, step, ctypes.byref(variant)))
             out.append({"step": step, "layer": layer.value.decode(), "variant": variant.value.decode(),
                         "alternate": bool(e.alternate),
                         "phase": _PHASES.get(e.phase, str(e.phase)), "cpu": e.cpu, "worker": e.worker,
                         "faults": e.faults, "start_ns": e.start_ns, "end_ns": e.end_ns})
+            if e.phase == _PHASE_GPU_EXECUTE:
+                out[-1]["first_run_layers"] = e.alternate
         return out
 
     def close(self):

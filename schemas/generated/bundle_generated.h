@@ -1444,10 +1444,14 @@ inline ::flatbuffers::Offset<CpuStep> CreateCpuStepDirect(
 struct GpuStep FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef GpuStepBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_DISPATCHES = 4
+    VT_DISPATCHES = 4,
+    VT_FIRST_RUN = 6
   };
   const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_DISPATCHES);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *first_run() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *>(VT_FIRST_RUN);
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
@@ -1455,6 +1459,9 @@ struct GpuStep FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_DISPATCHES) &&
            verifier.VerifyVector(dispatches()) &&
            verifier.VerifyVectorOfTables(dispatches()) &&
+           VerifyOffset(verifier, VT_FIRST_RUN) &&
+           verifier.VerifyVector(first_run()) &&
+           verifier.VerifyVectorOfTables(first_run()) &&
            verifier.EndTable();
   }
 };
@@ -1465,6 +1472,9 @@ struct GpuStepBuilder {
   ::flatbuffers::uoffset_t start_;
   void add_dispatches(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches) {
     fbb_.AddOffset(GpuStep::VT_DISPATCHES, dispatches);
+  }
+  void add_first_run(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> first_run) {
+    fbb_.AddOffset(GpuStep::VT_FIRST_RUN, first_run);
   }
   explicit GpuStepBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -1479,19 +1489,24 @@ struct GpuStepBuilder {
 
 inline ::flatbuffers::Offset<GpuStep> CreateGpuStep(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> dispatches = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>> first_run = 0) {
   GpuStepBuilder builder_(_fbb);
+  builder_.add_first_run(first_run);
   builder_.add_dispatches(dispatches);
   return builder_.Finish();
 }
 
 inline ::flatbuffers::Offset<GpuStep> CreateGpuStepDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr) {
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *dispatches = nullptr,
+    const std::vector<::flatbuffers::Offset<coldbrew::schema::Dispatch>> *first_run = nullptr) {
   auto dispatches__ = dispatches ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>(*dispatches) : 0;
+  auto first_run__ = first_run ? _fbb.CreateVector<::flatbuffers::Offset<coldbrew::schema::Dispatch>>(*first_run) : 0;
   return coldbrew::schema::CreateGpuStep(
       _fbb,
-      dispatches__);
+      dispatches__,
+      first_run__);
 }
 
 struct Step FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -2286,13 +2286,43 @@ class GpuStep(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         return o == 0
 
+    # GpuStep
+    def FirstRun(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Dispatch()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # GpuStep
+    def FirstRunLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # GpuStep
+    def FirstRunIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        return o == 0
+
 def GpuStepStart(builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def GpuStepAddDispatches(builder, dispatches):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(dispatches), 0)
 
 def GpuStepStartDispatchesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def GpuStepAddFirstRun(builder, firstRun):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(firstRun), 0)
+
+def GpuStepStartFirstRunVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
 def GpuStepEnd(builder):
@@ -2310,8 +2340,10 @@ class GpuStepT(object):
     def __init__(
         self,
         dispatches = None,
+        firstRun = None,
     ):
         self.dispatches = dispatches  # type: Optional[List[DispatchT]]
+        self.firstRun = firstRun  # type: Optional[List[DispatchT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2342,6 +2374,14 @@ class GpuStepT(object):
                 else:
                     dispatch_ = DispatchT.InitFromObj(gpuStep.Dispatches(i))
                     self.dispatches.append(dispatch_)
+        if not gpuStep.FirstRunIsNone():
+            self.firstRun = []
+            for i in range(gpuStep.FirstRunLength()):
+                if gpuStep.FirstRun(i) is None:
+                    self.firstRun.append(None)
+                else:
+                    dispatch_ = DispatchT.InitFromObj(gpuStep.FirstRun(i))
+                    self.firstRun.append(dispatch_)
 
     # GpuStepT
     def Pack(self, builder):
@@ -2353,9 +2393,19 @@ class GpuStepT(object):
             for i in reversed(range(len(self.dispatches))):
                 builder.PrependUOffsetTRelative(dispatcheslist[i])
             dispatches = builder.EndVector()
+        if self.firstRun is not None:
+            firstRunlist = []
+            for i in range(len(self.firstRun)):
+                firstRunlist.append(self.firstRun[i].Pack(builder))
+            GpuStepStartFirstRunVector(builder, len(self.firstRun))
+            for i in reversed(range(len(self.firstRun))):
+                builder.PrependUOffsetTRelative(firstRunlist[i])
+            firstRun = builder.EndVector()
         GpuStepStart(builder)
         if self.dispatches is not None:
             GpuStepAddDispatches(builder, dispatches)
+        if self.firstRun is not None:
+            GpuStepAddFirstRun(builder, firstRun)
         gpuStep = GpuStepEnd(builder)
         return gpuStep
 

@@ -1,10 +1,12 @@
 """GPU (Vulkan) bundles, run for real on Mesa's CPU Vulkan driver (lavapipe,
 installed by .ci/setup.sh): every zoo model against onnxruntime, the SPIR-V
 segment, the pipeline cache file and its rejection rules, clear errors."""
+import ctypes
 import os
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from conftest import ROOT, assert_close, ort_run
 from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.bundle.reader import read_bytes
 from coldbrew.compiler.tools.inspect import describe
+from coldbrew.runtime import testing_function as runtime_hook
 from coldbrew.schemas.generated import bundle_generated as fb
 from hostile import expect, repack
 
@@ -40,8 +43,12 @@ def small_gpu_bundle(tmp_path_factory, small_model):
 
 
 def run_once(path, feeds):
+    """One launch's first run, its bundle then released: the pipelines it
+    left being made are finished and the cache written (for the next launch)."""
     sess = coldbrew.load(path)
-    return sess, sess.run(None, feeds)
+    out = sess.run(None, feeds)
+    sess.close()
+    return out
 
 
 @pytest.mark.parametrize("name", list(zoo.MODELS))
@@ -57,18 +64,18 @@ def test_zoo_model_on_vulkan_matches_onnxruntime(name, tmp_path):
     assert_close(ours, ref)
 
 
-@pytest.mark.parametrize("first_run", ["chunks", "whole"])
+@pytest.mark.parametrize("first_run", ["plan", "whole"])
 def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run, tmp_path, monkeypatch):
     """A first-ever launch (empty pipeline cache) submits its first layers
-    as soon as their pipelines exist: the trace's first GPU chunk goes to
-    the GPU before the last pipeline is made, every chunk after the
+    as soon as their pipelines exist (COLDBREW_GPU_FIRST_RUN=plan: each
+    layer's own launches, no first-run ones): the trace's first GPU chunk
+    goes to the GPU before the last pipeline is made, every chunk after the
     pipelines of its first step's dispatches, and the chunks complete in
-    order. With the first run
-    made whole (COLDBREW_GPU_FIRST_RUN=whole: every pipeline first, as
-    before chunks) its one GPU event starts after the last pipeline. The
-    outputs match onnxruntime either way, on the first run and the next."""
-    if first_run == "whole":
-        monkeypatch.setenv("COLDBREW_GPU_FIRST_RUN", "whole")
+    order. With the first run made whole (COLDBREW_GPU_FIRST_RUN=whole:
+    every pipeline first, as before chunks) its one GPU event starts after
+    the last pipeline. The outputs match onnxruntime either way, on the
+    first run and the next."""
+    monkeypatch.setenv("COLDBREW_GPU_FIRST_RUN", first_run)
     model = zoo.build("squeezenet")
     path = str(tmp_path / "squeezenet.brew")
     compile_model(model, path, target="vulkan")
@@ -85,6 +92,7 @@ def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run
         gpu = sorted((e for e in ev if e["phase"] == "gpu_execute"), key=lambda e: e["start_ns"])
         made = {int(e["layer"].split()[-1]): e["end_ns"] for e in ev if e["phase"] == "pipeline"}
         assert sorted(made) == list(range(len(b.shaders)))
+        assert not any(e["first_run_layers"] for e in gpu)
         if first_run == "whole":
             assert len(gpu) == 1 and gpu[0]["start_ns"] >= max(made.values())
             early = True
@@ -99,6 +107,53 @@ def test_first_ever_run_executes_layers_while_later_pipelines_are_made(first_run
         if early:
             break
     assert early
+
+
+def test_layers_run_their_first_run_launches_until_their_own_pipelines_exist(tmp_path):
+    """The GEMM convolution's pipeline is the slowest a driver makes (on an
+    H200 77-150 ms against 20 ms for the direct convolution's), so each GEMM
+    layer also carries conv_direct launches over the same tensors, their
+    shader numbered before the GEMM's (made first). With the GEMM's pipeline
+    held back, the first run does not wait for it: its chunks report every
+    such layer run through its first-run launches, no GEMM pipeline was made
+    by its end, and it matches onnxruntime. Once the GEMM exists a run
+    records the plan's own launches (one submission, no first-run layers)
+    and matches too."""
+    hold = runtime_hook("cb_debug_gpu_hold_shader", None, ctypes.c_char_p, ctypes.c_uint32)
+    model = zoo.build("squeezenet")
+    path = str(tmp_path / "squeezenet.brew")
+    compile_model(model, path, target="vulkan")
+    b = read_bytes(open(path, "rb").read())[0]
+    named = {k: sh.name.decode() for k, sh in enumerate(b.shaders)}
+    first = [k for k, s in enumerate(b.plan.steps) if s.kind.firstRun]
+    assert first == [k for k, s in enumerate(b.plan.steps) if s.variant == b"gpu.conv_gemm"] and first
+    for k in first:
+        (own,), (cold,) = b.plan.steps[k].kind.dispatches, b.plan.steps[k].kind.firstRun
+        assert named[own.shader] == "gpu.conv_gemm" and named[cold.shader] == "gpu.conv_direct"
+        assert list(cold.bindings) == list(own.bindings) and list(cold.push) == list(own.push)
+        assert cold.shader < own.shader
+    assert "first run: shader" in "\n".join(describe(path))
+    x = np.random.default_rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    ref = ort_run(model, {"input": x})[0]
+    hold(b"gpu.conv_gemm", 30000)  # released below; at the latest after 30 s (a first run that waited fails)
+    try:
+        sess = coldbrew.load(path, trace=True)
+        assert_close(sess.run(None, {"input": x})[0], ref)
+        ev = sess.trace()
+        made = {int(e["layer"].split()[-1]) for e in ev if e["phase"] == "pipeline"}
+        assert "gpu.conv_gemm" not in {named[k] for k in made} and "gpu.conv_direct" in {named[k] for k in made}
+        assert sum(e["first_run_layers"] for e in ev if e["phase"] == "gpu_execute") == len(first)
+    finally:
+        hold(None, 0)
+    for _ in range(500):  # the GEMM's pipeline is made now: a later run records the plan's own launches
+        out = sess.run(None, {"input": x})[0]
+        gpu = [e for e in sess.trace() if e["phase"] == "gpu_execute"]
+        if len(gpu) == 1 and gpu[0]["step"] == -1:
+            break
+        assert_close(out, ref)
+        time.sleep(0.02)
+    assert len(gpu) == 1 and gpu[0]["step"] == -1 and gpu[0]["first_run_layers"] == 0
+    assert_close(out, ref)
 
 
 def test_small_model_runs_repeatedly_and_in_two_sessions(small_gpu_bundle, small_model):
@@ -118,8 +173,9 @@ def test_bundle_holds_validated_spirv_and_no_cpu_code(tmp_path):
     assert b.target.gpuClass == b"vulkan" and not b.target.features
     (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
     dispatches = [d for s in b.plan.steps for d in s.kind.dispatches]
+    first = [d for s in b.plan.steps for d in s.kind.firstRun or []]
     assert len(b.shaders) < len(dispatches)  # identical shaders are stored once
-    assert {d.shader for d in dispatches} == set(range(len(b.shaders)))
+    assert {d.shader for d in dispatches + first} == set(range(len(b.shaders)))
     for k, sh in enumerate(b.shaders[:5]):
         spv = data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size]
         assert spv[:4] == b"\x03\x02\x23\x07"  # SPIR-V magic, little-endian
@@ -141,13 +197,13 @@ def cache_files(cache_dir):
 
 def test_pipeline_cache_is_written_then_reused(small_gpu_bundle, cache_dir):
     x = {"x": np.ones((1, 3, 16, 16), np.float32)}
-    _, first = run_once(small_gpu_bundle, x)
+    first = run_once(small_gpu_bundle, x)
     (path,) = cache_files(cache_dir)
     blob = path.read_bytes()
     magic, *_, size, checksum = CACHE_HEADER.unpack_from(blob)
     assert magic == CACHE_MAGIC and size == len(blob) - CACHE_HEADER.size > 0
     stamp = path.stat().st_mtime_ns
-    _, again = run_once(small_gpu_bundle, x)
+    again = run_once(small_gpu_bundle, x)
     assert path.stat().st_mtime_ns == stamp  # a matching cache is read, not rewritten
     np.testing.assert_array_equal(first[0], again[0])
 
@@ -170,7 +226,7 @@ def test_bad_pipeline_cache_is_rejected_whole_and_rebuilt(small_gpu_bundle, smal
     else:
         bad = bad[:len(bad) // 2]
     path.write_bytes(bytes(bad))
-    _, out = run_once(small_gpu_bundle, x)
+    out = run_once(small_gpu_bundle, x)
     assert_close(out[0], ort_run(small_model, x)[0])
     assert path.read_bytes() == good  # rebuilt for this device
 
@@ -303,11 +359,12 @@ def test_gpu_conv_variants_match_onnxruntime_and_share_one_shader(tmp_path):
                 continue
             seen.add((variant, form))
             (d,) = step.kind.dispatches
-            assert len(d.push) == 19 and len(b.shaders) == 1
+            gemm = variant == "gpu.conv_gemm"  # with its first-run launch, through conv_direct
+            assert len(d.push) == 19 and len(b.shaders) == 1 + gemm and bool(step.kind.firstRun) == gemm
             transformed = step.transform.decode() if step.transform else ""
             assert transformed == ("gpu.winograd_f23" if form == "raw" and choice == "winograd" else "")
             (seg,) = [s for s in b.segments if s.kind == fb.SegmentKind.spirv]
-            sh = b.shaders[0]
+            sh = b.shaders[d.shader]
             spirv_of.setdefault(variant, set()).add(data[seg.offset + sh.offset:seg.offset + sh.offset + sh.size])
             path = tmp_path / f"{case[0]}_{choice}_{form}.brew"
             path.write_bytes(data)
@@ -352,8 +409,9 @@ def test_auto_weight_forms_transform_at_load_what_fits_under_pipeline_creation(t
 def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp_path):
     """The traced first run reports the open's GPU mode: weights read per step
     by a reader while the context is made, then the upload and one pipeline
-    event per shader (worker threads), and the GPU's work on its own lane;
-    the trace exports name that lane."""
+    event per shader made by its end (worker threads; at least every shader
+    but those only the GEMM layers' own launches use), and the GPU's work on
+    its own lane; the trace exports name that lane."""
     from coldbrew.compiler.tools import trace_export
 
     sess = coldbrew.load(small_gpu_bundle, trace=True)
@@ -365,7 +423,9 @@ def test_gpu_open_prepares_on_cpu_threads_ahead_of_the_gpu(small_gpu_bundle, tmp
     b = read_bytes(open(small_gpu_bundle, "rb").read())[0]
     (ctx,), (up,), runs = by["gpu_context"], by["upload"], by["gpu_execute"]
     assert sorted(e["step"] for e in by["read"]) == list(range(len(b.plan.steps)))
-    assert sorted(e["layer"] for e in by["pipeline"]) == sorted(f"shader {k}" for k in range(len(b.shaders)))
+    made = sorted(int(e["layer"].split()[-1]) for e in by["pipeline"])
+    later = {d.shader for s in b.plan.steps if s.kind.firstRun for d in s.kind.dispatches}
+    assert len(set(made)) == len(made) and set(range(len(b.shaders))) - later <= set(made) <= set(range(len(b.shaders)))
     assert up["start_ns"] >= max(ctx["end_ns"], max(e["end_ns"] for e in by["read"]))
     assert min(e["start_ns"] for e in by["pipeline"]) >= ctx["end_ns"]
     # the GPU's lane: one event per chunk of the first run (one when every pipeline was made in time)

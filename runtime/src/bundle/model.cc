@@ -13,6 +13,8 @@
 namespace fbs = coldbrew::schema;
 // Tensor.relayout (index.cc: with the multi-target bundles that write it).
 cb_status parse_relayout(const fbs::Tensor* t, uint32_t i, cb_model* m);
+// A GPU bundle's shaders and every step's dispatches (model_gpu.cc).
+cb_status cb_parse_gpu(const fbs::Bundle* b, cb_model* m);
 
 namespace {
 
@@ -36,10 +38,6 @@ cb_status read_shares(const flatbuffers::Vector<uint8_t>* v, uint32_t threads, c
     if (v->Get(k) == 0) return cb_fail(CB_ERR_CORRUPT, "plan %s gives thread %u no share", what, k);
   *out = v->data();
   return CB_OK;
-}
-
-static bool prepared_by(const cb_step_desc* st, uint32_t t) {
-  return st->ntransform_args == 2 && st->transform_args[1] == t;
 }
 
 static bool same_shape(const cb_tensor_desc* a, const cb_tensor_desc* b) {
@@ -86,111 +84,12 @@ static cb_status check_widen(const cb_model* m, uint32_t i) {
   return CB_OK;
 }
 
-// A GPU step's weight transform is one the runtime runs on the CPU
-// (vulkan.c): gpu.winograd_f23, raw float32 [K][C][3][3] -> [C][16][K].
-static cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
-  const cb_step_desc* st = &m->steps[i];
-  if (!st->transform) return CB_OK;
-  if (strcmp(st->transform, CB_GPU_WINOGRAD_F23) != 0)
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u names GPU weight transform '%s', which this runtime does not have", i,
-                   st->transform);
-  if (st->ntransform_args != 2) return cb_fail(CB_ERR_CORRUPT, "plan step %u: its transform takes 2 tensors", i);
-  const cb_tensor_desc* raw = &m->tensors[st->transform_args[0]];
-  const cb_tensor_desc* out = &m->tensors[st->transform_args[1]];
-  if (raw->kind != CB_KIND_WEIGHT || raw->nrelayout || out->kind != CB_KIND_PREPARED || raw->dtype != out->dtype ||
-      raw->ndim != 4 || raw->shape[2] != 3 || raw->shape[3] != 3 ||
-      out->nbytes != (uint64_t)raw->shape[0] * (uint64_t)raw->shape[1] * 16u * 4u || raw->nbytes * 16 != out->nbytes * 9)
-    return cb_fail(CB_ERR_CORRUPT, "plan step %u: its Winograd transform's tensors have the wrong kinds or shapes", i);
-  return CB_OK;
-}
-
-// One shader of the SPIR-V segment: inside it, with a sane workgroup.
-cb_status parse_shader(const fbs::Shader* sh, const cb_segment_desc* spirv, uint32_t i, cb_shader_desc* d) {
-  if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
-    return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
-  auto ls = sh->local_size();
-  if (!ls || ls->size() != 3 || sh->bindings() > 64)
-    return cb_fail(CB_ERR_CORRUPT, "shader %u has an invalid workgroup size or binding count", i);
-  uint64_t invocations = 1;
-  for (uint32_t k = 0; k < 3; k++) {
-    d->local_size[k] = ls->Get(k);
-    invocations *= d->local_size[k];
-  }
-  if (invocations == 0 || invocations > 1024)
-    return cb_fail(CB_ERR_CORRUPT, "shader %u has a workgroup of %llu invocations", i,
-                   (unsigned long long)invocations);
-  d->name = sh->name() ? sh->name()->c_str() : "";
-  d->offset = spirv->offset + sh->offset();
-  d->size = sh->size();
-  d->bindings = sh->bindings();
-  return CB_OK;
-}
-
-// Dispatch `j` of step `i`: a shader of the bundle, a grid in Vulkan's
-// limits, one valid tensor per binding, push constants that fit.
-cb_status parse_dispatch(const fbs::Dispatch* d, const cb_model* m, uint32_t i, uint32_t j, cb_dispatch_desc* out) {
-  if (d->shader() >= m->nshaders) return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u names shader %u of %u", i, j, d->shader(), m->nshaders);
-  auto grid = d->grid();
-  auto binds = d->bindings();
-  if (!grid || grid->size() != 3 || !binds || binds->size() != m->shaders[d->shader()].bindings)
-    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has an invalid grid or binding count", i, j);
-  out->shader = d->shader();
-  for (uint32_t a = 0; a < 3; a++) {
-    out->grid[a] = grid->Get(a);
-    if (out->grid[a] == 0 || out->grid[a] > 65535)
-      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has a grid dimension of %u", i, j, out->grid[a]);
-  }
-  for (uint32_t a = 0; a < binds->size(); a++) {
-    uint32_t t = binds->Get(a);
-    if (t >= m->ntensors || (m->tensors[t].kind == CB_KIND_PREPARED && !prepared_by(&m->steps[i], t)))
-      return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u binds an invalid tensor", i, j);
-  }
-  out->nbindings = binds->size();
-  out->bindings = binds->data();
-  auto push = d->push();
-  if (push && push->size() > CB_MAX_PUSH_WORDS)
-    return cb_fail(CB_ERR_CORRUPT, "step %u dispatch %u has %u push-constant words (at most %d)", i, j,
-                   push->size(), CB_MAX_PUSH_WORDS);
-  out->npush = push ? push->size() : 0;
-  out->push = push ? push->data() : nullptr;
-  return CB_OK;
-}
-
-// GPU bundles: shaders inside the one SPIR-V segment, and every step's
-// dispatches (shader index, grid, one tensor per binding of the shader).
-cb_status parse_gpu(const fbs::Bundle* b, cb_model* m) {
-  bool gpu = m->gpu_api[0] != 0;
-  const cb_segment_desc* spirv = nullptr;
-  for (uint32_t i = 0; i < m->nsegments; i++)
-    if (m->segments[i].kind == CB_SEG_SPIRV) {
-      if (spirv) return cb_fail(CB_ERR_CORRUPT, "bundle has more than one SPIR-V segment");
-      spirv = &m->segments[i];
-    }
-  auto shaders = b->shaders();
-  m->nshaders = shaders ? shaders->size() : 0;
-  if (!gpu && (m->nshaders || spirv)) return cb_fail(CB_ERR_CORRUPT, "a CPU bundle carries GPU shaders");
-  if (gpu && (!spirv || !m->nshaders)) return cb_fail(CB_ERR_CORRUPT, "GPU bundle has no shaders");
-  m->shaders = alloc_array<cb_shader_desc>(m->nshaders);
-  if (!m->shaders) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  for (uint32_t i = 0; i < m->nshaders; i++)
-    if (cb_status st = parse_shader(shaders->Get(i), spirv, i, &m->shaders[i])) return st;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++) {
-    if (cb_status ts = gpu ? check_gpu_transform(m, i) : check_widen(m, i)) return ts;
-    total += m->steps[i].ndispatches;
-  }
-  if (total > UINT32_MAX) return cb_fail(CB_ERR_CORRUPT, "too many dispatches");
-  m->dispatches = alloc_array<cb_dispatch_desc>(static_cast<uint32_t>(total));
-  if (!m->dispatches) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++) {
-    m->steps[i].dispatches = &m->dispatches[k];
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++, k++) {
-      const fbs::Dispatch* d = b->plan()->steps()->Get(i)->kind_as_GpuStep()->dispatches()->Get(j);
-      if (cb_status st = parse_dispatch(d, m, i, j, &m->dispatches[k])) return st;
-    }
-  }
-  return CB_OK;
+// A CPU bundle's steps that name the runtime's own transforms (check_widen);
+// a GPU bundle's shaders, dispatches and transforms (model_gpu.cc).
+cb_status check_transforms(const fbs::Bundle* b, cb_model* m) {
+  cb_status st = cb_parse_gpu(b, m);
+  for (uint32_t i = 0; !st && !m->gpu_api[0] && i < m->nsteps; i++) st = check_widen(m, i);
+  return st;
 }
 
 // The kernel named `symbol` in a list sorted by symbol (binary search; an
@@ -483,10 +382,7 @@ cb_status parse_step(const fbs::Bundle* b, const fbs::Step* s, uint32_t i, cb_mo
     d->ntransform_args = targs->size();
     d->transform_args = targs->data();
   }
-  if (!gpu) return parse_cpu(s->kind_as_CpuStep(), i, m);
-  auto ds = s->kind_as_GpuStep()->dispatches();  // parsed with the shaders (parse_gpu)
-  d->ndispatches = ds ? ds->size() : 0;
-  return d->ndispatches ? CB_OK : cb_fail(CB_ERR_CORRUPT, "plan step %u of a GPU bundle has no dispatches", i);
+  return gpu ? CB_OK : parse_cpu(s->kind_as_CpuStep(), i, m); /* a GPU step's dispatches: model_gpu.cc */
 }
 
 cb_status parse_steps(const fbs::Bundle* b, cb_model* m) {
@@ -568,7 +464,7 @@ cb_status parse(const uint8_t* header, uint64_t header_size, uint64_t file_size,
   cb_status st = verify_header(header, header_size, version, &b);
   if (st) return st;
   if ((st = parse_target(b, m)) || (st = parse_segments(b, file_size, m)) || (st = parse_tensors(b, m)) ||
-      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = cb_counts_check(m)) || (st = parse_gpu(b, m)) || (st = parse_loops(b, m, version)) ||
+      (st = parse_io(b, m)) || (st = cb_shapes_check(m, version)) || (st = parse_steps(b, m)) || (st = cb_counts_check(m)) || (st = check_transforms(b, m)) || (st = parse_loops(b, m, version)) ||
       (st = check_calls(b, m)))
     return st;
   m->warm_threads = b->plan()->warm_threads();

@@ -106,6 +106,8 @@ typedef struct cb_step_desc {
   const uint32_t* warm_args;
   uint32_t ndispatches; /* GPU bundles: the layer's launches, in order */
   const cb_dispatch_desc* dispatches;
+  uint32_t nfirst_dispatches; /* ... and through faster-made pipelines, for a run before those exist (or 0) */
+  const cb_dispatch_desc* first_dispatches;
   int64_t guard;        /* a branch step's bool tensor (one value), or -1: always executed */
   uint8_t guard_value;  /* executed only when the guard holds this */
   int64_t guard_writer; /* the step that writes the guard (a skipped one skips this step too), or -1 */

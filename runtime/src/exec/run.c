@@ -302,7 +302,8 @@ static cb_status run_gpu(cb_session* s, int first) {
     if (ev && nchunks) *ev = chunks[0]; /* the submissions' own times */
     for (uint32_t k = 1; ev && k < nchunks; k++) trace_add(s, &chunks[k]);
     const cb_trace_event* pe = first && s->trace ? cb_gpu_pipeline_events(b->gpu) : NULL;
-    for (uint32_t i = 0; pe && !st && i < m->nshaders; i++) trace_add(s, &pe[i]);
+    for (uint32_t i = 0; pe && !st && i < m->nshaders; i++) /* those made so far */
+      if (cb_gpu_pipeline_ready(b->gpu, i)) trace_add(s, &pe[i]);
   }
   if (!st) s->warm = 1;
   return st;

@@ -24,11 +24,14 @@ cb_status cb_gpu_prepare(cb_gpu* g, const uint8_t* base, const cb_model* m, uint
  * per bundle: later calls return at once). */
 cb_status cb_gpu_pipelines_finish(cb_gpu* g);
 int cb_gpu_pipelines_done(const cb_gpu* g);
+/* Whether every pipeline exists (finish would not wait). */
+int cb_gpu_pipelines_made(const cb_gpu* g);
 /* One shader's pipeline: whether it exists; wait for it (helping make the
  * next ones meanwhile). */
 int cb_gpu_pipeline_ready(const cb_gpu* g, uint32_t shader);
 cb_status cb_gpu_pipeline_wait(cb_gpu* g, uint32_t shader);
-/* Per shader: when and on which core its pipeline was made (after finish). */
+/* Per shader: when and on which core its pipeline was made (valid where
+ * cb_gpu_pipeline_ready). */
 const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g);
 int cb_gpu_weights_ready(cb_gpu* g);
 void cb_gpu_release(cb_gpu* g);
@@ -37,10 +40,12 @@ const char* cb_gpu_cache_path(const cb_gpu* g);
 /* Copy every weight tensor (already read and checked) to the device, once per bundle. */
 cb_status cb_gpu_upload_weights(cb_gpu* g, const uint8_t* base, const cb_model* m);
 cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** out, void** host_view);
-/* A session's first run, while pipelines are still being made, submits the
- * layers in chunks: each as soon as its pipelines exist, the next waiting
- * for its own (at most CB_GPU_MAX_CHUNKS); it then finishes the pipelines
- * and records the command buffer every later run submits whole.
+/* A run made while pipelines are still being made submits the layers in
+ * chunks: each as soon as its pipelines exist (a layer with first-run
+ * launches uses those while its own pipelines do not), the next waiting for
+ * its own (at most CB_GPU_MAX_CHUNKS). The first run after every pipeline
+ * exists finishes them (the cache written) and records the command buffer
+ * every later run submits whole.
  * `chunks` (may be NULL) gets one event per submission (its first step, or
  * CB_STEP_BUNDLE for the whole plan; submitted; seen complete), `*nchunks`
  * their count. */

@@ -2,7 +2,10 @@
  * CPU threads at once through the pipeline cache, read from its file and
  * written back once all exist (vk.h: the file). Each shader's pipeline is
  * marked ready as it is made, so a first run can dispatch the layers whose
- * pipelines exist while later ones are still being made. */
+ * pipelines exist (or their first-run launches') while later ones are still
+ * being made; the workers go on past that run, and a bundle released before
+ * they are done lets them finish the pipelines in hand and writes the cache
+ * if those were the last. */
 #define _GNU_SOURCE
 #include <time.h>
 
@@ -119,25 +122,52 @@ typedef struct pipeline_job {
   cb_gpu* g;
   const uint8_t* base;
   const cb_model* m;
-  _Atomic uint32_t next;
+  _Atomic uint32_t next; /* shaders before it are all taken */
   _Atomic int failed;
+  _Atomic int stopping; /* the bundle is released: no new pipeline is begun */
+  _Atomic uint32_t begun, made; /* pipelines taken by a thread; that exist */
   VkResult result;
   cb_trace_event* events; /* per shader: the thread that made its pipeline, when */
-  _Atomic uint8_t* ready; /* per shader: its pipeline exists */
+  _Atomic uint8_t* ready; /* per shader: 0 nobody's, 1 being made, 2 made */
   pthread_t tid[16];
   uint32_t nworkers;
-  int cached; /* the cache file was accepted: nothing to write back */
+  int cached; /* the cache file was accepted: nothing to write back (else written by the last pipeline's maker) */
   pthread_mutex_t finish_mu;
-  _Atomic int finished; /* workers joined, the cache written */
+  _Atomic int finished; /* every pipeline made, the workers joined */
 } pipeline_job;
 
-/* Takes the next shader and makes its module and pipeline: 0 when none is
- * left or one failed. */
-static int make_next(pipeline_job* job) {
+/* cb_debug_gpu_hold_shader: the shader whose pipeline is held back, and until when. */
+static char g_held[64];
+static _Atomic uint64_t g_held_until;
+
+void cb_debug_gpu_hold_shader(const char* name, uint32_t ms) {
+  atomic_store(&g_held_until, 0);
+  snprintf(g_held, sizeof g_held, "%s", name ? name : "");
+  if (name && *name) atomic_store(&g_held_until, cb_now_ns() + (uint64_t)ms * 1000000u);
+}
+
+static void hold(const cb_shader_desc* sh) {
+  while (atomic_load(&g_held_until) && !strcmp(sh->name, g_held) && cb_now_ns() < atomic_load(&g_held_until)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Shader `i` taken by this thread (nobody had), unless creation stopped. */
+static int take(pipeline_job* job, uint32_t i) {
+  uint8_t free_ = 0;
+  if (atomic_load(&job->failed) || atomic_load(&job->stopping) ||
+      !atomic_compare_exchange_strong(&job->ready[i], &free_, 1))
+    return 0;
+  atomic_fetch_add(&job->begun, 1);
+  return 1;
+}
+
+/* Makes shader `i`'s module and pipeline (taken): 0 when it failed. */
+static int make(pipeline_job* job, uint32_t i) {
   cb_gpu* g = job->g;
-  uint32_t i = atomic_fetch_add(&job->next, 1);
-  if (i >= job->m->nshaders || atomic_load(&job->failed)) return 0;
   const cb_shader_desc* sh = &job->m->shaders[i];
+  hold(sh);
   uint64_t t0 = cb_now_ns();
   VkShaderModuleCreateInfo mci = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)sh->size,
                                   (const uint32_t*)(job->base + sh->offset)};
@@ -155,8 +185,19 @@ static int make_next(pipeline_job* job) {
     atomic_store(&job->failed, 1);
     return 0;
   }
-  atomic_store_explicit(&job->ready[i], 1, memory_order_release);
+  atomic_store_explicit(&job->ready[i], 2, memory_order_release);
+  if (atomic_fetch_add(&job->made, 1) + 1 == job->m->nshaders && !job->cached) write_cache(g); /* for the next launch */
   return 1;
+}
+
+/* Takes the first shader nobody has (in order of first use) and makes it:
+ * 0 when none is left or one failed. */
+static int make_next(pipeline_job* job) {
+  for (;;) {
+    uint32_t i = atomic_load(&job->next);
+    if (i >= job->m->nshaders || atomic_load(&job->failed) || atomic_load(&job->stopping)) return 0;
+    if (atomic_compare_exchange_weak(&job->next, &i, i + 1) && take(job, i)) return make(job, i);
+  }
 }
 
 /* Worker: makes pipelines until none is left. */
@@ -208,7 +249,7 @@ cb_status cb_vk_pipelines_start(cb_gpu* g, const uint8_t* base, const cb_model* 
 
 int cb_gpu_pipeline_ready(const cb_gpu* g, uint32_t shader) {
   const pipeline_job* job = g->job;
-  return job && shader < job->m->nshaders && atomic_load_explicit(&job->ready[shader], memory_order_acquire);
+  return job && shader < job->m->nshaders && atomic_load_explicit(&job->ready[shader], memory_order_acquire) == 2;
 }
 
 /* Wait for one shader's pipeline. */
@@ -217,10 +258,12 @@ cb_status cb_gpu_pipeline_wait(cb_gpu* g, uint32_t shader) {
   if (!job || shader >= job->m->nshaders) return cb_fail(CB_ERR_GPU, "pipelines were never started");
   while (!cb_gpu_pipeline_ready(g, shader)) {
     if (atomic_load(&job->failed)) return cb_vk_fail(job->result, "creating a compute pipeline");
-    /* help with the shaders up to this one (numbered in order of first
-     * use); once another thread is making it, wait: a later shader taken
-     * now would hold this thread past the moment it could dispatch */
-    if (atomic_load(&job->next) > shader || !make_next(job)) {
+    /* make it here if nobody has taken it; else wait: another shader taken
+     * now (a GEMM's, say) would hold this thread past the moment it could
+     * dispatch */
+    if (take(job, shader)) {
+      make(job, shader);
+    } else {
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL);
     }
@@ -236,8 +279,10 @@ cb_status cb_gpu_pipelines_finish(cb_gpu* g) {
     pipeline_worker(job);
     for (uint32_t k = 0; k < job->nworkers; k++) pthread_join(job->tid[k], NULL);
     job->nworkers = 0;
-    if (!atomic_load(&job->failed) && !job->cached) write_cache(g);
-    job->cached = 1;
+    while (atomic_load(&job->made) < job->m->nshaders && !atomic_load(&job->failed)) { /* another run's thread */
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
     atomic_store(&job->finished, 1);
   }
   pthread_mutex_unlock(&job->finish_mu);
@@ -248,13 +293,19 @@ int cb_gpu_pipelines_done(const cb_gpu* g) {
   return g->job && atomic_load(&g->job->finished) && !atomic_load(&g->job->failed);
 }
 
+int cb_gpu_pipelines_made(const cb_gpu* g) {
+  return g->job && atomic_load(&g->job->made) == g->job->m->nshaders && !atomic_load(&g->job->failed);
+}
+
 const cb_trace_event* cb_gpu_pipeline_events(const cb_gpu* g) { return g && g->job ? g->job->events : NULL; }
 
-/* Pipeline creation stopped (workers finish the pipeline in hand) and its
- * state freed: the bundle is released. */
+/* Pipeline creation stopped (workers finish the pipelines in hand; where
+ * every pipeline was begun, they are made and the last one's maker writes
+ * the cache, for the next launch) and its state freed: the bundle is
+ * released. */
 void cb_vk_pipelines_stop(cb_gpu* g) {
   if (!g->job) return;
-  atomic_store(&g->job->failed, 1);
+  if (atomic_load(&g->job->begun) < g->job->m->nshaders) atomic_store(&g->job->stopping, 1);
   for (uint32_t k = 0; k < g->job->nworkers; k++) pthread_join(g->job->tid[k], NULL);
   pthread_mutex_destroy(&g->job->finish_mu);
   cb_free(g->job->events);

@@ -1,7 +1,9 @@
-/* A GPU session: arena and staging buffers, descriptor sets, and the
- * command buffer recorded once and submitted by every run. A first run
- * that comes while pipelines are still being made submits its layers in
- * chunks instead, each as soon as its pipelines exist. */
+/* A GPU session: arena and staging buffers, descriptor sets (one per
+ * dispatch and first-run dispatch), and the command buffer recorded once
+ * and submitted by every run. A run that comes while pipelines are still
+ * being made submits its layers in chunks instead, each as soon as its
+ * pipelines exist, a layer whose own pipelines do not exist yet through its
+ * first-run launches where it has them. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +44,13 @@ static cb_status begin(cb_gpu_session* gs, VkCommandBuffer cmd, int inputs) {
   return CB_OK;
 }
 
-/* Dispatch `k` (in plan order) and the barrier after it. A barrier's scope
- * spans later submissions to the queue, so a chunk ends with it too. */
-static void dispatch(cb_gpu_session* gs, VkCommandBuffer cmd, const cb_dispatch_desc* d, uint32_t k) {
+/* Dispatch `d` (its descriptor set is the one of its place in the model's
+ * array of dispatches) and the barrier after it. A barrier's scope spans
+ * later submissions to the queue, so a chunk ends with it too. */
+static void dispatch(cb_gpu_session* gs, VkCommandBuffer cmd, const cb_dispatch_desc* d) {
   cb_gpu* g = gs->gpu;
   const cb_shader_desc* sh = &gs->m->shaders[d->shader];
+  size_t k = (size_t)(d - gs->m->dispatches);
   g->vk.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipelines[d->shader]);
   g->vk.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->layouts[sh->bindings], 0, 1, &gs->sets[k], 0,
                                 NULL);
@@ -71,9 +75,8 @@ static cb_status end(cb_gpu_session* gs, VkCommandBuffer cmd) {
 /* The command buffer every run submits: the whole plan. */
 static cb_status record(cb_gpu_session* gs) {
   cb_status s = begin(gs, gs->cmd, 1);
-  uint32_t k = 0;
   for (uint32_t i = 0; !s && i < gs->m->nsteps; i++)
-    for (uint32_t j = 0; j < gs->m->steps[i].ndispatches; j++, k++) dispatch(gs, gs->cmd, &gs->m->steps[i].dispatches[j], k);
+    for (uint32_t j = 0; j < gs->m->steps[i].ndispatches; j++) dispatch(gs, gs->cmd, &gs->m->steps[i].dispatches[j]);
   if (!s) s = end(gs, gs->cmd);
   if (!s) gs->recorded = 1;
   return s;
@@ -123,17 +126,29 @@ static cb_status chunks_poll(cb_gpu_session* gs, chunks* c, int wait) {
   return CB_OK;
 }
 
-/* A first run while pipelines are being made: dispatches recorded in
- * plan order; where the next one's pipeline does not exist yet, the chunk
- * so far is submitted and this thread helps make pipelines until it does. */
-static cb_status run_chunked(cb_gpu_session* gs, chunks* c) {
+/* The launches step `st` makes in a run while pipelines are being made:
+ * its own once their pipelines exist, until then its first-run ones where it
+ * has them (COLDBREW_GPU_FIRST_RUN=plan: its own, always). */
+static const cb_dispatch_desc* launches(const cb_gpu* g, const cb_step_desc* st, int own_only, uint32_t* n) {
+  int made = 1;
+  for (uint32_t j = 0; made && j < st->ndispatches; j++) made = cb_gpu_pipeline_ready(g, st->dispatches[j].shader);
+  int first = !made && !own_only && st->nfirst_dispatches;
+  *n = first ? st->nfirst_dispatches : st->ndispatches;
+  return first ? st->first_dispatches : st->dispatches;
+}
+
+/* A run while pipelines are being made: dispatches recorded in plan order;
+ * where the next one's pipeline does not exist yet, the chunk so far is
+ * submitted and this thread helps make pipelines until it does. */
+static cb_status run_chunked(cb_gpu_session* gs, chunks* c, int own_only) {
   cb_gpu* g = gs->gpu;
   const cb_model* m = gs->m;
   cb_status s = chunk_begin(gs, c, 0);
-  uint32_t k = 0, in_chunk = 0;
-  for (uint32_t i = 0; !s && i < m->nsteps; i++)
-    for (uint32_t j = 0; !s && j < m->steps[i].ndispatches; j++, k++) {
-      const cb_dispatch_desc* d = &m->steps[i].dispatches[j];
+  uint32_t in_chunk = 0, n = 0;
+  for (uint32_t i = 0; !s && i < m->nsteps; i++) {
+    const cb_dispatch_desc* ds = launches(g, &m->steps[i], own_only, &n);
+    for (uint32_t j = 0; !s && j < n; j++) {
+      const cb_dispatch_desc* d = &ds[j];
       if (!cb_gpu_pipeline_ready(g, d->shader)) {
         if (in_chunk && c->n < CB_GPU_MAX_CHUNKS) {
           if ((s = chunk_submit(gs, c)) || (s = chunk_begin(gs, c, i))) break;
@@ -141,9 +156,11 @@ static cb_status run_chunked(cb_gpu_session* gs, chunks* c) {
         }
         if ((s = cb_gpu_pipeline_wait(g, d->shader)) || (s = chunks_poll(gs, c, 0))) break;
       }
-      dispatch(gs, c->cmd[c->n - 1], d, k);
+      dispatch(gs, c->cmd[c->n - 1], d);
+      if (j == 0 && ds != m->steps[i].dispatches) c->ev[c->n - 1].alternate++; /* first-run layers, per chunk */
       in_chunk++;
     }
+  }
   if (!s) s = end(gs, c->cmd[c->n - 1]);
   if (!s) s = chunk_submit(gs, c);
   cb_status w = chunks_poll(gs, c, 1);
@@ -157,31 +174,29 @@ static cb_status bind_sets(cb_gpu_session* gs, const cb_model* m, VkDescriptorSe
   VkDescriptorPoolCreateInfo pci = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, NULL, 0, nsets, 1, &size};
   VK_TRY(g->vk.vkCreateDescriptorPool(g->device, &pci, NULL, &gs->pool), "vkCreateDescriptorPool");
   uint64_t align = g->props.limits.minStorageBufferOffsetAlignment;
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++)
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++, k++) {
-      const cb_dispatch_desc* d = &m->steps[i].dispatches[j];
-      VkDescriptorSetAllocateInfo ai = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, NULL, gs->pool, 1,
-                                        &g->set_layouts[d->nbindings]};
-      VK_TRY(g->vk.vkAllocateDescriptorSets(g->device, &ai, &sets[k]), "vkAllocateDescriptorSets");
-      VkDescriptorBufferInfo info[CB_MAX_BINDINGS];
-      VkWriteDescriptorSet w[CB_MAX_BINDINGS];
-      for (uint32_t a = 0; a < d->nbindings; a++) {
-        const cb_tensor_desc* t = &m->tensors[d->bindings[a]];
-        int weight = t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED; /* in the weights buffer */
-        uint64_t off = weight ? g->weight_offset[d->bindings[a]] : t->arena_offset;
-        if (align && off % align)
-          return cb_fail(CB_ERR_GPU, "tensor '%s' lies at offset %llu, not a multiple of this device's storage "
-                                     "buffer alignment %llu", t->name, (unsigned long long)off,
-                         (unsigned long long)align);
-        /* whole 32-bit words (shaders read bool tensors four bytes to a word; slots are 256-byte aligned) */
-        info[a] = (VkDescriptorBufferInfo){weight ? g->weights : gs->arena, off,
-                                           t->nbytes ? (t->nbytes + 3) & ~(uint64_t)3 : VK_WHOLE_SIZE};
-        w[a] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, NULL, sets[k], a, 0, 1,
-                                      VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, NULL, &info[a], NULL};
-      }
-      g->vk.vkUpdateDescriptorSets(g->device, d->nbindings, w, 0, NULL);
+  for (uint32_t k = 0; k < nsets; k++) {
+    const cb_dispatch_desc* d = &m->dispatches[k];
+    VkDescriptorSetAllocateInfo ai = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, NULL, gs->pool, 1,
+                                      &g->set_layouts[d->nbindings]};
+    VK_TRY(g->vk.vkAllocateDescriptorSets(g->device, &ai, &sets[k]), "vkAllocateDescriptorSets");
+    VkDescriptorBufferInfo info[CB_MAX_BINDINGS];
+    VkWriteDescriptorSet w[CB_MAX_BINDINGS];
+    for (uint32_t a = 0; a < d->nbindings; a++) {
+      const cb_tensor_desc* t = &m->tensors[d->bindings[a]];
+      int weight = t->kind == CB_KIND_WEIGHT || t->kind == CB_KIND_PREPARED; /* in the weights buffer */
+      uint64_t off = weight ? g->weight_offset[d->bindings[a]] : t->arena_offset;
+      if (align && off % align)
+        return cb_fail(CB_ERR_GPU, "tensor '%s' lies at offset %llu, not a multiple of this device's storage "
+                                   "buffer alignment %llu", t->name, (unsigned long long)off,
+                       (unsigned long long)align);
+      /* whole 32-bit words (shaders read bool tensors four bytes to a word; slots are 256-byte aligned) */
+      info[a] = (VkDescriptorBufferInfo){weight ? g->weights : gs->arena, off,
+                                         t->nbytes ? (t->nbytes + 3) & ~(uint64_t)3 : VK_WHOLE_SIZE};
+      w[a] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, NULL, sets[k], a, 0, 1,
+                                    VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, NULL, &info[a], NULL};
     }
+    g->vk.vkUpdateDescriptorSets(g->device, d->nbindings, w, 0, NULL);
+  }
   return CB_OK;
 }
 
@@ -190,9 +205,9 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
   cb_gpu_session* gs = cb_calloc(1, sizeof *gs);
   if (!gs) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   gs->gpu = g, gs->m = m;
-  uint32_t nsets = 0, nbindings = 0;
-  for (uint32_t i = 0; i < m->nsteps; i++)
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++) nsets++, nbindings += m->steps[i].dispatches[j].nbindings;
+  uint32_t nsets = 0, nbindings = 0; /* every dispatch and first-run dispatch, in the model's array */
+  for (uint32_t i = 0; i < m->nsteps; i++) nsets += m->steps[i].ndispatches + m->steps[i].nfirst_dispatches;
+  for (uint32_t k = 0; k < nsets; k++) nbindings += m->dispatches[k].nbindings;
   VkDescriptorSet* sets = gs->sets = cb_calloc(nsets ? nsets : 1, sizeof *sets);
   cb_status s = sets ? CB_OK : cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   if (!s) s = cb_vk_make_buffer(g, m->arena_size, CB_STORAGE, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &gs->arena,
@@ -222,25 +237,34 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
   return CB_OK;
 }
 
+/* Every pipeline made (waiting for them, helping), the cache written, and
+ * the command buffer every later run submits recorded. */
+static cb_status finish(cb_gpu_session* gs) {
+  cb_status s = cb_gpu_pipelines_finish(gs->gpu);
+  return s ? s : record(gs);
+}
+
 cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* events, uint32_t* nevents) {
   cb_gpu* g = gs->gpu;
   if (nevents) *nevents = 0;
-  const char* whole = gs->recorded ? NULL : getenv("COLDBREW_GPU_FIRST_RUN"); /* "whole": every pipeline first */
-  if (whole && !strcmp(whole, "whole")) {
-    cb_status s = cb_gpu_pipelines_finish(g);
-    if (!s) s = record(gs);
+  /* COLDBREW_GPU_FIRST_RUN: "whole" waits for every pipeline first; "plan"
+   * dispatches each layer once its own pipelines exist, without first-run
+   * launches; unset: each layer as soon as it can (bench/gpu.py samples all three) */
+  const char* mode = gs->recorded ? NULL : getenv("COLDBREW_GPU_FIRST_RUN");
+  if (!gs->recorded && ((mode && !strcmp(mode, "whole")) || cb_gpu_pipelines_made(g))) {
+    cb_status s = finish(gs);
     if (s) return s;
   }
   if (!gs->recorded) {
     chunks c = {0};
-    cb_status s = run_chunked(gs, &c);
+    cb_status s = run_chunked(gs, &c, mode && !strcmp(mode, "plan"));
     for (uint32_t k = 0; k < c.n; k++) {
       if (events && nevents && c.ev[k].end_ns) events[(*nevents)++] = c.ev[k];
       if (c.fence[k]) g->vk.vkDestroyFence(g->device, c.fence[k], NULL);
     }
     if (c.n) g->vk.vkFreeCommandBuffers(g->device, gs->cmd_pool, c.n, c.cmd);
-    if (!s) s = cb_gpu_pipelines_finish(g);
-    return s ? s : record(gs);
+    /* the pipelines still being made go on: the first run after they all exist records */
+    return !s && cb_gpu_pipelines_made(g) ? finish(gs) : s;
   }
   VK_TRY(g->vk.vkResetFences(g->device, 1, &gs->fence), "vkResetFences");
   VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO, NULL, 0, NULL, NULL, 1, &gs->cmd, 0, NULL};
@@ -254,11 +278,11 @@ cb_status cb_gpu_session_run(cb_gpu_session* gs, cb_trace_event* events, uint32_
 
 /* One step's dispatches (the first step's with the inputs copied in), its
  * outputs copied to staging; submitted and waited for. */
-static cb_status run_step(cb_gpu_session* gs, VkCommandBuffer cmd, uint32_t i, uint32_t* k) {
+static cb_status run_step(cb_gpu_session* gs, VkCommandBuffer cmd, uint32_t i) {
   cb_gpu* g = gs->gpu;
   const cb_step_desc* st = &gs->m->steps[i];
   cb_status s = begin(gs, cmd, i == 0);
-  for (uint32_t j = 0; !s && j < st->ndispatches; j++, ++*k) dispatch(gs, cmd, &st->dispatches[j], *k);
+  for (uint32_t j = 0; !s && j < st->ndispatches; j++) dispatch(gs, cmd, &st->dispatches[j]);
   if (s) return s;
   copy_io(gs, cmd, gs->m, st->args + st->nargs - st->nouts, st->nouts, 0);
   barrier(g, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
@@ -275,11 +299,11 @@ cb_status cb_gpu_session_run_steps(cb_gpu_session* gs, void (*done)(void*, uint3
   cb_gpu* g = gs->gpu;
   VkCommandBufferAllocateInfo ai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, NULL, gs->cmd_pool,
                                     VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1};
-  cb_status s = CB_OK;
-  for (uint32_t i = 0, k = 0; !s && i < gs->m->nsteps; i++) {
+  cb_status s = gs->recorded ? CB_OK : finish(gs); /* every layer's own pipelines */
+  for (uint32_t i = 0; !s && i < gs->m->nsteps; i++) {
     VkCommandBuffer cmd;
     VK_TRY(g->vk.vkAllocateCommandBuffers(g->device, &ai, &cmd), "vkAllocateCommandBuffers");
-    s = run_step(gs, cmd, i, &k);
+    s = run_step(gs, cmd, i);
     g->vk.vkFreeCommandBuffers(g->device, gs->cmd_pool, 1, &cmd);
     if (!s) done(ctx, i);
   }

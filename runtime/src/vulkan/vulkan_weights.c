@@ -76,12 +76,13 @@ cb_status cb_vk_layout_weights(cb_gpu* g, const cb_model* m) {
   g->weight_offset = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
   g->uploaded = cb_calloc(m->ntensors ? m->ntensors : 1, 1);
   if (!g->weight_offset || !g->uploaded) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  for (uint32_t i = 0; i < m->nsteps; i++)
-    for (uint32_t j = 0; j < m->steps[i].ndispatches; j++)
-      for (uint32_t a = 0; a < m->steps[i].dispatches[j].nbindings; a++) {
-        uint32_t t = m->steps[i].dispatches[j].bindings[a];
-        g->uploaded[t] = m->tensors[t].kind == CB_KIND_WEIGHT || m->tensors[t].kind == CB_KIND_PREPARED;
-      }
+  uint32_t n = 0; /* every dispatch and first-run dispatch, in the model's array */
+  for (uint32_t i = 0; i < m->nsteps; i++) n += m->steps[i].ndispatches + m->steps[i].nfirst_dispatches;
+  for (uint32_t k = 0; k < n; k++)
+    for (uint32_t a = 0; a < m->dispatches[k].nbindings; a++) {
+      uint32_t t = m->dispatches[k].bindings[a];
+      if (m->tensors[t].kind == CB_KIND_WEIGHT || m->tensors[t].kind == CB_KIND_PREPARED) g->uploaded[t] = 1;
+    }
   uint64_t pos = 0;
   for (uint32_t i = 0; i < m->ntensors; i++)
     if (g->uploaded[i]) {

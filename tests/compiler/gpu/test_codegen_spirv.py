@@ -54,8 +54,10 @@ def test_segment_holds_one_valid_spirv_module_per_shader(small_model, tmp_path):
         (tmp_path / f"{k}.spv").write_bytes(spv)
         spirv_val(tmp_path / f"{k}.spv")
     assert end == len(blob)
-    # the conv variant's shader, then one per dlight kernel (one launch each here), in layer order
-    assert [sh["name"] for sh in shaders] == ["gpu.conv_gemm"] + [f"{la.kernel}_kernel" for la in c.graph.layers[1:]]
+    # the GEMM conv's first-run shader (conv_direct, made first), its own, then one per dlight kernel (one launch
+    # each here), in layer order
+    assert [sh["name"] for sh in shaders] == ["gpu.conv_direct", "gpu.conv_gemm"] + \
+        [f"{la.kernel}_kernel" for la in c.graph.layers[1:]]
 
 
 @needs_tools
@@ -64,7 +66,7 @@ def test_every_layer_dispatches_with_bindings_matching_its_shader(small_model):
     used = set()
     for layer in c.graph.layers:
         assert layer.dispatches, layer.name
-        for shader, grid, binds, push in layer.dispatches:
+        for shader, grid, binds, push in layer.dispatches + layer.first_dispatches:
             sh = shaders[shader]
             used.add(shader)
             assert len(binds) == sh["bindings"] and set(binds) <= set(layer.args)
@@ -102,8 +104,13 @@ def test_variant_layers_dispatch_the_variant_shader_with_push_words():
         x, w, b, *res, out = layer.args
         # bindings: input, weights, bias, residual (the output itself when there is none), output
         assert binds == [x, w, b, res[0] if res else out, out] and bool(res) == a.epilogue.residual
-    # c0 and c1 (GEMM, one with a residual) share one shader: shapes are push constants
-    assert [sh["name"] for sh in shaders] == ["gpu.conv_gemm", "gpu.conv_direct"]
+        # a GEMM layer's first-run launch: conv_direct over the same tensors and shapes (its own grid)
+        cold = [(shaders[s]["name"], g, bd, p) for s, g, bd, p in layer.first_dispatches]
+        direct = gpu_conv.get("gpu.conv_direct")
+        assert cold == ([(direct.name, direct.grid(a.conv), binds, push)] if v.name == "gpu.conv_gemm" else [])
+    # c0 and c1 (GEMM, one with a residual) share one shader, their first-run launches and the depthwise layer
+    # another: shapes are push constants; the first-run shader is numbered first (made first)
+    assert [sh["name"] for sh in shaders] == ["gpu.conv_direct", "gpu.conv_gemm"]
 
 
 @needs_tools
@@ -136,7 +143,7 @@ def test_run_leaves_the_segment_and_records_on_the_compilation(small_model):
     c = gpu_compilation(small_model, "plan_memory")
     c = codegen_spirv.run(c)
     blob, shaders = c.spirv
-    assert isinstance(blob, bytes) and len(shaders) == 4
+    assert isinstance(blob, bytes) and len(shaders) == 5  # the conv's GEMM and first-run shaders, three dlight kernels
 
 
 def test_missing_tools_are_named_with_their_packages(small_model, monkeypatch):
