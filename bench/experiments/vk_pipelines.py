@@ -2,14 +2,15 @@
 pipeline made with no cache (the driver's disk cache off), one at a time
 and all at once on 16 threads, after the context (loader, instance,
 device), by bench/experiments/vk_pipelines.c. Two steps, the second on the
-GPU machine (it needs gcc and the Vulkan loader, no coldbrew):
+GPU machine (it needs the Vulkan loader, no coldbrew):
 
     python bench/experiments/vk_pipelines.py extract DIR [models...]   # here: Vulkan bundles' shaders
     python bench/experiments/vk_pipelines.py run DIR [--rounds 3]       # there
 
 `extract` compiles each model (zoo names or corpus:NAME) for the vulkan
 target and writes its shaders as DIR/<model>/<k>_<name>.spv with a list of
-their binding counts; `run` prints, per model and shader, the median time
+their binding counts, and builds the probe as DIR/vk_pipelines (gcc and the
+Vulkan headers, which a GPU machine may lack); `run` prints, per model and shader, the median time
 to make its pipeline alone (in shader order, one thread) and among all (16
 threads), and the context's parts. Medians over rounds, milliseconds.
 """
@@ -19,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: harness
 
@@ -49,6 +49,8 @@ def extract(out, models):
         with open(os.path.join(folder, "shaders.txt"), "w") as f:
             f.write("\n".join(listed) + "\n")
         print(f"{name}: {len(b.shaders)} shaders", flush=True)
+    subprocess.run(["gcc", "-O2", "-o", os.path.join(out, "vk_pipelines"), os.path.join(HERE, "vk_pipelines.c"),
+                    "-ldl", "-lpthread"], check=True)
 
 
 def probe(exe, folder, threads):
@@ -60,16 +62,13 @@ def probe(exe, folder, threads):
 
 
 def run(out, rounds):
-    with tempfile.TemporaryDirectory() as work:
-        exe = os.path.join(work, "vk_pipelines")
-        subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(HERE, "vk_pipelines.c"), "-ldl", "-lpthread"],
-                       check=True)
-        models = sorted(d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "shaders.txt")))
-        res = {m: {"alone": [], "all": []} for m in models}
-        for _ in range(rounds):  # rounds: every model, both ways, once each
-            for m in models:
-                res[m]["alone"].append(probe(exe, os.path.join(out, m), 1))
-                res[m]["all"].append(probe(exe, os.path.join(out, m), 16))
+    exe = os.path.join(out, "vk_pipelines")
+    models = sorted(d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "shaders.txt")))
+    res = {m: {"alone": [], "all": []} for m in models}
+    for _ in range(rounds):  # rounds: every model, both ways, once each
+        for m in models:
+            res[m]["alone"].append(probe(exe, os.path.join(out, m), 1))
+            res[m]["all"].append(probe(exe, os.path.join(out, m), 16))
     first = res[models[0]]["alone"][0]
     print(f"{first['device']}; medians of {rounds} rounds, ms; fresh process each")
     for m in models:
