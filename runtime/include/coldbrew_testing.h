@@ -33,8 +33,9 @@ void cb_debug_allocations(uint64_t* out_made, int64_t* out_live);
 void cb_debug_gpu_node(int present);
 
 /* GPU bundles opened from now on: the pipeline of the shader named `name`
- * is not begun before `ms` milliseconds have passed (NULL: none held), so
- * that a run finds it not made yet. */
+ * is not begun before `ms` milliseconds have passed, so that a run finds
+ * it not made yet; NULL releases it. Set a name while no GPU bundle is
+ * being opened. */
 void cb_debug_gpu_hold_shader(const char* name, uint32_t ms);
 
 /* Position-weighted 64-bit checksum of a bundle's segments and tensors

@@ -280,6 +280,17 @@ def test_hostile_gpu_headers_are_refused(small_gpu_bundle, tmp_path):
         expect(repack(data, mutate), "CORRUPT", tmp_path)
     expect(repack(data, not_vulkan), "TARGET", tmp_path, "metal")
 
+    def first_run_shader_out_of_range(b):  # a GEMM layer's first-run launch is checked as its own are
+        b.plan.steps[0].kind.firstRun[0].shader = 999
+
+    def first_run_tensor_out_of_range(b):
+        d = b.plan.steps[0].kind.firstRun[0]
+        d.bindings = [1 << 20] + list(d.bindings[1:])
+
+    for mutate, said in ((first_run_shader_out_of_range, "step 0 first-run dispatch 0 names shader 999"),
+                         (first_run_tensor_out_of_range, "step 0 first-run dispatch 0 binds an invalid tensor")):
+        expect(repack(data, mutate), "CORRUPT", tmp_path, said)
+
     def a_cpu_step(b):  # a GPU bundle's steps are GpuSteps
         b.plan.steps[1].kindType, b.plan.steps[1].kind = fb.StepKind.CpuStep, fb.CpuStepT()
         b.plan.steps[1].kind.kernel = "k"

@@ -141,9 +141,10 @@ static char g_held[64];
 static _Atomic uint64_t g_held_until;
 
 void cb_debug_gpu_hold_shader(const char* name, uint32_t ms) {
-  atomic_store(&g_held_until, 0);
-  snprintf(g_held, sizeof g_held, "%s", name ? name : "");
-  if (name && *name) atomic_store(&g_held_until, cb_now_ns() + (uint64_t)ms * 1000000u);
+  atomic_store(&g_held_until, 0); /* released: the name is no longer read */
+  if (!name || !*name) return;
+  snprintf(g_held, sizeof g_held, "%s", name);
+  atomic_store(&g_held_until, cb_now_ns() + (uint64_t)ms * 1000000u);
 }
 
 static void hold(const cb_shader_desc* sh) {
