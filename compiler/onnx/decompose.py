@@ -33,8 +33,10 @@ ops.check_static to name):
   onnxruntime computes them (a scale of 1 for an all-zero input).
 - ConvInteger: a Conv of the inputs less their zero points, cast to int32,
   in float32 where its constant weights bound every sum under 2^24 (exact,
-  and a convolution variant computes it), else in float64 (exact: every
-  int32 sum is a float64 integer).
+  and a convolution variant computes it); where they bound no whole sum
+  but each of a few runs of input channels, one float32 Conv per run (each
+  exact) and their int32 sum; else in float64 (exact: every int32 sum is a
+  float64 integer).
 - MatMulInteger with constant 8-bit weights whose sums stay under 2^24: a
   float32 MatMul of the centred values (exact), cast to int32.
 - Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
@@ -486,6 +488,10 @@ def conv_integer(model):
                 out.append(helper.make_node("Sub", [wide, z], [f"{wide}/c"]))
                 wide = f"{wide}/c"
             ins[k] = wide
+        one_group = a.get("group", 1) == 1
+        runs = _exact_runs(consts, list(node.input) + ["", ""]) if d == TensorProto.DOUBLE and one_group else None
+        if runs:
+            return _conv_runs(node, name, runs, a, add_init)
         conv = helper.make_node("Conv", ins[:2], [f"{name}/f64"], name=f"{name}/conv",
                                 **{x.name: helper.get_attribute_value(x) for x in node.attribute})
         if d == TensorProto.FLOAT:
@@ -494,14 +500,70 @@ def conv_integer(model):
     rewrite(model, "ConvInteger", expand)
 
 
+def _centred(consts, ins):
+    """A ConvInteger's constant weights less their zero point (int64), or None."""
+    if ins[1] not in consts or (ins[3] and ins[3] not in consts):
+        return None
+    w = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
+    zp = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros(1, np.int64)
+    return w - (zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp.reshape(()))
+
+
+def _exact_runs(consts, ins, most=16):
+    """For a ConvInteger of one group whose float32 sums are not all exact:
+    runs [(first, end, centred weights)] of its input channels, each of whose
+    sums is (_exact_in_float32), at most `most`; else None."""
+    w = _centred(consts, ins)
+    if w is None or w.ndim != 4:
+        return None
+    per = np.abs(w).sum(axis=(2, 3)) * 255  # [K, C]: each channel's share of a sum's bound
+    runs, start, acc = [], 0, np.zeros(w.shape[0], np.int64)
+    for c in range(w.shape[1]):
+        if (acc + per[:, c]).max() >= 2 ** 24:
+            if c == start:
+                return None  # one channel alone is not exact
+            runs.append((start, c, w[:, start:c]))
+            start, acc = c, np.zeros_like(acc)
+        acc += per[:, c]
+    runs.append((start, w.shape[1], w[:, start:]))
+    return runs if 1 < len(runs) <= most else None
+
+
+def _conv_runs(node, name, runs, attrs, add_init):
+    """A ConvInteger as one float32 Conv per run of input channels (the
+    input less its zero point, sliced; the run's centred weights), each
+    exact and cast to int32, summed in int32 (exact_casts then reads the
+    float sums)."""
+    x, zp = f"{name}/x32", (list(node.input) + ["", ""])[2]
+    nodes = [helper.make_node("Cast", [node.input[0]], [x], to=TensorProto.FLOAT)]
+    if zp:
+        nodes += [helper.make_node("Cast", [zp], [f"{x}/zp"], to=TensorProto.FLOAT),
+                  helper.make_node("Sub", [x, f"{x}/zp"], [f"{x}/c"])]
+        x = f"{x}/c"
+    one = add_init(f"{name}/axis1", np.array([1], np.int64))
+    parts = []
+    for k, (lo, hi, w) in enumerate(runs):
+        p = f"{name}/run{k}"
+        nodes.append(helper.make_node("Slice", [x, add_init(f"{p}/lo", np.array([lo], np.int64)),
+                                                add_init(f"{p}/hi", np.array([hi], np.int64)), one], [f"{p}/x"]))
+        nodes.append(helper.make_node("Conv", [f"{p}/x", add_init(f"{p}/w", w.astype(np.float32))], [f"{p}/f32"],
+                                      name=f"{p}/conv", **attrs))
+        nodes.append(_exact_int32(f"{p}/f32", f"{p}/i32", f"{p}/cast"))
+        parts.append(f"{p}/i32")
+    total = parts[0]
+    for k, part in enumerate(parts[1:]):
+        out = node.output[0] if k == len(parts) - 2 else f"{name}/sum{k}"
+        nodes.append(helper.make_node("Add", [total, part], [out], name=f"{name}/add{k}" if out != node.output[0]
+                                      else name))
+        total = out
+    return nodes
+
+
 def _conv_exact(consts, ins):
     """_exact_in_float32 for a ConvInteger with constant weights (and zero
     point, one or per output channel)."""
-    if ins[1] not in consts or (ins[3] and ins[3] not in consts):
-        return False
-    w = numpy_helper.to_array(consts[ins[1]]).astype(np.int64)
-    zp = numpy_helper.to_array(consts[ins[3]]).astype(np.int64) if ins[3] else np.zeros(1, np.int64)
-    return _exact_in_float32(w - (zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp.reshape(())))
+    w = _centred(consts, ins)
+    return w is not None and _exact_in_float32(w)
 
 
 def matmul_integer(model):

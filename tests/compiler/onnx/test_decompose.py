@@ -112,17 +112,20 @@ def test_float16_products_accumulate_in_float32():
     assert np.all(np.abs(got.astype(np.float64) - exact) <= step), (got, exact)
 
 
-@pytest.mark.parametrize("low,high,variant", [(-128, -100, False), (-3, 4, True)])
-def test_conv_integer_is_exact_with_per_channel_zero_points(low, high, variant):
+@pytest.mark.parametrize("low,high,channels,how", [(-3, 4, 128, "whole"), (-128, -100, 128, "runs"),
+                                                    (-128, -100, 1200, "float64")])
+def test_conv_integer_is_exact_with_per_channel_zero_points(low, high, channels, how):
     """ConvInteger computed as a Conv of the centred inputs: every int32
-    result exact, sums past float32's 2^24 included (in float64); where
-    the weights bound every sum under 2^24, in float32 on a convolution
-    variant."""
+    result exact, sums past float32's 2^24 included. Where the weights bound
+    every sum under 2^24, in float32 on a convolution variant (whole); where
+    they bound each run of input channels' sums (3 runs of the 128 here),
+    one float32 Conv per run on convolution variants, summed in int32;
+    past 16 runs (1200 channels), in float64 on no variant."""
     from coldbrew.compiler.bundle.reader import read_bytes
 
     rng = np.random.default_rng(4)
-    x = rng.integers(200, 256, (1, 128, 6, 6), dtype=np.uint8)
-    w = rng.integers(low, high, (8, 128, 3, 3), dtype=np.int8)
+    x = rng.integers(200, 256, (1, channels, 6, 6), dtype=np.uint8)
+    w = rng.integers(low, high, (8, channels, 3, 3), dtype=np.int8)
     xz, wz = np.array(3, np.uint8), rng.integers(-5, 5, 8, dtype=np.int8)
     g = helper.make_graph([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4)], "ci",
                           [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
@@ -132,7 +135,8 @@ def test_conv_integer_is_exact_with_per_channel_zero_points(low, high, variant):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     data = compile_model(m)
-    assert any((st.variant or b"").startswith(b"conv2d.") for st in read_bytes(data)[0].plan.steps) == variant
+    convs = [st for st in read_bytes(data)[0].plan.steps if (st.variant or b"").startswith(b"conv2d.")]
+    assert len(convs) == {"whole": 1, "runs": 3, "float64": 0}[how]
     got = coldbrew.load(data).run(None, {"x": x})[0]
     xc = np.pad(x.astype(np.int64) - 3, ((0, 0), (0, 0), (1, 1), (1, 1)))
     wc = w.astype(np.int64) - wz.reshape(-1, 1, 1, 1)
@@ -140,7 +144,7 @@ def test_conv_integer_is_exact_with_per_channel_zero_points(low, high, variant):
     for i in range(6):
         for j in range(6):
             ref[0, :, i, j] = np.einsum("chw,mchw->m", xc[0, :, i:i + 3, j:j + 3], wc)
-    assert (np.abs(ref).max() > 2**24) != variant
+    assert (np.abs(ref).max() > 2**24) == (how != "whole")
     np.testing.assert_array_equal(got, ref)
 
 
