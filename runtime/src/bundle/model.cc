@@ -18,9 +18,6 @@ cb_status cb_parse_gpu(const fbs::Bundle* b, cb_model* m);
 
 namespace {
 
-// off + len <= size, without overflow.
-bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
-
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
 template <typename T>
@@ -201,7 +198,7 @@ cb_status parse_segments(const fbs::Bundle* b, uint64_t file_size, cb_model* m) 
   if (!m->segments) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   for (uint32_t i = 0; i < m->nsegments; i++) {
     const fbs::Segment* s = b->segments()->Get(i);
-    if (!in_bounds(s->offset(), s->size(), file_size))
+    if (!cb_in_bounds(s->offset(), s->size(), file_size))
       return cb_fail(CB_ERR_CORRUPT, "segment %u [%llu, +%llu) lies outside the %llu-byte file", i,
                      (unsigned long long)s->offset(), (unsigned long long)s->size(),
                      (unsigned long long)file_size);
@@ -257,15 +254,15 @@ cb_status parse_tensor(const fbs::Tensor* t, uint32_t i, cb_model* m) {
   d->segment_offset = t->segment_offset();
   d->checksum = t->checksum();
   if (d->kind == CB_KIND_WEIGHT) {
-    if (d->segment >= m->nsegments || !in_bounds(d->segment_offset, n, m->segments[d->segment].size))
+    if (d->segment >= m->nsegments || !cb_in_bounds(d->segment_offset, n, m->segments[d->segment].size))
       return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') lies outside its segment", i, d->name);
     if (d->segment_offset % 64 != 0)
       return cb_fail(CB_ERR_CORRUPT, "weight tensor %u ('%s') is not 64-byte aligned", i, d->name);
   } else if (d->kind == CB_KIND_PREPARED) {
-    if (!in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
+    if (!cb_in_bounds(d->arena_offset, n, m->prepared_size) || d->arena_offset % 64 != 0)
       return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the prepared area", i, d->name);
   } else if (d->kind <= CB_KIND_INTERMEDIATE) {
-    if (!in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
+    if (!cb_in_bounds(d->arena_offset, n, m->arena_size) || d->arena_offset % 64 != 0)
       return cb_fail(CB_ERR_CORRUPT, "tensor %u ('%s') lies outside the arena", i, d->name);
   } else {
     return cb_fail(CB_ERR_CORRUPT, "tensor %u has an unknown kind", i);

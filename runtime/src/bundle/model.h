@@ -169,13 +169,17 @@ typedef struct cb_model {
   const char* gpu_api;   /* "vulkan": the steps run as GPU dispatches; "": on the CPU */
   uint32_t nshaders;
   cb_shader_desc* shaders;
-  cb_dispatch_desc* dispatches; /* every step's, back to back */
+  cb_dispatch_desc* dispatches; /* every step's, back to back, then every step's first-run ones */
+  uint32_t ndispatches;         /* all of them */
   uint32_t program_axes; /* the axes of every tensor with a shape program */
   uint32_t nloops;
   cb_loop_desc* loops;   /* in step order, none inside another */
 } cb_model;
 
 /* Where weight tensor `t` lies in the mapped bundle at `base`. */
+/* off + len <= size, without overflow (the header checks). */
+static inline int cb_in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
 static inline const uint8_t* cb_weight_data(const uint8_t* base, const cb_model* m, uint32_t t) {
   return base + m->segments[m->tensors[t].segment].offset + m->tensors[t].segment_offset;
 }

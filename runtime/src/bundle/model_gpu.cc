@@ -10,8 +10,6 @@ namespace fbs = coldbrew::schema;
 
 namespace {
 
-bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
-
 // A GPU step's weight transform is one the runtime runs on the CPU
 // (vulkan.c): gpu.winograd_f23, raw float32 [K][C][3][3] -> [C][16][K].
 cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
@@ -32,7 +30,7 @@ cb_status check_gpu_transform(const cb_model* m, uint32_t i) {
 
 // One shader of the SPIR-V segment: inside it, with a sane workgroup.
 cb_status parse_shader(const fbs::Shader* sh, const cb_segment_desc* spirv, uint32_t i, cb_shader_desc* d) {
-  if (!in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
+  if (!cb_in_bounds(sh->offset(), sh->size(), spirv->size) || sh->offset() % 4 || sh->size() % 4 || sh->size() < 20)
     return cb_fail(CB_ERR_CORRUPT, "shader %u lies outside the SPIR-V segment", i);
   auto ls = sh->local_size();
   if (!ls || ls->size() != 3 || sh->bindings() > 64)
@@ -129,6 +127,7 @@ cb_status cb_parse_gpu(const fbs::Bundle* b, cb_model* m) {
   if (total > UINT32_MAX) return cb_fail(CB_ERR_CORRUPT, "too many dispatches");
   m->dispatches = static_cast<cb_dispatch_desc*>(cb_calloc(total ? total : 1, sizeof(cb_dispatch_desc)));
   if (!m->dispatches) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
+  m->ndispatches = static_cast<uint32_t>(total);
   cb_dispatch_desc* at = m->dispatches;
   for (int first = 0; first < 2; first++) /* every step's dispatches, then every step's first-run ones */
     for (uint32_t i = 0; i < m->nsteps; i++) {

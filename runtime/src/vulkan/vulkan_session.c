@@ -205,8 +205,7 @@ cb_status cb_gpu_session_create(cb_gpu* g, const cb_model* m, cb_gpu_session** o
   cb_gpu_session* gs = cb_calloc(1, sizeof *gs);
   if (!gs) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
   gs->gpu = g, gs->m = m;
-  uint32_t nsets = 0, nbindings = 0; /* every dispatch and first-run dispatch, in the model's array */
-  for (uint32_t i = 0; i < m->nsteps; i++) nsets += m->steps[i].ndispatches + m->steps[i].nfirst_dispatches;
+  uint32_t nsets = m->ndispatches, nbindings = 0; /* every dispatch and first-run dispatch */
   for (uint32_t k = 0; k < nsets; k++) nbindings += m->dispatches[k].nbindings;
   VkDescriptorSet* sets = gs->sets = cb_calloc(nsets ? nsets : 1, sizeof *sets);
   cb_status s = sets ? CB_OK : cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");

@@ -76,9 +76,7 @@ cb_status cb_vk_layout_weights(cb_gpu* g, const cb_model* m) {
   g->weight_offset = cb_calloc(m->ntensors ? m->ntensors : 1, sizeof *g->weight_offset);
   g->uploaded = cb_calloc(m->ntensors ? m->ntensors : 1, 1);
   if (!g->weight_offset || !g->uploaded) return cb_fail(CB_ERR_OUT_OF_MEMORY, "out of memory");
-  uint32_t n = 0; /* every dispatch and first-run dispatch, in the model's array */
-  for (uint32_t i = 0; i < m->nsteps; i++) n += m->steps[i].ndispatches + m->steps[i].nfirst_dispatches;
-  for (uint32_t k = 0; k < n; k++)
+  for (uint32_t k = 0; k < m->ndispatches; k++) /* every dispatch and first-run dispatch */
     for (uint32_t a = 0; a < m->dispatches[k].nbindings; a++) {
       uint32_t t = m->dispatches[k].bindings[a];
       if (m->tensors[t].kind == CB_KIND_WEIGHT || m->tensors[t].kind == CB_KIND_PREPARED) g->uploaded[t] = 1;
