@@ -107,6 +107,11 @@ def _each_target(model, options, progress, on_plan):
     return data
 
 
+def _integer_instructions(vector):
+    """What the integer variants multiply with: VNNI, AMX tiles, AVX2's vpmaddwd."""
+    return vector.int8_dot, vector.int8_tiles, vector.isa in ("avx2", "avx512")
+
+
 def _sharing(options, vector, choices):
     """`options` for a later CPU target, on the first CPU target's vector
     model, variants and weight forms (what the user gave wins); integer
@@ -114,7 +119,7 @@ def _sharing(options, vector, choices):
     from .kernels import variants as known
 
     target = dataclasses.replace(options.target, blocks_of=vector)
-    same_int8 = (target.vector.int8_dot, target.vector.int8_tiles) == (vector.int8_dot, vector.int8_tiles)
+    same_int8 = _integer_instructions(target.vector) == _integer_instructions(vector)
     integer = {v.name for v in known(vector) if v.integer}
     variants = {k: v for k, v in (choices.variants or {}).items()
                 if same_int8 or (v if isinstance(v, str) else v[0]) not in integer}

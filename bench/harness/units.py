@@ -19,7 +19,7 @@ import numpy as np
 
 KINDS = {
     "MatMul": "matmul", "Gemm": "matmul", "MatMulInteger": "matmul", "Einsum": "matmul",
-    "ConvTranspose": "conv_transpose",
+    "Conv": "conv", "ConvInteger": "conv", "ConvTranspose": "conv_transpose",
     "LayerNormalization": "normalization", "GroupNormalization": "normalization",
     "RMSNormalization": "normalization", "InstanceNormalization": "normalization",
     "LSTM": "recurrent", "GRU": "recurrent", "RNN": "recurrent", "DynamicQuantizeLSTM": "recurrent",

@@ -102,13 +102,15 @@ class Rows(_Cell):
 class Int8Dot(_Cell):
     name = "recurrent.int8_dot"
     integer = True
+    per = 4  # products per int32 lane
+    lanes = 16  # int32 lanes of one vpdpbusd
 
     def applies(self, spec):
         return self.isa.int8_dot and spec.quantize_h and spec.int8_weights
 
     def transformed_shape(self, spec, params):
-        nb = params["nb"]
-        return (spec.dirs, _blocks(spec, nb), (spec.hidden + 3) // 4, spec.gates, nb, 4)
+        nb, per = params["nb"], self.per
+        return (spec.dirs, _blocks(spec, nb), (spec.hidden + per - 1) // per, spec.gates, nb, per)
 
     def transform(self, spec, params):
         from tvm import te, tirx
@@ -117,7 +119,7 @@ class Int8Dot(_Cell):
 
         def pack(w):
             def value(d, jb, kk, g, v, ki):
-                unit, k = jb * nb + v, kk * 4 + ki
+                unit, k = jb * nb + v, kk * self.per + ki
                 inside = tirx.all(unit < h, k < h)
                 return tirx.if_then_else(inside, w[d, g * h + tirx.min(unit, h - 1), tirx.min(k, h - 1)],
                                          tirx.const(0, w.dtype))
@@ -135,9 +137,32 @@ class Int8Dot(_Cell):
         return [p for _, p in sorted(options, key=lambda o: -o[0])]
 
 
+class PairDot(Int8Dot):
+    """recurrent.int8_dot's integers where there is no VNNI (AVX2): the
+    levels and weights widened to int16, two products per int32 lane
+    (vpmaddwd), exact as int8_dot (255 x 128 x 2 fits an int32 lane)."""
+    name = "recurrent.pair_dot"
+    per = 2  # products per int32 lane
+    lanes = 8  # int32 lanes of one (256-bit) vpmaddwd
+
+    def applies(self, spec):
+        return self.isa.isa in ("avx2", "avx512") and spec.quantize_h and spec.int8_weights
+
+    def space(self, spec):
+        options = []
+        for nb in (16, 8, 32):
+            if spec.gates * nb // self.lanes + 4 > self.isa.registers:
+                continue
+            fill = spec.hidden / (_blocks(spec, nb) * nb)
+            tasks = min(1.0, spec.dirs * _blocks(spec, nb) / 4)
+            options.append((fill * tasks, {"nb": nb}))
+        return [p for _, p in sorted(options, key=lambda o: -o[0])]
+
+
 register(Packed.name, Packed)
 register(Rows.name, Rows)
 register(Int8Dot.name, Int8Dot)
+register(PairDot.name, PairDot)
 
 CELL_ATTR = "cb_cell"  # the placeholder kernel's attribute: its RecurrentSpec's fields, as JSON
 
@@ -264,7 +289,7 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
         acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
         w = b["w"] if b["w"].dtype == spec.dtype else Widened(b["w"])  # int8 in place: widened per load
         if variant.integer:
-            _dot_int8(T, spec, b, acc, (d, n, jb), nb, gates)
+            _dot_int8(T, spec, variant, b, acc, (d, n, jb), nb, gates)
         else:
             _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, lambda k: source(n, k))
         if spec.quantize_h and not variant.integer:  # the integer weights' scales, once per sum
@@ -326,37 +351,52 @@ def _quantized_row(T, spec, lanes, hk):
     return value, level, q
 
 
-def _dot_int8(T, spec, b, acc, at, nb, gates):
-    """acc[g, v] for g in `gates` from the integers (recurrent.int8_dot):
-    the row's uint8 levels (h_q) times the int8 weights, four products per
-    int32 lane (vpdpbusd), then (sum - zero point x the weight row's sum)
-    x the row's scale x the weights' scale."""
+def _dot_int8(T, spec, variant, b, acc, at, nb, gates):
+    """acc[g, v] for g in `gates` from the integers (recurrent.int8_dot,
+    pair_dot): the row's uint8 levels (h_q) times the int8 weights, four
+    products per int32 lane (vpdpbusd) or, widened to int16, two
+    (vpmaddwd), then (sum - zero point x the weight row's sum) x the row's
+    scale x the weights' scale."""
     from tvm import tirx
 
     d, n, jb = at
     h, hq, w, f = spec.hidden, b["h_q"], b["w"], b["scale"]
-    quads, chunks = (h + 3) // 4, (h + 15) // 16
-    levels = T.decl_buffer((chunks * 16,), "uint8", scope="local")
+    per, lanes = variant.per, variant.lanes
+    level = "uint8" if per == 4 else "int16"
+    groups, chunks = (h + per - 1) // per, (h + 15) // 16
+    levels = T.decl_buffer((chunks * 16,), level, scope="local")
     with T.serial(0, chunks) as c:
         with T.vectorized(0, 16) as l:
             k = c * 16 + l
-            T.buffer_store(levels, tirx.if_then_else(k < h, tirx.Cast("uint8", hq[d, n, tirx.min(k, h - 1)]),
-                                                     tirx.const(0, "uint8")), [k])
+            T.buffer_store(levels, tirx.if_then_else(k < h, tirx.Cast(level, hq[d, n, tirx.min(k, h - 1)]),
+                                                     tirx.const(0, level)), [k])
     total = T.decl_buffer((spec.gates, nb), "int32", scope="local")
     for g in gates:
         with T.vectorized(0, nb) as v:
             T.buffer_store(total, tirx.const(0, "int32"), [g, v])
-    with T.serial(0, quads) as kk:
-        four = levels.vload([kk * 4], "uint8x4")
+    with T.serial(0, groups) as kk:
+        these = levels.vload([kk * per], f"{level}x{per}")
         for g in gates:
-            for c in range(0, nb, 16):
-                dot = vpdpbusd(total.vload([g, c], "int32x16"), four, w.vload([d, jb, kk, g, c, 0], "int8x64"))
-                T.buffer_store(total, dot, [g, tirx.Ramp(c, 1, 16)])
+            for c in range(0, nb, lanes):
+                here = total.vload([g, c], f"int32x{lanes}")
+                weights = w.vload([d, jb, kk, g, c, 0], f"int8x{lanes * per}")
+                dot = vpdpbusd(here, these, weights) if per == 4 else here + vpmaddwd(these, weights)
+                T.buffer_store(total, dot, [g, tirx.Ramp(c, 1, lanes)])
     for g in gates:
         with T.vectorized(0, nb) as v:
             row = g * h + tirx.min(jb * nb + v, h - 1)
             centred = tirx.Cast(spec.dtype, total[g, v]) - hq[d, n, h + 1] * f[d, 1, row]
             T.buffer_store(acc, centred * hq[d, n, h] * f[d, 0, row], [g, v])
+
+
+def vpmaddwd(two, weights):
+    """In each of 8 int32 lanes, the two int16 `two` (int16x2, broadcast to
+    every lane) times that lane's two s8 of `weights` (int8x16) widened to
+    int16, summed: one AVX2 vpmaddwd (exact: no product pair leaves 32 bits)."""
+    from tvm import tirx
+
+    both = tirx.reinterpret("int16x16", tirx.Broadcast(tirx.reinterpret("int32", two), 8))
+    return tirx.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", both, tirx.Cast("int16x16", weights))
 
 
 def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):
@@ -413,20 +453,20 @@ def _update(T, spec, b, acc, gates, at, first, hp):
 
     if spec.kind == "lstm":  # i o f c
         cp = tirx.if_then_else(first, b["c0"][d, n, i], b["y_c"][d, n, i])
-        c = tirx.sigmoid(a(2)) * cp + tirx.sigmoid(a(0)) * tirx.tanh(a(3))
+        c = sigmoid(a(2)) * cp + sigmoid(a(0)) * tanh(a(3))
         # c is an expression reading y_c: h is stored first, while y_c still holds c_{t-1}
-        T.buffer_store(b["y"], tirx.sigmoid(a(1)) * tirx.tanh(c), [t, d, n, i])
+        T.buffer_store(b["y"], sigmoid(a(1)) * tanh(c), [t, d, n, i])
         T.buffer_store(b["y_c"], c, [d, n, i])
     elif spec.kind == "rnn":
         T.buffer_store(b["y"], _activation(spec.activation, a(0)), [t, d, n, i])
     elif gates == (0, 1):  # GRU, reset first, phase 1: z kept in y, r * h_{t-1} in y_c
-        T.buffer_store(b["y"], tirx.sigmoid(a(0)), [t, d, n, i])
-        T.buffer_store(b["y_c"], tirx.sigmoid(a(1)) * hp, [d, n, i])
+        T.buffer_store(b["y"], sigmoid(a(0)), [t, d, n, i])
+        T.buffer_store(b["y_c"], sigmoid(a(1)) * hp, [d, n, i])
     else:
         if gates == (2,):  # phase 2: acc holds (r * h) Rh^T + Rbh
-            z, cand = b["y"][t, d, n, i], tirx.tanh(a(2))
+            z, cand = b["y"][t, d, n, i], tanh(a(2))
         else:  # linear before reset: r * (h Rh^T + Rbh)
-            z, cand = tirx.sigmoid(a(0)), tirx.tanh(xg(2) + tirx.sigmoid(a(1)) * acc[2, v])
+            z, cand = sigmoid(a(0)), tanh(xg(2) + sigmoid(a(1)) * acc[2, v])
         T.buffer_store(b["y"], cand + z * (hp - cand), [t, d, n, i])
 
 
@@ -435,7 +475,44 @@ def _activation(name, x):
 
     if name == "Relu":
         return tirx.max(x, tirx.const(0, "float32"))
-    return tirx.sigmoid(x) if name == "Sigmoid" else tirx.tanh(x)
+    return sigmoid(x) if name == "Sigmoid" else tanh(x)
+
+
+def exp(x):
+    """e^x (float32) in arithmetic LLVM vectorizes, where the exp intrinsic
+    is one libm call per lane (an LSTM's five per unit and step were most
+    of its time): x = n ln2 + f with |f| <= ln2 / 2, e^f by its series to
+    f^7 (Cephes' expf coefficients, relative error about 1e-7), 2^n put in
+    the exponent's bits; x clamped to +-87 (e^x and 2^n stay finite)."""
+    from tvm import tirx
+
+    def c(v):
+        return tirx.const(v, "float32")
+
+    x = tirx.max(tirx.min(x, c(87.0)), c(-87.0))
+    n = tirx.floor(x * c(1.44269504088896341) + c(0.5))
+    f = x - n * c(0.693359375) + n * c(2.12194440e-4)  # ln2 in two parts: n ln2 exact to fp32
+    poly = c(1.9875691500e-4)
+    for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        poly = poly * f + c(k)
+    two_n = tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + 127, 23))
+    return (poly * f * f + f + c(1.0)) * two_n
+
+
+def sigmoid(x):
+    """1 / (1 + e^-x) through exp(): absolute error about 1e-7."""
+    from tvm import tirx
+
+    one = tirx.const(1.0, "float32")
+    return one / (one + exp(-x))
+
+
+def tanh(x):
+    """1 - 2 / (e^2x + 1) through exp(): absolute error about 2e-7."""
+    from tvm import tirx
+
+    one = tirx.const(1.0, "float32")
+    return one - tirx.const(2.0, "float32") / (exp(x + x) + one)
 
 
 # ---- reference ----

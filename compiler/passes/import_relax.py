@@ -107,6 +107,8 @@ def _node_watch(failed, counts):
                 inputs = _whole_scales(inputs)
             if op_name in _BINARY:
                 inputs = _sizes_typed(self.bb, _scalars_typed(inputs), counts)
+            if op_name in ("Min", "Max") and len(inputs) > 1 and not all(is_const(v) for v in inputs):
+                return _named(self.bb, _pairwise(self.bb, op_name, inputs), getattr(self, "cb_node", None))
             sized = _on_sizes(self.bb, op_name, inputs, attrs, counts, getattr(self, "cb_node", None))
             if sized is not None:
                 return sized
@@ -309,6 +311,22 @@ class _Counts:
         from ..kernels.counted import take
 
         return bb.emit_te(take, bb.emit(relax.TupleGetItem(call, k)), shape, primfunc_name_hint="cb_take")
+
+
+def _pairwise(bb, op, inputs):
+    """Min / Max of several inputs, one broadcasting elementwise op per
+    further input. (The importer stacks every input broadcast to the
+    output's shape: a constant bound, 0 or 255 of a DynamicQuantizeLinear
+    written out, became a constant of the whole output's size, 8 MB of 255s
+    read on every run of a BiLSTM tagger.) Constants alone: the importer's
+    own fold."""
+    from tvm import relax
+
+    pair = relax.op.minimum if op == "Min" else relax.op.maximum
+    out = inputs[0]
+    for v in inputs[1:]:
+        out = bb.emit(pair(out, v))
+    return out
 
 
 _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual",

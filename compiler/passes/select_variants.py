@@ -67,7 +67,8 @@ def auto_variant(spec, isa):
         return next((v for v in ("dense.int8_tiles", "dense.int8_dot", "dense.int8_dot_k") if get(v, isa).applies(spec)),
                     "dense.packed_gemm")
     if isinstance(spec, RecurrentSpec):
-        return "recurrent.int8_dot" if spec.int8_weights and isa.int8_dot else "recurrent.packed"
+        return next((v for v in ("recurrent.int8_dot", "recurrent.pair_dot") if get(v, isa).applies(spec)),
+                    "recurrent.packed")
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
         return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
     if spec.depthwise:

@@ -165,7 +165,9 @@ def test_the_tests_cover_every_cell_variant():
     from coldbrew.compiler.kernels import variants
 
     # the integer cell: test_an_integer_cell_matches_the_reference_where_the_host_has_vnni
-    assert {v.name for v in variants(TARGETS[0].vector, "recurrent")} == set(VARIANTS) | {"recurrent.int8_dot"}
+    # and recurrent.pair_dot: test_an_integer_cell_without_vnni_is_exact_in_int16_pairs
+    assert {v.name for v in variants(TARGETS[0].vector, "recurrent")} == set(VARIANTS) | {"recurrent.int8_dot",
+                                                                                         "recurrent.pair_dot"}
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -256,3 +258,33 @@ def test_an_integer_cell_is_vpdpbusd(tmp_path):
     kb.build({"cell": variant.kernel(spec, {"nb": 32}, "int8")}, vnni_target()).export_library(str(so))
     asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     assert asm.count("vpdpbusd") >= 8  # 4 gates x 2 vectors of 16 units
+
+
+@pytest.mark.parametrize("dirs,batch,hidden", [(1, 1, 64), (2, 2, 40), (1, 3, 17)])
+def test_an_integer_cell_without_vnni_is_exact_in_int16_pairs(dirs, batch, hidden):
+    """recurrent.pair_dot (AVX2, which every x86 target here has): the
+    state's levels and the int8 weights widened to int16, two products per
+    int32 lane, the zero point's share taken out with the rows' sums; every
+    schedule of its space matches the reference."""
+    spec = RecurrentSpec("lstm", 4, batch, hidden, dirs, quantize_h=True, int8_weights=True)
+    target = resolve("x86_64-avx2")
+    variant = get("recurrent.pair_dot", target.vector)
+    assert variant.applies(spec) and not variant.applies(dataclasses.replace(spec, int8_weights=False))
+    assert not get("recurrent.pair_dot", resolve("aarch64").vector).applies(spec)
+    for params in variant.space(spec):
+        got, want = _integer_cell(spec, variant, params, target)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6, err_msg=str(params))
+
+
+def test_an_integer_cell_without_vnni_is_vpmaddwd(tmp_path):
+    """Two products per int32 lane: the cell's code has the instruction."""
+    import subprocess
+
+    spec = RecurrentSpec("lstm", 2, 1, 32, 1, quantize_h=True, int8_weights=True)
+    target = resolve("x86_64-avx2")
+    so = tmp_path / "cell.so"
+    kb.build({"cell": get("recurrent.pair_dot", target.vector).kernel(spec, {"nb": 16}, "int8")},
+             target).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert asm.count("vpmaddwd") >= 8  # 4 gates x 2 vectors of 8 units

@@ -254,6 +254,30 @@ def test_gemm_spaces_hold_both_loop_orders_and_a_reduction_block(target):
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_an_odd_count_of_channel_blocks_gets_wide_register_blocks_on_padded_panels(target):
+    """Five output channel blocks divide by no kvb > 1: the blocked
+    variants' first-ranked register block still holds several weight
+    vectors (the last panel padded with zero weights, its extra channels
+    cropped), and every block of the space, padded or not, gives the
+    reference's output."""
+    from coldbrew.compiler.kernels import get
+
+    lanes = target.vector.lanes
+    point = ConvSpec(1, 2 * lanes, 7, 13, 5 * lanes, 1, 1, in_block=lanes, out_block=lanes)
+    wide = dataclasses.replace(point, r=3, s=3, pad=(1, 1, 1, 1))
+    for name, spec in (("conv2d.blocked", point), ("conv2d.gemm_1x1_blocked", point),
+                       ("conv2d.blocked", wide), ("conv2d.im2col_blocked", wide)):
+        variant = get(name, target.vector)
+        space = variant.space(spec)
+        assert space[0]["kvb"] > 1 and 5 % space[0]["kvb"], (name, space)
+        padded = [p for p in space if 5 % p["kvb"]]
+        assert variant.transformed_shape(spec, padded[0])[0] * (1 if name == "conv2d.blocked" else padded[0]["kvb"]) \
+            == -(-5 // padded[0]["kvb"]) * padded[0]["kvb"]
+        for params in space:
+            _run(target, variant, spec, params, epilogue=True)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_unpadded_layers_prefer_width_tiles_that_divide_their_rows(target):
     """A width tile that does not divide an unpadded layer's 160-wide rows
     makes the kernel copy its input first: the first-ranked tile of each

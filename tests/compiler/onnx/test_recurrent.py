@@ -150,6 +150,8 @@ def test_a_quantized_cell_reads_its_int8_weights_in_place():
     step = next(st for st in read_bytes(compile_model(model))[0].plan.steps
                 if (st.variant or b"").startswith(b"recurrent."))
     assert WEIGHT_FORMS[step.weightForm] == "direct" and PRECISION_OF_DTYPE[step.weightPrecision] == "int8"
-    # where the CPU has VNNI the cell multiplies the integers themselves
+    # where the CPU has VNNI, or AVX2, the cell multiplies the integers themselves
     from coldbrew.targets import resolve
-    assert step.variant.decode() == ("recurrent.int8_dot" if resolve("host").vector.int8_dot else "recurrent.packed")
+    vector = resolve("host").vector
+    assert step.variant.decode() == ("recurrent.int8_dot" if vector.int8_dot else "recurrent.pair_dot"
+                                     if vector.isa in ("avx2", "avx512") else "recurrent.packed")

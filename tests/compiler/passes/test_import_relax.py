@@ -52,3 +52,32 @@ def test_the_node_the_importer_fails_on_is_named_and_its_printout_kept_off_the_t
     out, err = capfd.readouterr()
     assert out == "" and err == ""  # no print, no warning, no C++ log line (BlockBuilder destroyed ...)
     assert ONNXGraphImporter._convert_operator is convert  # the watch is undone
+
+
+def test_min_and_max_of_several_inputs_broadcast_pairwise_not_as_full_size_constants():
+    """Min / Max take one broadcasting op per further input: a bound of a
+    written-out quantization (a scalar 255) is not made a constant of the
+    whole tensor's size in the bundle; three inputs of different shapes
+    give onnxruntime's result."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import coldbrew
+    from coldbrew.compiler import compile_model
+    from conftest import assert_close, ort_run
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 1024])
+    row = helper.make_tensor_value_info("row", TensorProto.FLOAT, [1, 1, 1024])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 1024])
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0.0), ("hi", 255.0))]
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("Max", ["sq", "lo"], ["pos"]),
+             helper.make_node("Min", ["pos", "hi", "row"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "m", [x, row], [out], consts),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    data = compile_model(m)
+    assert len(data) < 256 * 1024 * 4 // 4  # no 1 MB constant of 255s (or of 0s)
+    rng = np.random.default_rng(0)
+    feeds = {"x": (rng.standard_normal((1, 256, 1024)) * 20).astype(np.float32),
+             "row": (rng.standard_normal((1, 1, 1024)) * 200).astype(np.float32)}
+    assert_close(coldbrew.load(data).run(None, feeds), ort_run(m, feeds))
