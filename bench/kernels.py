@@ -7,7 +7,7 @@ coldbrew and in onnxruntime, same thread count, samples interleaved.
 MODEL: a zoo model (resnet50), a corpus model (ch_pp_ocrv2_rec_infer: its
 manifest's input shapes; bench/corpus/fetch.py fetches it) or an ONNX file.
 
-Layers (bench/harness/units.py): each MatMul / Gemm / Einsum, ConvTranspose,
+Layers (bench/harness/units.py): each Conv / ConvInteger, MatMul / Gemm / Einsum, ConvTranspose,
 normalization (an operator or written out in elementary ones), Softmax,
 reduction, Resize, pooling and recurrent cell of the model, with the
 quantization nodes feeding it, made into a model of its own whose inputs are

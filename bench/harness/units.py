@@ -2,7 +2,7 @@
 that each layer can run alone in coldbrew and in onnxruntime
 (bench/kernels.py).
 
-A unit is one node of a heavy operator (MatMul, Gemm, ConvTranspose, a
+A unit is one node of a heavy operator (Conv, MatMul, Gemm, ConvTranspose, a
 normalization, Softmax, a reduction, Resize, pooling, a recurrent cell)
 together with the QuantizeLinear/DequantizeLinear nodes that put its inputs on
 an 8-bit grid, or a normalization written out in elementary operators

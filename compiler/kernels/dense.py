@@ -4,6 +4,7 @@ packed_gemm   weights packed to [N / nb, K, nb]: nb consecutive outputs per load
 int8_dot      a quantized model's layer: its int8 weights times its activations'
               integers, 64 products per instruction (AVX-512 VNNI)
 int8_dot_k    the same for layers of under 16 outputs, the products along K
+pair_dot      int8_dot without VNNI (AVX2): the integers widened to int16, 16 products per instruction
 int8_tiles    the same in AMX tiles: 16 x 16 outputs x 64 products per instruction
 """
 import numpy as np
@@ -98,20 +99,22 @@ class Int8Dot(Variant):
     op = "dense"
     integer = True
     symbolic = True  # rows sized at run time: whole row blocks at each size (_whole_blocks)
+    per = 4  # products per int32 lane
+    lanes = 16  # int32 lanes of one instruction
 
     def applies(self, spec):  # fewer outputs than one instruction's 16 lanes: not worth packing
         return self.isa.int8_dot and spec.in_scale > 0 and spec.n >= 16
 
     def transformed_shape(self, spec, params):
-        nb = params["nb"]
-        return ((spec.n + nb - 1) // nb, (spec.k + 3) // 4, nb, 4)
+        nb, per = params["nb"], self.per
+        return ((spec.n + nb - 1) // nb, (spec.k + per - 1) // per, nb, per)
 
     def transform(self, spec, params):
-        nb = params["nb"]
+        nb, per = params["nb"], self.per
 
         def pack(w):
             def value(no, ko, ni, ki):
-                n, k = no * nb + ni, ko * 4 + ki
+                n, k = no * nb + ni, ko * per + ki
                 inside = tirx.all(n < spec.n, k < spec.k)
                 return tirx.if_then_else(inside, w[tirx.min(k, spec.k - 1), tirx.min(n, spec.n - 1)],
                                          tirx.const(0, w.dtype))
@@ -119,17 +122,18 @@ class Int8Dot(Variant):
         return pack
 
     def compute(self, spec, x, wt, params, scale):
-        nb, kp, rows = params["nb"], (spec.k + 3) // 4 * 4, _whole_blocks(spec, params["mb"])
-        xq = _integer_rows(spec, x, kp, None if rows is spec.m else rows)
+        per = self.per
+        nb, kp, rows = params["nb"], (spec.k + per - 1) // per * per, _whole_blocks(spec, params["mb"])
+        xq = _integer_rows(spec, x, kp, None if rows is spec.m else rows, "uint8" if per == 4 else "int16")
         k = te.reduce_axis((0, kp), "k")
         np_ = (spec.n + nb - 1) // nb * nb
         acc = te.compute((rows, np_), lambda i, j: te.sum(
-            xq[i, k].astype("int32") * wt[j // nb, k // 4, j % nb, k % 4].astype("int32"), axis=k), name=ANCHOR)
+            xq[i, k].astype("int32") * wt[j // nb, k // per, j % nb, k % per].astype("int32"), axis=k), name=ANCHOR)
         return te.compute(spec.output_shape, lambda *ix: acc[spec.out_row(ix[:-1]), ix[-1]].astype("float32")
                           * scale[0, ix[-1]] + scale[1, ix[-1]], name="cb_out")
 
     def space(self, spec):
-        lanes = 16  # int32 lanes of one vpdpbusd
+        lanes = self.lanes
         blocks = [(mb, v) for mb, v in register_blocks(self.isa, (1, 2, 4, 8), 4) if spec.row_block(mb)]
         return [{"mb": mb, "nb": v * lanes} for mb, v in
                 ranked([(intensity(mb, v) * padding_efficiency((spec.n, v * lanes)), (mb, v)) for mb, v in blocks])]
@@ -140,20 +144,33 @@ class Int8Dot(Variant):
         i, j, k = sch.get_loops(block)
         io, ii = sch.split(i, [None, mb])
         jo, ji = sch.split(j, [None, nb])
-        jv, j16 = sch.split(ji, [None, 16])
-        ko, k4 = sch.split(k, [None, 4])
-        sch.reorder(jo, io, ko, ii, jv, j16, k4)
+        jv, jl = sch.split(ji, [None, self.lanes])
+        ko, kl = sch.split(k, [None, self.per])
+        sch.reorder(jo, io, ko, ii, jv, jl, kl)
         par = sch.fuse(jo, io)
         sch.parallel(par)
         attach_epilogue(sch, block, par, self.isa.lanes)
         sch.unroll(ii)
         sch.unroll(jv)
         sch.decompose_reduction(block, ko)
-        sch.annotate(sch.blockize(j16), INT8_DOT, 1)
+        sch.annotate(sch.blockize(jl), INT8_DOT, 1)
         rows()
 
     def finish(self, func):
-        return func.with_body(_rewritten(func.body, _vpdpbusd))
+        return func.with_body(_rewritten(func.body, _vpdpbusd if self.per == 4 else _vpmaddwd))
+
+
+class PairDot(Int8Dot):
+    """Int8Dot where there is no VNNI (AVX2): the activations' u8 and the
+    weights' s8 widened to int16, two products summed into each int32 lane
+    per instruction (vpmaddwd, exact: 255 x 128 x 2 fits), 8 lanes; weights
+    packed [N / nb, K / 2, nb, 2]."""
+
+    name = "dense.pair_dot"
+    per, lanes = 2, 8
+
+    def applies(self, spec):
+        return self.isa.isa in ("avx2", "avx512") and spec.in_scale > 0 and spec.n >= 8
 
 
 def reference(spec, x, w, scale):
@@ -197,6 +214,22 @@ def _vpdpbusd(block):
                                                                       else "uint8x4"),
                    b.source.vload(first(b.indices), "int8x64"))
     return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
+
+
+def _vpmaddwd(block):
+    """A blockized 8 x 2 update (C[n] += s16 A[k] x s8 B[n, k]) as one
+    vpmaddwd: the two A values broadcast, the 16 B bytes one load, widened."""
+    from .recurrent import vpmaddwd
+
+    store = block.body.body.body.block.body
+    first = _at(block, 0)
+    loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
+    a = next(t for t in loads if t.source.dtype == "int16")
+    b = next(t for t in loads if t.source.dtype == "int8")
+    c = first(store.indices)
+    two = a.source.vload(first(a.indices), "int16x2")
+    dot = store.buffer.vload(c, "int32x8") + vpmaddwd(two, b.source.vload(first(b.indices), "int8x16"))
+    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 8)])
 
 
 def _nonzero(expr):
@@ -262,6 +295,7 @@ def _rewritten(stmt, body_of, mark=INT8_DOT):
 
 
 register(Int8Dot.name, Int8Dot)
+register(PairDot.name, PairDot)
 
 
 def _epilogue_apart(sch, block, lanes):
@@ -285,11 +319,15 @@ def _tree_sum(values):
     return values[0]
 
 
-def _integer_rows(spec, x, kp, mp=None):
+def _integer_rows(spec, x, kp, mp=None, dtype="uint8"):
     """x's rows as the u8 integers an integer variant multiplies, K padded
     with zeros to kp (and the rows to mp): the model's uint8 themselves where no padding is
     needed (the products then read them in place), its int8 plus 128, or
-    floats on the grid turned back into q + in_shift."""
+    floats on the grid turned back into q + in_shift; in `dtype` (int16:
+    widened once per row rather than per product, pair_dot)."""
+    if dtype != "uint8":
+        narrow = _integer_rows(spec, x, kp, mp)
+        return te.compute(narrow.shape, lambda m, k: narrow[m, k].astype(dtype), name="cb_quant")
     if x.dtype == "uint8" and kp == spec.k and mp is None:
         return te.compute((spec.m, kp), lambda m, k: x[spec.x_row(m) + (k,)], name="cb_quant")
     inv = 1.0 / spec.in_scale
@@ -400,6 +438,7 @@ class Int8Tiles(Variant):
     op = "dense"
     integer = True
     rows, cols = 2, 2  # accumulator tiles per output tile
+    per = 4  # products per int32 lane (Int8Dot's packing)
 
     def applies(self, spec):
         # at least two output tiles' rows and columns: smaller layers pad the tiles more than they gain

@@ -64,7 +64,8 @@ def auto_variant(spec, isa):
     """The default variant of a layer for the vector unit `isa`, when neither
     the caller nor a cost-table plan chose one."""
     if isinstance(spec, DenseSpec):
-        return next((v for v in ("dense.int8_tiles", "dense.int8_dot", "dense.int8_dot_k") if get(v, isa).applies(spec)),
+        return next((v for v in ("dense.int8_tiles", "dense.int8_dot", "dense.int8_dot_k", "dense.pair_dot")
+                     if get(v, isa).applies(spec)),
                     "dense.packed_gemm")
     if isinstance(spec, RecurrentSpec):
         return next((v for v in ("recurrent.int8_dot", "recurrent.pair_dot") if get(v, isa).applies(spec)),

@@ -200,3 +200,33 @@ def test_int8_tiles_apply_only_with_amx_on_enough_rows():
     assert v.applies(spec) and not v.applies(dataclasses.replace(spec, in_scale=0.0))
     assert not v.applies(DenseSpec(16, 200, 50, in_scale=0.02, in_shift=128))  # one row tile, mostly padding
     assert not get("dense.int8_tiles", vnni_target().vector).applies(spec)
+
+
+AVX2 = resolve("x86_64-avx2")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+@pytest.mark.parametrize("x_dtype", [None, "uint8", "int8"])
+def test_pair_dot_matches_the_exact_product(spec, x_dtype):
+    """dense.pair_dot (AVX2, which every x86 host here runs): the integers
+    widened to int16, two products per int32 lane; every schedule of its
+    space gives the exact product, from floats on the grid or the model's
+    own 8-bit integers."""
+    v = get("dense.pair_dot", AVX2.vector)
+    assert v.applies(spec) and not v.applies(dataclasses.replace(spec, in_scale=0.0))
+    assert not get("dense.pair_dot", resolve("aarch64").vector).applies(spec)
+    x, w, w_scale, exact = _integer_case(spec, x_dtype)
+    for params in v.space(spec):
+        funcs = {"exe": kb.schedule(execute_func(v, spec, None, params, x_dtype=x_dtype), v, spec, params),
+                 "tr": kb.transform_func(v, spec, params)}
+        _check(v, spec, params, funcs, x, w, w_scale, exact)
+
+
+def test_pair_dot_code_is_vpmaddwd(tmp_path):
+    """The variant's finish turns each 8 x 2 update into one vpmaddwd."""
+    spec = SPECS[0]
+    v, params = get("dense.pair_dot", AVX2.vector), {"mb": 4, "nb": 16}
+    so = tmp_path / "k.so"
+    kb.build({"exe": kb.schedule(execute_func(v, spec, None, params), v, spec, params)}, AVX2).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert asm.count("vpmaddwd") >= 8  # 4 rows x 2 vectors per step of k, unrolled
