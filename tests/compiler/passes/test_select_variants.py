@@ -12,6 +12,8 @@ from coldbrew.compiler.pipeline import front_end
 from coldbrew.targets import resolve
 
 ISA = resolve("host").vector
+# the integer dense variant of the host: VNNI's, else AVX2's vpmaddwd (x86), else none
+INTEGER = "dense.int8_dot" if ISA.int8_dot else "dense.pair_dot" if ISA.isa in ("avx2", "avx512") else None
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,8 @@ def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct
     the model's int8 weights in place (direct int8, scale 1: exact, a
     quarter of the bytes); one of many rows keeps fp32 weights (each is
     reused enough that a widening per load would cost), unless the CPU
-    multiplies the integers (VNNI: dense.int8_dot, whatever the rows)."""
+    multiplies the integers (VNNI: dense.int8_dot, AVX2: dense.pair_dot,
+    whatever the rows)."""
     import coldbrew
     from onnx import TensorProto, helper, numpy_helper
 
@@ -87,11 +90,11 @@ def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct
     data = compile_model(m)
     bundle = read_bytes(data)[0]
     step = next(st for st in bundle.plan.steps if (st.variant or b"").startswith(b"dense."))
-    # with VNNI the integer variant multiplies a's 8-bit values (always int8 weights, direct);
-    # with AMX tiles too, those of 64 rows in tiles
-    integer = ISA.int8_dot
+    # with VNNI or AVX2 the integer variant multiplies a's 8-bit values (always int8 weights,
+    # direct); with AMX tiles too, those of 64 rows in tiles
+    integer = INTEGER is not None
     tiles = ISA.int8_tiles and rows >= 64
-    assert step.variant.decode() == ("dense.int8_tiles" if tiles else "dense.int8_dot" if integer
+    assert step.variant.decode() == ("dense.int8_tiles" if tiles else INTEGER if integer
                                      else "dense.packed_gemm")
     assert (WEIGHT_FORMS[step.weightForm] == "direct") == (direct or integer)
     np.testing.assert_array_equal(coldbrew.load(data).run(None, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
@@ -100,10 +103,10 @@ def test_a_streaming_dense_layer_reads_the_models_own_int8_in_place(rows, direct
 @pytest.mark.parametrize("kind,zero", [("uint8", 131), ("int8", -3)])
 def test_a_quantized_layer_multiplies_the_models_integers(kind, zero):
     """A MatMul of a DequantizeLinear's output and the model's int8 weights
-    (a QDQ model) gets the integer variant where the CPU has VNNI: its
-    input is on the quantizer's grid (in_scale, in_shift), the weights
+    (a QDQ model) gets the integer variant where the CPU has VNNI or AVX2:
+    its input is on the quantizer's grid (in_scale, in_shift), the weights
     stored int8 with the two factors per output; outputs as onnxruntime's.
-    Without VNNI the layer stays on dense.packed_gemm, same outputs. The
+    Elsewhere (NEON) the layer stays on dense.packed_gemm, same outputs. The
     weights use 7 bits: onnxruntime's own int8 kernel on AVX2 without VNNI
     saturates on full-range ones (int16 pair sums)."""
     import coldbrew
@@ -129,8 +132,8 @@ def test_a_quantized_layer_multiplies_the_models_integers(kind, zero):
     _, anchors = select_variants.apply(front.mod, resolve("host").vector, own_scales=front.qdq_scales)
     (a,) = anchors
     assert a.spec.in_scale == pytest.approx(0.03) and a.spec.in_shift == zero + (128 if kind == "int8" else 0)
-    if resolve("host").vector.int8_dot:
-        assert a.variant.name == "dense.int8_dot" and a.direct == "int8"
+    if INTEGER:
+        assert a.variant.name == INTEGER and a.direct == "int8"
         assert a.scale.value.numpy().shape == (2, 40)
     else:
         assert a.variant.name == "dense.packed_gemm"
