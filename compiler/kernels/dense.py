@@ -219,8 +219,6 @@ def _vpdpbusd(block):
 def _vpmaddwd(block):
     """A blockized 8 x 2 update (C[n] += s16 A[k] x s8 B[n, k]) as one
     vpmaddwd: the two A values broadcast, the 16 B bytes one load, widened."""
-    from .recurrent import vpmaddwd
-
     store = block.body.body.body.block.body
     first = _at(block, 0)
     loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
@@ -264,6 +262,14 @@ def vpdpbusd(acc, four, weights):
     else:
         four = tirx.reinterpret("int8x64", tirx.Broadcast(tirx.reinterpret("int32", four), 16))
     return tirx.call_llvm_pure_intrin("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, four, weights)
+
+
+def vpmaddwd(two, weights):
+    """In each of 8 int32 lanes, the two int16 `two` (int16x2, broadcast to
+    every lane) times that lane's two s8 of `weights` (int8x16) widened to
+    int16, summed: one AVX2 vpmaddwd (exact: no product pair leaves 32 bits)."""
+    both = tirx.reinterpret("int16x16", tirx.Broadcast(tirx.reinterpret("int32", two), 8))
+    return tirx.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", both, tirx.Cast("int16x16", weights))
 
 
 def _rewritten(stmt, body_of, mark=INT8_DOT):

@@ -37,7 +37,7 @@ import numpy as np
 
 from .build import Widened
 from .contract import Variant, register
-from .dense import vpdpbusd
+from .dense import vpdpbusd, vpmaddwd
 
 def _blocks(spec, nb):
     return (spec.hidden + nb - 1) // nb
@@ -387,16 +387,6 @@ def _dot_int8(T, spec, variant, b, acc, at, nb, gates):
             row = g * h + tirx.min(jb * nb + v, h - 1)
             centred = tirx.Cast(spec.dtype, total[g, v]) - hq[d, n, h + 1] * f[d, 1, row]
             T.buffer_store(acc, centred * hq[d, n, h] * f[d, 0, row], [g, v])
-
-
-def vpmaddwd(two, weights):
-    """In each of 8 int32 lanes, the two int16 `two` (int16x2, broadcast to
-    every lane) times that lane's two s8 of `weights` (int8x16) widened to
-    int16, summed: one AVX2 vpmaddwd (exact: no product pair leaves 32 bits)."""
-    from tvm import tirx
-
-    both = tirx.reinterpret("int16x16", tirx.Broadcast(tirx.reinterpret("int32", two), 8))
-    return tirx.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", both, tirx.Cast("int16x16", weights))
 
 
 def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):
