@@ -17,7 +17,10 @@ DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
 # weight precisions a bundle can store (compiler/passes/plan_weights.py) and their dtypes
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 NARROW = ("fp16", "int8")
-PRECISION_OF_DTYPE = {DTYPES.index(d): p for p, d in PRECISIONS.items()}  # schema DType -> precision
+# what a bundle may store: the precisions, and an integer convolution's int16
+# (8-bit weights less their zero point, conv2d.pair_blocked; never asked for)
+STORED = {**PRECISIONS, "int16": "int16"}
+PRECISION_OF_DTYPE = {DTYPES.index(d): p for p, d in STORED.items()}  # schema DType -> precision
 
 # a narrow precision's direct form (weights read in place by their own kernel)
 DIRECT_FORMS = {"fp16": "direct", "int8": "direct_int8"}
@@ -36,7 +39,7 @@ def cost_form(form, precision, narrow_costed=True):
     `narrow_costed`: whether the cost table has the layer's narrow forms
     (variant layers only; a generic layer's narrow weights cost as fp32)."""
     if form == "direct":
-        return DIRECT_FORMS[precision]
+        return DIRECT_FORMS.get(precision, f"direct_{precision}")
     return precision if precision in NARROW and narrow_costed else form
 
 

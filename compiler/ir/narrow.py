@@ -34,12 +34,12 @@ def narrow_weights(raw, precision, axis, scale=None):
     return [q, scale], q.astype(np.float32) * s
 
 
-def model_scale(raw, axis, scales):
+def model_scale(raw, axis, scales, bound=127):
     """A scale per entry of `axis` under which `raw` is exactly int8 values
-    times the scale, taken from `scales` (the model's own: those of the
-    int8 weights its DequantizeLinear nodes widened, one per tensor or one
-    per channel), or None. Channels past a per-channel scale's length
-    (padding) must be zero."""
+    (integers within +-bound) times the scale, taken from `scales` (the
+    model's own: those of the int8 weights its DequantizeLinear nodes
+    widened, one per tensor or one per channel), or None. Channels past a
+    per-channel scale's length (padding) must be zero."""
     raw = np.asarray(raw, np.float32)
     n = raw.shape[axis] if raw.ndim else 0
     shape = [1] * raw.ndim
@@ -53,9 +53,9 @@ def model_scale(raw, axis, scales):
             per = np.concatenate([s, np.ones(n - s.size, np.float32)])
         else:
             continue
-        if np.any(per <= 0) or not _exact(_corner(raw, axis), per.reshape(shape)):
+        if np.any(per <= 0) or not _exact(_corner(raw, axis), per.reshape(shape), bound):
             continue  # a small corner first: most scales fail there, cheaply
-        if _exact(raw, per.reshape(shape)):
+        if _exact(raw, per.reshape(shape), bound):
             return per
     return None
 
@@ -65,9 +65,9 @@ def _corner(raw, axis):
     return raw[tuple(slice(None) if d == axis else slice(0, 2) for d in range(raw.ndim))]
 
 
-def _exact(raw, scale):
+def _exact(raw, scale, bound=127):
     q = np.rint(raw / scale)
-    return bool(np.all(np.abs(q) <= 127) and np.array_equal(q.astype(np.float32) * scale, raw))
+    return bool(np.all(np.abs(q) <= bound) and np.array_equal(q.astype(np.float32) * scale, raw))
 
 
 def weight_error(raw, wide):

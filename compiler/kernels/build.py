@@ -68,8 +68,9 @@ SCALE = "cb_scale"  # the int8 direct form's per-output-channel scaling block
 def scale_shape(spec, variant=None):
     """The int8 direct form's scales, shaped like the output's channel axes:
     [K / b, b] for blocked convolutions, [K] for NCHW ones, [N] for dense;
-    an integer variant's two factors per output [2, N] (dense.int8_dot)."""
-    if variant is not None and variant.integer:
+    an integer dense variant's two factors per output [2, N] (dense.int8_dot);
+    an integer convolution's one factor per output channel, as the int8 scales."""
+    if variant is not None and variant.integer and spec.__class__.__name__ == "DenseSpec":
         return (2, spec.n)
     if spec.__class__.__name__ == "DenseSpec":
         return (spec.n,)

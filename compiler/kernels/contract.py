@@ -35,6 +35,10 @@ class ConvSpec:
     # blocked NCHW{b}c ([N, C / b, H, W, b], channel c at [c // b, ..., c % b])
     in_block: int = 0
     out_block: int = 0
+    # x on an integer grid (x = in_scale * q, |q| <= 255: a ConvInteger's
+    # input less its zero point, a DequantizeLinear's output) and its weights
+    # the model's integers (conv2d.pair_blocked); 0: any x
+    in_scale: float = 0.0
 
     @classmethod
     def of_conv2d(cls, attrs, x_shape, w_shape, dtype="float32", in_block=0, out_block=0):
@@ -215,6 +219,7 @@ class Variant:
     # reads its weights as the model's integers (int8, always the direct
     # form) and applies their scales itself: compute(spec, x, wt, params, scale)
     integer = False
+    weight_dtype = "int8"  # an integer variant's stored weights (int16: 8-bit weights less a zero point)
 
     def __init__(self, isa):
         self.isa = isa

@@ -19,6 +19,9 @@ im2col_blocked     a GEMM over (channel, tap) with a packed weight panel:
                    copied once and reused by every output channel block
 gemm_1x1_blocked   the same GEMM on 1x1 stride-1 layers, the input read in
                    place as the column matrix
+pair_blocked       blocked on a quantized layer's integers (ConvSpec.in_scale):
+                   input and weights as int16, two products per int32 lane
+                   (vpmaddwd), exact
 
 Weights are packed so that a tile's weight vectors are contiguous:
 [K / b, C / cb, R, S, cb, b], cb = the input's channel block (1 for NCHW).
@@ -187,6 +190,111 @@ class Blocked(_OnBlocks):
         sch.unroll(zi)
         sch.vectorize(ki)
         sch.decompose_reduction(block, co)
+
+
+PAIR_BOUND = 255  # |value| of an integer PairBlocked multiplies (8-bit values less a zero point)
+
+
+class PairBlocked(Blocked):
+    """conv2d.blocked on a quantized layer's integers: its input on a grid
+    (ConvSpec.in_scale: x = in_scale * q, |q| <= 255: a ConvInteger's
+    input less its zero point, a DequantizeLinear's output) and its weights
+    the model's integers times a scale per output channel (|w| <= 255: 8-bit
+    weights less their zero point, which need not fit int8). The input is
+    turned into int16 q in the padding pass, channel pairs adjacent
+    ([N, C / cb, H', W', cb]); the weights are stored int16, packed
+    [K / b, C / cb, R, S, cb / 2, b, 2]. Per pair of input channels and tap
+    the tile broadcasts zt pairs and multiplies them by kvb weight vectors,
+    two products summed into each int32 lane (vpmaddwd: 16 products per
+    AVX2 instruction, exact: 255 x 255 x 2 and every sum of up to
+    PAIR_BOUND^2 x C x R x S < 2^31 fit); each output is its sum times
+    in_scale x its channel's weight scale (the `scale` argument)."""
+
+    name = "conv2d.pair_blocked"
+    integer = True
+    weight_dtype = "int16"
+
+    def applies(self, spec):
+        return (self.isa.isa in ("avx2", "avx512") and spec.in_scale > 0 and Blocked.applies(self, spec)
+                and PAIR_BOUND ** 2 * spec.c * spec.r * spec.s < 2 ** 31)
+
+    def _cb(self, spec):
+        """Input channels per block of the int16 input: the vector's (the
+        blocked layout's), or a narrow first layer's own, made even."""
+        return spec.in_block or min(self.isa.lanes, round_up(spec.c, 2))
+
+    def transformed_shape(self, spec, params):
+        b, cb = self.isa.lanes, self._cb(spec)
+        return (channel_blocks(spec, b, params["kvb"]), -(-spec.c // cb), spec.r, spec.s, cb // 2, b, 2)
+
+    def transform(self, spec, params):
+        b, cb = self.isa.lanes, self._cb(spec)
+
+        def value(w, ko, co, r, s, cp, ki, t):
+            k, c = ko * b + ki, co * cb + cp * 2 + t
+            return tirx.if_then_else(tirx.all(k < spec.k, c < spec.c), w[tirx.min(k, spec.k - 1), tirx.min(c, spec.c - 1), r, s],
+                                     tirx.const(0, w.dtype))
+        return lambda w: te.compute(self.transformed_shape(spec, params), lambda *i: value(w, *i), name="cb_pack")
+
+    def compute(self, spec, x, wt, params, scale):
+        cb, zt = self._cb(spec), params["zt"]
+        row = _AnchorRow(spec, zt)
+        q = _integers16(x, spec, row.padded, cb)
+        co = te.reduce_axis((0, q.shape[1]), "co")
+        rr = te.reduce_axis((0, spec.r), "rr")
+        rs = te.reduce_axis((0, spec.s), "rs")
+        cp = te.reduce_axis((0, cb // 2), "cp")
+        t = te.reduce_axis((0, 2), "t")
+        (sh, sw), (dh, dw) = spec.stride, spec.dilation
+        acc = row.compute(spec, lambda n, ko, y, z, ki: te.sum(
+            q[n, co, y * sh + rr * dh, z * sw + rs * dw, cp * 2 + t].astype("int32")
+            * wt[ko, co, rr, rs, cp, ki, t].astype("int32"), axis=[co, rr, rs, cp, t]),
+            channel_blocks(spec, self.isa.lanes, params["kvb"]))
+        return te.compute(spec.output_shape, lambda n, ko, y, z, ki: acc[n, ko, y, z, ki].astype("float32")
+                          * scale[ko, ki], name="cb_scaled")
+
+    def space(self, spec):
+        # a product is a register of its own before its add: one more than register_blocks counts
+        return [p for p in register_space(self.isa, spec)
+                if p["kvb"] * p["zt"] + p["kvb"] + 3 <= self.isa.registers]
+
+    def schedule(self, sch, block, spec, params):
+        from .dense import INT8_DOT
+
+        b = self.isa.lanes
+        n, koo, koi, y, zo, zi, ki, co, rr, rs, cp, t = _anchor_loops(sch, block, params["zt"], params["kvb"], 5)
+        sch.reorder(n, koo, y, zo, co, rr, rs, cp, zi, koi, ki, t)
+        fuse_parallel(sch, n, koo, y)
+        pad_pass(sch, b)  # the int16 conversion, its own parallel pass
+        attach_epilogue(sch, block, zo, b)
+        sch.unroll(koi)
+        sch.unroll(zi)
+        sch.decompose_reduction(block, co)
+        sch.annotate(sch.blockize(ki), INT8_DOT, 1)
+
+    def finish(self, func):
+        from .dense import INT8_DOT, _rewritten, pair_update
+
+        return func.with_body(_rewritten(func.body, pair_update, INT8_DOT))
+
+
+def _integers16(x, spec, owp, cb):
+    """The conv's input as the int16 integers of its grid (round(x /
+    in_scale)), zero-padded by the conv's pads and at the right wide enough
+    for `owp` output columns, its channels in blocks of cb ([N, C / cb, H',
+    W', cb], the last block padded with zeros): from NCHW or blocked x."""
+    pt, pl, pb, pr = spec.pad
+    hp, need, wide = spec.h + pt + pb, (owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1, spec.w + pl + pr
+    wp = simplified(wide + (owp - spec.out_w) * spec.stride[1]) if spec.symbolic else max(need, wide)
+    inv, b = 1.0 / spec.in_scale, spec.in_block
+
+    def value(n, co, y, z, ci):
+        c = tirx.min(co * cb + ci, spec.c - 1)
+        inside = tirx.all(y >= pt, y < spec.h + pt, z >= pl, z < spec.w + pl, co * cb + ci < spec.c)
+        v = x[n, c // b, y - pt, z - pl, c % b] if b else x[n, c, y - pt, z - pl]
+        return tirx.if_then_else(inside, tirx.Cast("int16", tirx.round(v * inv)), tirx.const(0, "int16"))
+
+    return te.compute((spec.n, -(-spec.c // cb), hp, wp, cb), value, name="cb_pad")
 
 
 class DepthwiseBlocked(_OnBlocks):
@@ -464,7 +572,7 @@ class WinogradBlocked(Winograd):
         scatter_pass(sch, "cb_wino_y", b)  # to the blocked output + fused epilogue: one parallel pass
 
 
-for _cls in (Blocked, DepthwiseBlocked, Im2colBlocked, Gemm1x1Blocked):
+for _cls in (Blocked, PairBlocked, DepthwiseBlocked, Im2colBlocked, Gemm1x1Blocked):
     register(_cls.name, _cls)
 for _m in (2, 4, 6):
     register(f"conv2d.winograd_f{_m}_blocked", lambda isa, m=_m: WinogradBlocked(isa, m))

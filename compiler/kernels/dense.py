@@ -157,7 +157,7 @@ class Int8Dot(Variant):
         rows()
 
     def finish(self, func):
-        return func.with_body(_rewritten(func.body, _vpdpbusd if self.per == 4 else _vpmaddwd))
+        return func.with_body(_rewritten(func.body, _vpdpbusd if self.per == 4 else pair_update))
 
 
 class PairDot(Int8Dot):
@@ -216,18 +216,21 @@ def _vpdpbusd(block):
     return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 16)])
 
 
-def _vpmaddwd(block):
-    """A blockized 8 x 2 update (C[n] += s16 A[k] x s8 B[n, k]) as one
-    vpmaddwd: the two A values broadcast, the 16 B bytes one load, widened."""
+def pair_update(block):
+    """A blockized lanes x 2 update (C[n] += s16 A[k] x B[n, k], B s8 or
+    s16) as one vpmaddwd: the two A values broadcast, B's lanes x 2 values
+    one load (s8 widened); 8 lanes (AVX2) or 16 (AVX-512 BW)."""
     store = block.body.body.body.block.body
-    first = _at(block, 0)
+    first, second = (_at(block, n) for n in (0, 1))
     loads = [store.value.b.a.value, store.value.b.b.value]  # C + Cast(A) * Cast(B)
-    a = next(t for t in loads if t.source.dtype == "int16")
-    b = next(t for t in loads if t.source.dtype == "int8")
+    moves = [any(_nonzero(p - q) for p, q in zip(first(t.indices), second(t.indices))) for t in loads]
+    a, b = (loads[1], loads[0]) if moves[0] else (loads[0], loads[1])
+    lanes = int(block.body.extent)
     c = first(store.indices)
     two = a.source.vload(first(a.indices), "int16x2")
-    dot = store.buffer.vload(c, "int32x8") + vpmaddwd(two, b.source.vload(first(b.indices), "int8x16"))
-    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, 8)])
+    dot = store.buffer.vload(c, f"int32x{lanes}") + vpmaddwd(two, b.source.vload(first(b.indices),
+                                                                              f"{b.source.dtype}x{2 * lanes}"))
+    return tirx.BufferStore(store.buffer, dot, c[:-1] + [tirx.Ramp(c[-1], 1, lanes)])
 
 
 def _nonzero(expr):
@@ -265,11 +268,14 @@ def vpdpbusd(acc, four, weights):
 
 
 def vpmaddwd(two, weights):
-    """In each of 8 int32 lanes, the two int16 `two` (int16x2, broadcast to
-    every lane) times that lane's two s8 of `weights` (int8x16) widened to
-    int16, summed: one AVX2 vpmaddwd (exact: no product pair leaves 32 bits)."""
-    both = tirx.reinterpret("int16x16", tirx.Broadcast(tirx.reinterpret("int32", two), 8))
-    return tirx.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", both, tirx.Cast("int16x16", weights))
+    """In each int32 lane, the two int16 `two` (int16x2, broadcast to every
+    lane) times that lane's two values of `weights` (int8 widened, or
+    int16; 2 x lanes of them), summed: one vpmaddwd, AVX2's for 8 lanes,
+    AVX-512 BW's for 16 (exact for 8-bit values: no product pair leaves 32 bits)."""
+    lanes = weights.ty.dtype.lanes // 2
+    both = tirx.reinterpret(f"int16x{2 * lanes}", tirx.Broadcast(tirx.reinterpret("int32", two), lanes))
+    name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
+    return tirx.call_llvm_pure_intrin(f"int32x{lanes}", name, both, tirx.Cast(f"int16x{2 * lanes}", weights))
 
 
 def _rewritten(stmt, body_of, mark=INT8_DOT):

@@ -33,7 +33,9 @@ from ..kernels import ConvSpec, DenseSpec, RecurrentSpec, applicable, get
 from ..kernels.recurrent import CELL_ATTR
 from ..kernels import build as kbuild
 from ..kernels.conv import channel_vectors
+from ..kernels.conv_blocked import PAIR_BOUND
 from ..kernels.dense import int8_dot_factors
+from ..ir.grid import grid_scale
 from ..ir.narrow import fits_fp16, model_scale, narrow_weights, weight_error
 
 NAME = "select_variants"
@@ -71,6 +73,8 @@ def auto_variant(spec, isa):
         return next((v for v in ("recurrent.int8_dot", "recurrent.pair_dot") if get(v, isa).applies(spec)),
                     "recurrent.packed")
     if spec.out_block:  # blocked activations (compiler/passes/block_layout.py)
+        if get("conv2d.pair_blocked", isa).applies(spec):  # a quantized layer's integers
+            return "conv2d.pair_blocked"
         return "conv2d.depthwise_blocked" if spec.depthwise else "conv2d.blocked"
     if spec.depthwise:
         return "conv2d.depthwise_direct"
@@ -195,9 +199,12 @@ def _spec_of(call, op_name, w, variables=None):
 
 def _for_integers(spec, x, w, binding, own_scales):
     """`spec` with what its input and weights allow the integer variants:
-    a dense layer's input grid (_on_grid), a quantized cell's int8 weights."""
+    a dense layer's input grid (_on_grid), a convolution's (_on_conv_grid),
+    a quantized cell's int8 weights."""
     if isinstance(spec, DenseSpec):
         return _on_grid(spec, x, w, binding, own_scales)
+    if isinstance(spec, ConvSpec):
+        return _on_conv_grid(spec, x, w, binding, own_scales)
     if isinstance(spec, RecurrentSpec) and spec.quantize_h:
         return dataclasses.replace(spec, int8_weights=_int8_cell(w))
     return spec
@@ -233,6 +240,18 @@ def _on_grid(spec, x, w, binding, own_scales):
     if not scale > 0 or not 0 <= shift <= 255:
         return spec
     return dataclasses.replace(spec, in_scale=scale, in_shift=shift)
+
+
+def _on_conv_grid(spec, x, w, binding, own_scales):
+    """`spec` with its input's integer grid (ConvSpec.in_scale) where x is
+    integers within +-PAIR_BOUND times a scale (compiler/ir/grid.py: a
+    ConvInteger's input less its zero point, a DequantizeLinear's output)
+    and w the model's integers within the same bound times a scale per
+    output channel: conv2d.pair_blocked can then multiply the integers."""
+    if model_scale(w, 0, own_scales, PAIR_BOUND) is None:
+        return spec
+    scale = grid_scale(x, binding, PAIR_BOUND)
+    return spec if scale is None else dataclasses.replace(spec, in_scale=scale)
 
 
 def _eight_bit_source(x, binding):
@@ -318,7 +337,8 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 return call
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
-            x = _integers(call.args[0], self.lookup_binding) if a.variant.integer else call.args[0]
+            dense = a.variant.integer and isinstance(a.spec, DenseSpec)  # (an integer convolution reads the floats)
+            x = _integers(call.args[0], self.lookup_binding) if dense else call.args[0]
             return self.builder_.call_te(kbuild.execute_te(a.variant, a.exact or a.spec, a.params), x, a.const,
                                          *([a.scale] if a.scale is not None else []),
                                          primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
@@ -408,8 +428,8 @@ def _own_int8(a, own_scales):
     axis = kbuild.output_axis(a.spec)
     if isinstance(a.spec, RecurrentSpec):
         return np.ones(a.raw.shape[axis], np.float32) if a.spec.int8_weights else None  # _int8_cell
-    if a.variant.integer:  # its spec is on a grid only with the model's int8 weights (_on_grid)
-        return model_scale(a.raw, axis, own_scales)
+    if a.variant.integer:  # its spec is on a grid only with the model's integer weights (_on_grid, _on_conv_grid)
+        return model_scale(a.raw, axis, own_scales, PAIR_BOUND if a.variant.weight_dtype == "int16" else 127)
     if not own_scales or not isinstance(a.spec, DenseSpec) or a.spec.m > STREAMED_ROWS:
         return None
     return model_scale(a.raw, axis, own_scales)
@@ -428,6 +448,9 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
         cell = isinstance(a.spec, RecurrentSpec)
         own = (_own_int8(a, own_scales) if a.variant.integer or (not want and (a.variant.transform_rearranges or cell))
                else None)
+        if own is not None and a.variant.weight_dtype == "int16":
+            _int16_weights(a, own, transform)
+            continue
         want = "int8" if own is not None else want
         a.direct = want if (a.variant.transform_rearranges or own is not None) and (
             want != "fp16" or fits_fp16(a.raw)) else ""
@@ -442,6 +465,21 @@ def _stored_weights(anchors, direct, transform, own_scales=()):
             a.scale = None if cell else relax.const(scale.reshape(kbuild.scale_shape(a.spec, a.variant)))
         else:
             a.const = relax.const(a.transformed.astype(np.float16))
+
+
+def _int16_weights(a, scale, transform):
+    """An integer convolution's weights (conv2d.pair_blocked): the model's
+    integers (exact under `scale`, model_scale) packed as int16, and the
+    factor in_scale x scale per output channel its sums are multiplied by."""
+    from tvm import relax
+
+    shape = [1] * a.raw.ndim
+    shape[kbuild.output_axis(a.spec)] = -1
+    q = np.rint(a.raw / scale.reshape(shape))
+    a.direct, a.direct_error = "int16", 0.0
+    a.const = relax.const(transform(a, q.astype(np.float32)).astype(np.int16))
+    factor = (np.float64(a.spec.in_scale) * scale).astype(np.float32)
+    a.scale = relax.const(factor.reshape(kbuild.scale_shape(a.spec, a.variant)))
 
 
 def _transform_weights(anchors):

@@ -27,7 +27,7 @@ from ..bundle.checksum import checksum64
 from ..errors import InternalError
 from ..ir import dims, loops
 from ..ir.graph import signatures
-from ..ir.forms import DTYPES, PRECISIONS
+from ..ir.forms import DTYPES, STORED
 
 NAME = "write_bundle"
 SCHEMA_VERSION = 6  # schemas/README.md, Versions
@@ -111,7 +111,7 @@ def _step(layer, k, gpu):
     return fb.StepT(layer=k, variant=layer.variant, kindType=fb.StepKind.GpuStep if gpu else fb.StepKind.CpuStep,
                     kind=kind, transform=layer.transform, transformArgs=list(layer.transform_args),
                     weightForm=getattr(fb.WeightForm, layer.weight_form), prepQueue=layer.prep_queue,
-                    execQueue=layer.exec_queue, weightPrecision=DTYPES.index(PRECISIONS[layer.weight_precision]),
+                    execQueue=layer.exec_queue, weightPrecision=DTYPES.index(STORED[layer.weight_precision]),
                     weightError=layer.weight_error, outputError=layer.output_error)
 
 

@@ -17,7 +17,8 @@ def execute_func(variant, spec, epilogue=None, params=None, precision="fp32", x_
     params = params if params is not None else variant.space(spec)[0]
     precision = "int8" if variant.integer else precision
     x = te.placeholder(spec.input_shape, x_dtype or spec.dtype, name="x")
-    wt = te.placeholder(variant.transformed_shape(spec, params), PRECISIONS[precision], name="wt")
+    wt = te.placeholder(variant.transformed_shape(spec, params),
+                        variant.weight_dtype if variant.integer else PRECISIONS[precision], name="wt")
     scale = [te.placeholder(scale_shape(spec, variant), "float32", name="scale")] if precision == "int8" else []
     out = execute_te(variant, spec, params)(x, wt, *scale)
     extra = []
