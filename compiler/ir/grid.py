@@ -4,12 +4,15 @@ so that a layer reading it can multiply integers instead of floats
 (compiler/passes/select_variants.py, conv2d.pair_blocked).
 
 The bounds follow the operators that keep values integral: casts of
-integer tensors, constants, round / floor / ceil of a bounded value, and
-+, -, min, max and where of integral values. Anything else is unbounded.
+integer tensors, constants, round / floor / ceil of a bounded value,
++, -, min, max and where of integral values, and what only moves or picks
+values (slices, reshapes, max pooling, concatenation, the blocked
+layout's relayout). Anything else is unbounded.
 """
 import numpy as np
 
 _DTYPE_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+_MOVES = ("strided_slice", "reshape", "permute_dims", "squeeze", "expand_dims", "nn.max_pool2d")
 _DEPTH = 16  # the chains a quantized model writes are a few operators deep
 
 
@@ -43,6 +46,11 @@ def integer_bounds(e, binding, depth=_DEPTH):
     if op == "astype":
         src = call.args[0]
         return _DTYPE_RANGE.get(str(src.ty.dtype)) or integer_bounds(src, binding, depth - 1)
+    if op in _MOVES:  # values moved or picked, none made
+        return integer_bounds(call.args[0], binding, depth - 1)
+    if op == "concat":
+        parts = [integer_bounds(x, binding, depth - 1) for x in call.args[0].fields]
+        return None if None in parts else (min(p[0] for p in parts), max(p[1] for p in parts))
     if op in ("round", "floor", "ceil"):
         lo, hi = float_bounds(call.args[0], binding, depth - 1)
         f = {"round": np.round, "floor": np.floor, "ceil": np.ceil}[op]
