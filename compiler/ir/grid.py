@@ -111,10 +111,12 @@ def grid_scale(x, binding, bound):
     """The scale s with x = s * q, q integers within +-bound, that `x`'s
     computation shows, else None: a DequantizeLinear's output (its constant
     scale, 8-bit values less a constant zero point), or integers (1), seen
-    through a change of layout."""
+    through what only moves or picks values."""
     op, call = _call(x, binding)
     if _is_relayout(call):
         return grid_scale(call.args[1].fields[0], binding, bound)
+    if op in _MOVES:
+        return grid_scale(call.args[0], binding, bound)
     if op == "dequantize" and str(call.args[0].ty.dtype) in ("uint8", "int8"):
         scale, zero = (_constant_of(a, binding) for a in call.args[1:3])
         if scale is None or zero is None or scale.size != 1 or zero.size != 1 or not float(scale.reshape(())) > 0:

@@ -18,24 +18,24 @@ from coldbrew.compiler.ir.forms import DTYPES
 C, K, H, W = 16, 24, 18, 20
 
 
-def _model(nodes, inits, out_shape=(1, K, H, W)):
-    g = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", T.FLOAT, [1, C, H, W])],
+def _model(nodes, inits, out_shape=(1, K, H, W), c=C):
+    g = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", T.FLOAT, [1, c, H, W])],
                           [helper.make_tensor_value_info("y", T.FLOAT, list(out_shape))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     return m
 
 
-def conv_integer(weights, stride=1):
+def conv_integer(weights, stride=1, c=C, zero=134):
     """x -> DynamicQuantizeLinear -> ConvInteger (3x3, pads 1) -> Cast -> Mul
     by the scales -> Relu. uint8 weights with a zero point far from 128
     (centred, they leave int8: [-134, 121]), or 7-bit int8 ones (onnxruntime's
     uint8 x int8 kernel on AVX2 saturates product pairs of full-range ones)."""
     rng = np.random.default_rng(5)
     if weights == "uint8":
-        w, wz = rng.integers(0, 256, (K, C, 3, 3)).astype(np.uint8), np.uint8(134)
+        w, wz = rng.integers(0, 256, (K, c, 3, 3)).astype(np.uint8), np.uint8(zero)
     else:
-        w, wz = rng.integers(-64, 64, (K, C, 3, 3)).astype(np.int8), np.int8(3)
+        w, wz = rng.integers(-64, 64, (K, c, 3, 3)).astype(np.int8), np.int8(3)
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
              helper.make_node("ConvInteger", ["q", "w", "z", "wz"], ["p"], pads=[1, 1, 1, 1], strides=[stride, stride]),
              helper.make_node("Cast", ["p"], ["pf"], to=T.FLOAT),
@@ -44,7 +44,7 @@ def conv_integer(weights, stride=1):
              helper.make_node("Relu", ["y0"], ["y"])]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(wz), "wz"),
              numpy_helper.from_array(np.float32(0.0123), "ws")]
-    return _model(nodes, inits, (1, K, -(-H // stride), -(-W // stride)))
+    return _model(nodes, inits, (1, K, -(-H // stride), -(-W // stride)), c)
 
 
 def qdq_conv(zero=128, kind=np.uint8):
@@ -72,16 +72,17 @@ def _conv_steps(data):
             if s.variant.decode().startswith("conv2d")}
 
 
-def _feeds(seed=0):
-    return {"x": (np.random.default_rng(seed).standard_normal((1, C, H, W)) * 3).astype(np.float32)}
+def _feeds(seed=0, c=C):
+    return {"x": (np.random.default_rng(seed).standard_normal((1, c, H, W)) * 3).astype(np.float32)}
 
 
 def _run(tmp_path, model, data, seeds=(0, 1)):
     path = tmp_path / "m.brew"
     path.write_bytes(data)
     sess = coldbrew.load(str(path))
+    c = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
     for seed in seeds:
-        feeds = _feeds(seed)
+        feeds = _feeds(seed, c)
         assert_close(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rel=1e-5)
 
 
@@ -135,23 +136,31 @@ def test_inputs_on_no_grid_keep_the_float_kernel():
     assert "conv2d.pair_blocked" not in _conv_steps(compile_model(_model(wide + plain, list(q.graph.initializer))))
 
 
-def test_the_grid_is_found_through_slices_and_max_pooling(tmp_path):
-    """Values only moved or picked (a Slice of the channels, a MaxPool)
-    stay on the grid."""
-    q = conv_integer("uint8")
-    nodes = list(q.graph.node)
-    inits = list(q.graph.initializer)
-    conv = next(n for n in nodes if n.op_type == "ConvInteger")
-    at = nodes.index(conv)
-    extra = [helper.make_node("MaxPool", ["q"], ["qp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("Slice", ["qp", "lo", "hi", "ax"], ["qs"])]
-    conv.input[0] = "qs"
-    w = numpy_helper.to_array(next(i for i in inits if i.name == "w"))
-    inits = [i for i in inits if i.name != "w"] + [
-        numpy_helper.from_array(np.ascontiguousarray(w[:, : C // 2]), "w"),
-        numpy_helper.from_array(np.array([0]), "lo"), numpy_helper.from_array(np.array([C // 2]), "hi"),
-        numpy_helper.from_array(np.array([1]), "ax")]
-    model = _model(nodes[:at] + extra + nodes[at:], inits)
+def test_a_conv_integer_summed_in_runs_of_channels_takes_the_integer_kernel(tmp_path):
+    """A ConvInteger whose float32 sums would not be exact (64 channels of
+    weights up to 255: compiler/onnx/decompose.py sums Slices of the input's
+    channels, each an exact float32 Conv): every run on the grid (the
+    Slices only pick values), each on the integer kernel."""
+    model = conv_integer("uint8", c=64, zero=0)
+    data = compile_model(model)
+    if _integer_kernel_here():
+        assert set(_conv_steps(data).items()) == {("conv2d.pair_blocked", "int16")}
+        assert sum(s.variant.decode() == "conv2d.pair_blocked" for s in read_bytes(data)[0].plan.steps) > 1
+    _run(tmp_path, model, data)
+
+
+def test_the_grid_is_found_through_max_pooling_and_slices(tmp_path):
+    """A DequantizeLinear's output through a MaxPool and a Slice (values
+    only picked) stays on its grid."""
+    q = qdq_conv()
+    nodes, inits = list(q.graph.node), list(q.graph.initializer)
+    conv = next(n for n in nodes if n.op_type == "Conv")
+    conv.input[0] = "x_picked"
+    moves = [helper.make_node("MaxPool", ["xd"], ["xp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Slice", ["xp", "lo", "hi", "ax"], ["x_picked"])]
+    inits += [numpy_helper.from_array(np.array([0]), "lo"), numpy_helper.from_array(np.array([C]), "hi"),
+              numpy_helper.from_array(np.array([1]), "ax")]
+    model = _model(nodes[:2] + moves + nodes[2:], inits)
     data = compile_model(model)
     if _integer_kernel_here():
         assert _conv_steps(data) == {"conv2d.pair_blocked": "int16"}

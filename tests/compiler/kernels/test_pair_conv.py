@@ -23,7 +23,7 @@ SPECS = [ConvSpec(1, 16, 12, 13, 32, 3, 3, (1, 1), (1, 1, 1, 1), in_block=B, out
          ConvSpec(1, 8, 10, 10, 24, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), in_block=B, out_block=B, in_scale=1.0)]
 
 
-def _exact(spec, q, w, factor):
+def _exact(spec, q, w, factor, lanes=B):
     """The integer convolution in float64, times each channel's factor, blocked."""
     pt, pl, pb, pr = spec.pad
     qp = np.pad(q, ((0, 0), (0, 0), (pt, pb), (pl, pr))).astype(np.float64)
@@ -33,11 +33,11 @@ def _exact(spec, q, w, factor):
         for s in range(spec.s):
             patch = qp[:, :, r * dh: r * dh + (oh - 1) * sh + 1: sh, s * dw: s * dw + (ow - 1) * sw + 1: sw]
             out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, s].astype(np.float64))
-    return to_blocked((out * factor[None, :, None, None]).astype(np.float32), B)
+    return to_blocked((out * factor[None, :, None, None]).astype(np.float32), lanes)
 
 
-def _check(spec, params, seed=0):
-    v = get("conv2d.pair_blocked", AVX2.vector)
+def _check(spec, params, seed=0, target=AVX2):
+    v, b = get("conv2d.pair_blocked", target.vector), target.vector.lanes
     rng = np.random.default_rng(seed)
     q = rng.integers(-PAIR_BOUND, PAIR_BOUND + 1, (spec.n, spec.c, spec.h, spec.w))
     w = rng.integers(-PAIR_BOUND, PAIR_BOUND + 1, (spec.k, spec.c, spec.r, spec.s))
@@ -45,14 +45,14 @@ def _check(spec, params, seed=0):
     x = (q * np.float32(spec.in_scale)).astype(np.float32)
     funcs = {"exe": kb.schedule(execute_func(v, spec, None, params), v, spec, params),
              "tr": kb.transform_func(v, spec, params)}
-    lib, dev = kb.build(funcs, AVX2), tvm.cpu()
+    lib, dev = kb.build(funcs, target), tvm.cpu()
     packed = tvm.runtime.tensor(np.zeros(v.transformed_shape(spec, params), np.float32), dev)
     lib["tr"](tvm.runtime.tensor(w.astype(np.float32), dev), packed)
     out = tvm.runtime.tensor(np.zeros(spec.output_shape, np.float32), dev)
-    lib["exe"](tvm.runtime.tensor(to_blocked(x, B) if spec.in_block else x, dev),
+    lib["exe"](tvm.runtime.tensor(to_blocked(x, b) if spec.in_block else x, dev),
                tvm.runtime.tensor(packed.numpy().astype(np.int16), dev),
-               tvm.runtime.tensor(factor.astype(np.float32).reshape(spec.k // B, B), dev), out)
-    want = _exact(spec, q, w, factor)
+               tvm.runtime.tensor(factor.astype(np.float32).reshape(spec.k // b, b), dev), out)
+    want = _exact(spec, q, w, factor, b)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6 * np.abs(want).max(), err_msg=str(params))
 
 
@@ -76,6 +76,23 @@ def test_pair_blocked_code_is_vpmaddwd(tmp_path):
     kb.build({"exe": kb.schedule(execute_func(v, spec, None, params), v, spec, params)}, AVX2).export_library(str(so))
     asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     assert asm.count("vpmaddwd") >= 8  # 4 columns x 2 vectors per pair of channels and tap, unrolled
+
+
+def test_pair_blocked_on_avx512_is_16_lane_vpmaddwd(tmp_path):
+    """On AVX-512 (16 lanes, NCHW16c) each 16 x 2 update is one 512-bit
+    vpmaddwd (AVX-512 BW); run against the exact convolution where this
+    host has AVX-512."""
+    target = resolve("x86_64-avx512")
+    spec = ConvSpec(1, 32, 10, 11, 48, 3, 3, (1, 1), (1, 1, 1, 1), in_block=16, out_block=16, in_scale=0.5)
+    v = get("conv2d.pair_blocked", target.vector)
+    params = v.space(spec)[0]
+    so = tmp_path / "k.so"
+    kb.build({"exe": kb.schedule(execute_func(v, spec, None, params), v, spec, params)}, target).export_library(str(so))
+    asm = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert sum("vpmaddwd" in line and "zmm" in line for line in asm.splitlines()) >= params["kvb"] * params["zt"]
+    if "avx512bw" in open("/proc/cpuinfo").read():
+        for params in v.space(spec):
+            _check(spec, params, target=target)
 
 
 def test_pair_blocked_applies_only_to_integers_it_sums_exactly():
