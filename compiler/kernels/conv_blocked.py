@@ -121,9 +121,10 @@ def register_space(isa, spec, fit=lambda zt: 1.0):
 
 
 STREAMED_INTENSITY = 32  # products per input byte under which a panel's pass over the input waits on memory
+STREAMED_L2 = 8  # an input over this many L2s is read from memory on every pass (it left the last-level cache)
 
 
-def rows_outer(spec, kvb, lanes, value_bytes):
+def rows_outer(spec, kvb, isa, value_bytes):
     """Whether a blocked convolution runs its output rows outside its
     channel panels (every panel of a row, then the next row) rather than
     inside (every row of a panel, then the next panel). Rows inside read
@@ -131,19 +132,22 @@ def rows_outer(spec, kvb, lanes, value_bytes):
     each byte of it feeding kvb x lanes x R x S / (stride^2 x bytes)
     products; rows outside read all the weights once per output row (from
     the caches) while the input rows one output row reads stay there.
-    Rows go outside where a panel's pass feeds under STREAMED_INTENSITY
-    products per byte and rows outside read fewer bytes. Measured on AVX2
+    Rows go outside where the input is too large to stay cached between
+    panels (STREAMED_L2), a panel's pass feeds under STREAMED_INTENSITY
+    products per byte and rows outside read fewer bytes (the zoo's
+    inputs, at most 3.2 MB, stay inside). Measured on AVX2
     (Zen 3, 2 threads): 80 -> 120 at 464 x 464, stride 2 (13.5 per byte):
     155 -> 96 ms fp32, 100 -> 65 ms int16; 160 -> 240 at 232, stride 2,
     int16 (27): 91-114 -> 67-78 ms; 128 -> 64 at 320, stride 1, fp32
     (36): 104-113 -> 118-124 ms, kept inside."""
     if spec.symbolic:
         return False
-    panels = -(-spec.k // (lanes * kvb))
-    intensity = kvb * lanes * spec.r * spec.s / (spec.stride[0] * spec.stride[1] * value_bytes)
+    panels = -(-spec.k // (isa.lanes * kvb))
+    intensity = kvb * isa.lanes * spec.r * spec.s / (spec.stride[0] * spec.stride[1] * value_bytes)
     input_bytes = spec.n * spec.c * spec.h * spec.w * value_bytes
     weight_bytes = spec.k * spec.c * spec.r * spec.s * value_bytes
-    return intensity < STREAMED_INTENSITY and spec.n * spec.out_h * weight_bytes < panels * input_bytes
+    return (input_bytes > STREAMED_L2 * isa.l2_kb * 1024 and intensity < STREAMED_INTENSITY
+            and spec.n * spec.out_h * weight_bytes < panels * input_bytes)
 
 
 def channel_blocks(spec, lanes, kvb):
@@ -202,7 +206,7 @@ class Blocked(_OnBlocks):
                            channel_blocks(spec, self.isa.lanes, params["kvb"]))
 
     def space(self, spec):
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa.lanes, 4)} for p in register_space(self.isa, spec)]
+        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 4)} for p in register_space(self.isa, spec)]
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes
@@ -282,7 +286,7 @@ class PairBlocked(Blocked):
 
     def space(self, spec):
         # a product is a register of its own before its add: one more than register_blocks counts
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa.lanes, 2)} for p in register_space(self.isa, spec)
+        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 2)} for p in register_space(self.isa, spec)
                 if p["kvb"] * p["zt"] + p["kvb"] + 3 <= self.isa.registers]
 
     def schedule(self, sch, block, spec, params):

@@ -107,10 +107,14 @@ def test_rows_go_outside_the_panels_where_that_streams_fewer_bytes():
     """A large map of few channels reads its input once per row band
     rather than once per channel panel; a small map of many channels reads
     its weights once per panel rather than once per row; a panel whose pass
-    feeds many products per input byte keeps the rows inside."""
+    feeds many products per input byte, or an input that stays cached,
+    keeps the rows inside."""
     large = ConvSpec(1, 80, 464, 464, 120, 3, 3, (2, 2), (1, 1, 1, 1), in_block=B, out_block=B)
     dense = ConvSpec(1, 128, 320, 320, 64, 3, 3, (1, 1), (1, 1, 1, 1), in_block=B, out_block=B)  # 36 products a byte
     small = ConvSpec(1, 480, 29, 29, 480, 3, 3, (1, 1), (1, 1, 1, 1), in_block=B, out_block=B)
-    assert rows_outer(large, 3, B, 4) and not rows_outer(small, 3, B, 4) and not rows_outer(dense, 2, B, 4)
+    cached = ConvSpec(1, 256, 28, 28, 256, 1, 1, in_block=B, out_block=B)  # 0.8 MB: stays in the caches
+    v = AVX2.vector
+    assert rows_outer(large, 3, v, 4) and not rows_outer(small, 3, v, 4) and not rows_outer(dense, 2, v, 4)
+    assert not rows_outer(cached, 2, v, 4)
     assert get("conv2d.blocked", AVX2.vector).space(large)[0]["rows_outer"]
     assert not get("conv2d.pair_blocked", AVX2.vector).space(dataclasses.replace(small, in_scale=1.0))[0]["rows_outer"]
