@@ -267,11 +267,12 @@ def _eight_bit_source(x, binding):
     return None
 
 
-def _integers(x, binding):
-    """The 8-bit integers under an integer variant's input (the cast or
-    DequantizeLinear _on_grid found): the kernel reads them, not the floats
-    made of them (a quarter of the bytes, no conversion pass)."""
-    call = _eight_bit_source(x, binding)
+def _integers(x, binding, a):
+    """The 8-bit integers under an integer dense variant's input (the cast
+    or DequantizeLinear _on_grid found): the kernel reads them, not the
+    floats made of them (a quarter of the bytes, no conversion pass); else
+    x (an integer convolution's padding pass converts the floats)."""
+    call = _eight_bit_source(x, binding) if a.variant.integer and isinstance(a.spec, DenseSpec) else None
     return x if call is None else call.args[0]
 
 
@@ -337,8 +338,7 @@ def apply(mod, isa, choice=None, tuning=None, direct=None, own_scales=(), variab
                 return call
             if cell is not None:
                 return _cell_call(self.builder_, a, args, call, self.lookup_binding)
-            dense = a.variant.integer and isinstance(a.spec, DenseSpec)  # (an integer convolution reads the floats)
-            x = _integers(call.args[0], self.lookup_binding) if dense else call.args[0]
+            x = _integers(call.args[0], self.lookup_binding, a)
             return self.builder_.call_te(kbuild.execute_te(a.variant, a.exact or a.spec, a.params), x, a.const,
                                          *([a.scale] if a.scale is not None else []),
                                          primfunc_name_hint=f"cb{a.index}_{a.variant.name.split('.')[1]}")
