@@ -30,6 +30,7 @@ from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, simplified, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
+from .dense import INT8_DOT, pair_update, rewritten
 from .generic import multiple, proved, vectorize_inner
 from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
@@ -290,8 +291,6 @@ class PairBlocked(Blocked):
                 if p["kvb"] * p["zt"] + p["kvb"] + 3 <= self.isa.registers]
 
     def schedule(self, sch, block, spec, params):
-        from .dense import INT8_DOT
-
         b = self.isa.lanes
         n, koo, koi, y, zo, zi, ki, co, rr, rs, cp, t = _anchor_loops(sch, block, params["zt"], params["kvb"], 5)
         outer = (y, koo) if params.get("rows_outer") else (koo, y)
@@ -305,9 +304,7 @@ class PairBlocked(Blocked):
         sch.annotate(sch.blockize(ki), INT8_DOT, 1)
 
     def finish(self, func):
-        from .dense import INT8_DOT, _rewritten, pair_update
-
-        return func.with_body(_rewritten(func.body, pair_update, INT8_DOT))
+        return func.with_body(rewritten(func.body, pair_update, INT8_DOT))
 
 
 def _integers16(x, spec, owp, cb):

@@ -157,7 +157,7 @@ class Int8Dot(Variant):
         rows()
 
     def finish(self, func):
-        return func.with_body(_rewritten(func.body, _vpdpbusd if self.per == 4 else pair_update))
+        return func.with_body(rewritten(func.body, _vpdpbusd if self.per == 4 else pair_update))
 
 
 class PairDot(Int8Dot):
@@ -278,7 +278,7 @@ def vpmaddwd(two, weights):
     return tirx.call_llvm_pure_intrin(f"int32x{lanes}", name, both, tirx.Cast(f"int16x{2 * lanes}", weights))
 
 
-def _rewritten(stmt, body_of, mark=INT8_DOT):
+def rewritten(stmt, body_of, mark=INT8_DOT):
     """`stmt` with every block annotated `mark` replaced: its body by
     body_of(block), or where that returns (body, buffers), also the
     buffers it allocates; its init dropped (the loops and blocks on the way
@@ -288,7 +288,7 @@ def _rewritten(stmt, body_of, mark=INT8_DOT):
     if isinstance(stmt, s_tir.SBlockRealize):
         blk = stmt.block
         marked = blk.annotations is not None and mark in blk.annotations
-        body = body_of(blk) if marked else _rewritten(blk.body, body_of, mark)
+        body = body_of(blk) if marked else rewritten(blk.body, body_of, mark)
         body, allocs = body if isinstance(body, tuple) else (body, [])
         if body.same_as(blk.body):
             return stmt
@@ -297,11 +297,11 @@ def _rewritten(stmt, body_of, mark=INT8_DOT):
                            list(blk.alloc_buffers) + allocs, blk.match_buffers, notes)
         return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new)
     if isinstance(stmt, tirx.For):
-        body = _rewritten(stmt.body, body_of, mark)
+        body = rewritten(stmt.body, body_of, mark)
         return stmt if body.same_as(stmt.body) else tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                                                              stmt.thread_binding, stmt.annotations)
     if isinstance(stmt, tirx.SeqStmt):
-        seq = [_rewritten(s, body_of, mark) for s in stmt.seq]
+        seq = [rewritten(s, body_of, mark) for s in stmt.seq]
         return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else tirx.SeqStmt(seq)
     return stmt
 
@@ -425,7 +425,7 @@ class Int8DotK(Variant):
         rows()
 
     def finish(self, func):
-        return func.with_body(_rewritten(func.body, _vpdpbusd))
+        return func.with_body(rewritten(func.body, _vpdpbusd))
 
 
 register(Int8DotK.name, Int8DotK)
@@ -492,7 +492,7 @@ class Int8Tiles(Variant):
         rows()
 
     def finish(self, func):
-        return func.with_body(_rewritten(func.body, self._tile_code, INT8_TILES))
+        return func.with_body(rewritten(func.body, self._tile_code, INT8_TILES))
 
     def _tile_code(self, block):
         """One output tile as AMX code: configure the tiles, zero the
