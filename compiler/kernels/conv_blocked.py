@@ -36,14 +36,22 @@ from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pa
                        register_blocks, round_up)
 
 
+def _padded_extents(spec, owp):
+    """(rows, columns) of the input padded by the conv's pads and at the
+    right wide enough for `owp` output columns, and the columns owp reads."""
+    pt, pl, pb, pr = spec.pad
+    need, wide = (owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1, spec.w + pl + pr
+    wp = simplified(wide + (owp - spec.out_w) * spec.stride[1]) if spec.symbolic else max(need, wide)
+    return spec.h + pt + pb, wp, need
+
+
 def _padded(x, spec, owp):
     """x (NCHW or blocked) zero-padded by the conv's pads, and at the right
     wide enough for `owp` output columns; x itself when nothing is added.
     Sized at run time: the padded input and the columns owp reads past
     out_w's (which read none past it), a width TVM proves wide enough."""
-    pt, pl, pb, pr = spec.pad
-    hp, need, wide = spec.h + pt + pb, (owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1, spec.w + pl + pr
-    wp = simplified(wide + (owp - spec.out_w) * spec.stride[1]) if spec.symbolic else max(need, wide)
+    pt, pl = spec.pad[:2]
+    hp, wp, need = _padded_extents(spec, owp)
     if not any(spec.pad) and proved(need <= spec.w):
         return x
     shape = list(spec.input_shape)
@@ -312,9 +320,8 @@ def _integers16(x, spec, owp, cb):
     in_scale)), zero-padded by the conv's pads and at the right wide enough
     for `owp` output columns, its channels in blocks of cb ([N, C / cb, H',
     W', cb], the last block padded with zeros): from NCHW or blocked x."""
-    pt, pl, pb, pr = spec.pad
-    hp, need, wide = spec.h + pt + pb, (owp - 1) * spec.stride[1] + (spec.s - 1) * spec.dilation[1] + 1, spec.w + pl + pr
-    wp = simplified(wide + (owp - spec.out_w) * spec.stride[1]) if spec.symbolic else max(need, wide)
+    pt, pl = spec.pad[:2]
+    hp, wp, _ = _padded_extents(spec, owp)
     inv, b = 1.0 / spec.in_scale, spec.in_block
 
     def value(n, co, y, z, ci):
