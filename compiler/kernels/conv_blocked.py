@@ -114,19 +114,18 @@ def _input(x, spec, owp):
     return (p, lambda z: z) if proved(owp == spec.out_w) else (p, lambda z: tirx.min(z, spec.out_w - 1))
 
 
-def register_space(isa, spec, fit=lambda zt: 1.0):
+def register_space(variant, spec, fit=lambda zt: 1.0):
     """[{"kvb", "zt"}] register blocks of a convolution on the blocked
-    layout, best first: zt broadcast input values x kvb weight vectors (zt
-    within the row, kvb within the output channel blocks), ranked by
-    arithmetic intensity, the row's and the channels' padding and `fit(zt)`.
+    layout, best first: zt broadcast input values x kvb weight vectors (the
+    variant's `register_blocks`), ranked by arithmetic intensity, the row's
+    and the channels' padding and `fit(zt)`.
     kvb need not divide the channel blocks: the last panel is padded
     (channel_blocks), so 1000 classes on AVX2 (125 blocks of 8) get a
     3 x 3 block rather than 1 x 13 (squeezenet's last layer 3.1 -> 1.5 ms)."""
-    kblocks = spec.k // isa.lanes
-    blocks = [(zt, kvb) for zt, kvb in register_blocks(isa, range(1, 15), 4) if kvb <= kblocks and zt <= spec.out_w]
+    kblocks = spec.k // variant.isa.lanes
     return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
         [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt), (zt, kvb))
-         for zt, kvb in blocks])]
+         for zt, kvb in variant.register_blocks(spec, [z for z in range(1, 15) if z <= spec.out_w])])]
 
 
 STREAMED_INTENSITY = 32  # products per input byte under which a panel's pass over the input waits on memory
@@ -176,6 +175,14 @@ class _OnBlocks(Variant):
     op = "conv2d"
     blocked = True
     symbolic = True  # rows and columns sized at run time: the row padded to whole tiles at every size
+    extra_registers = 0  # registers a reduction step holds besides its block, loads and broadcast
+
+    def register_blocks(self, spec, widths):
+        """(zt, kvb) register blocks this variant may run: zt columns of
+        `widths`, kvb vectors within the output channel blocks, fitting
+        the register file (schedule.register_blocks, extra_registers)."""
+        kblocks = spec.k // self.isa.lanes
+        return [(zt, kvb) for zt, kvb in register_blocks(self.isa, widths, 4, self.extra_registers) if kvb <= kblocks]
 
 
 class Blocked(_OnBlocks):
@@ -215,7 +222,7 @@ class Blocked(_OnBlocks):
                            channel_blocks(spec, self.isa.lanes, params["kvb"]))
 
     def space(self, spec):
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 4)} for p in register_space(self.isa, spec)]
+        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 4)} for p in register_space(self, spec)]
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes
@@ -293,10 +300,10 @@ class PairBlocked(Blocked):
         return te.compute(spec.output_shape, lambda n, ko, y, z, ki: acc[n, ko, y, z, ki].astype("float32")
                           * scale[ko, ki], name="cb_scaled")
 
+    extra_registers = 1  # a product is a register of its own before its add
+
     def space(self, spec):
-        # a product is a register of its own before its add: one more than register_blocks counts
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 2)} for p in register_space(self.isa, spec)
-                if p["kvb"] * p["zt"] + p["kvb"] + 3 <= self.isa.registers]
+        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 2)} for p in register_space(self, spec)]
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes
@@ -431,7 +438,7 @@ class _PanelGemm(_OnBlocks):
     def space(self, spec):
         # the row tile's column values (every q for zt columns) should stay in L1 across the panels
         q = spec.c * spec.r * spec.s
-        return register_space(self.isa, spec, lambda zt: l1_fit(self.isa, 4 * q * zt))
+        return register_space(self, spec, lambda zt: l1_fit(self.isa, 4 * q * zt))
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes

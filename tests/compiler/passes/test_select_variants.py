@@ -7,6 +7,7 @@ import pytest
 
 from coldbrew.compiler import CompileError, compile_model
 from coldbrew.compiler.ir.anchors import ANCHOR_RE
+from coldbrew.compiler.kernels import get
 from coldbrew.compiler.passes import block_layout, select_variants
 from coldbrew.compiler.pipeline import front_end
 from coldbrew.targets import resolve
@@ -180,8 +181,32 @@ def test_a_row_tile_over_sizes_set_at_run_time_divides_every_row_only_where_that
 
     from coldbrew.compiler.passes.select_variants import _whole_tiles
 
-    variant = types.SimpleNamespace(isa=resolve("x86_64-avx2").vector)
+    variant = get("conv2d.blocked", resolve("x86_64-avx2").vector)
     exact = types.SimpleNamespace(out_w=tirx.Var("W", "int64") * 8)
     spec = types.SimpleNamespace(k=24, out_w=128)  # 3 vectors of output channels, rows of 128 at the typical size
     assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 3}) == {"zt": 3, "kvb": 3}
     assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 1}) == {"zt": 2, "kvb": 3}
+
+
+def test_a_whole_row_tile_is_one_of_the_variants_own_register_blocks():
+    """The blocks _whole_tiles weighs are the variant's: kvb need not
+    divide the channel blocks (5 blocks of 8: 4 x 2, its last panel padded,
+    rather than 4 x 1), and conv2d.pair_blocked's product takes a register
+    of its own (6 x 2 fills AVX2's 16 with conv2d.blocked's count, one too
+    many for the pair kernel, which keeps its 5 x 2 over the padded row)."""
+    import types
+
+    from tvm import tirx
+
+    from coldbrew.compiler.passes.select_variants import _whole_tiles
+
+    isa = resolve("x86_64-avx2").vector
+    blocked, pair = get("conv2d.blocked", isa), get("conv2d.pair_blocked", isa)
+    w = tirx.Var("W", "int64")
+    rows_of_4 = types.SimpleNamespace(out_w=w * 4)
+    assert _whole_tiles(blocked, types.SimpleNamespace(k=40, out_w=100), rows_of_4,
+                        {"zt": 3, "kvb": 1}) == {"zt": 4, "kvb": 2}
+    rows_of_6, spec = types.SimpleNamespace(out_w=w * 6), types.SimpleNamespace(k=16, out_w=100)
+    assert _whole_tiles(blocked, spec, rows_of_6, {"zt": 5, "kvb": 2}) == {"zt": 6, "kvb": 2}
+    assert _whole_tiles(pair, spec, rows_of_6, {"zt": 5, "kvb": 2}) == {"zt": 5, "kvb": 2}
+    assert (6, 2) in blocked.register_blocks(spec, [6]) and (6, 2) not in pair.register_blocks(spec, [6])
