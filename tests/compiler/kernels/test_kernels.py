@@ -277,6 +277,36 @@ def test_an_odd_count_of_channel_blocks_gets_wide_register_blocks_on_padded_pane
             _run(target, variant, spec, params, epilogue=True)
 
 
+@pytest.mark.parametrize("isa_name", ["x86_64-avx2", "x86_64-avx512"])
+def test_a_first_layers_register_block_keeps_the_reused_broadcasts_in_registers(isa_name):
+    """A first layer on an NCHW input (3 channels, 7x7 or 3x3 at stride 2):
+    a filter row's taps are the innermost reduction and adjacent columns'
+    windows overlap, so the compiler keeps each column's broadcast for the
+    taps that read it again (Blocked.register_blocks counts them). The
+    first-ranked block runs without reloading a vector from the stack
+    (code built for AVX2 and AVX-512, not run); counted as one broadcast,
+    the first-ranked 6 x 2 (AVX2) or 6 x 4 (AVX-512) spills. Blocked
+    inputs, and strides that clear the window, count one."""
+    import re
+
+    from coldbrew.compiler.kernels import get
+
+    target = resolve(isa_name)
+    lanes = target.vector.lanes
+    reload = re.compile(r"\(%rsp\), %" + ("zmm" if lanes == 16 else "ymm"))
+    variant = get("conv2d.blocked", target.vector)
+    first = [ConvSpec(1, 3, 96, 96, 4 * lanes, 7, 7, (2, 2), (3, 3, 3, 3), in_block=0, out_block=lanes),
+             ConvSpec(1, 3, 96, 96, 2 * lanes, 3, 3, (2, 2), (1, 1, 1, 1), in_block=0, out_block=lanes)]
+    for spec in first:
+        assert variant.taps_innermost(spec)
+        params = variant.space(spec)[0]
+        asm = kb.build({"exe": kb.schedule(execute_func(variant, spec, None, params), variant, spec, params)},
+                       target).inspect_source("asm")
+        assert not reload.findall(asm), (spec, params)
+    assert not variant.taps_innermost(dataclasses.replace(first[0], in_block=lanes, c=lanes))
+    assert not variant.taps_innermost(dataclasses.replace(first[1], stride=(3, 3)))
+
+
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_unpadded_layers_prefer_width_tiles_that_divide_their_rows(target):
     """A width tile that does not divide an unpadded layer's 160-wide rows

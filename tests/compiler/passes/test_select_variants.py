@@ -183,7 +183,7 @@ def test_a_row_tile_over_sizes_set_at_run_time_divides_every_row_only_where_that
 
     variant = get("conv2d.blocked", resolve("x86_64-avx2").vector)
     exact = types.SimpleNamespace(out_w=tirx.Var("W", "int64") * 8)
-    spec = types.SimpleNamespace(k=24, out_w=128)  # 3 vectors of output channels, rows of 128 at the typical size
+    spec = types.SimpleNamespace(k=24, out_w=128, in_block=8)  # 3 vectors of output channels, rows of 128 at the typical size
     assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 3}) == {"zt": 3, "kvb": 3}
     assert _whole_tiles(variant, spec, exact, {"zt": 3, "kvb": 1}) == {"zt": 2, "kvb": 3}
 
@@ -204,9 +204,9 @@ def test_a_whole_row_tile_is_one_of_the_variants_own_register_blocks():
     blocked, pair = get("conv2d.blocked", isa), get("conv2d.pair_blocked", isa)
     w = tirx.Var("W", "int64")
     rows_of_4 = types.SimpleNamespace(out_w=w * 4)
-    assert _whole_tiles(blocked, types.SimpleNamespace(k=40, out_w=100), rows_of_4,
+    assert _whole_tiles(blocked, types.SimpleNamespace(k=40, out_w=100, in_block=8), rows_of_4,
                         {"zt": 3, "kvb": 1}) == {"zt": 4, "kvb": 2}
-    rows_of_6, spec = types.SimpleNamespace(out_w=w * 6), types.SimpleNamespace(k=16, out_w=100)
+    rows_of_6, spec = types.SimpleNamespace(out_w=w * 6), types.SimpleNamespace(k=16, out_w=100, in_block=8)
     assert _whole_tiles(blocked, spec, rows_of_6, {"zt": 5, "kvb": 2}) == {"zt": 6, "kvb": 2}
     assert _whole_tiles(pair, spec, rows_of_6, {"zt": 5, "kvb": 2}) == {"zt": 5, "kvb": 2}
     assert (6, 2) in blocked.register_blocks(spec, [6]) and (6, 2) not in pair.register_blocks(spec, [6])
