@@ -114,17 +114,34 @@ def _input(x, spec, owp):
     return (p, lambda z: z) if proved(owp == spec.out_w) else (p, lambda z: tirx.min(z, spec.out_w - 1))
 
 
+FLOPS_PER_COPIED_BYTE = 2  # per fp32 lane: a byte copied through memory costs about as long as 2 * lanes flops
+
+
+def copy_share(spec, zt, lanes):
+    """The time an unpadded layer's input copy takes beside its products,
+    where a row tile of zt columns reads past the input's row (the input is
+    then copied, padded, in a pass of its own: read and written once), else
+    0. A layer with pads is copied whatever the tile."""
+    if any(spec.pad) or spec.symbolic or _padded_extents(spec, round_up(spec.out_w, zt))[2] <= spec.w:
+        return 0.0
+    copied = 2 * spec.n * spec.c * spec.h * spec.w * 4
+    flops = 2 * spec.n * spec.k * spec.c * spec.r * spec.s * spec.out_h * spec.out_w
+    return copied * FLOPS_PER_COPIED_BYTE * lanes / flops
+
+
 def register_space(variant, spec, fit=lambda zt: 1.0):
     """[{"kvb", "zt"}] register blocks of a convolution on the blocked
     layout, best first: zt broadcast input values x kvb weight vectors (the
     variant's `register_blocks`), ranked by arithmetic intensity, the row's
-    and the channels' padding and `fit(zt)`.
+    and the channels' padding, the input's copy where the tile makes one
+    (variant.copy_share) and `fit(zt)`.
     kvb need not divide the channel blocks: the last panel is padded
     (channel_blocks), so 1000 classes on AVX2 (125 blocks of 8) get a
     3 x 3 block rather than 1 x 13 (squeezenet's last layer 3.1 -> 1.5 ms)."""
     kblocks = spec.k // variant.isa.lanes
     return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
-        [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt), (zt, kvb))
+        [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt)
+          / (1 + variant.copy_share(spec, zt)), (zt, kvb))
          for zt, kvb in variant.register_blocks(spec, [z for z in range(1, 15) if z <= spec.out_w])])]
 
 
@@ -183,6 +200,10 @@ class _OnBlocks(Variant):
         the register file (schedule.register_blocks, extra_registers)."""
         kblocks = spec.k // self.isa.lanes
         return [(zt, kvb) for zt, kvb in register_blocks(self.isa, widths, 4, self.extra_registers) if kvb <= kblocks]
+
+    def copy_share(self, spec, zt):
+        """copy_share: the input's copy beside the products, for a row tile of zt."""
+        return copy_share(spec, zt, self.isa.lanes)
 
 
 class Blocked(_OnBlocks):
@@ -324,6 +345,9 @@ class PairBlocked(Blocked):
 
     def taps_innermost(self, spec):
         return False  # a pair of channels is the innermost reduction, whatever the input's layout
+
+    def copy_share(self, spec, zt):
+        return 0.0  # the int16 input is a copy whatever the tile
 
     def space(self, spec):
         return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 2)} for p in register_space(self, spec)]

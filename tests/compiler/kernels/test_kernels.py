@@ -263,7 +263,8 @@ def test_an_odd_count_of_channel_blocks_gets_wide_register_blocks_on_padded_pane
     from coldbrew.compiler.kernels import get
 
     lanes = target.vector.lanes
-    point = ConvSpec(1, 2 * lanes, 7, 13, 5 * lanes, 1, 1, in_block=lanes, out_block=lanes)
+    # rows of 12: whole tiles of 2, 3, 4 or 6 (a tile past an unpadded row would copy the input first)
+    point = ConvSpec(1, 2 * lanes, 7, 12, 5 * lanes, 1, 1, in_block=lanes, out_block=lanes)
     wide = dataclasses.replace(point, r=3, s=3, pad=(1, 1, 1, 1))
     for name, spec in (("conv2d.blocked", point), ("conv2d.gemm_1x1_blocked", point),
                        ("conv2d.blocked", wide), ("conv2d.im2col_blocked", wide)):
@@ -325,6 +326,34 @@ def test_unpadded_layers_prefer_width_tiles_that_divide_their_rows(target):
         space = get(name, isa).space(bare)
         assert 160 % space[0][key] == 0, (name, space[:3])
     assert _copies_input(bare, 48) and not _copies_input(bare, 32) and not _copies_input(padded, 48)
+
+
+@pytest.mark.parametrize("isa_name", ["x86_64-avx2", "x86_64-avx512"])
+def test_unpadded_blocked_layers_weigh_the_input_copy_a_width_tile_makes(isa_name):
+    """On the blocked layout too, a row tile that reads past an unpadded
+    layer's row copies its input first (copy_share: that pass's bytes
+    beside the layer's products): a 128 -> 128 1 x 1 conv at 56 x 56, whose
+    copy is as long as half its products on AVX2, and a stride-2 1 x 1
+    take tiles that divide their rows; 1024 -> 1024 at 7 x 7, whose copy is
+    small, keeps a wider tile over a padded row on AVX2; with pads nothing
+    counts."""
+    from coldbrew.compiler.kernels import get
+    from coldbrew.compiler.kernels.conv_blocked import copy_share
+
+    isa = resolve(isa_name).vector
+    b = isa.lanes
+    big = ConvSpec(1, 128, 56, 56, 128, 1, 1, in_block=b, out_block=b)
+    down = ConvSpec(1, 64, 56, 56, 128, 1, 1, (2, 2), in_block=b, out_block=b)
+    deep = ConvSpec(1, 1024, 7, 7, 1024, 1, 1, in_block=b, out_block=b)
+    for name in ("conv2d.blocked", "conv2d.gemm_1x1_blocked"):
+        variant = get(name, isa)
+        for spec in (big,) + ((down,) if variant.applies(down) else ()):
+            zt = variant.space(spec)[0]["zt"]
+            assert copy_share(spec, zt, b) == 0, (name, spec, variant.space(spec)[:2])
+        if b == 8:  # (AVX-512's 7 x 3 block divides the row)
+            assert copy_share(deep, variant.space(deep)[0]["zt"], b) > 0
+    assert copy_share(big, 6, b) > 0 and copy_share(dataclasses.replace(big, r=3, s=3, pad=(1, 1, 1, 1)), 6, b) == 0
+    assert get("conv2d.pair_blocked", isa).copy_share(big, 6) == 0  # its int16 input is a copy whatever the tile
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
