@@ -215,19 +215,14 @@ class Blocked(_OnBlocks):
                 and spec.in_block in (0, b) and spec.c % (spec.in_block or 1) == 0)
 
     def taps_innermost(self, spec):
-        """Whether a filter row's taps are the tile's innermost reduction
-        (an NCHW input: one channel per block) and adjacent columns'
-        windows overlap, so that a column's input value is read again by
-        the next columns' later taps."""
+        """Whether a filter row's taps are the innermost reduction (an NCHW
+        input) and adjacent columns' windows overlap (values read again)."""
         return not spec.in_block and spec.stride[1] < (spec.s - 1) * spec.dilation[1] + 1
 
     def register_blocks(self, spec, widths):
-        """_OnBlocks' blocks; where the taps are innermost (taps_innermost),
-        the compiler keeps each of the zt columns' broadcasts for the taps
-        that read it again: zt of them live, not one. AVX2 (Zen 3, 2
-        threads), 3 -> 64 7x7 stride 2 at 224: 6 x 2 spilled 45 vectors
-        to the stack, 2.06 ms; 4 x 2 1.59 ms (3 -> 32 3x3 stride 2: 0.26 ->
-        0.21-0.24 ms)."""
+        """Where taps_innermost, the compiler keeps each column's broadcast
+        for the taps that read it again: zt live, not one (counted as one,
+        7x7 first layers spilled: docs/kernels.md)."""
         blocks = super().register_blocks(spec, widths)
         if not self.taps_innermost(spec):
             return blocks

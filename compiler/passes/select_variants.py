@@ -132,18 +132,14 @@ def _anchor(anchor_id, index, op_name, spec, exact, w, chooser):
 
 def _whole_tiles(variant, spec, exact, params):
     """A layer sized at run time: `params`, or the register block of most
-    FMAs per load (among the variant's own, `register_blocks`) whose row
-    tile (zt) divides the output row at every size where it does more than
-    the chosen tile over the row padded to whole tiles (both times their
-    channels' useful share: the last panel is padded where kvb does not
-    divide the channel blocks; the chosen one's also times the row's
-    useful share at the typical size)."""
+    FMAs per load (of the variant's own) whose row tile (zt) divides the
+    output row at every size where it does more than the chosen tile over
+    the row padded to whole tiles (both times their channels' useful share,
+    the chosen one's also times the row's at the typical size)."""
     if exact is None or "kvb" not in params or multiple(exact.out_w, params["zt"]):
         return params
     kblocks = spec.k // variant.isa.lanes
     blocks = variant.register_blocks(spec, [z for z in range(1, 15) if multiple(exact.out_w, z)])
-    if not blocks:
-        return params
     best, zt, kvb = max((intensity(z, v) * padding_efficiency((kblocks, v)), z, v) for z, v in blocks)
     chosen = params["zt"], params["kvb"]
     if best < intensity(*chosen) * padding_efficiency((spec.out_w, chosen[0]), (kblocks, chosen[1])):
