@@ -197,9 +197,16 @@ class _OnBlocks(Variant):
     def register_blocks(self, spec, widths):
         """(zt, kvb) register blocks this variant may run: zt columns of
         `widths`, kvb vectors within the output channel blocks, fitting
-        the register file (schedule.register_blocks, extra_registers)."""
+        the register file (schedule.register_blocks, extra_registers; where
+        taps_innermost, the compiler keeps each column's broadcast for the
+        taps that read it again: zt live, not one; counted as one, 7x7
+        first layers spilled: docs/kernels.md)."""
         kblocks = spec.k // self.isa.lanes
-        return [(zt, kvb) for zt, kvb in register_blocks(self.isa, widths, 4, self.extra_registers) if kvb <= kblocks]
+        return [(zt, kvb) for zt, kvb in register_blocks(self.isa, widths, 4, self.extra_registers,
+                                                          self.taps_innermost(spec)) if kvb <= kblocks]
+
+    def taps_innermost(self, spec):
+        return False
 
     def copy_share(self, spec, zt):
         """copy_share: the input's copy beside the products, for a row tile of zt."""
@@ -218,16 +225,6 @@ class Blocked(_OnBlocks):
         """Whether a filter row's taps are the innermost reduction (an NCHW
         input) and adjacent columns' windows overlap (values read again)."""
         return not spec.in_block and spec.stride[1] < (spec.s - 1) * spec.dilation[1] + 1
-
-    def register_blocks(self, spec, widths):
-        """Where taps_innermost, the compiler keeps each column's broadcast
-        for the taps that read it again: zt live, not one (counted as one,
-        7x7 first layers spilled: docs/kernels.md)."""
-        blocks = super().register_blocks(spec, widths)
-        if not self.taps_innermost(spec):
-            return blocks
-        return [(zt, kvb) for zt, kvb in blocks
-                if zt * kvb + kvb + 2 + self.extra_registers + zt - 1 <= self.isa.registers]
 
     def transformed_shape(self, spec, params):
         b, cb = self.isa.lanes, spec.in_block or 1

@@ -15,7 +15,7 @@ def round_up(n, m):
     return Analyzer().simplify((n + m - 1) // m * m)
 
 
-def register_blocks(isa, rows, max_vectors, extra=0):
+def register_blocks(isa, rows, max_vectors, extra=0, live_broadcasts=False):
     """Register blocks (r, v) of an outer-product tile: r broadcast values
     times v vectors of the other operand, accumulated in r * v registers.
     One step of the reduction also holds the v vectors it loaded and one
@@ -24,8 +24,10 @@ def register_blocks(isa, rows, max_vectors, extra=0):
     NEON; AVX2's 4 x 3 block, which fills all 16, ran a 96 -> 24 channel
     3x3 convolution 1.2x slower than 3 x 3 over rows padded to its tiles).
     `extra`: registers the kernel's step holds besides (a product before
-    its add, say)."""
-    return [(r, v) for v in range(1, max_vectors + 1) for r in rows if r * v + v + 2 + extra <= isa.registers]
+    its add, say); `live_broadcasts`: the r broadcasts stay live, not one
+    (values the next steps read again)."""
+    return [(r, v) for v in range(1, max_vectors + 1) for r in rows
+            if r * v + v + (r if live_broadcasts else 1) + 1 + extra <= isa.registers]
 
 
 def intensity(r, v):
