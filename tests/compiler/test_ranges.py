@@ -182,9 +182,7 @@ def test_ranged_convs_take_blocked_variants_whose_row_tile_divides_every_row_whe
     over the padded row (select_variants._whole_tiles): at the typical
     sizes a wider tile would be chosen. Where none does, the row is padded
     to whole tiles."""
-    from coldbrew.compiler.kernels import get
-    from coldbrew.compiler.kernels.conv_blocked import Blocked
-    from coldbrew.compiler.kernels.schedule import intensity, padding_efficiency
+    from coldbrew.compiler.kernels.schedule import intensity, padding_efficiency, register_blocks
 
     b, isa = ranged.header[0], resolve("host").vector
     steps = [(s, b.layers[s.layer]) for s in b.plan.steps if "conv" in text(b.layers[s.layer].op)
@@ -198,10 +196,9 @@ def test_ranged_convs_take_blocked_variants_whose_row_tile_divides_every_row_whe
         zt, kvb, kblocks = params["zt"], params["kvb"], shape_now(out, dim_values(b, [[1, 3, 9, 8]]))[1]
         if any(r % zt for r in rows):  # every block whose tile divides every row does much less per load
             whole = [z for z in range(1, 15) if all(r % z == 0 for r in rows)]
-            # every block of the blocked layout's count (a superset of an NCHW first layer's: the stronger check)
-            spec = types.SimpleNamespace(k=kblocks * isa.lanes)
+            # every block of the register file's count (a superset of an NCHW first layer's: the stronger check)
             best = max(intensity(z, v) * padding_efficiency((kblocks, v))
-                       for z, v in super(Blocked, get(text(s.variant), isa)).register_blocks(spec, whole))
+                       for z, v in register_blocks(isa, whole, 4) if v <= kblocks)
             typical = shape_now(out, dim_values(b, [[1, 3, 17, 24]]))[3]
             assert best < intensity(zt, kvb) * padding_efficiency((typical, zt), (kblocks, kvb)), (
                 text(layer.name), params, sorted(rows))
