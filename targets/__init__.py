@@ -82,6 +82,7 @@ class Vector(NamedTuple):
     l2_kb: int
     int8_dot: bool = False  # u8 x s8 dot products into int32 lanes (AVX-512 VNNI vpdpbusd: 64 per instruction)
     int8_tiles: bool = False  # u8 x s8 tile products (AMX tdpbusd: 16 x 16 outputs x 64 per instruction)
+    l3_kb: int = 0  # the last-level cache past L2; 0: none or unknown
     __getitem__ = _by_name
 
 
@@ -100,7 +101,7 @@ def vector_unit(arch, features, caches):
     else:
         isa, lanes, regs, fma = "sse", 4, 16, False
     return Vector(isa, lanes, regs, fma, caches.l1d_kb, caches.l2_kb, isa == "avx512" and "avx512vnni" in f,
-                  isa == "avx512" and {"amx-tile", "amx-int8"} <= f)
+                  isa == "avx512" and {"amx-tile", "amx-int8"} <= f, caches.l3_kb)
 
 
 class Gpu(NamedTuple):

@@ -157,22 +157,26 @@ def rows_outer(spec, kvb, isa, value_bytes):
     each byte of it feeding kvb x lanes x R x S / (stride^2 x bytes)
     products; rows outside read all the weights once per output row (from
     the caches) while the input rows one output row reads stay there.
-    Rows go outside where the input is too large to stay cached between
-    panels (STREAMED_L2), a panel's pass feeds under STREAMED_INTENSITY
-    products per byte and rows outside read fewer bytes (the zoo's
-    inputs, at most 3.2 MB, stay inside). Measured on AVX2
-    (Zen 3, 2 threads): 80 -> 120 at 464 x 464, stride 2 (13.5 per byte):
-    155 -> 96 ms fp32, 100 -> 65 ms int16; 160 -> 240 at 232, stride 2,
-    int16 (27): 91-114 -> 67-78 ms; 128 -> 64 at 320, stride 1, fp32
-    (36): 104-113 -> 118-124 ms, kept inside."""
+    Rows go outside where they read fewer bytes and the input leaves the
+    caches between panels: it exceeds the last-level cache (isa.l3_kb,
+    where the target knows one), or it exceeds STREAMED_L2 L2s and a
+    panel's pass feeds under STREAMED_INTENSITY products per byte (the
+    zoo's inputs, at most 3.2 MB, stay inside). Measured on AVX2 (Zen 3,
+    32 MB L3, 2 threads): 80 -> 120 at 464 x 464, stride 2 (13.5 per
+    byte): 155 -> 96 ms fp32, 100 -> 65 ms int16; 160 -> 240 at 232,
+    stride 2, int16 (27): 91-114 -> 67-78 ms; 128 -> 64 at 320, stride 1,
+    fp32 (36 per byte, a 52 MB input): 116-150 -> 95-122 ms in three of
+    four interleaved measurements; 128 -> 128 at 112 (6.4 MB, fits the
+    L3): the same either way unless other tenants take the L3."""
     if spec.symbolic:
         return False
     panels = -(-spec.k // (isa.lanes * kvb))
     intensity = kvb * isa.lanes * spec.r * spec.s / (spec.stride[0] * spec.stride[1] * value_bytes)
     input_bytes = spec.n * spec.c * spec.h * spec.w * value_bytes
     weight_bytes = spec.k * spec.c * spec.r * spec.s * value_bytes
-    return (input_bytes > STREAMED_L2 * isa.l2_kb * 1024 and intensity < STREAMED_INTENSITY
-            and spec.n * spec.out_h * weight_bytes < panels * input_bytes)
+    streamed = (input_bytes > STREAMED_L2 * isa.l2_kb * 1024 and intensity < STREAMED_INTENSITY
+                or 0 < isa.l3_kb * 1024 < input_bytes)
+    return streamed and spec.n * spec.out_h * weight_bytes < panels * input_bytes
 
 
 def channel_blocks(spec, lanes, kvb):

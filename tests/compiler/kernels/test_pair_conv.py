@@ -108,7 +108,8 @@ def test_rows_go_outside_the_panels_where_that_streams_fewer_bytes():
     rather than once per channel panel; a small map of many channels reads
     its weights once per panel rather than once per row; a panel whose pass
     feeds many products per input byte, or an input that stays cached,
-    keeps the rows inside."""
+    keeps the rows inside, unless the input exceeds the target's
+    last-level cache (the 52 MB input of 128 -> 64 at 320)."""
     large = ConvSpec(1, 80, 464, 464, 120, 3, 3, (2, 2), (1, 1, 1, 1), in_block=B, out_block=B)
     dense = ConvSpec(1, 128, 320, 320, 64, 3, 3, (1, 1), (1, 1, 1, 1), in_block=B, out_block=B)  # 36 products a byte
     small = ConvSpec(1, 480, 29, 29, 480, 3, 3, (1, 1), (1, 1, 1, 1), in_block=B, out_block=B)
@@ -116,5 +117,8 @@ def test_rows_go_outside_the_panels_where_that_streams_fewer_bytes():
     v = AVX2.vector
     assert rows_outer(large, 3, v, 4) and not rows_outer(small, 3, v, 4) and not rows_outer(dense, 2, v, 4)
     assert not rows_outer(cached, 2, v, 4)
+    l3 = v._replace(l3_kb=32 * 1024)
+    assert rows_outer(dense, 2, l3, 4) and not rows_outer(dataclasses.replace(dense, h=112, w=112), 2, l3, 4)
+    assert not rows_outer(small, 3, l3, 4) and not rows_outer(cached, 2, l3, 4)
     assert get("conv2d.blocked", AVX2.vector).space(large)[0]["rows_outer"]
     assert not get("conv2d.pair_blocked", AVX2.vector).space(dataclasses.replace(small, in_scale=1.0))[0]["rows_outer"]
