@@ -20,7 +20,7 @@ import numpy as np
 from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, ConvSpec, Variant, register
-from .generic import blocks_in_order, generic_block, vectorize_inner
+from .generic import TILE_SCOPE, blocks_in_order, generic_block, vectorize_inner
 from .schedule import (attach_epilogue, block_name, intensity, l1_fit, pad_pass, padding_efficiency, ranked,
                        register_blocks, round_up)
 
@@ -578,7 +578,7 @@ class Winograd(Variant):
         sch.vectorize(ki)
         gg = sch.get_sblock("cb_wino_gg")
         sch.compute_at(gg, par)
-        sch.set_scope(gg, 0, "local")
+        sch.set_scope(gg, 0, TILE_SCOPE)
         i, r2, k = sch.get_loops(gg)[-3:]
         sch.reorder(r2, i, k)
         sch.unroll(i)
@@ -665,7 +665,7 @@ class Winograd(Variant):
         _vectorize(sch, ti, tt, lanes)
         bd = sch.get_sblock("cb_wino_bd")  # B^T d: alpha x alpha x tt per task
         sch.compute_at(bd, par)
-        sch.set_scope(bd, 0, "local")
+        sch.set_scope(bd, 0, TILE_SCOPE)
         i, s, bt = sch.get_loops(bd)[-3:]
         sch.reorder(s, i, bt)
         sch.unroll(i)
@@ -685,7 +685,7 @@ class Winograd(Variant):
         sch.parallel(par)
         ma = sch.get_sblock("cb_wino_ma")
         sch.compute_at(ma, par)
-        sch.set_scope(ma, 0, "local")
+        sch.set_scope(ma, 0, TILE_SCOPE)
         sch.compute_at(block, par, preserve_unit_loops=True)  # keeps rc when C == 1
         _, s1, j, bt = sch.get_loops(ma)[-4:]  # M A: loop over s1, unroll j
         sch.unroll(j)
@@ -699,9 +699,9 @@ class Winograd(Variant):
         # accumulated over the input channels, then kept in M (local)
         e, ki, ti, rc = sch.get_loops(block)[-4:]
         sch.reorder(e, rc, ki, ti)
-        acc = sch.cache_write(block, 0, "local")
+        acc = sch.cache_write(block, 0, TILE_SCOPE)
         sch.reverse_compute_at(acc, e)
-        sch.set_scope(acc, 0, "local")  # M: alpha^2 x kb x tt per task
+        sch.set_scope(acc, 0, TILE_SCOPE)  # M: alpha^2 x kb x tt per task
         sch.unroll(ki)
         _vectorize(sch, ti, tt, lanes)
         sch.decompose_reduction(block, rc)

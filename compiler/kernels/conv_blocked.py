@@ -31,7 +31,7 @@ from tvm import s_tir, te, tirx
 from .contract import ANCHOR, Variant, simplified, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
 from .dense import INT8_DOT, pair_update, rewritten
-from .generic import multiple, proved, vectorize_inner
+from .generic import TILE_SCOPE, multiple, proved, vectorize_inner
 from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
 
@@ -618,7 +618,7 @@ class WinogradBlocked(Winograd):
         sch.vectorize(l)
         bd = sch.get_sblock("cb_wino_bd")
         sch.compute_at(bd, ti)
-        sch.set_scope(bd, 0, "local")
+        sch.set_scope(bd, 0, TILE_SCOPE)
         i, s, bl = sch.get_loops(bd)[-3:]
         sch.reorder(s, i, bl)
         sch.unroll(i)
@@ -636,7 +636,7 @@ class WinogradBlocked(Winograd):
         sch.vectorize(l)
         ma = sch.get_sblock("cb_wino_ma")
         sch.compute_at(ma, par)
-        sch.set_scope(ma, 0, "local")
+        sch.set_scope(ma, 0, TILE_SCOPE)
         sch.compute_at(block, par, preserve_unit_loops=True)
         s1, j, ml = sch.get_loops(ma)[-3:]
         sch.unroll(j)
@@ -645,9 +645,9 @@ class WinogradBlocked(Winograd):
         # per element: tt broadcasts x kvb weight vectors over the channels
         e, ki, ti, kl, rc, ri = sch.get_loops(block)[-6:]
         sch.reorder(e, rc, ri, ti, ki, kl)
-        acc = sch.cache_write(block, 0, "local")
+        acc = sch.cache_write(block, 0, TILE_SCOPE)
         sch.reverse_compute_at(acc, e)
-        sch.set_scope(acc, 0, "local")
+        sch.set_scope(acc, 0, TILE_SCOPE)
         sch.unroll(ti)
         sch.unroll(ki)
         sch.vectorize(kl)

@@ -14,6 +14,8 @@ References (numpy, ONNX's definitions) beside each kernel.
 """
 import numpy as np
 
+from .generic import TILE_SCOPE
+
 COUNTS = "cb_counts"  # a counting kernel's PrimFunc attribute: the variable of the size it counts
 
 
@@ -25,7 +27,7 @@ def _prod(extents):
 
 
 def _local(T, dtype, n=1):
-    return T.buffer_proxy(T.decl_buffer([n], dtype, scope="local"))
+    return T.buffer_proxy(T.decl_buffer([n], dtype, scope=TILE_SCOPE))
 
 
 def _true(tirx, v, dtype):

@@ -12,7 +12,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, Variant, register, simplified
-from .generic import blocks_in_order, generic_block, multiple
+from .generic import TILE_SCOPE, blocks_in_order, generic_block, multiple
 from .schedule import attach_epilogue, block_name, intensity, padding_efficiency, ranked, register_blocks
 
 
@@ -503,7 +503,7 @@ class Int8Tiles(Variant):
         wt = next(r.source for r in block.reads if r.source.dtype == "int8")
         i0, j0 = ri.min, rj.min
         kp = int(xq.shape[-1])
-        cfg = tirx.decl_buffer((64,), "uint8", name="cb_tile_config", scope="local")
+        cfg = tirx.decl_buffer((64,), "uint8", name="cb_tile_config", scope=TILE_SCOPE)
         a_tiles, b_tiles = list(range(4, 4 + self.rows)), list(range(6, 6 + self.cols))
         config = [0] * 64
         config[0] = 1  # palette 1
@@ -535,7 +535,7 @@ class Int8Tiles(Variant):
         # the accumulators through a scratch tile into acc: stores TVM sees
         # (it sizes acc by them), the rows past the layer's left out
         th, tw = self.rows * TILE, self.cols * TILE
-        scratch = tirx.decl_buffer((th, tw), "int32", name="cb_tile_sums", scope="local")
+        scratch = tirx.decl_buffer((th, tw), "int32", name="cb_tile_sums", scope=TILE_SCOPE)
         stmts += [call("tilestored64", tile(r * self.cols + c), addr(scratch, r * TILE, c * TILE),
                        tirx.const(tw * 4, "int64"))
                   for r in range(self.rows) for c in range(self.cols)]

@@ -18,6 +18,13 @@ from tvm import s_tir, tirx
 
 _TYPICAL = contextvars.ContextVar("typical_sizes", default={})
 
+# The scope of kernels' register tiles and scratch on the CPU: TVM gives a
+# "global" buffer of constant size under 1 KB a stack slot, which LLVM
+# promotes to registers, and a "local" one a call of the runtime's workspace
+# allocator at every entry to the loop that holds it (for a max pool's
+# vector of 8 outputs: 385 -> 66 us at 64 x 111 x 111, AVX2, 2 threads).
+TILE_SCOPE = "global"
+
 
 @contextlib.contextmanager
 def typical_sizes(sizes):
@@ -456,7 +463,7 @@ def _lanes_in_registers(sch, partial, loop):
     the one before it the reduction: under `loop`, accumulated in a local
     vector, reduction outer, lanes vectorized."""
     sch.compute_at(partial, loop)
-    sch.set_scope(partial, 0, "local")
+    sch.set_scope(partial, 0, TILE_SCOPE)
     lane, step = sch.get_loops(partial)[-2:]
     sch.reorder(step, lane)
     sch.vectorize(lane)
@@ -502,7 +509,7 @@ def reduction_block(sch, block, lanes, registers):
     sch.unroll(jio)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     _parallel(sch, block, par)
-    tile = sch.cache_write(block, 0, "local")
+    tile = sch.cache_write(block, 0, TILE_SCOPE)
     sch.reverse_compute_at(tile, par)
     sch.vectorize(jiv)
     _, v = sch.split(sch.get_loops(tile)[-1], [None, lanes])

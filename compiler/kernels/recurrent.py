@@ -37,6 +37,7 @@ import numpy as np
 
 from .build import Widened
 from .contract import Variant, register
+from .generic import TILE_SCOPE
 from .dense import vpdpbusd, vpmaddwd
 
 def _blocks(spec, nb):
@@ -286,7 +287,7 @@ def _step(T, spec, variant, b, s, d, jb, nb, gates):
     source = (lambda n, k: b["y_c"][d, n, k]) if reset_phase else previous
     source = (lambda n, k: b["h_q"][d, n, k]) if spec.quantize_h else source
     with T.serial(0, spec.batch) as n:
-        acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope="local")
+        acc = T.decl_buffer((spec.gates, nb), spec.dtype, scope=TILE_SCOPE)
         w = b["w"] if b["w"].dtype == spec.dtype else Widened(b["w"])  # int8 in place: widened per load
         if variant.integer:
             _dot_int8(T, spec, variant, b, acc, (d, n, jb), nb, gates)
@@ -318,8 +319,8 @@ def _quantized_row(T, spec, lanes, hk):
     from tvm import tirx
 
     f32 = spec.dtype
-    q = T.decl_buffer((4,), f32, scope="local")  # min, max, then scale, zero point
-    part = T.decl_buffer((2, lanes), f32, scope="local")  # min and max per lane
+    q = T.decl_buffer((4,), f32, scope=TILE_SCOPE)  # min, max, then scale, zero point
+    part = T.decl_buffer((2, lanes), f32, scope=TILE_SCOPE)  # min and max per lane
     with T.vectorized(0, lanes) as l:
         T.buffer_store(part, tirx.const(0, f32), [0, l])
         T.buffer_store(part, tirx.const(0, f32), [1, l])
@@ -364,13 +365,13 @@ def _dot_int8(T, spec, variant, b, acc, at, nb, gates):
     per, lanes = variant.per, variant.lanes
     level = "uint8" if per == 4 else "int16"
     groups, chunks = (h + per - 1) // per, (h + 15) // 16
-    levels = T.decl_buffer((chunks * 16,), level, scope="local")
+    levels = T.decl_buffer((chunks * 16,), level, scope=TILE_SCOPE)
     with T.serial(0, chunks) as c:
         with T.vectorized(0, 16) as l:
             k = c * 16 + l
             T.buffer_store(levels, tirx.if_then_else(k < h, tirx.Cast(level, hq[d, n, tirx.min(k, h - 1)]),
                                                      tirx.const(0, level)), [k])
-    total = T.decl_buffer((spec.gates, nb), "int32", scope="local")
+    total = T.decl_buffer((spec.gates, nb), "int32", scope=TILE_SCOPE)
     for g in gates:
         with T.vectorized(0, nb) as v:
             T.buffer_store(total, tirx.const(0, "int32"), [g, v])
@@ -406,7 +407,7 @@ def _accumulate(T, spec, variant, w, acc, d, jb, nb, gates, hk):
         return
     lanes = variant.isa.lanes
     chunks, tail = divmod(h, lanes)
-    part = T.decl_buffer((lanes,), spec.dtype, scope="local")
+    part = T.decl_buffer((lanes,), spec.dtype, scope=TILE_SCOPE)
     for g in gates:
         with T.serial(0, nb) as v:
             row = g * h + tirx.min(jb * nb + v, h - 1)

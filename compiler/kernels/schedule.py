@@ -3,7 +3,7 @@ epilogue attachment, padding stages. Vector widths are always passed in
 (`lanes`, from the target's vector unit)."""
 from tvm import s_tir, tirx
 
-from .generic import blocks_in_order, generic_block, size, vectorize_inner
+from .generic import TILE_SCOPE, blocks_in_order, generic_block, size, vectorize_inner
 
 
 def round_up(n, m):
@@ -124,11 +124,11 @@ def attach_epilogue(sch, out_block, loop, lanes):
         last = epilogue[-1]
         try:
             sch.reverse_compute_at(last, loop)
-            sch.set_scope(out_block, 0, "local")
+            sch.set_scope(out_block, 0, TILE_SCOPE)
         except s_tir.ScheduleError:  # sized at run time, the tiles' cover of a cropped row unproved: its own pass
             alone, epilogue = last, []
     if not epilogue:
-        last = sch.cache_write(out_block, 0, "local")
+        last = sch.cache_write(out_block, 0, TILE_SCOPE)
         # the write-back block is the consumer now; move it under the tile
         sch.reverse_compute_at(last, loop)
     vectorize_inner(sch, last, lanes)

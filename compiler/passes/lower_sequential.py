@@ -8,6 +8,8 @@ cumsum with ONNX's `exclusive`.
 """
 import numpy as np
 
+from ..kernels.generic import TILE_SCOPE
+
 
 def _rows(shape, axis):
     """(rows before the axis, axis length, stride of the axis)."""
@@ -37,7 +39,7 @@ def cumsum_te(data, axis, dtype, exclusive):
             x, y = T.buffer_proxy(src), T.buffer_proxy(dst)
             with T.parallel(0, before * after) as row:
                 base = row // after * n * after + row % after
-                acc = T.decl_buffer([1], dtype, scope="local")
+                acc = T.decl_buffer([1], dtype, scope=TILE_SCOPE)
                 a = T.buffer_proxy(acc)
                 a[0] = tirx.const(0, dtype)
                 with T.serial(0, n) as k:
@@ -87,8 +89,8 @@ def topk_te(data, k, axis, largest, index_dtype, wanted=None):
         with T.parallel(0, before * after) as row:
             base = row // after * n * after + row % after
             obase = row // after * k * after + row % after
-            count = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
-            pos = T.buffer_proxy(T.decl_buffer([1], "int32", scope="local"))
+            count = T.buffer_proxy(T.decl_buffer([1], "int32", scope=TILE_SCOPE))
+            pos = T.buffer_proxy(T.decl_buffer([1], "int32", scope=TILE_SCOPE))
             count[0] = 0
             with T.serial(0, n) as e:
                 val = x[base + e * after]

@@ -31,3 +31,12 @@ def to_blocked(a, b):
     """numpy NCHW -> NCHW{b}c, the channels a multiple of b."""
     n, c, h, w = a.shape
     return np.ascontiguousarray(a.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def workspace_sizes(lib):
+    """The byte sizes of the runtime workspace blocks a built module's code
+    asks for (each call of TVMBackendAllocWorkspace in its LLVM IR)."""
+    import re
+
+    ir = lib.inspect_source("ll")
+    return [int(n) for n in re.findall(r"= tail call ptr %\w+\(i32 1, i32 %dev_id, i64 (\d+),", ir)]
