@@ -495,7 +495,7 @@ def reduction_block(sch, block, lanes, registers):
         loops = sch.get_loops(block)
     nv = next(v for v in (4, 3, 2, 1) if multiple(sch.get(loops[spatial - 1]).extent, v * lanes))
     rows = sch.get(loops[spatial - 2]).extent if spatial >= 2 else 1
-    mb = next(m for m in (16, 12, 8, 6, 4, 3, 2, 1) if multiple(rows, m) and m * nv + nv + 2 <= registers)
+    mb = next(m for m in range(16, 0, -1) if multiple(rows, m) and m * nv + nv + 2 <= registers)
     red = loops[spatial:]
     jo, jio, jiv = sch.split(loops[spatial - 1], [None, nv, lanes])
     if spatial >= 2:
