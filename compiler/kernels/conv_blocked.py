@@ -192,6 +192,37 @@ def _packed(w, spec, padded, k, *index):
         return w[(k, *index)]
     return tirx.if_then_else(k < spec.k, w[(tirx.min(k, spec.k - 1), *index)], tirx.const(0, w.dtype))
 
+def rows_on_the_input(sch, block, spec):
+    """The anchor's loop over the filter's rows (rr) runs, at each output
+    row, over the rows that land on the input rather than its top or bottom
+    pads: a border row skips its products with the padding's zeros (a 3x3
+    layer's 4 output rows: a sixth of its products; 256 -> 256 at 4 x 32
+    ran 1.59 -> 1.39 ms, AVX2, one thread), every sum as before (the
+    products skipped are zeros). The bounds follow the output row the
+    anchor's binding computes (its third iteration variable) and the padded
+    input's rows as the kernel has them (sized at run time, its own
+    variable: `spec` holds the typical sizes there)."""
+    pt, pb = spec.pad[0], spec.pad[2]
+    if not (pt > 0 or pb > 0):
+        return
+    (sh, _), (dh, _) = spec.stride, spec.dilation
+    rr = next(lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name == "rr")
+    loop = sch.get(rr)
+    node = loop.body
+    while isinstance(node, tirx.For):
+        node = node.body
+    padded = [r.buffer for r in node.block.reads if r.buffer.name == "cb_pad"]
+    if not padded:
+        return
+    dt = str(loop.loop_var.ty)
+    c = lambda v: tirx.const(v, dt) if isinstance(v, int) else (v if str(v.ty) == dt else tirx.Cast(dt, v))
+    y, rows = c(node.iter_values[2]), c(padded[0].shape[2])  # the anchor's (n, ko, y, ...); pt + h + pb
+    first = tirx.max(c(0), tirx.floordiv(c(pt) - y * c(sh) + c(dh - 1), c(dh)))
+    end = tirx.min(c(spec.r), tirx.floordiv(rows - c(pb) - y * c(sh) + c(dh - 1), c(dh)))
+    sch.state.replace(sch.get_sref(rr), tirx.For(loop.loop_var, first, tirx.max(end - first, c(0)), loop.kind,
+                                                  loop.body, loop.thread_binding, loop.annotations))
+
+
 class _OnBlocks(Variant):
     op = "conv2d"
     blocked = True
@@ -274,6 +305,7 @@ class Blocked(_OnBlocks):
         sch.unroll(zi)
         sch.vectorize(ki)
         sch.decompose_reduction(block, co)
+        rows_on_the_input(sch, block, spec)
 
 
 PAIR_BOUND = 255  # |value| of an integer PairBlocked multiplies (8-bit values less a zero point)
@@ -359,6 +391,7 @@ class PairBlocked(Blocked):
         sch.unroll(koi)
         sch.unroll(zi)
         sch.decompose_reduction(block, co)
+        rows_on_the_input(sch, block, spec)
         sch.annotate(sch.blockize(ki), INT8_DOT, 1)
 
     def finish(self, func):

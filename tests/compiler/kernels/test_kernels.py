@@ -386,3 +386,23 @@ def test_a_convolutions_register_block_lives_on_the_stack(isa_name):
     func = kb.schedule(execute_func(variant, spec, bias_relu, params), variant, spec, params)
     sizes = workspace_sizes(kb.build({"exe": func}, target))
     assert sizes and all(s >= 1024 for s in sizes), sizes
+
+
+@pytest.mark.parametrize("name", ["conv2d.blocked", "conv2d.pair_blocked"])
+def test_border_rows_skip_the_products_with_the_padding(name):
+    """On a layer padded at the top or bottom the filter-row loop runs, at
+    each output row, over the rows that land on the input (its bounds
+    follow the row); an unpadded layer keeps the whole loop. What the
+    layers compute with it is test_variant_matches_reference's (strides,
+    dilations and uneven pads included)."""
+    target = resolve("x86_64-avx2")
+    lanes, variant = target.vector.lanes, get(name, target.vector)
+    padded = ConvSpec(1, 2 * lanes, 4, 16, 2 * lanes, 3, 3, (1, 1), (1, 1, 1, 1), in_block=lanes, out_block=lanes,
+                      in_scale=1.0 if variant.integer else None)
+    bare = dataclasses.replace(padded, pad=(0, 1, 0, 1))
+    for spec, bounded in ((padded, True), (bare, False)):
+        params = variant.space(spec)[0]
+        text = kb.schedule(execute_func(variant, spec, None, params), variant, spec, params).script()
+        loop = next(line for line in text.splitlines()  # "for rr in ..." or "for co, rr, rs, ci in T.grid(...)"
+                    if line.strip().startswith("for ") and "rr" in line.split(" in ")[0].replace(",", " ").split())
+        assert ("T.max(" in loop) == bounded, loop
