@@ -202,10 +202,13 @@ def rows_on_the_input(sch, block, spec):
     skipped are zeros). The bounds follow the output row the
     anchor's binding computes (its third iteration variable) and the padded
     input's rows as the kernel has them (sized at run time, its own
-    variable: `spec` holds the typical sizes there)."""
+    variable: `spec` holds the typical sizes there). Returns the step
+    that bounds it, to run once the schedule's other steps are done (a
+    blockize takes loops of constant bounds): the bounds are read now, from
+    the anchor's binding before a blockize hides it."""
     pt, pb = spec.pad[0], spec.pad[2]
     if not (pt > 0 or pb > 0):
-        return
+        return lambda: None
     (sh, _), (dh, _) = spec.stride, spec.dilation
     rr = next(lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name == "rr")
     loop = sch.get(rr)
@@ -214,14 +217,19 @@ def rows_on_the_input(sch, block, spec):
         node = node.body
     padded = [r.source for r in node.block.reads if r.source.name == "cb_pad"]
     if not padded:
-        return
+        return lambda: None
     dt = str(loop.loop_var.ty)
     c = lambda v: tirx.const(v, dt) if isinstance(v, int) else (v if str(v.ty) == dt else tirx.Cast(dt, v))
     y, rows = c(node.iter_values[2]), c(padded[0].shape[2])  # the anchor's (n, ko, y, ...); pt + h + pb
     first = tirx.max(c(0), tirx.floordiv(c(pt) - y * c(sh) + c(dh - 1), c(dh)))
     end = tirx.min(c(spec.r), tirx.floordiv(rows - c(pb) - y * c(sh) + c(dh - 1), c(dh)))
-    sch.state.replace(sch.get_sref(rr), tirx.For(loop.loop_var, first, tirx.max(end - first, c(0)), loop.kind,
-                                                  loop.body, loop.thread_binding, loop.annotations))
+    extent = tirx.max(end - first, c(0))
+
+    def bound():
+        now = sch.get(rr)
+        sch.state.replace(sch.get_sref(rr), tirx.For(now.loop_var, first, extent, now.kind, now.body,
+                                                      now.thread_binding, now.annotations))
+    return bound
 
 
 class _OnBlocks(Variant):
@@ -306,7 +314,7 @@ class Blocked(_OnBlocks):
         sch.unroll(zi)
         sch.vectorize(ki)
         sch.decompose_reduction(block, co)
-        rows_on_the_input(sch, block, spec)
+        rows_on_the_input(sch, block, spec)()
 
 
 PAIR_BOUND = 255  # |value| of an integer PairBlocked multiplies (8-bit values less a zero point)
@@ -392,8 +400,9 @@ class PairBlocked(Blocked):
         sch.unroll(koi)
         sch.unroll(zi)
         sch.decompose_reduction(block, co)
-        rows_on_the_input(sch, block, spec)
+        bound_rows = rows_on_the_input(sch, block, spec)
         sch.annotate(sch.blockize(ki), INT8_DOT, 1)
+        bound_rows()
 
     def finish(self, func):
         return func.with_body(rewritten(func.body, pair_update, INT8_DOT))

@@ -165,3 +165,19 @@ def test_the_grid_is_found_through_max_pooling_and_slices(tmp_path):
     if _integer_kernel_here():
         assert _conv_steps(data) == {"conv2d.pair_blocked": "int16"}
     _run(tmp_path, model, data)
+
+
+def test_the_integer_kernels_own_schedule_runs_with_its_border_rows_bounded():
+    """Through the compiler (the model's int64 indices): the integer
+    kernel's schedule runs, not the generic one it falls back to when a
+    step fails (a border-row bound put before its blockize did, in the
+    models alone), and its filter-row loop skips the border rows' padding
+    (conv_blocked.rows_on_the_input)."""
+    from coldbrew.compiler import compile_graph
+
+    _, graph = compile_graph(qdq_conv(), target="x86_64-avx2")  # compiled, not run: any host
+    assert not [n for n in graph.notes if "schedule failed" in n], graph.notes
+    (kernel,) = [f for name, f in graph.kernels.items() if "pair_blocked" in name]
+    loop = next(line for line in kernel.script().splitlines()
+                if line.strip().startswith("for ") and "rr" in line.split(" in ")[0].replace(",", " ").split())
+    assert "T.max(" in loop, loop
