@@ -21,7 +21,7 @@ from tvm import s_tir, te, tirx
 
 from .contract import ANCHOR, ConvSpec, Variant, register
 from .generic import TILE_SCOPE, blocks_in_order, generic_block, vectorize_inner
-from .schedule import (attach_epilogue, block_name, intensity, l1_fit, pad_pass, padding_efficiency, ranked,
+from .schedule import (PAD, attach_epilogue, block_name, intensity, l1_fit, pad_pass, padding_efficiency, ranked,
                        register_blocks, round_up)
 
 
@@ -38,7 +38,7 @@ def _pad(x, spec, extra_h=0, extra_w=0):
         (n, c, h + pt + pb, w + pl + pr),
         lambda i, j, y, z: tirx.if_then_else(
             tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[i, j, y - pt, z - pl], tirx.const(0, spec.dtype)),
-        name="cb_pad")
+        name=PAD)
 
 
 def _phase_split(x, spec, owp):
@@ -58,7 +58,7 @@ def _phase_split(x, spec, owp):
             tirx.all(y >= pt, y < spec.h + pt, j * sw + ph >= pl, j * sw + ph < spec.w + pl),
             x[n, c, tirx.min(tirx.max(y - pt, 0), spec.h - 1), tirx.min(tirx.max(j * sw + ph - pl, 0), spec.w - 1)],
             tirx.const(0, spec.dtype)),
-        name="cb_pad")
+        name=PAD)
     return lambda n, c, y, z, r, s: pd[n, c, y * sh + r * dh, (s * dw) % sw, z + (s * dw) // sw]
 
 
@@ -622,7 +622,7 @@ class Winograd(Variant):
             (spec.n, spec.c, nh * m + 2, nw * m + 2),
             lambda n, c, y, z: tirx.if_then_else(
                 tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[n, c, y - pt, z - pl], tirx.const(0, spec.dtype)),
-            name="cb_pad")
+            name=PAD)
 
         def tile(t):
             t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped
@@ -791,7 +791,7 @@ class DepthwiseDirect(Variant):
         sch.reorder(n, k, y, zo, rr, rs, zi)
         par = sch.fuse(n, k)
         sch.parallel(par)
-        pad = sch.get_sblock("cb_pad")
+        pad = sch.get_sblock(PAD)
         sch.compute_at(pad, par, preserve_unit_loops=True)  # one channel's plane, right before use
         vectorize_inner(sch, pad, lanes)
         attach_epilogue(sch, block, zo, lanes)

@@ -32,7 +32,7 @@ from .contract import ANCHOR, Variant, simplified, register
 from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
 from .dense import INT8_DOT, pair_update, rewritten
 from .generic import TILE_SCOPE, multiple, proved, vectorize_inner
-from .schedule import (attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
+from .schedule import (PAD, attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
                        register_blocks, round_up)
 
 
@@ -61,7 +61,7 @@ def _padded(x, spec, owp):
         inside = tirx.all(y >= pt, y < spec.h + pt, z >= pl, z < spec.w + pl)
         return tirx.if_then_else(inside, x[(n, c, y - pt, z - pl, *lane)], tirx.const(0, spec.dtype))
 
-    return te.compute(shape, value, name="cb_pad")
+    return te.compute(shape, value, name=PAD)
 
 
 class _AnchorRow:
@@ -195,17 +195,13 @@ def _packed(w, spec, padded, k, *index):
 def rows_on_the_input(sch, block, spec):
     """The anchor's loop over the filter's rows (rr) runs, at each output
     row, over the rows that land on the input rather than its top or bottom
-    pads: a border row skips its products with the padding's zeros (a 3x3
-    layer's 4 output rows: a sixth of its products; 256 -> 256 at 4 x 32
-    ran 0.94 -> 0.78 ms, at 14 x 14 1.30 -> 1.28, at 56 x 56 the same;
-    AVX2, 2 threads, interleaved), every sum as before (the products
-    skipped are zeros). The bounds follow the output row the
-    anchor's binding computes (its third iteration variable) and the padded
-    input's rows as the kernel has them (sized at run time, its own
-    variable: `spec` holds the typical sizes there). Returns the step
-    that bounds it, to run once the schedule's other steps are done (a
-    blockize takes loops of constant bounds): the bounds are read now, from
-    the anchor's binding before a blockize hides it."""
+    pads, skipping zero products (docs/kernels.md, "Border rows skip the
+    padding"). The bounds follow the output row the anchor's binding
+    computes (its third iteration variable) and the padded input's rows as
+    the kernel has them (sized at run time, its own variable: `spec` holds
+    the typical sizes there). Returns the step that bounds the loop, to run
+    after the schedule's other steps (a blockize takes loops of constant
+    bounds); the bounds are read now, before a blockize hides the binding."""
     pt, pb = spec.pad[0], spec.pad[2]
     if not (pt > 0 or pb > 0):
         return lambda: None
@@ -215,7 +211,7 @@ def rows_on_the_input(sch, block, spec):
     node = loop.body
     while isinstance(node, tirx.For):
         node = node.body
-    padded = [r.source for r in node.block.reads if r.source.name == "cb_pad"]
+    padded = [r.source for r in node.block.reads if r.source.name == PAD]
     if not padded:
         return lambda: None
     dt = str(loop.loop_var.ty)
@@ -423,7 +419,7 @@ def _integers16(x, spec, owp, cb):
         v = x[n, c // b, y - pt, z - pl, c % b] if b else x[n, c, y - pt, z - pl]
         return tirx.if_then_else(inside, tirx.Cast("int16", tirx.round(v * inv)), tirx.const(0, "int16"))
 
-    return te.compute((spec.n, -(-spec.c // cb), hp, wp, cb), value, name="cb_pad")
+    return te.compute((spec.n, -(-spec.c // cb), hp, wp, cb), value, name=PAD)
 
 
 class DepthwiseBlocked(_OnBlocks):
@@ -619,7 +615,7 @@ class WinogradBlocked(Winograd):
             lambda n, c, y, z, l: tirx.if_then_else(
                 tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[n, c, y - pt, z - pl, l],
                 tirx.const(0, spec.dtype)),
-            name="cb_pad")
+            name=PAD)
 
         def bd(c, t, i, s, l):  # (B^T d)[i, s], b channels
             t = tirx.min(t, tiles - 1)  # tiles past the last are computed and dropped

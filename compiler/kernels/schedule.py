@@ -76,10 +76,13 @@ def fuse_parallel(sch, *loops):
     return par
 
 
+PAD = "cb_pad"  # the name of a layer's zero-padding stage and of the padded input it writes
+
+
 def pad_stage(sch):
-    """The layer's zero-padding stage ("cb_pad"), or None when it has none."""
+    """The layer's zero-padding stage (PAD), or None when it has none."""
     try:
-        return sch.get_sblock("cb_pad")
+        return sch.get_sblock(PAD)
     except (s_tir.ScheduleError, ValueError):
         return None
 
