@@ -26,6 +26,9 @@ summary:
     refused   a CompileError (the first line of its message is shown)
     WRONG     compiled, outputs differ (the check says how)
     RUNFAIL   compiled, but the runtime refused or failed to run the bundle
+    FALLBACK  outputs match, but some kernels run on the generic schedule
+              because their variant's schedule failed (a
+              ScheduleFallbackWarning: a bug that costs speed, not values)
     INTERNAL  a bug: an InternalError (one sentence naming where), or an
               exception that escaped compile_model ("traceback: ...")
     CRASH     the process died or timed out
@@ -311,13 +314,19 @@ def replay(folder, names, threads):
 
 def compiled(path, binds, target, **shapes):
     """{"data": the bundle, "compile_s"}, or the result of a compile that
-    failed: refused (a CompileError) or INTERNAL. `shapes`: input_shapes
-    and typical_shapes, as compile_model takes them."""
+    failed: refused (a CompileError) or INTERNAL; "fallback": what a
+    ScheduleFallbackWarning said, where the compile gave one. `shapes`:
+    input_shapes and typical_shapes, as compile_model takes them."""
+    import warnings
+
     from coldbrew.compiler import CompileError, InternalError, compile_model
+    from coldbrew.compiler.errors import ScheduleFallbackWarning
 
     t = time.perf_counter()
     try:
-        data = compile_model(path, constants=binds, target=target, **shapes)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ScheduleFallbackWarning)
+            data = compile_model(path, constants=binds, target=target, **shapes)
     except InternalError as e:  # a bug, in one sentence
         return {"status": "INTERNAL", "compile_s": time.perf_counter() - t, "message": str(e)}
     except CompileError as e:
@@ -325,7 +334,16 @@ def compiled(path, binds, target, **shapes):
     except Exception as e:  # a bug that escaped as a traceback
         return {"status": "INTERNAL", "compile_s": time.perf_counter() - t,
                 "message": f"traceback: {type(e).__name__}: {str(e).strip()}"}
-    return {"data": data, "compile_s": time.perf_counter() - t}
+    fell = [str(w.message) for w in caught if issubclass(w.category, ScheduleFallbackWarning)]
+    return {"data": data, "compile_s": time.perf_counter() - t, **({"fallback": fell[0]} if fell else {})}
+
+
+def fallen_back(out, c):
+    """`out` (a run's comparison) as FALLBACK where it is ok and the compile
+    `c` put kernels on the generic schedule."""
+    if out["status"] == "ok" and "fallback" in c:
+        return dict(out, status="FALLBACK", message=c["fallback"])
+    return out
 
 
 def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=None):
@@ -358,9 +376,9 @@ def check_one(name, warm=0, threads=2, target="host", qemu_runner=None, save=Non
     os.environ["COLDBREW_POISON_ARENA"] = "1"  # the arena starts as NaN bytes: a value a layer leaves unwritten is seen
     if save:
         _save(save, entry, data, fed, refs, names, unchanged)
-    out = run_and_compare(runner, entry, data, fed, refs, names, unchanged)
+    out = fallen_back(run_and_compare(runner, entry, data, fed, refs, names, unchanged), c)
     out.update(compile_s=compile_s)
-    if warm and out["status"] == "ok" and not runner.emulated:
+    if warm and out["status"] in ("ok", "FALLBACK") and not runner.emulated:
         import coldbrew
 
         run = coldbrew.load(data, threads=threads)
@@ -465,7 +483,7 @@ def check_sizes(name, threads=2, target="host"):
         out = {"status": "CONST", "message": "two seeded inputs of this size give the same outputs"}
         if len(unchanged) < len(names):
             fed = [{k: v for k, v in x.items() if k not in binds} for x in xs]
-            out = run_and_compare(runner, entry, common["data"], fed, refs, names, unchanged)
+            out = fallen_back(run_and_compare(runner, entry, common["data"], fed, refs, names, unchanged), common)
             if out["status"] != "RUNFAIL":
                 out["run_ms"] = runner.ms
         yield dict(out, size=lab, compile_s=common["compile_s"])
@@ -608,7 +626,7 @@ def summary(results, args):
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    order = ["ok", "refused", "WRONG", "RUNFAIL", "INTERNAL", "CRASH", "CONST", "noref", "missing"]
+    order = ["ok", "refused", "WRONG", "FALLBACK", "RUNFAIL", "INTERNAL", "CRASH", "CONST", "noref", "missing"]
     print("summary: " + ", ".join(f"{counts[s]} {s}" for s in order if s in counts) + f" of {len(results)}")
     ratios = {k: r["warm_ms"] / r["ort_warm_ms"] for k, r in results.items() if "warm_ms" in r}
     if ratios:

@@ -45,6 +45,7 @@ import dataclasses
 from .errors import CompileError, InternalError
 from .ir.forms import NARROW
 from .options import Choices, Options
+from .passes import schedule_kernels
 from .pipeline import back_end, front_end
 
 
@@ -75,7 +76,9 @@ def _one_target(model, options, progress, on_plan):
     table = profile(front, options, tuning, progress)
     choices = choose(table, options, on_plan)
     choices, accuracy = narrow(front, options, choices, progress)
-    return back_end(front, choices, tuning, accuracy).data, choices
+    c = back_end(front, choices, tuning, accuracy)
+    schedule_kernels.warn_fallbacks(c.notes)
+    return c.data, choices
 
 
 def _each_target(model, options, progress, on_plan):

@@ -24,6 +24,13 @@ class UnsupportedOperatorError(CompileError):
         super().__init__(f"unsupported operators: {'; '.join(parts)}")
 
 
+class ScheduleFallbackWarning(UserWarning):
+    """A compile whose kernels, some of them, run on the generic schedule
+    because their variant's schedule failed (compiler/passes/
+    schedule_kernels.py): correct and slower, and a coldbrew bug; the
+    message names each such kernel and the error."""
+
+
 class InternalError(CompileError):
     """An exception coldbrew did not expect while compiling: a bug. Its
     message names where it happened and the exception's first line (never

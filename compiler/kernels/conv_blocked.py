@@ -33,7 +33,7 @@ from .conv import Winograd, lincomb, scatter_pass, winograd_matrices
 from .dense import INT8_DOT, pair_update, rewritten
 from .generic import TILE_SCOPE, multiple, proved, vectorize_inner
 from .schedule import (PAD, attach_epilogue, fuse_parallel, intensity, l1_fit, pad_pass, pad_stage, padding_efficiency, ranked,
-                       register_blocks, round_up)
+                       register_blocks, round_up, streamed_cost)
 
 
 def _padded_extents(spec, owp):
@@ -134,13 +134,22 @@ def register_space(variant, spec, fit=lambda zt: 1.0):
     layout, best first: zt broadcast input values x kvb weight vectors (the
     variant's `register_blocks`), ranked by arithmetic intensity, the row's
     and the channels' padding, the input's copy where the tile makes one
-    (variant.copy_share) and `fit(zt)`.
+    (variant.copy_share) and `fit(zt)`. Where the layer's weights outgrow
+    L1, a weight vector counts as schedule.streamed_cost loads (a tile
+    sweeps its panel's weights whole, from L2), so there a block of more
+    columns wins: on AVX2 (Zen 3, 2 threads) 256 -> 256 3x3 at 14 x 14 ran
+    5 x 2 in 1.71 ms, the 3 x 3 an even count chose in 1.88; 512 -> 512 at
+    7 x 7 4 x 2 1.76, 3 x 3 2.06, 2 x 4 2.21; 512 -> 1000 1x1 at 13 x 13
+    5 x 2 1.51, 3 x 3 1.62, 13 x 1 2.11 (a count by each block's own panel,
+    13 x 1's fitting L1, chose that one).
     kvb need not divide the channel blocks: the last panel is padded
     (channel_blocks), so 1000 classes on AVX2 (125 blocks of 8) get a
     3 x 3 block rather than 1 x 13 (squeezenet's last layer 3.1 -> 1.5 ms)."""
     kblocks = spec.k // variant.isa.lanes
+    value_bytes = 2 if variant.integer and variant.weight_dtype == "int16" else 4
+    weight_cost = streamed_cost(variant.isa, spec.k * spec.c * spec.r * spec.s * value_bytes)
     return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
-        [(intensity(zt, kvb) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt)
+        [(intensity(zt, kvb, weight_cost) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt)
           / (1 + variant.copy_share(spec, zt)), (zt, kvb))
          for zt, kvb in variant.register_blocks(spec, [z for z in range(1, 15) if z <= spec.out_w])])]
 

@@ -25,14 +25,30 @@ def register_blocks(isa, rows, max_vectors, extra=0, live_broadcasts=False):
     3x3 convolution 1.2x slower than 3 x 3 over rows padded to its tiles).
     `extra`: registers the kernel's step holds besides (a product before
     its add, say); `live_broadcasts`: the r broadcasts stay live, not one
-    (values the next steps read again)."""
+    (values the next steps read again). A block of one vector holds at
+    most half the register file plus one rows: each broadcast feeds one
+    product there, and the compiler loads them ahead, past the count (AVX2,
+    a 1x1 convolution's 13 x 1 block spilled 13 accumulators to the stack
+    and ran 1.3x slower than a 3 x 3; 10 x 1 spilled, 9 x 1 did not)."""
     return [(r, v) for v in range(1, max_vectors + 1) for r in rows
-            if r * v + v + (r if live_broadcasts else 1) + 1 + extra <= isa.registers]
+            if r * v + v + (r if live_broadcasts else 1) + 1 + extra <= isa.registers
+            and (v > 1 or r <= isa.registers // 2 + 1)]
 
 
-def intensity(r, v):
-    """FMAs per operand loaded in one reduction step of an r x v block."""
-    return r * v / (r + v)
+def intensity(r, v, v_cost=1):
+    """FMAs per operand loaded in one reduction step of an r x v block,
+    a load of one of the v vectors counted as `v_cost` loads."""
+    return r * v / (r + v_cost * v)
+
+
+L2_STREAMED = 2  # L1 loads a vector streamed from L2 costs: L1 serves two vector loads a cycle, L2 one line
+
+
+def streamed_cost(isa, nbytes):
+    """What loading one vector of an operand of `nbytes` that the tiles
+    sweep again and again costs in L1 loads: 1 while it stays in (three
+    quarters of) L1, L2_STREAMED once the tiles stream it from L2."""
+    return 1 if nbytes <= isa.l1d_kb * 1024 * 3 // 4 else L2_STREAMED
 
 
 def l1_fit(isa, nbytes):

@@ -5,13 +5,18 @@ with the fused epilogue attached to the anchor's tiles (and the variant's
 finish: instructions no schedule primitive selects); every other function
 gets the generic schedule (parallel outer loops, vectorized inner loops).
 A schedule that fails leaves the function as lowered (correct, slower) and is
-reported in the graph's notes.
+reported in the graph's notes and, by the compile, as a
+ScheduleFallbackWarning (warn_fallbacks).
 """
+import warnings
+
+from ..errors import ScheduleFallbackWarning
 from ..ir.anchors import ANCHOR_RE
 from ..kernels import ANCHOR
 from ..kernels.generic import generic, typical_sizes
 
 NAME = "schedule_kernels"
+FAILED = "schedule failed"  # the notes of kernels whose variant's schedule raised
 
 
 def apply(mod, anchors, isa, variables=None):
@@ -48,10 +53,21 @@ def _schedule(mod, anchors, isa):
                 generic(sch, isa.lanes, isa.registers)
             except Exception:  # the generic schedule failed too: the function as lowered (correct, slower)
                 sch, used = s_tir.Schedule(func), "left unscheduled"
-            notes.append(f"{gv.name_hint}: schedule failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
+            notes.append(f"{gv.name_hint}: {FAILED} ({type(e).__name__}: {str(e).splitlines()[0][:120]}), "
                          f"{used}")
         mod[gv] = finish(sch.mod["main"])
     return mod, notes
+
+
+def warn_fallbacks(notes):
+    """A ScheduleFallbackWarning naming every kernel `notes` (a compile's)
+    report as failed, where there is one: outside the passes, which run
+    with warnings silenced (errors.quiet)."""
+    failed = [n for n in notes if FAILED in n]
+    if failed:
+        warnings.warn(ScheduleFallbackWarning(
+            f"{len(failed)} kernel(s) run on the generic schedule (correct, slower; a coldbrew bug: please report it "
+            f"with the model): " + "; ".join(failed)), stacklevel=3)
 
 
 def _unchanged(func):

@@ -3,6 +3,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import click
 import numpy as np
@@ -180,10 +181,13 @@ def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, boun
                           queues=_parse_queues(queue_opts), plan=plan, tune=_tunes(target, tune),
                           continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,
                           calibration_samples=calibration_samples, sign=sign_key, dump_ir=dump_ir)
-        with _progress("measuring") as progress:
+        with _progress("measuring") as progress, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             data = compile_with(model, options, output, progress, on_plan=planned.append)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
+    for w in caught:  # a line each, not Python's file-and-line form
+        click.echo(f"warning: {w.message}", err=True)
     for p in planned:
         workers = sorted({q for q in p["queues"].values() if q})
         click.echo(f"plan {plan}: made in {p['plan_ms']:.0f} ms; {p['threads']} execution thread(s), "

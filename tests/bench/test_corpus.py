@@ -159,6 +159,46 @@ def test_a_size_can_carry_an_input_value_that_follows_it():
     assert e["inputs"]["w"]["fill"] == 4  # the manifest's entry itself unchanged
 
 
+def test_a_model_whose_kernels_fall_back_is_not_ok(monkeypatch, tmp_path):
+    """A compile that put kernels on the generic schedule (their variant's
+    schedule failed: a ScheduleFallbackWarning) is FALLBACK, not ok, though
+    its outputs match, and --ci fails on it; the same model compiled
+    whole is ok."""
+    import argparse
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from coldbrew.compiler.kernels import Variant
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    entry = {"name": "m", "inputs": {"x": {"shape": [1, 8, 12, 12]}}}
+    monkeypatch.setattr(corpus.fetch, "models", lambda names=None: [entry])
+    monkeypatch.setattr(corpus.fetch, "fetched", lambda e: str(tmp_path / "m.onnx"))
+    assert corpus.check_one("m")["status"] == "ok"
+
+    def broken(self, sch, block, spec, params):
+        raise ValueError("no tile fits")
+
+    todo = [Variant]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if "schedule" in vars(cls):
+            monkeypatch.setattr(cls, "schedule", broken)
+    r = corpus.check_one("m")
+    assert r["status"] == "FALLBACK" and "generic schedule" in r["message"] and "no tile fits" in r["message"], r
+    args = argparse.Namespace(ci=True, replay=None, json=None)
+    assert corpus.summary({"m": r}, args) == 1 and corpus.summary({"m": dict(r, status="ok")}, args) == 0
+
+
 def test_sizes_compile_once_and_check_each_size(monkeypatch, tmp_path):
     """--sizes: one ranged compile, then the bundle and onnxruntime at each
     size in one session; a size out of the range is the runtime's refusal

@@ -308,6 +308,54 @@ def test_a_first_layers_register_block_keeps_the_reused_broadcasts_in_registers(
     assert not variant.taps_innermost(dataclasses.replace(first[1], stride=(3, 3)))
 
 
+def test_layers_whose_weights_outgrow_l1_rank_blocks_of_more_columns(monkeypatch):
+    """A tile sweeps its panel's weights whole at every step; where the
+    layer's weights outgrow L1 they come from L2, and a weight vector
+    counts as schedule.L2_STREAMED loads: 256 -> 256 3x3 at 14 x 14 on
+    AVX2 ranks 5 x 2 first (1.71 ms measured against the 3 x 3 an even
+    count ranks first, 1.88); a layer whose weights fit L1 counts evenly."""
+    from coldbrew.compiler.kernels import schedule
+
+    isa = resolve("x86_64-avx2").vector
+    variant = get("conv2d.blocked", isa)
+    deep = ConvSpec(1, 256, 14, 14, 256, 3, 3, pad=(1, 1, 1, 1), in_block=8, out_block=8)
+    small = dataclasses.replace(deep, c=8, k=16)
+    assert schedule.streamed_cost(isa, 256 * 256 * 9 * 4) == schedule.L2_STREAMED > 1
+    assert schedule.streamed_cost(isa, 8 * 16 * 9 * 4) == 1
+    first = lambda spec: (variant.space(spec)[0]["zt"], variant.space(spec)[0]["kvb"])  # noqa: E731
+    assert first(deep) == (5, 2)
+    even = first(small)
+    monkeypatch.setattr(schedule, "L2_STREAMED", 1)
+    assert first(deep) == (3, 3)  # the even count's pick
+    assert first(small) == even
+
+
+def test_a_one_vector_block_stops_at_the_rows_that_spill():
+    """A block of one weight vector feeds one product per broadcast, and
+    the compiler loads the broadcasts ahead: on AVX2 (16 registers) its
+    rows stop at 9 (registers // 2 + 1). The largest such block of
+    register_blocks reloads nothing from the stack (a 1x1 convolution of
+    512 channels, code built, not run), one row more does (the bound is
+    the spill's); on AVX-512 (32 registers) every row count is kept."""
+    import re
+
+    from coldbrew.compiler.kernels.schedule import register_blocks
+
+    target = resolve("x86_64-avx2")
+    rows = [r for r, v in register_blocks(target.vector, range(1, 15), 4) if v == 1]
+    assert max(rows) == 9
+    assert max(r for r, v in register_blocks(resolve("x86_64-avx512").vector, range(1, 15), 4) if v == 1) == 14
+    variant = get("conv2d.blocked", target.vector)
+    spec = ConvSpec(1, 512, 13, 13, 64, 1, 1, in_block=8, out_block=8)
+    reloads = []
+    for zt in (max(rows), max(rows) + 1):
+        params = {"kvb": 1, "zt": zt}
+        asm = kb.build({"exe": kb.schedule(execute_func(variant, spec, None, params), variant, spec, params)},
+                       target).inspect_source("asm")
+        reloads.append(len(re.findall(r"\(%rsp\), %ymm", asm)))
+    assert reloads[0] == 0 < reloads[1], reloads
+
+
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_unpadded_layers_prefer_width_tiles_that_divide_their_rows(target):
     """A width tile that does not divide an unpadded layer's 160-wide rows
