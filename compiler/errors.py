@@ -25,10 +25,8 @@ class UnsupportedOperatorError(CompileError):
 
 
 class ScheduleFallbackWarning(UserWarning):
-    """A compile whose kernels, some of them, run on the generic schedule
-    because their variant's schedule failed (compiler/passes/
-    schedule_kernels.py): correct and slower, and a coldbrew bug; the
-    message names each such kernel and the error."""
+    """Kernels whose variant's schedule failed run on the generic one
+    (schedule_kernels.py): correct, slower, a bug; each is named."""
 
 
 class InternalError(CompileError):

@@ -134,14 +134,8 @@ def register_space(variant, spec, fit=lambda zt: 1.0):
     layout, best first: zt broadcast input values x kvb weight vectors (the
     variant's `register_blocks`), ranked by arithmetic intensity, the row's
     and the channels' padding, the input's copy where the tile makes one
-    (variant.copy_share) and `fit(zt)`. Where the layer's weights outgrow
-    L1, a weight vector counts as schedule.streamed_cost loads (a tile
-    sweeps its panel's weights whole, from L2), so there a block of more
-    columns wins: on AVX2 (Zen 3, 2 threads) 256 -> 256 3x3 at 14 x 14 ran
-    5 x 2 in 1.71 ms, the 3 x 3 an even count chose in 1.88; 512 -> 512 at
-    7 x 7 4 x 2 1.76, 3 x 3 2.06, 2 x 4 2.21; 512 -> 1000 1x1 at 13 x 13
-    5 x 2 1.51, 3 x 3 1.62, 13 x 1 2.11 (a count by each block's own panel,
-    13 x 1's fitting L1, chose that one).
+    (variant.copy_share) and `fit(zt)`; a weight vector counts as
+    schedule.streamed_cost loads (docs/kernels.md, "Weights streamed from L2").
     kvb need not divide the channel blocks: the last panel is padded
     (channel_blocks), so 1000 classes on AVX2 (125 blocks of 8) get a
     3 x 3 block rather than 1 x 13 (squeezenet's last layer 3.1 -> 1.5 ms)."""

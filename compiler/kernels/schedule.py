@@ -26,10 +26,8 @@ def register_blocks(isa, rows, max_vectors, extra=0, live_broadcasts=False):
     `extra`: registers the kernel's step holds besides (a product before
     its add, say); `live_broadcasts`: the r broadcasts stay live, not one
     (values the next steps read again). A block of one vector holds at
-    most half the register file plus one rows: each broadcast feeds one
-    product there, and the compiler loads them ahead, past the count (AVX2,
-    a 1x1 convolution's 13 x 1 block spilled 13 accumulators to the stack
-    and ran 1.3x slower than a 3 x 3; 10 x 1 spilled, 9 x 1 did not)."""
+    most registers // 2 + 1 rows (docs/kernels.md: its broadcasts, loaded
+    ahead, spilled AVX2's 10 x 1)."""
     return [(r, v) for v in range(1, max_vectors + 1) for r in rows
             if r * v + v + (r if live_broadcasts else 1) + 1 + extra <= isa.registers
             and (v > 1 or r <= isa.registers // 2 + 1)]
