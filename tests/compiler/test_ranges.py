@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import coldbrew
 from coldbrew.compiler import CompileError, compile_model, driver
+from coldbrew.compiler.errors import ScheduleFallbackWarning
 from coldbrew.compiler.bundle.reader import dim_values, read, shape_now, text
 from coldbrew.compiler.ir import dims
 from coldbrew.compiler.kernels.generic import multiple, proved, size, typical_sizes
@@ -514,7 +515,11 @@ def test_a_recurrent_cell_over_a_sequence_sized_at_run_time_matches_onnxruntime(
     loop's extent from its input (onnx/recurrent.py as_cell, import_relax
     _Cell, select_variants._cell_of), its variant chosen at the typical length."""
     model, path = cell_model(kind, direction, linear_before_reset), str(tmp_path / "cell.brew")
-    compile_model(model, path, input_shapes={"x": shape}, typical_shapes={"x": [1, 20, 8]})
+    if "n=2:40:2" in shape:  # its 2n rows padded to blocks of 4: TVM's region cover check fails on (2n + 3) // 4 * 4
+        with pytest.warns(ScheduleFallbackWarning, match="fused_cb0_packed_gemm_add"):
+            compile_model(model, path, input_shapes={"x": shape}, typical_shapes={"x": [1, 20, 8]})
+    else:
+        compile_model(model, path, input_shapes={"x": shape}, typical_shapes={"x": [1, 20, 8]})
     b = read(path)[0]
     assert [text(s.variant) for s in b.plan.steps if text(b.layers[s.layer].name).startswith("r")] == ["recurrent.packed"]
     sess = coldbrew.load(path)
