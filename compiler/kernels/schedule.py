@@ -39,7 +39,7 @@ def intensity(r, v, v_cost=1):
     return r * v / (r + v_cost * v)
 
 
-L2_STREAMED = 2  # L1 loads a vector streamed from L2 costs: L1 serves two vector loads a cycle, L2 one line
+L2_STREAMED = 1.5  # L1 loads a vector streamed from L2 costs (fitted: docs/kernels.md, "Weights streamed from L2")
 
 
 def streamed_cost(isa, nbytes):
