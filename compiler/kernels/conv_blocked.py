@@ -140,8 +140,7 @@ def register_space(variant, spec, fit=lambda zt: 1.0):
     (channel_blocks), so 1000 classes on AVX2 (125 blocks of 8) get a
     3 x 3 block rather than 1 x 13 (squeezenet's last layer 3.1 -> 1.5 ms)."""
     kblocks = spec.k // variant.isa.lanes
-    value_bytes = 2 if variant.integer and variant.weight_dtype == "int16" else 4
-    weight_cost = streamed_cost(variant.isa, spec.k * spec.c * spec.r * spec.s * value_bytes)
+    weight_cost = streamed_cost(variant.isa, spec.k * spec.c * spec.r * spec.s * variant.value_bytes)
     return [{"kvb": kvb, "zt": zt} for zt, kvb in ranked(
         [(intensity(zt, kvb, weight_cost) * padding_efficiency((spec.out_w, zt), (kblocks, kvb)) * fit(zt)
           / (1 + variant.copy_share(spec, zt)), (zt, kvb))
@@ -236,6 +235,7 @@ class _OnBlocks(Variant):
     blocked = True
     symbolic = True  # rows and columns sized at run time: the row padded to whole tiles at every size
     extra_registers = 0  # registers a reduction step holds besides its block, loads and broadcast
+    value_bytes = 4  # bytes of an input value and of a packed weight (fp32)
 
     def register_blocks(self, spec, widths):
         """(zt, kvb) register blocks this variant may run: zt columns of
@@ -298,7 +298,8 @@ class Blocked(_OnBlocks):
                            channel_blocks(spec, self.isa.lanes, params["kvb"]))
 
     def space(self, spec):
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 4)} for p in register_space(self, spec)]
+        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, self.value_bytes)}
+                for p in register_space(self, spec)]
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes
@@ -337,6 +338,7 @@ class PairBlocked(Blocked):
     name = "conv2d.pair_blocked"
     integer = True
     weight_dtype = "int16"
+    value_bytes = 2
 
     def applies(self, spec):
         return (self.isa.isa in ("avx2", "avx512") and spec.in_scale > 0 and Blocked.applies(self, spec)
@@ -384,9 +386,6 @@ class PairBlocked(Blocked):
 
     def copy_share(self, spec, zt):
         return 0.0  # the int16 input is a copy whatever the tile
-
-    def space(self, spec):
-        return [{**p, "rows_outer": rows_outer(spec, p["kvb"], self.isa, 2)} for p in register_space(self, spec)]
 
     def schedule(self, sch, block, spec, params):
         b = self.isa.lanes

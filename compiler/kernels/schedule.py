@@ -43,17 +43,19 @@ L2_STREAMED = 1.5  # L1 loads a vector streamed from L2 costs (fitted: docs/kern
 
 
 def streamed_cost(isa, nbytes):
-    """What loading one vector of an operand of `nbytes` that the tiles
-    sweep again and again costs in L1 loads: 1 while it stays in (three
-    quarters of) L1, L2_STREAMED once the tiles stream it from L2."""
-    return 1 if nbytes <= isa.l1d_kb * 1024 * 3 // 4 else L2_STREAMED
+    """L1 loads one vector of an `nbytes` operand the tiles sweep again and again costs: 1 in L1, else L2_STREAMED."""
+    return 1 if in_l1(isa, nbytes) else L2_STREAMED
 
 
 def l1_fit(isa, nbytes):
-    """Score factor of a block whose reused operand takes `nbytes`: full
-    while it stays in (three quarters of) L1, less once every reuse streams
-    it from L2. Winograd and the GEMMs rank their blocks with it."""
-    return 1.0 if nbytes <= isa.l1d_kb * 1024 * 3 // 4 else 0.7
+    """Score factor of a block whose reused operand takes `nbytes`: full in
+    L1, less once every reuse streams it from L2 (Winograd's, the GEMMs')."""
+    return 1.0 if in_l1(isa, nbytes) else 0.7
+
+
+def in_l1(isa, nbytes):
+    """Whether an operand of `nbytes` stays in L1 (three quarters of it)."""
+    return nbytes <= isa.l1d_kb * 1024 * 3 // 4
 
 
 def padding_efficiency(*pairs):

@@ -170,6 +170,7 @@ def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, boun
     """Compile MODEL (ONNX) into a bundle."""
     from coldbrew.compiler import CompileError
     from coldbrew.compiler.driver import compile as compile_with
+    from coldbrew.compiler.errors import ScheduleFallbackWarning
     from coldbrew.compiler.options import Options
 
     t0 = time.perf_counter()
@@ -182,12 +183,15 @@ def compile_cmd(model, output, target, input_shapes, typical_shapes, binds, boun
                           continuous=continuous, precision=precision, max_error=max_error, calibration=calibration,
                           calibration_samples=calibration_samples, sign=sign_key, dump_ir=dump_ir)
         with _progress("measuring") as progress, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            warnings.simplefilter("always", ScheduleFallbackWarning)
             data = compile_with(model, options, output, progress, on_plan=planned.append)
     except (CompileError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    for w in caught:  # a line each, not Python's file-and-line form
-        click.echo(f"warning: {w.message}", err=True)
+    for w in caught:  # coldbrew's own as a line each, not Python's file-and-line form
+        if issubclass(w.category, ScheduleFallbackWarning):
+            click.echo(f"warning: {w.message}", err=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for p in planned:
         workers = sorted({q for q in p["queues"].values() if q})
         click.echo(f"plan {plan}: made in {p['plan_ms']:.0f} ms; {p['threads']} execution thread(s), "
