@@ -69,12 +69,12 @@ class _AnchorRow:
     at run time where zt does not divide out_w at every size, two (tiles,
     zt), which TVM proves cover the row (one axis of W * 4 it did not: the
     epilogue was a pass of its own). `padded`: ceil(out_w / zt) * zt in
-    the form it proves >= out_w (a pad stage made wide enough: _input)."""
+    the form it proves >= out_w (a pad stage made wide enough: _input), tiles x zt (not round_up's)."""
 
     def __init__(self, spec, zt):
         self.zt, self.split = zt, spec.symbolic and not multiple(spec.out_w, zt)
         tiles = simplified(tirx.floordiv(spec.out_w - 1, zt) + 1)
-        self.padded = round_up(spec.out_w, zt) if self.split or not spec.symbolic else spec.out_w
+        self.padded = simplified(tiles * zt) if self.split else spec.out_w if spec.symbolic else round_up(spec.out_w, zt)
         self.axes = (tiles, zt) if self.split else (self.padded,)
 
     def compute(self, spec, value, kblocks=None):

@@ -75,11 +75,11 @@ register(PackedGemm.name, PackedGemm)
 def _whole_blocks(spec, mb):
     """The rows a dense variant computes: spec.m, or where rows sized at run
     time are not a multiple of mb at every size, whole blocks of mb at each
-    size (cropped after), so no row's test sits inside the reduction (its
-    accumulators would leave the registers: 2.5x slower)."""
+    size (cropped after: no row's test in the reduction, 2.5x slower), as
+    ((m - 1) // mb + 1) * mb: TVM proves that form covers m (not round_up's)."""
     if spec.batch or multiple(spec.m, mb):
         return spec.m
-    return simplified(tirx.floordiv(spec.m + mb - 1, mb) * mb)
+    return simplified((tirx.floordiv(spec.m - 1, mb) + 1) * mb)
 
 
 INT8_DOT = "cb_int8_dot"  # annotation of the blocks finish() turns into vpdpbusd
