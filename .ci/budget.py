@@ -17,7 +17,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # lines: fixed; a raise is argued in the issue it serves, never here
-BUDGET = {"compiler": 20040, "runtime": 7290}
+BUDGET = {"compiler": 20075, "runtime": 7290}
 FILE_LINES = 600  # the most lines of one runtime source
 FUNCTION_LINES = 80
 PARTS = {

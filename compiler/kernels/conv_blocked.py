@@ -65,16 +65,18 @@ def _padded(x, spec, owp):
 
 
 class _AnchorRow:
-    """The anchor's row: out_w padded to whole tiles of zt, one axis; sized
+    """The anchor's row: out_w padded to whole tiles of zt (or `exact`: out_w, its last tile a partial
+    one: row_tail), one axis; sized
     at run time where zt does not divide out_w at every size, two (tiles,
     zt), which TVM proves cover the row (one axis of W * 4 it did not: the
     epilogue was a pass of its own). `padded`: ceil(out_w / zt) * zt in
     the form it proves >= out_w (a pad stage made wide enough: _input), tiles x zt (not round_up's)."""
 
-    def __init__(self, spec, zt):
+    def __init__(self, spec, zt, exact=False):
         self.zt, self.split = zt, spec.symbolic and not multiple(spec.out_w, zt)
         tiles = simplified(tirx.floordiv(spec.out_w - 1, zt) + 1)
-        self.padded = simplified(tiles * zt) if self.split else spec.out_w if spec.symbolic else round_up(spec.out_w, zt)
+        self.padded = (simplified(tiles * zt) if self.split else
+                       spec.out_w if spec.symbolic or exact else round_up(spec.out_w, zt))
         self.axes = (tiles, zt) if self.split else (self.padded,)
 
     def compute(self, spec, value, kblocks=None):
@@ -100,6 +102,33 @@ def _anchor_loops(sch, block, zt, kvb, reductions):
     row, rest = loops[3:-1 - reductions], loops[-1 - reductions:]
     ko = sch.split(loops[1], [None, kvb]) if kvb else [loops[1]]
     return (loops[0], *ko, loops[2], *(row if len(row) == 2 else sch.split(row[0], [None, zt])), *rest)
+
+
+TAIL_REDUCTION = 64  # products per output under which a row's last tile apart costs more than its padding
+
+
+def row_tail(spec, zt, isa):
+    """Whether a row that tiles of zt do not divide runs its last columns as a narrower tile of
+    their own rather than padded to whole tiles (docs/kernels.md, "The row's last tile"): fixed
+    sizes, a padded layer (unpadded ones keep dividing tiles: copy_share), TAIL_REDUCTION products
+    per output or more, a panel's output row (4 vectors x out_w, the epilogue's input) in half of L1."""
+    return (not spec.symbolic and any(spec.pad) and spec.out_w % zt != 0
+            and spec.c * spec.r * spec.s >= TAIL_REDUCTION and 16 * isa.lanes * spec.out_w <= isa.l1d_kb * 512)
+
+
+def _last_tile_apart(sch, tiles, spec, whole):
+    """The tile loop split into its `whole` tiles and the partial last one (whose columns past the
+    row fold away as it unrolls), each copy's reduction decomposed and its rows bounded."""
+    sch.loop_partition(tiles, [tirx.const(whole, str(sch.get(tiles).loop_var.ty)), None])
+    copies, todo = [], [sch.get_sblock("root")]
+    while todo:
+        for c in sch.get_child_blocks(todo.pop()):
+            (todo if sch.get_child_blocks(c) else copies).append(c)
+    for c in copies:
+        co = [lp for lp in sch.get_loops(c) if sch.get(lp).loop_var.name == "co"]
+        if sch.get(c).name_hint.startswith(ANCHOR + "_") and co:  # not its write-back, where it has one
+            sch.decompose_reduction(c, co[0])
+            rows_on_the_input(sch, c, spec)()
 
 
 def _input(x, spec, owp):
@@ -281,7 +310,7 @@ class Blocked(_OnBlocks):
 
     def compute(self, spec, x, wt, params):
         cb, zt = spec.in_block or 1, params["zt"]
-        row = _AnchorRow(spec, zt)
+        row = _AnchorRow(spec, zt, exact=row_tail(spec, zt, self.isa))
         p, column = _input(x, spec, row.padded)
         co = te.reduce_axis((0, spec.c // cb), "co")
         rr = te.reduce_axis((0, spec.r), "rr")
@@ -309,10 +338,14 @@ class Blocked(_OnBlocks):
         sch.reorder(n, *outer, zo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, *outer)
         pad_pass(sch, b)  # its own parallel pass, once per layer
-        attach_epilogue(sch, block, zo, b)
+        tail = row_tail(spec, params["zt"], self.isa)
+        attach_epilogue(sch, block, par if tail else zo, b)  # a partial last tile: the epilogue after the row
         sch.unroll(koi)
         sch.unroll(zi)
         sch.vectorize(ki)
+        if tail:
+            _last_tile_apart(sch, zo, spec, spec.out_w // params["zt"])
+            return
         sch.decompose_reduction(block, co)
         rows_on_the_input(sch, block, spec)()
 

@@ -454,6 +454,32 @@ def test_border_rows_skip_the_products_with_the_padding(name):
         assert ("T.max(" in _rr_loop(text)) == bounded
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_a_row_its_tile_does_not_divide_runs_its_last_columns_apart(target):
+    """conv2d.blocked over a row its tile does not divide (14 columns in
+    tiles of 6, 7 in tiles of 4) computes the row exact: its whole tiles,
+    then the last columns as a narrower tile of their own (the tile loop
+    partitioned: docs/kernels.md, "The row's last tile"), the padded input
+    only as wide as the pads make it, the epilogue after the panel's row;
+    it matches the reference with and without an epilogue. Rows are padded
+    to whole tiles as before (one tile loop, a padded input as wide as
+    they read) past row_tail's bound (a panel's row over half of L1) and
+    under TAIL_REDUCTION products per output (one channel block x 3 taps)."""
+    b = target.vector.lanes
+    variant = get("conv2d.blocked", target.vector)
+    for width, zt, c, r in ((14, 6, 2 * b, 3), (7, 4, 2 * b, 3), (1000, 6, 2 * b, 3), (14, 6, b, 1)):
+        spec = ConvSpec(1, c, 3, width, 2 * b, r, 3, (1, 1), (r // 2, 1, r // 2, 1), in_block=b, out_block=b)
+        params = {"kvb": 2, "zt": zt}
+        text = kb.schedule(execute_func(variant, spec, None, params), variant, spec, params).script()
+        apart = width < 1000 and r == 3
+        whole, columns = width // zt, width + 2 if apart else -(-width // zt) * zt + 2
+        assert (f"in range({whole}, {whole + 1}):" in text) == apart, text
+        assert f"cb_pad = T.sblock_alloc_buffer((1, {c // b}, {3 + r - 1}, {columns}, {b}))" in text, text
+        if width < 1000:
+            _run(target, variant, spec, params, epilogue=True)
+            _run(target, variant, spec, params)
+
+
 def _rr_loop(text):
     """The header of the filter-row loop: "for rr in ..." or "for co, rr, rs, ci in T.grid(...)"."""
     return next(line for line in text.splitlines()
