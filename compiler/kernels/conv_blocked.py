@@ -65,12 +65,11 @@ def _padded(x, spec, owp):
 
 
 class _AnchorRow:
-    """The anchor's row: out_w padded to whole tiles of zt (or `exact`: out_w, its last tile a partial
-    one: row_tail), one axis; sized
-    at run time where zt does not divide out_w at every size, two (tiles,
-    zt), which TVM proves cover the row (one axis of W * 4 it did not: the
-    epilogue was a pass of its own). `padded`: ceil(out_w / zt) * zt in
-    the form it proves >= out_w (a pad stage made wide enough: _input), tiles x zt (not round_up's)."""
+    """The anchor's row: out_w padded to whole tiles of zt, one axis (`exact`: out_w itself, its
+    last tile partial: row_tail); sized at run time where zt does not divide out_w at every size,
+    two (tiles, zt), which TVM proves cover the row (one axis of W * 4 it did not: the epilogue was
+    a pass of its own). `padded`: ceil(out_w / zt) * zt in the form it proves >= out_w (a pad stage
+    made wide enough: _input): tiles x zt, not round_up's."""
 
     def __init__(self, spec, zt, exact=False):
         self.zt, self.split = zt, spec.symbolic and not multiple(spec.out_w, zt)
@@ -112,7 +111,7 @@ def row_tail(spec, zt, isa):
     their own rather than padded to whole tiles (docs/kernels.md, "The row's last tile"): fixed
     sizes, a padded layer (unpadded ones keep dividing tiles: copy_share), TAIL_REDUCTION products
     per output or more, a panel's output row (4 vectors x out_w, the epilogue's input) in half of L1."""
-    return (not spec.symbolic and any(spec.pad) and spec.out_w % zt != 0
+    return (not spec.symbolic and any(spec.pad) and spec.out_w > zt and spec.out_w % zt != 0
             and spec.c * spec.r * spec.s >= TAIL_REDUCTION and 16 * isa.lanes * spec.out_w <= isa.l1d_kb * 512)
 
 
