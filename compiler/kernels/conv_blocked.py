@@ -337,7 +337,8 @@ class Blocked(_OnBlocks):
         sch.reorder(n, *outer, zo, co, rr, rs, ci, zi, koi, ki)
         par = fuse_parallel(sch, n, *outer)
         pad_pass(sch, b)  # its own parallel pass, once per layer
-        tail = row_tail(spec, params["zt"], self.isa)
+        # (a ConvTranspose's phases carry typical sizes in `spec` over a row sized at run time: no tail)
+        tail = row_tail(spec, params["zt"], self.isa) and isinstance(sch.get(zo).extent, tirx.IntImm)
         attach_epilogue(sch, block, par if tail else zo, b)  # a partial last tile: the epilogue after the row
         sch.unroll(koi)
         sch.unroll(zi)
